@@ -1,0 +1,60 @@
+"""A small CNN trained on synthetic CIFAR-sized images. Runs on CPU or GPU.
+
+    python examples/train_cnn.py --epochs 1
+    nsbridge triage examples/train_cnn.py -- --epochs 1
+"""
+
+import argparse
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class SmallCNN(nn.Module):
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        )
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(64 * 8 * 8, 128), nn.ReLU(),
+                                        nn.Linear(128, classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=12, help="batches per epoch")
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    n = args.steps * args.batch_size
+    data = TensorDataset(torch.randn(n, 3, 32, 32), torch.randint(0, 10, (n,)))
+    loader = DataLoader(data, batch_size=args.batch_size, shuffle=True,
+                        pin_memory=device == "cuda")
+    model = SmallCNN().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    for epoch in range(args.epochs):
+        running = torch.zeros((), device=device)
+        for images, labels in loader:
+            images = images.to(device, non_blocking=True)
+            labels = labels.to(device, non_blocking=True)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(images), labels)
+            loss.backward()
+            optimizer.step()
+            running += loss.detach()
+        print(f"epoch {epoch}: mean loss {(running / len(loader)).item():.4f}")
+
+
+if __name__ == "__main__":
+    main()

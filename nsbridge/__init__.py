@@ -1,0 +1,31 @@
+"""nsbridge: torch.profiler triage, Nsight timelines and kernel deep dives in one report.
+
+Public API (importing nsbridge starts no tool and does not import torch or pandas):
+
+- ``nsbridge.triage(script, args, ...)``: profile a script, return a ``RunResult``
+- ``nsbridge.analyze(paths, ...)``: analyse existing torch.profiler traces
+- ``nsbridge.step()``: mark a step in loops without an optimizer
+- ``nsbridge.load_profile(name_or_path)``; errors in ``nsbridge.errors``
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._stepping import step
+from .errors import NsbridgeError
+
+__version__ = "0.1.0"
+__all__ = ["triage", "analyze", "step", "load_profile", "RunResult", "NsbridgeError",
+           "__version__"]
+
+_LAZY = {"triage": "api", "analyze": "api", "RunResult": "api", "load_profile": "profiles"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module 'nsbridge' has no attribute {name!r}")

@@ -1,0 +1,5 @@
+"""`python -m nsbridge` = the `nsbridge` command."""
+
+from nsbridge.cli import main
+
+main()

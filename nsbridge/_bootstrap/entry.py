@@ -1,0 +1,142 @@
+"""Child-process entry: run the user's script as `python script.py args` would, profiled.
+
+Usage (by nsbridge only): ``python -m nsbridge._bootstrap.entry CONFIG.json``. The config
+names the script (or module), its arguments, the run directory and the profile. Whatever
+happens to the script, ``child.json`` is written into the run directory with its status,
+exit code, steps, sync points and versions, and a partial trace is kept when one was being
+recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import runpy
+import signal
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+
+class _Terminated(BaseException):
+    """Raised in the script's thread when nsbridge stops it (timeout)."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
+def main(config_path: str) -> int:
+    config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    run_dir = Path(config["run_dir"])
+    started = time.perf_counter()
+    result: dict[str, Any] = {"status": "ok", "exit_code": 0, "error": None}
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+    import torch  # noqa: F401  (imported after the signal handler so a timeout is clean)
+
+    from nsbridge import _stepping
+    from nsbridge._bootstrap.session import ProfilerSession
+    from nsbridge._bootstrap.syncs import SyncRecorder
+
+    session = ProfilerSession(config["capture"], config["schedule"], run_dir)
+    syncs = SyncRecorder(session.current_step)
+    _stepping.set_listener(session.on_user_step)
+    syncs.install()
+    session.start()
+    try:
+        _run_target(config)
+    except SystemExit as exc:
+        result.update(_exit_status(exc.code))
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop cleanup
+        result.update(status="interrupted", exit_code=130,
+                      error={"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"})
+    except _Terminated:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        result.update(status="terminated", exit_code=124,
+                      error={"type": "Timeout", "message": "stopped by nsbridge (--timeout)"})
+    except SyntaxError as exc:
+        traceback.print_exc()
+        result.update(status="failed", exit_code=1,
+                      error={"type": "SyntaxError", "message": str(exc.msg),
+                             "file": exc.filename, "line": exc.lineno})
+    except BaseException as exc:  # the script's own failure: report it, keep the trace
+        traceback.print_exc()
+        file, line = _innermost_user_frame(exc)
+        result.update(status="failed", exit_code=1,
+                      error={"type": type(exc).__name__, "message": str(exc),
+                             "file": file, "line": line})
+    finally:
+        syncs.uninstall()
+        _stepping.set_listener(None)
+    try:
+        note = session.finish()
+    except BaseException as exc:  # a failing export must not lose child.json
+        note = f"the profiler could not write its trace: {type(exc).__name__}: {exc}"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    result.update(
+        step_source=session.step_source, mode=session.mode, steps=session.steps,
+        traces=session.traces, table=session.table, schedule_note=note,
+        syncs=syncs.records(), use_cuda=session.use_cuda, env=_environment(),
+        wall_s=round(time.perf_counter() - started, 3),
+    )
+    tmp = run_dir / "child.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+    os.replace(tmp, run_dir / "child.json")
+    return int(result["exit_code"])
+
+
+def _run_target(config: dict[str, Any]) -> None:
+    args = list(config["args"])
+    if config.get("module"):
+        sys.argv = [config["module"], *args]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(config["module"], run_name="__main__", alter_sys=True)
+    else:
+        script = os.path.abspath(config["script"])
+        sys.argv = [config["script"], *args]
+        sys.path[0] = os.path.dirname(script)
+        runpy.run_path(script, run_name="__main__")
+
+
+def _exit_status(code: Any) -> dict[str, Any]:
+    if code is None or code == 0:
+        return {"status": "ok", "exit_code": 0}
+    if isinstance(code, int):
+        return {"status": "failed", "exit_code": code,
+                "error": {"type": "SystemExit", "message": f"sys.exit({code})"}}
+    print(code, file=sys.stderr)
+    return {"status": "failed", "exit_code": 1,
+            "error": {"type": "SystemExit", "message": str(code)}}
+
+
+def _innermost_user_frame(exc: BaseException) -> tuple[str | None, int | None]:
+    entries = traceback.extract_tb(exc.__traceback__)
+    here = os.path.dirname(os.path.dirname(__file__))
+    user = [e for e in entries if not e.filename.startswith(here) and "runpy" not in e.filename]
+    if not user:
+        return None, None
+    return user[-1].filename, user[-1].lineno
+
+
+def _environment() -> dict[str, Any]:
+    import torch
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(), "torch": torch.__version__,
+        "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available(),
+        "host": socket.gethostname(), "platform": platform.platform(), "gpus": [],
+    }
+    if torch.cuda.is_available():
+        env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return env
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

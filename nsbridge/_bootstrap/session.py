@@ -1,0 +1,178 @@
+"""The profiler inside the user's process: step detection and the measured window.
+
+Steps come from torch's global optimizer-step hook (no code change) or from
+`nsbridge.step()`. Until the first step nsbridge records everything, so a script without
+steps still gets a whole-run profile; at the first step that recording is dropped and the
+profile's schedule (skip_first, wait, warmup, active, repeat) takes over. The device is
+synchronized before a measured window closes. Every step's wall time is kept with its phase,
+so unprofiled steps give the baseline for the profiler-overhead estimate.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
+
+_PHASES = {ProfilerAction.NONE: "unprofiled", ProfilerAction.WARMUP: "warmup",
+           ProfilerAction.RECORD: "active", ProfilerAction.RECORD_AND_SAVE: "active"}
+
+
+class ProfilerSession:
+    """Drives torch.profiler from step boundaries and writes traces into the run directory."""
+
+    def __init__(self, capture: dict[str, Any], sched: dict[str, int], run_dir: Path) -> None:
+        self._capture = capture
+        self._sched = sched
+        self._run_dir = run_dir
+        self.use_cuda = capture["cuda"] is True or (capture["cuda"] == "auto"
+                                                    and torch.cuda.is_available())
+        self._schedule: Optional[Callable[[int], ProfilerAction]] = None
+        self._prof: Optional[profile] = None
+        self.mode = "whole-run"          # whole-run -> scheduled
+        self.step_source: Optional[str] = None
+        self._primary_optimizer: Optional[int] = None
+        self.steps: list[dict[str, Any]] = []
+        self.traces: list[str] = []
+        self.table: Optional[str] = None
+        self._last_boundary = 0.0
+        self._inside_step = 0           # > 0 while a wrapped optimizer.step runs
+        self._pending = False           # a boundary to take once that step has returned
+        self._wrapped: list[tuple[type, Any]] = []
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        self._prof = self._new_profiler(None)
+        self._prof.start()
+        self._last_boundary = time.perf_counter()
+
+    def finish(self) -> Optional[str]:
+        """Stop profiling; write the last trace. Returns a note when nothing was measured."""
+        self._hook.remove()
+        for cls, original in reversed(self._wrapped):
+            cls.step = original
+        prof, self._prof = self._prof, None
+        if prof is None:
+            return None
+        self._synchronize()
+        if self.mode == "whole-run":
+            prof.stop()
+            self._save(prof)
+            return None
+        prof.stop()  # a window still recording is saved by on_trace_ready
+        if self.traces:
+            return None
+        s = self._sched
+        need = max(s["skip_first"], 1) + s["wait"] + s["warmup"] + s["active"]
+        return (f"The script ran {len(self.steps)} step(s) but the profile's schedule needs "
+                f"{need} (skip_first {s['skip_first']}, wait {s['wait']}, warmup "
+                f"{s['warmup']}, active {s['active']}) before anything is measured. Run more "
+                "steps or use a profile with a shorter schedule (--profile quick).")
+
+    # -- steps -----------------------------------------------------------------------------
+    def current_step(self) -> int:
+        return len(self.steps)
+
+    def on_user_step(self, source: str) -> None:
+        self.step_source = source
+        self._boundary()
+
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.step_source == "nsbridge.step":
+            return
+        if self._primary_optimizer is None:
+            self._primary_optimizer = id(optimizer)
+        if id(optimizer) != self._primary_optimizer:
+            return  # several optimizers per iteration: count the first one only
+        self.step_source = "optimizer"
+        if self._inside_step:
+            self._pending = True  # taken when optimizer.step returns, outside its range
+            return
+        self._boundary()
+        self._wrap_step(type(optimizer))
+
+    def _wrap_step(self, cls: type) -> None:
+        """Move later boundaries out of the ``Optimizer.step#...`` range.
+
+        The global hook runs inside that range, so a boundary taken there would charge the
+        profiler's own stop/export to the optimizer and make steps overlap it. Wrapping the
+        class's step (outside torch's own wrapper) lets the boundary follow the return.
+        """
+        original = cls.step
+        if getattr(original, "_nsbridge", False):
+            return
+        session = self
+
+        @functools.wraps(original)
+        def step(*args: Any, **kwargs: Any) -> Any:
+            session._inside_step += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                session._inside_step -= 1
+                if session._pending and not session._inside_step:
+                    session._pending = False
+                    session._boundary()
+
+        step._nsbridge = True  # type: ignore[attr-defined]
+        step.hooked = True  # type: ignore[attr-defined]  # torch must not wrap it again
+        cls.step = step
+        self._wrapped.append((cls, original))
+
+    def _boundary(self) -> None:
+        if self._prof is None:
+            return
+        wall_ms = (time.perf_counter() - self._last_boundary) * 1e3
+        if self.mode == "whole-run":
+            self.steps.append({"index": 0, "wall_ms": wall_ms, "phase": "first"})
+            self._prof.stop()  # recorded only in case no step ever came: drop it
+            s = self._sched
+            self._schedule = schedule(skip_first=max(s["skip_first"] - 1, 0), wait=s["wait"],
+                                      warmup=s["warmup"], active=s["active"],
+                                      repeat=s["repeat"])
+            self._prof = self._new_profiler(self._schedule)
+            self.mode = "scheduled"
+            self._prof.start()
+        else:
+            action = self._schedule(self._prof.step_num)
+            self.steps.append({"index": len(self.steps), "wall_ms": wall_ms,
+                               "phase": _PHASES[action]})
+            if action == ProfilerAction.RECORD_AND_SAVE:
+                self._synchronize()
+            self._prof.step()
+        self._last_boundary = time.perf_counter()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _new_profiler(self, sched: Optional[Callable[[int], ProfilerAction]]) -> profile:
+        activities = [ProfilerActivity.CPU]
+        if self.use_cuda:
+            activities.append(ProfilerActivity.CUDA)
+        c = self._capture
+        return profile(activities=activities, schedule=sched,
+                       on_trace_ready=self._save if sched is not None else None,
+                       record_shapes=c["record_shapes"], profile_memory=c["profile_memory"],
+                       with_stack=c["with_stack"], with_flops=c["with_flops"],
+                       with_modules=c["with_modules"])
+
+    def _save(self, prof: profile) -> None:
+        n = len(self.traces) + 1
+        name = "trace.json.gz" if n == 1 else f"trace.{n}.json.gz"
+        path = self._run_dir / name
+        prof.export_chrome_trace(str(path))
+        self.traces.append(name)
+        if self.table is None:
+            sort = "self_device_time_total" if self.use_cuda else "self_cpu_time_total"
+            table = prof.key_averages().table(sort_by=sort, row_limit=40)
+            (self._run_dir / "key_averages.txt").write_text(table + "\n", encoding="utf-8")
+            self.table = "key_averages.txt"
+
+    def _synchronize(self) -> None:
+        if self.use_cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()

@@ -1,0 +1,49 @@
+"""The torch.profiler pass: run the user's script in a child Python under the bootstrap."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from ..profiles import Profile
+from ._process import ChildOutcome, run_passthrough
+
+
+@dataclass(frozen=True)
+class TorchPass:
+    """What the torch.profiler pass left: the child's own record and how it ended."""
+
+    outcome: ChildOutcome
+    child: Optional[dict[str, Any]]   # child.json, None when the child died before writing it
+    traces: list[Path]
+    table: Optional[Path]
+
+
+def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile: Profile,
+                   run_dir: Path, cwd: Path, timeout: Optional[float],
+                   environ: Mapping[str, str] = os.environ) -> TorchPass:
+    """Run the target under torch.profiler and return what it wrote into run_dir."""
+    config = {
+        "script": None if is_module else target, "module": target if is_module else None,
+        "args": list(args), "run_dir": str(run_dir.resolve()),
+        "capture": profile.to_dict()["capture"], "schedule": profile.to_dict()["schedule"],
+    }
+    config_path = run_dir / "child-config.json"
+    config_path.write_text(json.dumps(config, indent=1), encoding="utf-8")
+    argv = [sys.executable, "-m", "nsbridge._bootstrap.entry", str(config_path.resolve())]
+    env = dict(environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    outcome = run_passthrough(argv, cwd=cwd, env=env, timeout=timeout)
+    child_path = run_dir / "child.json"
+    child = None
+    if child_path.is_file():
+        child = json.loads(child_path.read_text(encoding="utf-8"))
+    traces = [run_dir / name for name in (child or {}).get("traces", [])]
+    if child is None:  # killed before writing its record: keep any trace it managed to write
+        traces = sorted(run_dir.glob("trace*.json.gz"))
+    table = run_dir / child["table"] if child and child.get("table") else None
+    return TorchPass(outcome=outcome, child=child, traces=traces, table=table)

@@ -1,0 +1,49 @@
+"""Errors nsbridge raises on purpose, each with a message a user can act on.
+
+Library code raises these; only the CLI turns them into exit codes. The tree:
+
+- NsbridgeError                 root; every expected, user-facing failure
+  - ProfileError                a profile YAML is missing, malformed or has unknown keys
+  - ScriptError                 the script to profile cannot be run (missing, not a file)
+  - RunDirError                 the run directory exists, or cannot be created or written
+  - TraceError                  a file given to `analyze` cannot be used as a trace
+    - TraceNotFoundError        the path does not exist / a folder holds no trace
+    - TraceFormatError          not JSON, truncated, corrupt, or not a torch.profiler trace
+    - EmptyTraceError           a valid trace with no events to analyse
+"""
+
+from __future__ import annotations
+
+
+class NsbridgeError(Exception):
+    """Root of every expected nsbridge failure; its text is one paragraph for the user."""
+
+    exit_code = 1
+
+
+class ProfileError(NsbridgeError):
+    """A profile cannot be loaded or validated."""
+
+
+class ScriptError(NsbridgeError):
+    """The user's script cannot be started."""
+
+
+class RunDirError(NsbridgeError):
+    """The run directory cannot be used."""
+
+
+class TraceError(NsbridgeError):
+    """A trace file cannot be analysed."""
+
+
+class TraceNotFoundError(TraceError):
+    """A trace path does not exist, or a folder contains no trace files."""
+
+
+class TraceFormatError(TraceError):
+    """A file is not a readable torch.profiler trace."""
+
+
+class EmptyTraceError(TraceError):
+    """A readable trace without any events to analyse."""

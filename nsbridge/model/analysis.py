@@ -1,0 +1,145 @@
+"""One trace in, every finding out: the analysis shared by `triage` and `analyze`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from .. import schema as S
+from ..profiles import Analysis as Thresholds
+from .attribution import attribute_gpu_events, linking_generation
+from .device import busy_by_device, copies, idle_gaps
+from .nesting import build_host_tree
+from .ops import op_table
+from .rules import Facts, recommend
+from .steps import PHASES, main_thread, step_breakdown, step_windows
+from .syncs import merge_sync_points, trace_sync_points
+from .verdict import decide
+
+
+@dataclass
+class TraceAnalysis:
+    """Everything the report says about one trace."""
+
+    ops: pd.DataFrame                  # OPS frame (schema.OP_COLUMNS)
+    steps: pd.DataFrame                # per step: step, wall_ms, data/forward/backward/optimizer/other_ms
+    has_device: bool
+    device: dict[str, Any]             # busy, gaps, copies, attribution counts (GPU runs)
+    sync_points: list[dict[str, Any]]
+    verdict: dict[str, Any]
+    recommendations: list[dict[str, Any]]
+
+
+def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
+                   process_syncs: Optional[list[dict[str, Any]]] = None,
+                   process_steps: Optional[int] = None,
+                   script: Optional[str] = None) -> TraceAnalysis:
+    """Analyse one EVENTS frame (see schema.py).
+
+    ``process_syncs`` and ``process_steps`` (steps the script ran) come from triage's
+    profiled process; ``analyze`` has neither.
+    """
+    tree = build_host_tree(events)
+    gpu = attribute_gpu_events(events, tree)
+    has_device = not gpu.empty
+    windows = step_windows(events, tree)
+    lo, hi = float(windows["start"].min()), float(windows["end"].max())
+    steps = step_breakdown(events, tree, windows)
+    ops = op_table(events, tree, gpu, has_device)
+
+    in_window = gpu[(gpu["ts"] >= lo) & (gpu["ts"] <= hi)]
+    device: dict[str, Any] = {}
+    busy = pd.DataFrame(columns=["device", "busy_us", "busy_pct", "kernels"])
+    gaps: list[dict[str, Any]] = []
+    kernels = in_window[in_window["cat"] == S.KERNEL]
+    n_steps = len(windows)
+    if has_device:
+        whole_run = int(windows["step"].iloc[0]) < 0
+        dlo, dhi = lo, hi
+        if whole_run:  # no steps: judge the device over the span it had work
+            dlo, dhi = float(gpu["ts"].min()), float((gpu["ts"] + gpu["dur"]).max())
+        busy = busy_by_device(in_window, dlo, dhi)
+        gaps = idle_gaps(in_window, dlo, dhi, events, tree, main_thread(tree, windows),
+                         thresholds.top_gaps)
+        device = {
+            "window": ("first to last GPU activity (no steps in the trace)" if whole_run
+                       else "the measured steps"),
+            "busy_pct": round(float(busy["busy_pct"].mean()), 2) if len(busy) else 0.0,
+            "per_device": busy.round(3).to_dict("records"),
+            "idle_gaps": gaps,
+            "copies": copies(in_window),
+            "kernels": int(len(kernels)),
+            "kernels_per_step": round(len(kernels) / max(n_steps, 1), 2),
+            "median_kernel_us": round(float(kernels["dur"].median()), 3) if len(kernels) else None,
+            "linking": linking_generation(events),
+            "attribution": {k: int(v) for k, v in gpu["rule"].value_counts().items()},
+        }
+
+    trace_syncs = trace_sync_points(events, tree, lo, hi)
+    sync_points = merge_sync_points(process_syncs, trace_syncs, n_steps, has_device,
+                                    process_steps)
+    blocking = trace_syncs[trace_syncs["kind"] != "item"]["cost_us"].sum() if has_device else 0.0
+    median_kernel = device.get("median_kernel_us")
+    verdict = decide(breakdown=steps, busy=busy, sync_points=sync_points,
+                     trace_sync_us=float(blocking), ops=ops, has_device=has_device,
+                     kernels_per_step=device.get("kernels_per_step", 0.0),
+                     median_kernel_us=median_kernel, thresholds=thresholds)
+
+    host_names = events.loc[tree.rows, S.NAME]
+    loader = host_names[host_names.str.startswith("enumerate(DataLoader)#")]
+    loader_kind = None
+    if len(loader):
+        loader_kind = ("multi-process" if loader.str.contains("MultiProcessing").any()
+                       else "single-process")
+    top_kernel = None
+    if len(kernels):
+        by_name = kernels.groupby("name")["dur"].sum().sort_values(ascending=False)
+        top_kernel = {"name": str(by_name.index[0]),
+                      "share": float(by_name.iloc[0] / in_window["dur"].sum())}
+    facts = Facts(
+        has_device=has_device, verdict=verdict["label"],
+        data_share=verdict["numbers"]["data_share"], dataloader_kind=loader_kind,
+        pageable_h2d=int(in_window["name"].str.contains("HtoD.*Pageable", regex=True).sum()),
+        sync_points=sync_points, sync_share=verdict["numbers"]["sync_share"], ops=ops,
+        host_ops_per_step=float((events.loc[tree.rows, S.CAT] == S.CPU_OP).sum()) / max(n_steps, 1),
+        kernels_per_step=device.get("kernels_per_step", 0.0), median_kernel_us=median_kernel,
+        busy_pct=device.get("busy_pct"), gaps=gaps, top_kernel=top_kernel, script=script)
+    return TraceAnalysis(ops=ops, steps=steps, has_device=has_device, device=device,
+                         sync_points=sync_points, verdict=verdict,
+                         recommendations=recommend(facts))
+
+
+def mean_step(steps: pd.DataFrame) -> dict[str, Any]:
+    """Mean of each phase over the steps, with shares of the mean wall time."""
+    if steps.empty:
+        return {}
+    means = {col: round(float(steps[col].mean()), 3) for col in ["wall_ms", *PHASES]}
+    wall = means["wall_ms"]
+    means["shares"] = {col[:-3]: round(means[col] / wall, 4) if wall else 0.0 for col in PHASES}
+    return means
+
+
+def profiler_overhead(child_steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Measured steps vs unprofiled steps of the same run (median wall time of each)."""
+    profiled = [s["wall_ms"] for s in child_steps if s["phase"] == "active"]
+    bare = [s["wall_ms"] for s in child_steps if s["phase"] == "unprofiled"]
+    result: dict[str, Any] = {"profiled_steps": len(profiled), "unprofiled_steps": len(bare),
+                              "profiled_step_ms": None, "unprofiled_step_ms": None,
+                              "ratio": None, "note": None}
+    if profiled:
+        result["profiled_step_ms"] = round(float(np.median(profiled)), 3)
+    if bare:
+        result["unprofiled_step_ms"] = round(float(np.median(bare)), 3)
+    if profiled and bare and result["unprofiled_step_ms"] > 0:
+        result["ratio"] = round(result["profiled_step_ms"] / result["unprofiled_step_ms"], 3)
+        pct = (result["ratio"] - 1) * 100
+        result["note"] = (f"measured steps took {result['ratio']:.2f}x the unprofiled ones "
+                          f"({pct:+.0f}%): the profile's absolute CPU times are inflated by "
+                          "about that much; shares and rankings are less affected")
+    else:
+        result["note"] = ("not enough unprofiled steps to compare (the schedule's wait steps, "
+                          "or steps after the measured window, give the baseline)")
+    return result

@@ -1,0 +1,79 @@
+"""Which host op launched each GPU kernel, copy and memset.
+
+Two linking generations exist (shared/facts.md, fact 1), detected from the data:
+
+- new (kineto >= 2024-02): a GPU event's ``External id`` equals the launching cpu_op's, so
+  the op is a dictionary lookup. Rule ``external_id``.
+- old: ``External id`` merely copies ``correlation``. The GPU event's ``correlation``
+  finds its runtime/driver launch call, and the innermost host op on the launching thread
+  that contains that call is the op. Rule ``launch_containment``.
+
+New traces fall back to the old rule for events whose External id names no op. What
+neither rule explains stays in the frame with rule ``unattributed``: it is counted and
+shown, never dropped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import schema as S
+from .nesting import HostTree
+
+EXTERNAL_ID, LAUNCH_CONTAINMENT, UNATTRIBUTED = "external_id", "launch_containment", "unattributed"
+
+
+def linking_generation(events: pd.DataFrame) -> str:
+    """'new' when GPU events carry their op's External id, 'old' when it copies correlation."""
+    gpu = events[events[S.CAT].isin(S.GPU_CATS)]
+    both = gpu[gpu[S.EXT_ID].notna() & gpu[S.CORRELATION].notna()]
+    if both.empty:
+        return "old"
+    return "new" if (both[S.EXT_ID] != both[S.CORRELATION]).mean() > 0.5 else "old"
+
+
+def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
+    """One row per GPU event with the host op that launched it.
+
+    Returns columns: cat, name, device (float), stream (str), ts, dur, op_pos (position in
+    ``tree``, -1 when unattributed), rule (external_id | launch_containment | unattributed).
+    """
+    gpu = events[events[S.CAT].isin(S.GPU_CATS)]
+    op_pos = np.full(len(gpu), -1, dtype=np.int64)
+    rule = np.full(len(gpu), UNATTRIBUTED, dtype=object)
+
+    if linking_generation(events) == "new":
+        host_ext = events.loc[tree.rows, S.EXT_ID].to_numpy()
+        ext_to_pos = pd.Series(np.arange(len(tree)), index=host_ext)
+        ext_to_pos = ext_to_pos[ext_to_pos.index.notna() & ~ext_to_pos.index.duplicated()]
+        found = gpu[S.EXT_ID].map(ext_to_pos).to_numpy()
+        hit = ~np.isnan(found)
+        op_pos[hit] = found[hit].astype(np.int64)
+        rule[hit] = EXTERNAL_ID
+
+    launches = events[events[S.CAT].isin(S.LAUNCH_CATS) & events[S.CORRELATION].notna()]
+    launches = launches[~launches[S.CORRELATION].duplicated()]
+    launch_pos = tree.enclosing(launches[S.PID], launches[S.TID], launches[S.TS].to_numpy())
+    corr_to_pos = pd.Series(launch_pos, index=launches[S.CORRELATION].to_numpy())
+    todo = op_pos < 0
+    found = gpu[S.CORRELATION].map(corr_to_pos).to_numpy()
+    hit = todo & ~np.isnan(found) & (np.nan_to_num(found, nan=-1) >= 0)
+    op_pos[hit] = found[hit].astype(np.int64)
+    rule[hit] = LAUNCH_CONTAINMENT
+
+    host_names = events.loc[tree.rows, S.NAME].to_numpy().astype(str)
+    in_step_only = (op_pos >= 0) & np.char.startswith(
+        host_names[np.maximum(op_pos, 0)], S.PROFILER_STEP_PREFIX) if len(tree) else op_pos < -1
+    op_pos[in_step_only] = -1  # launched between ops: a step range is not an op
+    rule[in_step_only] = UNATTRIBUTED
+
+    device = gpu[S.DEVICE].to_numpy(np.float64)
+    pid_as_device = pd.to_numeric(gpu[S.PID], errors="coerce").to_numpy(np.float64)
+    device = np.where(np.isnan(device), pid_as_device, device)
+    return pd.DataFrame({
+        "cat": gpu[S.CAT].astype(str).to_numpy(), "name": gpu[S.NAME].to_numpy(),
+        "device": device, "stream": gpu[S.TID].to_numpy(), "ts": gpu[S.TS].to_numpy(),
+        "dur": gpu[S.DUR].to_numpy(), "bytes": gpu[S.BYTES].to_numpy(),
+        "op_pos": op_pos, "rule": rule,
+    })

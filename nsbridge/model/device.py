@@ -1,0 +1,79 @@
+"""GPU activity over the measured window: busy share, idle gaps and their host context, copies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import schema as S
+from .nesting import HostTree, clipped_union, merge_intervals
+
+
+def busy_by_device(gpu: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
+    """Per device: busy_us (union of kernels, copies, memsets in [lo, hi]), busy_pct, kernels."""
+    rows = []
+    for device, group in gpu.groupby("device", sort=True):
+        start = group["ts"].to_numpy(np.float64)
+        busy = clipped_union(start, start + group["dur"].to_numpy(np.float64), lo, hi)
+        rows.append({"device": int(device), "busy_us": busy,
+                     "busy_pct": 100.0 * busy / (hi - lo) if hi > lo else 0.0,
+                     "kernels": int((group["cat"] == S.KERNEL).sum())})
+    return pd.DataFrame(rows, columns=["device", "busy_us", "busy_pct", "kernels"])
+
+
+def idle_gaps(gpu: pd.DataFrame, lo: float, hi: float, events: pd.DataFrame, tree: HostTree,
+              main_thread: int, top: int) -> list[dict[str, Any]]:
+    """The longest stretches in [lo, hi] with no GPU activity on a device, longest first.
+
+    Each gap says what the training thread was doing at its midpoint: the innermost host
+    op there (``host_op``) and its top-level op (``host_top_op``); None means Python code
+    between ops.
+    """
+    gaps = []
+    for device, group in gpu.groupby("device", sort=True):
+        start = np.clip(group["ts"].to_numpy(np.float64), lo, hi)
+        s, e = merge_intervals(start, np.clip(start + group["dur"].to_numpy(np.float64), lo, hi))
+        edges_start = np.concatenate([[lo], e])
+        edges_end = np.concatenate([s, [hi]])
+        length = edges_end - edges_start
+        for a, b, n in zip(edges_start, edges_end, length):
+            if n > 0:
+                gaps.append((float(n), float(a), float(b), int(device)))
+    gaps.sort(reverse=True)
+    gaps = gaps[:top]
+    if not gaps:
+        return []
+    mids = np.array([(a + b) / 2 for _, a, b, _ in gaps])
+    names = events.loc[tree.rows, S.NAME].to_numpy()
+    thread_key = next((k for k, v in tree.thread_codes.items() if v == main_thread), None)
+    if thread_key is None:
+        pos = np.full(len(mids), -1)
+    else:
+        pid, tid = thread_key.split("/", 1)
+        pos = tree.enclosing(pd.Series([pid] * len(mids)), pd.Series([tid] * len(mids)), mids)
+    out = []
+    for (n, a, _, device), p in zip(gaps, pos):
+        top_pos = p
+        while top_pos >= 0 and tree.parent[top_pos] >= 0 and not str(
+                names[tree.parent[top_pos]]).startswith(S.PROFILER_STEP_PREFIX):
+            top_pos = tree.parent[top_pos]
+        host = None if p < 0 or str(names[p]).startswith(S.PROFILER_STEP_PREFIX) else str(names[p])
+        host_top = None if host is None else str(names[top_pos])
+        out.append({"device": device, "start_us": round(a - lo, 3), "dur_us": round(n, 3),
+                    "host_op": host, "host_top_op": host_top})
+    return out
+
+
+def copies(gpu: pd.DataFrame) -> list[dict[str, Any]]:
+    """Memcpy/memset totals by kind and direction (e.g. 'Memcpy HtoD (Pageable -> Device)')."""
+    moves = gpu[gpu["cat"].isin([S.MEMCPY, S.MEMSET])]
+    if moves.empty:
+        return []
+    agg = moves.groupby("name").agg(n=("dur", "size"), total_us=("dur", "sum"),
+                                    total_bytes=("bytes", "sum")).reset_index()
+    agg = agg.sort_values("total_us", ascending=False)
+    return [{"name": name, "count": int(n), "total_us": round(float(t), 3),
+             "bytes": None if np.isnan(b) else int(b)}
+            for name, n, t, b in zip(agg["name"], agg["n"], agg["total_us"], agg["total_bytes"])]

@@ -1,0 +1,150 @@
+"""Host-op nesting: which op encloses which, per thread, in columnar form.
+
+Ops on one thread nest properly (torch records them as a call stack), so one sweep over
+the ops sorted by (thread, start, -duration) gives every op's parent. The innermost op
+enclosing a point in time (a kernel launch, an allocation, a sync call) is then found by a
+binary search on start times followed by a short walk up the parent chain, vectorised.
+Float rounding in new traces makes a child end a hair after its parent; only the start
+decides nesting, so that is tolerated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .. import schema as S
+
+
+@dataclass(frozen=True)
+class HostTree:
+    """Host ops (cpu_op and user_annotation) sorted per thread, with parents.
+
+    Attributes:
+        rows: row labels into the EVENTS frame, in sorted order.
+        thread: thread code per op; ``thread_codes`` maps "pid/tid" to it.
+        start, end, dur: microseconds.
+        parent: position of the enclosing op in this tree, -1 for top-level ops.
+        depth: 0 for top-level ops.
+        self_us: duration minus the durations of direct children (>= 0).
+    """
+
+    rows: np.ndarray
+    thread: np.ndarray
+    thread_codes: dict[str, int]
+    start: np.ndarray
+    end: np.ndarray
+    dur: np.ndarray
+    parent: np.ndarray
+    depth: np.ndarray
+    self_us: np.ndarray
+    bounds: np.ndarray  # bounds[code] = (first, last+1) positions of that thread
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def enclosing(self, pid: pd.Series, tid: pd.Series, ts: np.ndarray) -> np.ndarray:
+        """Position of the innermost op containing each (thread, time) point, or -1."""
+        keys = (pid.astype(str) + "/" + tid.astype(str)).to_numpy()
+        codes = np.array([self.thread_codes.get(k, -1) for k in keys], dtype=np.int64)
+        ts = np.asarray(ts, dtype=np.float64)
+        out = np.full(len(ts), -1, dtype=np.int64)
+        for code in np.unique(codes[codes >= 0]):
+            sel = np.nonzero(codes == code)[0]
+            lo, hi = self.bounds[code]
+            j = np.searchsorted(self.start[lo:hi], ts[sel], side="right") - 1 + lo
+            j[j < lo] = -1
+            out[sel] = j
+        return self._climb(out, ts)
+
+    def ancestors_or_self(self, pos: np.ndarray) -> list[np.ndarray]:
+        """[pos, parent(pos), grandparent(pos), ...] until every chain ends (-1 entries)."""
+        chain = [pos]
+        cur = pos
+        while (cur >= 0).any():
+            cur = np.where(cur >= 0, self.parent[np.maximum(cur, 0)], -1)
+            chain.append(cur)
+        return chain[:-1]
+
+    def _climb(self, j: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        while True:
+            valid = j >= 0
+            outside = np.zeros(len(j), dtype=bool)
+            outside[valid] = self.end[j[valid]] < ts[valid]
+            if not outside.any():
+                return j
+            j[outside] = self.parent[j[outside]]
+
+
+def build_host_tree(events: pd.DataFrame, cats: tuple[str, ...] = S.HOST_OP_CATS) -> HostTree:
+    """Nest the complete events of the given categories (default: host ops) per thread."""
+    host = events[events[S.CAT].isin(cats) & (events[S.PH] == "X")]
+    keys = (host[S.PID] + "/" + host[S.TID]).to_numpy()
+    codes, uniques = pd.factorize(keys)
+    start = host[S.TS].to_numpy(np.float64)
+    dur = host[S.DUR].to_numpy(np.float64)
+    order = np.lexsort((-dur, start, codes))
+    codes, start, dur = codes[order], start[order], dur[order]
+    end = start + dur
+    names = host[S.NAME].to_numpy()[order].astype(str)
+    parent = _parents(codes, start, end, np.char.startswith(names, S.PROFILER_STEP_PREFIX))
+    depth = np.zeros(len(parent), dtype=np.int64)
+    for k in range(len(parent)):  # parents come before children in this order
+        if parent[k] >= 0:
+            depth[k] = depth[parent[k]] + 1
+    has_parent = parent >= 0
+    child_sum = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=len(parent))
+    bounds = np.zeros((len(uniques), 2), dtype=np.int64)
+    if len(codes):
+        firsts = np.searchsorted(codes, np.arange(len(uniques)), side="left")
+        lasts = np.searchsorted(codes, np.arange(len(uniques)), side="right")
+        bounds[:, 0], bounds[:, 1] = firsts, lasts
+    return HostTree(rows=host.index.to_numpy()[order], thread=codes,
+                    thread_codes={str(k): i for i, k in enumerate(uniques)}, start=start,
+                    end=end, dur=dur, parent=parent, depth=depth,
+                    self_us=np.clip(dur - child_sum, 0.0, None), bounds=bounds)
+
+
+def _parents(codes: np.ndarray, start: np.ndarray, end: np.ndarray,
+             top_level: np.ndarray) -> np.ndarray:
+    """Stack sweep. ``top_level`` rows (step ranges) never get a parent: a step that
+    begins inside the previous step's optimizer range is still a step, not its child."""
+    parent = np.full(len(codes), -1, dtype=np.int64)
+    stack: list[int] = []
+    current = -1
+    ends = end.tolist()
+    forced = top_level.tolist()
+    for k, (code, s) in enumerate(zip(codes.tolist(), start.tolist())):
+        if code != current:
+            stack, current = [], code
+        while stack and ends[stack[-1]] <= s:
+            stack.pop()
+        if stack and not forced[k]:
+            parent[k] = stack[-1]
+        stack.append(k)
+    return parent
+
+
+def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of [start, end) intervals as sorted, disjoint intervals."""
+    if len(start) == 0:
+        return np.array([]), np.array([])
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    running_end = np.maximum.accumulate(e)
+    new_block = np.empty(len(s), dtype=bool)
+    new_block[0] = True
+    new_block[1:] = s[1:] > running_end[:-1]
+    block = np.cumsum(new_block) - 1
+    merged_start = s[new_block]
+    merged_end = np.zeros(len(merged_start))
+    np.maximum.at(merged_end, block, e)
+    return merged_start, merged_end
+
+
+def clipped_union(start: np.ndarray, end: np.ndarray, lo: float, hi: float) -> float:
+    """Length of the union of intervals, clipped to [lo, hi]."""
+    s, e = merge_intervals(np.clip(start, lo, hi), np.clip(end, lo, hi))
+    return float((e - s).sum()) if len(s) else 0.0

@@ -1,0 +1,44 @@
+"""Several traces (ranks of one job, or several runs) folded into one view."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import schema as S
+
+_SUMMED = ["calls", "cpu_self_us", "cpu_total_us", "device_self_us", "device_total_us", "mem_mib"]
+
+
+def combine_ops(tables: list[pd.DataFrame], has_device: bool) -> pd.DataFrame:
+    """Sum OPS frames by op name (kernels merged by name); self_pct recomputed."""
+    if len(tables) == 1:
+        return tables[0]
+    frame = pd.concat(tables, ignore_index=True)
+    numeric = frame.groupby("name", sort=False)[_SUMMED].sum(min_count=1)
+    shapes = frame.groupby("name", sort=False)["shapes"].first()
+    kernels = frame.groupby("name", sort=False)["kernels"].apply(_merge_kernels)
+    table = numeric.join(shapes).join(kernels).reset_index()
+    rank_col = "device_self_us" if has_device else "cpu_self_us"
+    total = table[rank_col].sum()
+    table["self_pct"] = 100.0 * table[rank_col] / total if total > 0 else 0.0
+    table = table.sort_values([rank_col, "cpu_total_us"], ascending=False, kind="stable")
+    return table[S.OP_COLUMNS].reset_index(drop=True)
+
+
+def slowest(summaries: list[dict[str, Any]]) -> int:
+    """Index of the rank with the longest mean step: it sets the job's pace."""
+    walls = [s.get("step_ms") or 0.0 for s in summaries]
+    return int(np.argmax(walls)) if walls else 0
+
+
+def _merge_kernels(lists: pd.Series) -> list[dict[str, Any]]:
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for kernels in lists:
+        for k in kernels:
+            row = merged.setdefault((k["name"], k["kind"]), {**k, "calls": 0, "device_us": 0.0})
+            row["calls"] += k["calls"]
+            row["device_us"] = round(row["device_us"] + k["device_us"], 3)
+    return sorted(merged.values(), key=lambda k: -k["device_us"])

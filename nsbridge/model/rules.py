@@ -1,0 +1,200 @@
+"""Recommendations: small rules over the analysis, each tied to the finding that fired it.
+
+A rule looks at the ``Facts`` of one analysed trace and returns a recommendation or None.
+``impact`` (0..1, roughly the share of step time at stake) orders them; the terminal
+summary shows the first three.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import pandas as pd
+
+MATMUL_OP = re.compile(r"aten::(addmm|mm|bmm|matmul|linear|baddbmm|_scaled_mm|conv|cudnn_conv"
+                       r"|convolution|_convolution|mkldnn_convolution|conv2d|conv1d|conv3d)")
+
+
+@dataclass
+class Facts:
+    """What the rules read: numbers from one analysed trace."""
+
+    has_device: bool
+    verdict: str
+    data_share: float
+    dataloader_kind: Optional[str]      # "single-process", "multi-process" or None
+    pageable_h2d: int                   # count of pageable host-to-device copies
+    sync_points: list[dict[str, Any]]
+    sync_share: float
+    ops: pd.DataFrame
+    host_ops_per_step: float
+    kernels_per_step: float
+    median_kernel_us: Optional[float]
+    busy_pct: Optional[float]
+    gaps: list[dict[str, Any]]
+    top_kernel: Optional[dict[str, Any]] = None   # {name, share}
+    script: Optional[str] = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    url: str
+    match: Callable[[Facts], Optional[dict[str, Any]]]
+
+
+def _rec(title: str, why: str, fix: str, impact: float) -> dict[str, Any]:
+    return {"title": title, "why": why, "fix": fix, "impact": round(min(max(impact, 0.0), 1.0), 3)}
+
+
+def _dataloader_workers(f: Facts) -> Optional[dict[str, Any]]:
+    if f.data_share < 0.10 or f.dataloader_kind != "single-process":
+        return None
+    return _rec("Load data in worker processes",
+                f"data loading is {f.data_share:.0%} of each step and the DataLoader runs in the "
+                "training process (num_workers=0)",
+                "DataLoader(..., num_workers=4, persistent_workers=True): start with the number "
+                "of free CPU cores and raise it until data loading leaves the profile",
+                f.data_share)
+
+
+def _dataloader_prefetch(f: Facts) -> Optional[dict[str, Any]]:
+    if f.data_share < 0.10 or f.dataloader_kind != "multi-process":
+        return None
+    return _rec("Feed the DataLoader faster",
+                f"data loading is still {f.data_share:.0%} of each step with worker processes",
+                "raise num_workers and prefetch_factor (e.g. 4), set persistent_workers=True, "
+                "and move costly per-sample transforms out of __getitem__ (pre-process once)",
+                f.data_share)
+
+
+def _pin_memory(f: Facts) -> Optional[dict[str, Any]]:
+    if not f.has_device or f.pageable_h2d == 0:
+        return None
+    return _rec("Pin host memory for input copies",
+                f"{f.pageable_h2d} host-to-device copies came from pageable memory (synchronous, "
+                "slower)",
+                "DataLoader(..., pin_memory=True) and tensor.to(device, non_blocking=True)",
+                min(0.05 + f.data_share, 0.5))
+
+
+def _remove_syncs(f: Facts) -> Optional[dict[str, Any]]:
+    if not f.sync_points:
+        return None
+    top = f.sync_points[0]
+    where = f"{top['file']}:{top['line']}" if top.get("file") else (top.get("op") or "the loop")
+    per_step = sum(p["per_step"] for p in f.sync_points)
+    impact = max(f.sync_share, 0.6 if f.verdict == "sync-bound" else min(per_step / 50, 0.3))
+    return _rec("Remove host-device syncs from the step loop",
+                f"{per_step:g} sync call(s) per step; the first is {top['kind']} at {where}",
+                "keep running values on the device (loss_sum += loss.detach()) and call .item()"
+                " / .cpu() once per logging interval; avoid .tolist() and Python branches on "
+                "tensor values inside the loop",
+                impact)
+
+
+def _torch_compile(f: Facts) -> Optional[dict[str, Any]]:
+    launch_bound = f.has_device and f.verdict == "cpu-bound"
+    many_small = f.host_ops_per_step >= 200
+    if not (launch_bound or many_small or (not f.has_device and f.verdict == "cpu-bound")):
+        return None
+    return _rec("Fuse ops with torch.compile",
+                f"{f.host_ops_per_step:.0f} host ops per step"
+                + ("; the GPU waits on the host" if launch_bound else ""),
+                "model = torch.compile(model) (try mode='max-autotune' for GEMM-heavy models); "
+                "it fuses elementwise ops and cuts per-op dispatch overhead",
+                0.3 if launch_bound else 0.15)
+
+
+def _cuda_graphs(f: Facts) -> Optional[dict[str, Any]]:
+    if not (f.has_device and f.verdict == "cpu-bound" and f.median_kernel_us is not None
+            and f.median_kernel_us < 20 and f.kernels_per_step >= 100):
+        return None
+    return _rec("Replay the step as a CUDA graph",
+                f"{f.kernels_per_step:.0f} kernels per step with a median of "
+                f"{f.median_kernel_us:.1f} µs: launch overhead dominates",
+                "torch.compile(model, mode='reduce-overhead') or torch.cuda.graphs for static "
+                "shapes", 0.3)
+
+
+def _amp_tf32(f: Facts) -> Optional[dict[str, Any]]:
+    if f.ops.empty:
+        return None
+    col = "device_self_us" if f.has_device else "cpu_self_us"
+    total = f.ops[col].sum()
+    share = f.ops.loc[f.ops["name"].str.match(MATMUL_OP), col].sum() / total if total else 0.0
+    if share < 0.25:
+        return None
+    where = "GPU" if f.has_device else "CPU"
+    fix = ("torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss, and "
+           "torch.backends.cuda.matmul.allow_tf32 = True / "
+           "torch.set_float32_matmul_precision('high') for the rest"
+           if f.has_device else
+           "on a GPU: autocast to bfloat16 and allow TF32; on CPU: torch.autocast('cpu', "
+           "dtype=torch.bfloat16) where the CPU supports it")
+    return _rec("Use Tensor Cores: mixed precision / TF32",
+                f"matmul and convolution ops take {share:.0%} of {where} self time", fix,
+                share * 0.5)
+
+
+def _next_nsys(f: Facts) -> Optional[dict[str, Any]]:
+    if not f.has_device or f.busy_pct is None or f.busy_pct >= 90 or not f.gaps:
+        return None
+    gap = f.gaps[0]
+    host = gap.get("host_op") or "Python code between ops"
+    return _rec("Next: look at the timeline in Nsight Systems",
+                f"the GPU is idle {100 - f.busy_pct:.0f}% of the window; the longest gap is "
+                f"{gap['dur_us'] / 1e3:.2f} ms while the host was in {host}",
+                "nsys profile -t cuda,nvtx,osrt --cuda-graph-trace=node -o timeline python "
+                f"{f.script or 'script.py'}: see which host work leaves the GPU idle",
+                0.1)
+
+
+def _next_ncu(f: Facts) -> Optional[dict[str, Any]]:
+    if not f.has_device or f.verdict != "gpu-bound" or not f.top_kernel:
+        return None
+    k = f.top_kernel
+    short = re.escape(_short_kernel_name(k["name"]))
+    return _rec("Next: open the hottest kernel in Nsight Compute",
+                f"the GPU is busy and {k['name'][:80]} takes {k['share']:.0%} of GPU time",
+                f"ncu --target-processes all --kernel-name-base function --kernel-name "
+                f"regex:'{short}' --launch-skip 5 --launch-count 3 --set full -o hot python "
+                f"{f.script or 'script.py'}: occupancy, Tensor Core use, memory throughput",
+                0.1)
+
+
+def _short_kernel_name(name: str) -> str:
+    """The bare function name of a demangled kernel (what ncu's 'function' base matches)."""
+    head = name.split("(", 1)[0]
+    head = re.sub(r"<.*", "", head).strip()
+    head = head.split(" ")[-1]
+    return head.split("::")[-1] or name
+
+
+RULES = [
+    Rule("dataloader-workers", "https://pytorch.org/docs/stable/data.html#multi-process-data-loading",
+         _dataloader_workers),
+    Rule("dataloader-prefetch", "https://pytorch.org/docs/stable/data.html", _dataloader_prefetch),
+    Rule("pin-memory", "https://pytorch.org/docs/stable/data.html#memory-pinning", _pin_memory),
+    Rule("remove-syncs", "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
+         _remove_syncs),
+    Rule("torch-compile", "https://pytorch.org/docs/stable/torch.compiler.html", _torch_compile),
+    Rule("cuda-graphs", "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs", _cuda_graphs),
+    Rule("amp-tf32", "https://pytorch.org/docs/stable/amp.html", _amp_tf32),
+    Rule("next-nsys", "https://docs.nvidia.com/nsight-systems/UserGuide/index.html", _next_nsys),
+    Rule("next-ncu", "https://docs.nvidia.com/nsight-compute/NsightComputeCli/index.html",
+         _next_ncu),
+]
+
+
+def recommend(facts: Facts) -> list[dict[str, Any]]:
+    """Every rule that fires, highest impact first; each with id, url, title, why, fix."""
+    out = []
+    for rule in RULES:
+        rec = rule.match(facts)
+        if rec is not None:
+            out.append({"id": rule.id, **rec, "url": rule.url})
+    return sorted(out, key=lambda r: -r["impact"])

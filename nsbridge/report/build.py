@@ -1,0 +1,90 @@
+"""report.json: the contract other commands and users read (documented in README.md)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import pandas as pd
+
+from ..model.analysis import TraceAnalysis, mean_step
+
+SCHEMA_VERSION = 1
+
+
+def build_report(*, command: str, target: str, status: str, analysis: Optional[TraceAnalysis],
+                 step_source: Optional[str], overhead: Optional[dict[str, Any]],
+                 files: dict[str, Any], notes: list[str], has_memory: bool,
+                 ranks: Optional[list[dict[str, Any]]] = None,
+                 error: Optional[dict[str, Any]] = None, version: str = "") -> dict[str, Any]:
+    """Assemble the report dict. Device fields are None (null), never 0, without a device."""
+    report: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION, "nsbridge_version": version, "command": command,
+        "target": target, "status": status, "error": error,
+        "verdict": None, "ranked_by": None, "ops": [], "steps": None, "device": None,
+        "sync_points": [], "recommendations": [], "overhead": overhead, "ranks": ranks or [],
+        "files": files, "notes": list(notes), "sources": {},
+    }
+    if analysis is None:
+        return _clean(report)
+    has_device = analysis.has_device
+    report["verdict"] = analysis.verdict
+    report["ranked_by"] = "device_self_us" if has_device else "cpu_self_us"
+    report["ops"] = _records(analysis.ops)
+    report["steps"] = {
+        "detected_by": step_source or _step_source(analysis.steps),
+        "count": int(len(analysis.steps)),
+        "per_step": _records(analysis.steps.round(3)),
+        "mean": mean_step(analysis.steps),
+    }
+    report["device"] = analysis.device if has_device else None
+    report["sync_points"] = analysis.sync_points
+    report["recommendations"] = analysis.recommendations
+    report["sources"] = _sources(has_device, has_memory, step_source is not None,
+                                 overhead is not None)
+    return _clean(report)
+
+
+def _step_source(steps: pd.DataFrame) -> str:
+    if len(steps) == 1 and int(steps["step"].iloc[0]) < 0:
+        return "none (whole recording as one step)"
+    return "ProfilerStep ranges in the trace"
+
+
+def _sources(has_device: bool, has_memory: bool, in_process: bool,
+             has_overhead: bool) -> dict[str, str]:
+    trace = "torch.profiler trace"
+    return {
+        "ops.calls, ops.cpu_self_us, ops.cpu_total_us, ops.shapes": f"{trace} (CPU activity)",
+        "ops.device_self_us, ops.device_total_us, ops.kernels, device": (
+            f"{trace} (CUDA activity via CUPTI), kernels linked to ops by External id or "
+            "launch containment" if has_device else "not measured: no GPU activity in the trace"),
+        "ops.mem_mib": (f"{trace} memory events (profile_memory)" if has_memory
+                        else "not recorded (profile_memory off)"),
+        "steps": f"{trace} (ProfilerStep and DataLoader/Optimizer/autograd ranges)",
+        "sync_points": ("nsbridge in-process call-site records (file:line, whole run) and "
+                        f"{trace} blocking calls (measured window)" if in_process
+                        else f"{trace} blocking calls and item() ops (measured window)"),
+        "overhead": ("nsbridge step timer in the profiled process (profiled vs unprofiled "
+                     "steps)" if has_overhead else "not measured (analyze reads finished traces)"),
+    }
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return frame.to_dict("records")
+
+
+def _clean(value: Any) -> Any:
+    """NaN -> None, numpy scalars -> Python, floats rounded to 3 decimals."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else round(value, 3)
+    return value

@@ -1,0 +1,231 @@
+"""Render a report dict: terminal summary, Markdown, self-contained HTML. Formatting only."""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Optional
+
+PERFETTO = "https://ui.perfetto.dev"
+
+
+def _ms(us: Optional[float]) -> str:
+    return "-" if us is None else f"{us / 1e3:.3f}"
+
+
+def _mib(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _where(point: dict[str, Any]) -> str:
+    if point.get("file"):
+        return f"{point['file']}:{point['line']}"
+    return f"in {point['op']}" if point.get("op") else "(no Python line in the trace)"
+
+
+def _op_rows(report: dict[str, Any], limit: int) -> list[list[str]]:
+    rows = []
+    for op in report["ops"][:limit]:
+        rows.append([op["name"], str(op["calls"]), _ms(op["cpu_self_us"]), _ms(op["cpu_total_us"]),
+                     _ms(op["device_self_us"]), _ms(op["device_total_us"]), _mib(op["mem_mib"]),
+                     f"{op['self_pct']:.1f}", str(len(op["kernels"]))])
+    return rows
+
+
+OP_HEADER = ["op", "calls", "self CPU ms", "total CPU ms", "self device ms", "total device ms",
+             "mem MiB", "%", "kernels"]
+
+
+def _step_line(report: dict[str, Any]) -> Optional[str]:
+    steps = report.get("steps") or {}
+    mean = steps.get("mean") or {}
+    if not mean:
+        return None
+    shares = mean["shares"]
+    parts = " | ".join(f"{k} {v:.0%}" for k, v in shares.items())
+    return (f"{mean['wall_ms']:.2f} ms per step (mean of {steps['count']}; steps from "
+            f"{steps['detected_by']}): {parts}")
+
+
+def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 10) -> str:
+    """The short text printed after a run."""
+    lines = [f"nsbridge {report['command']}: {report['target']}  [status: {report['status']}]"]
+    if report.get("error"):
+        err = report["error"]
+        lines.append(f"  script error: {err.get('type')}: {err.get('message')}"
+                     + (f" ({err['file']}:{err['line']})" if err.get("file") else ""))
+    verdict = report.get("verdict")
+    if verdict:
+        lines.append(f"\nVerdict: {verdict['label'].upper()}")
+        lines += [f"  - {e}" for e in verdict["evidence"]]
+        lines += [f"  ? cannot tell {c}" for c in verdict.get("cannot_conclude", [])]
+    step = _step_line(report)
+    if step:
+        lines.append(f"\nSteps: {step}")
+    if report.get("device"):
+        dev = report["device"]
+        lines.append(f"Device: busy {dev['busy_pct']:.1f}% of the window, {dev['kernels']} kernels "
+                     f"({dev['kernels_per_step']:g} per step)")
+    if report["ops"]:
+        ranked = "self device time" if report["ranked_by"] == "device_self_us" else "self CPU time"
+        lines.append(f"\nTop ops by {ranked}:")
+        lines.append(_text_table(OP_HEADER, _op_rows(report, top)))
+    if report["sync_points"]:
+        lines.append("\nSync points (host waits for the device):")
+        for p in report["sync_points"][:5]:
+            lines.append(f"  {p['kind']:<22} {_where(p)}  x{p['count']} ({p['per_step']:g}/step, "
+                         f"{p['cost_ms']:.2f} ms)")
+    if report["recommendations"]:
+        lines.append("\nRecommendations:")
+        for i, r in enumerate(report["recommendations"][:3], 1):
+            lines.append(f"  {i}. {r['title']}: {r['why']}.\n     Fix: {r['fix']}")
+    overhead = report.get("overhead")
+    if overhead and overhead.get("ratio"):
+        lines.append(f"\nProfiler overhead: {overhead['note']}")
+    for note in report.get("notes", []):
+        lines.append(f"Note: {note}")
+    if run_dir:
+        trace = (report.get("files") or {}).get("trace")
+        lines.append(f"\nRun directory: {run_dir}  (report.md, report.html"
+                     + (f", {trace} opens in {PERFETTO}" if trace else "") + ")")
+    return "\n".join(lines)
+
+
+def _text_table(header: list[str], rows: list[list[str]], name_width: int = 44) -> str:
+    def clip(s: str) -> str:
+        return s if len(s) <= name_width else s[: name_width - 1] + "…"
+    rows = [[clip(r[0])] + r[1:] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    fmt = lambda cells: "  " + "  ".join(  # noqa: E731
+        c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([fmt(header)] + [fmt(r) for r in rows])
+
+
+def markdown(report: dict[str, Any], top: int = 25) -> str:
+    """report.md."""
+    md = [f"# nsbridge {report['command']}: `{report['target']}`", "",
+          f"Status: **{report['status']}**"]
+    if report.get("error"):
+        err = report["error"]
+        md.append(f"\nScript error: `{err.get('type')}`: {err.get('message')}")
+    verdict = report.get("verdict")
+    if verdict:
+        md += ["", f"## Verdict: {verdict['label']}", ""]
+        md += [f"- {e}" for e in verdict["evidence"]]
+        md += [f"- *cannot tell* {c}" for c in verdict.get("cannot_conclude", [])]
+    step = _step_line(report)
+    if step:
+        md += ["", "## Steps", "", step]
+    if report["ops"]:
+        md += ["", "## Hot ops", "", "| " + " | ".join(OP_HEADER) + " |",
+               "|" + "---|" * len(OP_HEADER)]
+        for row in _op_rows(report, top):
+            md.append("| " + " | ".join([f"`{_md_cell(row[0])}`", *row[1:]]) + " |")
+        kernels = [(op["name"], k) for op in report["ops"][:top] for k in op["kernels"][:3]]
+        if kernels:
+            md += ["", "### Kernels per op (top 3 each)", "", "| op | kernel | calls | device ms |",
+                   "|---|---|---|---|"]
+            md += [f"| `{_md_cell(o)}` | `{_md_cell(k['name'][:120])}` | {k['calls']} | "
+                   f"{k['device_us'] / 1e3:.3f} |" for o, k in kernels]
+    if report.get("device"):
+        dev = report["device"]
+        md += ["", "## Device", "", f"Busy {dev['busy_pct']:.1f}% of the measured window; "
+               f"{dev['kernels']} kernels; linking: {dev['linking']}; attribution: "
+               f"{dev['attribution']}"]
+        if dev["idle_gaps"]:
+            md += ["", "| device | gap ms | at ms | host was in |", "|---|---|---|---|"]
+            md += [f"| {g['device']} | {g['dur_us'] / 1e3:.3f} | {g['start_us'] / 1e3:.3f} | "
+                   f"`{_md_cell(g['host_op'] or 'Python between ops')}` |" for g in dev["idle_gaps"]]
+    if report["sync_points"]:
+        md += ["", "## Sync points", "", "| kind | where | op | count | per step | ms |",
+               "|---|---|---|---|---|---|"]
+        md += [f"| {p['kind']} | {_md_cell(_where(p))} | `{_md_cell(p['op'] or '')}` | {p['count']} "
+               f"| {p['per_step']:g} | {p['cost_ms']:.3f} |" for p in report["sync_points"]]
+    if report["recommendations"]:
+        md += ["", "## Recommendations", ""]
+        md += [f"{i}. **{r['title']}**: {r['why']}. Fix: {r['fix']} ([docs]({r['url']}))"
+               for i, r in enumerate(report["recommendations"], 1)]
+    if report.get("overhead"):
+        md += ["", "## Profiler overhead", "", str(report["overhead"]["note"])]
+    if report.get("ranks"):
+        md += ["", "## Ranks", "", "| rank | file | verdict | step ms | device busy % |",
+               "|---|---|---|---|---|"]
+        md += [f"| {r['rank']} | {_md_cell(r['file'])} | {r['verdict']} | {r['step_ms']} | "
+               f"{r['busy_pct']} |" for r in report["ranks"]]
+    if report.get("notes"):
+        md += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
+    md += ["", "## Sources", ""] + [f"- {k}: {v}" for k, v in report.get("sources", {}).items()]
+    return "\n".join(md) + "\n"
+
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def html_page(report: dict[str, Any], top: int = 50) -> str:
+    """report.html: one self-contained page; every name is escaped."""
+    e = lambda s: html.escape(str(s), quote=True)  # noqa: E731
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>nsbridge "
+             f"{e(report['command'])}: {e(report['target'])}</title><style>{_CSS}</style></head><body>",
+             f"<h1>nsbridge {e(report['command'])}: <code>{e(report['target'])}</code></h1>",
+             f"<p>Status: <b>{e(report['status'])}</b></p>"]
+    if report.get("error"):
+        err = report["error"]
+        parts.append(f"<p class='err'>Script error: {e(err.get('type'))}: {e(err.get('message'))}</p>")
+    verdict = report.get("verdict")
+    if verdict:
+        parts.append(f"<h2>Verdict: <span class='verdict'>{e(verdict['label'])}</span></h2><ul>")
+        parts += [f"<li>{e(x)}</li>" for x in verdict["evidence"]]
+        parts += [f"<li><i>cannot tell</i> {e(x)}</li>" for x in verdict.get("cannot_conclude", [])]
+        parts.append("</ul>")
+    step = _step_line(report)
+    if step:
+        parts.append(f"<h2>Steps</h2><p>{e(step)}</p>")
+    if report["ops"]:
+        parts.append("<h2>Hot ops</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in OP_HEADER)
+                     + "</tr>")
+        for op, row in zip(report["ops"][:top], _op_rows(report, top)):
+            kern = "".join(f"<li><code>{e(k['name'])}</code> x{k['calls']}, "
+                           f"{k['device_us'] / 1e3:.3f} ms</li>" for k in op["kernels"][:10])
+            name = (f"<details><summary><code>{e(row[0])}</code></summary><ul>{kern}</ul></details>"
+                    if kern else f"<code>{e(row[0])}</code>")
+            parts.append("<tr><td>" + name + "</td>" + "".join(f"<td>{e(c)}</td>" for c in row[1:])
+                         + "</tr>")
+        parts.append("</table>")
+    if report.get("device"):
+        dev = report["device"]
+        parts.append(f"<h2>Device</h2><p>Busy {dev['busy_pct']:.1f}% of the measured window, "
+                     f"{dev['kernels']} kernels, attribution {e(dev['attribution'])}</p>")
+        if dev["idle_gaps"]:
+            parts.append("<table><tr><th>device</th><th>gap ms</th><th>at ms</th><th>host was in</th></tr>")
+            parts += [f"<tr><td>{g['device']}</td><td>{g['dur_us'] / 1e3:.3f}</td><td>"
+                      f"{g['start_us'] / 1e3:.3f}</td><td><code>{e(g['host_op'] or 'Python between ops')}"
+                      "</code></td></tr>" for g in dev["idle_gaps"]]
+            parts.append("</table>")
+    if report["sync_points"]:
+        parts.append("<h2>Sync points</h2><table><tr><th>kind</th><th>where</th><th>op</th>"
+                     "<th>count</th><th>per step</th><th>ms</th></tr>")
+        parts += [f"<tr><td>{e(p['kind'])}</td><td><code>{e(_where(p))}</code></td><td><code>"
+                  f"{e(p['op'] or '')}</code></td><td>{p['count']}</td><td>{p['per_step']:g}</td>"
+                  f"<td>{p['cost_ms']:.3f}</td></tr>" for p in report["sync_points"]]
+        parts.append("</table>")
+    if report["recommendations"]:
+        parts.append("<h2>Recommendations</h2><ol>")
+        parts += [f"<li><b>{e(r['title'])}</b>: {e(r['why'])}. Fix: <code>{e(r['fix'])}</code> "
+                  f"(<a href='{e(r['url'])}'>docs</a>)</li>" for r in report["recommendations"]]
+        parts.append("</ol>")
+    if report.get("overhead"):
+        parts.append(f"<h2>Profiler overhead</h2><p>{e(report['overhead']['note'])}</p>")
+    if report.get("notes"):
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in report["notes"])
+                     + "</ul>")
+    parts.append("<h2>Sources</h2><ul>" + "".join(
+        f"<li>{e(k)}: {e(v)}</li>" for k, v in report.get("sources", {}).items()) + "</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+_CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:80em}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;"
+        "text-align:right}td:first-child,th:first-child{text-align:left}"
+        ".verdict{background:#fde68a;padding:0 .3em}.err{color:#b91c1c}code{font-size:90%}")

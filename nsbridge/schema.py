@@ -1,0 +1,42 @@
+"""Column names of nsbridge's frames: the one place they are spelled.
+
+EVENTS (parse.torch_trace.read_trace), one row per complete ('X') or instant ('i') event:
+
+    cat          str    category, lower-case, Kineto aliases folded (Runtime -> cuda_runtime)
+    name         str    event name (op, kernel, runtime call, annotation)
+    ph           str    'X' complete event, 'i' instant event (memory)
+    pid, tid     str    process/thread for host events; device/stream for GPU events
+    ts, dur      float  microseconds (dur 0 for instants); ts as written in the trace
+    ext_id       float  args "External id" (NaN when absent)
+    correlation  float  args "correlation" (NaN when absent)
+    input_dims   object args "Input Dims" as text (None when shapes were not recorded)
+    bytes        float  memcpy/memset bytes, or allocation size of a memory event
+    device       float  GPU index of a GPU event / memory event (NaN otherwise)
+
+OPS (model.ops.op_table), one row per op name, the report's hot-op table:
+
+    name, calls, cpu_self_us, cpu_total_us, device_self_us, device_total_us, mem_mib,
+    self_pct, shapes, kernels
+"""
+
+from __future__ import annotations
+
+# EVENTS
+CAT, NAME, PH, PID, TID, TS, DUR = "cat", "name", "ph", "pid", "tid", "ts", "dur"
+EXT_ID, CORRELATION, INPUT_DIMS, BYTES, DEVICE = (
+    "ext_id", "correlation", "input_dims", "bytes", "device")
+EVENT_COLUMNS = [CAT, NAME, PH, PID, TID, TS, DUR, EXT_ID, CORRELATION, INPUT_DIMS, BYTES,
+                 DEVICE]
+
+# Categories (after folding)
+CPU_OP, USER_ANNOTATION, PYTHON_FUNCTION = "cpu_op", "user_annotation", "python_function"
+KERNEL, MEMCPY, MEMSET = "kernel", "gpu_memcpy", "gpu_memset"
+CUDA_RUNTIME, CUDA_DRIVER, MEMORY = "cuda_runtime", "cuda_driver", "cpu_instant_event"
+HOST_OP_CATS = (CPU_OP, USER_ANNOTATION)
+GPU_CATS = (KERNEL, MEMCPY, MEMSET)
+LAUNCH_CATS = (CUDA_RUNTIME, CUDA_DRIVER)
+PROFILER_STEP_PREFIX = "ProfilerStep#"
+
+# OPS
+OP_COLUMNS = ["name", "calls", "cpu_self_us", "cpu_total_us", "device_self_us",
+              "device_total_us", "mem_mib", "self_pct", "shapes", "kernels"]

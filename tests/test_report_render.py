@@ -1,0 +1,49 @@
+"""Rendering escapes every name and shows what the report holds."""
+
+from __future__ import annotations
+
+from nsbridge.report.build import build_report
+from nsbridge.report.render import html_page, markdown, terminal_summary
+from nsbridge.model.analysis import analyze_events
+from nsbridge.profiles import load_profile
+
+from builders import events, kernel, launch, op
+
+EVIL = "void gemm<float, (int)1><script>alert(1)</script>|x&y"
+
+
+def _report() -> dict:
+    frame = events(op("ProfilerStep#1", 0, 100, cat="user_annotation"),
+                   op("aten::mm", 5, 50), launch(6, 1), kernel(EVIL, 10, 85, 1))
+    analysis = analyze_events(frame, thresholds=load_profile("default").analysis)
+    return build_report(command="analyze", target="t<1>.json", status="ok", analysis=analysis,
+                        step_source=None, overhead=None, files={}, notes=["a & b"],
+                        has_memory=False)
+
+
+def test_html_escapes_kernel_names() -> None:
+    page = html_page(_report())
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "t&lt;1&gt;.json" in page and "a &amp; b" in page
+
+
+def test_markdown_escapes_table_pipes() -> None:
+    md = markdown(_report())
+    row = next(line for line in md.splitlines() if "alert" in line)
+    assert "\\|x&y" in row
+
+
+def test_terminal_summary_has_verdict_ops_and_device() -> None:
+    text = terminal_summary(_report(), "runs/x")
+    assert "Verdict: GPU-BOUND" in text and "aten::mm" in text and "Device: busy" in text
+    assert "Run directory: runs/x" in text
+
+
+def test_device_fields_are_null_without_a_device() -> None:
+    frame = events(op("aten::mm", 0, 10))
+    analysis = analyze_events(frame, thresholds=load_profile("default").analysis)
+    report = build_report(command="analyze", target="t", status="ok", analysis=analysis,
+                          step_source=None, overhead=None, files={}, notes=[], has_memory=False)
+    assert report["device"] is None
+    assert report["ops"][0]["device_self_us"] is None and report["ops"][0]["mem_mib"] is None

@@ -1,0 +1,86 @@
+"""`nsbridge triage` end to end on the bundled examples (real child processes, CPU torch)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, ROOT, run_nsbridge
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    run = tmp_path_factory.mktemp("cnn") / "run"
+    proc = run_nsbridge("triage", "--out", str(run), "examples/train_cnn.py", "--",
+                        "--epochs", "1", cwd=ROOT)
+    return proc, run, json.loads((run / "report.json").read_text())
+
+
+def test_cnn_top_ops_and_memory(cnn: tuple) -> None:
+    proc, run, report = cnn
+    assert proc.returncode == 0, proc.stderr
+    top = [op["name"] for op in report["ops"][:10]]
+    assert any("convolution" in n for n in top), top
+    assert any(n in ("aten::addmm", "aten::mm") for n in top), top
+    recognisable = [n for n in top if n.startswith(("aten::", "Optimizer."))]
+    assert len(recognisable) >= 5
+    assert max(op["mem_mib"] or 0 for op in report["ops"]) > 1.0
+    assert report["ranked_by"] == "cpu_self_us"
+    assert all(op["device_self_us"] is None for op in report["ops"])  # null without a device
+    assert report["device"] is None
+    assert report["steps"]["detected_by"] == "optimizer" and report["steps"]["count"] == 3
+    assert "Verdict:" in proc.stdout and str(run) in proc.stdout
+
+
+def test_cnn_run_directory(cnn: tuple) -> None:
+    _, run, report = cnn
+    for name in ("manifest.json", "trace.json.gz", "key_averages.txt", "ops.csv", "report.json",
+                 "report.md", "report.html"):
+        assert (run / name).is_file(), name
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "ok" and manifest["command"] == "triage"
+    assert manifest["environment"]["torch"] and manifest["environment"]["python"]
+    assert manifest["profile"]["name"] == "default" and manifest["host"]
+    torch_pass = manifest["passes"][0]
+    assert torch_pass["name"] == "torch.profiler" and torch_pass["wall_s"] > 0
+    trace = json.loads(gzip.open(run / "trace.json.gz").read())  # what Perfetto opens
+    assert any(e.get("name", "").startswith("ProfilerStep#") for e in trace["traceEvents"])
+    table = (run / "key_averages.txt").read_text()
+    assert "Self CPU" in table and "aten::" in table
+    assert "aten::" in (run / "ops.csv").read_text().splitlines()[1]
+    assert report["schema_version"] == 1 and report["overhead"]["profiled_steps"] == 3
+    assert report["overhead"]["ratio"] is not None
+    assert report["sources"]
+
+
+def test_input_bound_example(tmp_path: Path) -> None:
+    proc = run_nsbridge("triage", "--out", str(tmp_path / "r"), "examples/input_bound.py",
+                        cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["verdict"]["label"] == "input-bound"
+    assert re.search(r"data loading takes \d+% of each step", report["verdict"]["evidence"][0])
+    assert report["steps"]["mean"]["shares"]["data"] > 0.3
+    assert report["recommendations"][0]["id"] == "dataloader-workers"
+    assert "INPUT-BOUND" in proc.stdout
+
+
+def test_sync_bound_example_names_the_item_line(tmp_path: Path) -> None:
+    proc = run_nsbridge("triage", "--out", str(tmp_path / "r"), "examples/sync_bound.py",
+                        cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["verdict"]["label"] == "sync-bound"
+    source = (EXAMPLES / "sync_bound.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "the anti-pattern" in text)
+    top = report["sync_points"][0]
+    assert (top["kind"], top["file"], top["line"]) == ("item", "examples/sync_bound.py", line)
+    assert top["per_step"] == pytest.approx(128)
+    assert f"examples/sync_bound.py:{line}" in proc.stdout
+    assert report["recommendations"][0]["id"] == "remove-syncs"
