@@ -135,7 +135,9 @@ def _amp_tf32(f: Facts) -> Optional[dict[str, Any]]:
            if f.has_device else
            "on a GPU: autocast to bfloat16 and allow TF32; on CPU: torch.autocast('cpu', "
            "dtype=torch.bfloat16) where the CPU supports it")
-    return _rec("Use Tensor Cores: mixed precision / TF32",
+    title = ("Use Tensor Cores: mixed precision / TF32" if f.has_device
+             else "Matmul and convolution dominate: use lower precision")
+    return _rec(title,
                 f"matmul and convolution ops take {share:.0%} of {where} self time", fix,
                 share * 0.5)
 
