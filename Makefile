@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 NVTX_SPEC  ?= nvtx==0.2.10
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-gpu clean
+.PHONY: install demo test test-gpu bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ test: install
 
 test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu
+
+bench: install
+	$(BIN)/python bench/nvtx_overhead.py
 
 clean:
 	rm -rf $(VENV) nsbridge-runs .pytest_cache

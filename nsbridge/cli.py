@@ -22,6 +22,13 @@ Examples:
   nsbridge triage --profile quick train.py --batch-size 64
   nsbridge triage -m mypkg.train -- --config cfg.yaml
   nsbridge triage --out runs/baseline --timeout 600 train.py
+  nsbridge triage --nsys train.py          (adds the Nsight Systems timeline)
+"""
+
+TIMELINE_EPILOG = """\b
+Examples:
+  nsbridge timeline examples/train_cnn.py -- --epochs 1
+  nsbridge timeline --run nsbridge-runs/20261125-120000-train_cnn   (add to a triage run)
 """
 
 ANALYZE_EPILOG = """\b
@@ -29,6 +36,7 @@ Examples:
   nsbridge analyze trace.json.gz
   nsbridge analyze traces/            (every rank's trace in the folder)
   nsbridge analyze rank0.json.gz rank1.json.gz --out runs/job42
+  nsbridge analyze capture.sqlite          (an nsys SQLite export; .nsys-rep with nsys installed)
 """
 
 
@@ -62,33 +70,78 @@ def main() -> None:
 @click.option("--out", "out", type=click.Path(), help="Run directory to create (must not exist).")
 @click.option("--timeout", type=float, help="Stop the script after SECONDS (partial trace kept).")
 @click.option("--top", type=int, default=10, show_default=True, help="Ops in the summary table.")
+@click.option("--nsys", is_flag=True, help="Also run the Nsight Systems timeline pass.")
 @click.argument("target", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
-           top: int, target: Optional[str], script_args: tuple[str, ...]) -> None:
+           top: int, nsys: bool, target: Optional[str], script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (or -m MODULE) with torch.profiler and say what bounds it.
 
     Arguments after the script (or after --) go to the script.
     """
     from .api import triage as run_triage
-    from .report.render import terminal_summary
 
-    if module and target is not None:
-        script_args = (target, *script_args)
-    if not module and target is None:
-        raise click.UsageError("give a script to profile (or -m MODULE)")
-    args = [a for i, a in enumerate(script_args) if not (i == 0 and a == "--")]
+    name, args = _target(module, target, script_args, required=True)
+    _guard(lambda: _finish(run_triage(name, args, module=bool(module), profile=profile, out=out,
+                                      timeout=timeout, nsys=nsys), top))
+
+
+@main.command(epilog=TIMELINE_EPILOG,
+              context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-m", "module", metavar="MODULE", help="Run a module, like python -m MODULE.")
+@click.option("--profile", "profile", default="default", show_default=True,
+              help="Built-in profile name or a YAML file (its timeline section applies).")
+@click.option("--out", "out", type=click.Path(), help="Run directory to create (must not exist).")
+@click.option("--run", "run", type=click.Path(), help="Add the timeline to this triage run.")
+@click.option("--timeout", type=float, help="Stop the script after SECONDS.")
+@click.option("--top", type=int, default=10, show_default=True, help="Ops in the summary table.")
+@click.argument("target", required=False)
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def timeline(module: Optional[str], profile: str, out: Optional[str], run: Optional[str],
+             timeout: Optional[float], top: int, target: Optional[str],
+             script_args: tuple[str, ...]) -> None:
+    """Run SCRIPT under Nsight Systems with NVTX op ranges; join kernels to ops."""
+    from .api import timeline as run_timeline
+
+    name, args = _target(module, target, script_args, required=run is None)
+    _guard(lambda: _finish(run_timeline(name, args, module=bool(module), profile=profile,
+                                        out=out, run=run, timeout=timeout), top))
+
+
+@main.command()
+def doctor() -> None:
+    """Check torch, CUDA, GPU, nsys, ncu, counter permissions and an NVTX round trip."""
+    from .api import doctor as run_checks
 
     def body() -> None:
-        result = run_triage(module or target, args, module=bool(module), profile=profile,
-                            out=out, timeout=timeout)
-        click.echo(terminal_summary(result.report, str(result.run_dir), top=top))
-        if result.exit_code != 0:
-            click.echo(f"nsbridge: error: {_failure_paragraph(result.report, result.run_dir)}",
-                       err=True)
-            sys.exit(result.exit_code)
+        checks = run_checks()
+        for check in checks:
+            click.echo(f"{check.level:<4} {check.name}: {check.detail}"
+                       + (f"\n     fix: {check.fix}" if check.fix else ""))
+        if any(c.level == "FAIL" for c in checks):
+            sys.exit(1)
 
     _guard(body)
+
+
+def _target(module: Optional[str], target: Optional[str], script_args: tuple[str, ...],
+            required: bool) -> tuple[Optional[str], list[str]]:
+    if module and target is not None:
+        script_args = (target, *script_args)
+    if required and not module and target is None:
+        raise click.UsageError("give a script to profile (or -m MODULE)")
+    args = [a for i, a in enumerate(script_args) if not (i == 0 and a == "--")]
+    return module or target, args
+
+
+def _finish(result: Any, top: int) -> None:
+    from .report.render import terminal_summary
+
+    click.echo(terminal_summary(result.report, str(result.run_dir), top=top))
+    if result.exit_code != 0:
+        click.echo(f"nsbridge: error: {_failure_paragraph(result.report, result.run_dir)}",
+                   err=True)
+        sys.exit(result.exit_code)
 
 
 @main.command(epilog=ANALYZE_EPILOG)

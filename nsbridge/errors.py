@@ -10,6 +10,9 @@ Library code raises these; only the CLI turns them into exit codes. The tree:
     - TraceNotFoundError        the path does not exist / a folder holds no trace
     - TraceFormatError          not JSON, truncated, corrupt, or not a torch.profiler trace
     - EmptyTraceError           a valid trace with no events to analyse
+    - NsysExportError           an nsys SQLite export without the tables nsbridge needs
+  - ToolNotFoundError           nsys (or another tool) is not installed / not on PATH
+  - ToolFailedError             a tool ran and failed; its own error lines and log path
 """
 
 from __future__ import annotations
@@ -47,3 +50,15 @@ class TraceFormatError(TraceError):
 
 class EmptyTraceError(TraceError):
     """A readable trace without any events to analyse."""
+
+
+class NsysExportError(TraceError):
+    """An nsys export that cannot be read or lacks the tables the join needs."""
+
+
+class ToolNotFoundError(NsbridgeError):
+    """A profiler tool is not installed."""
+
+
+class ToolFailedError(NsbridgeError):
+    """A profiler tool ran and failed."""

@@ -56,6 +56,14 @@ class Analysis:
 
 
 @dataclass(frozen=True)
+class Timeline:
+    """The nsys pass."""
+
+    trace: tuple = ("cuda", "nvtx", "osrt", "cudnn", "cublas")
+    top_gaps: int = 10
+
+
+@dataclass(frozen=True)
 class Profile:
     """A validated profile."""
 
@@ -65,13 +73,15 @@ class Profile:
     schedule: Schedule
     analysis: Analysis
     source: str
+    timeline: Timeline = Timeline()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for the manifest and the child process)."""
         return asdict(self)
 
 
-_SECTIONS = {"capture": Capture, "schedule": Schedule, "analysis": Analysis}
+_SECTIONS = {"capture": Capture, "schedule": Schedule, "analysis": Analysis,
+             "timeline": Timeline}
 _TOP_KEYS = {"version", "description", *_SECTIONS}
 
 
@@ -150,8 +160,12 @@ def _section(data: Any, cls: type, path: str, name: str) -> Any:
             ok, value = True, float(value)
         if key == "cuda":
             ok = value in (True, False, "auto")
+        if expected is tuple:
+            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+            value = tuple(value) if ok else value
         if not ok:
-            want = "true, false or auto" if key == "cuda" else expected.__name__
+            want = ("true, false or auto" if key == "cuda" else "a list of names"
+                    if expected is tuple else expected.__name__)
             raise ProfileError(f"'{name}.{key}' in profile {path} must be {want}; got {value!r}.")
         values[key] = value
     return cls(**values)

@@ -37,6 +37,12 @@ GPU_CATS = (KERNEL, MEMCPY, MEMSET)
 LAUNCH_CATS = (CUDA_RUNTIME, CUDA_DRIVER)
 PROFILER_STEP_PREFIX = "ProfilerStep#"
 
+# NVTX ranges nsbridge emits (timeline pass): ops "aten::addmm", modules "model.fc",
+# backward module ranges "model.fc [backward]", steps "step N"
+NVTX_DOMAIN = "nsbridge"
+NVTX_BACKWARD_SUFFIX = " [backward]"
+NVTX_STEP_PREFIX = "step "
+
 # OPS
 OP_COLUMNS = ["name", "calls", "cpu_self_us", "cpu_total_us", "device_self_us",
               "device_total_us", "mem_mib", "self_pct", "shapes", "kernels"]

@@ -1,10 +1,12 @@
 """Child-process entry: run the user's script as `python script.py args` would, profiled.
 
 Usage (by nsbridge only): ``python -m nsbridge._bootstrap.entry CONFIG.json``. The config
-names the script (or module), its arguments, the run directory and the profile. Whatever
-happens to the script, ``child.json`` is written into the run directory with its status,
-exit code, steps, sync points and versions, and a partial trace is kept when one was being
-recorded.
+names the script (or module), its arguments, the run directory, the profile and the pass:
+``torch`` (torch.profiler with the schedule, sync-point records) or ``nvtx`` (NVTX op,
+module and step ranges for nsys; no torch.profiler). Whatever happens to the script, the
+pass's record (``child.json`` or ``nvtx-child.json``) is written into the run directory
+with its status, exit code, steps and versions, and a partial trace is kept when one was
+being recorded.
 """
 
 from __future__ import annotations
@@ -39,15 +41,13 @@ def main(config_path: str) -> int:
 
     import torch  # noqa: F401  (imported after the signal handler so a timeout is clean)
 
-    from nsbridge import _stepping
-    from nsbridge._bootstrap.session import ProfilerSession
-    from nsbridge._bootstrap.syncs import SyncRecorder
-
-    session = ProfilerSession(config["capture"], config["schedule"], run_dir)
-    syncs = SyncRecorder(session.current_step)
-    _stepping.set_listener(session.on_user_step)
-    syncs.install()
-    session.start()
+    pass_name = config.get("pass", "torch")
+    instruments = _instruments(pass_name, config, run_dir)
+    steps = instruments["steps"]
+    for name in ("syncs", "nvtx", "session"):
+        if name in instruments:
+            getattr(instruments[name], "install" if name != "session" else "start")()
+    steps.install()
     try:
         _run_target(config)
     except SystemExit as exc:
@@ -72,24 +72,48 @@ def main(config_path: str) -> int:
                       error={"type": type(exc).__name__, "message": str(exc),
                              "file": file, "line": line})
     finally:
-        syncs.uninstall()
-        _stepping.set_listener(None)
-    try:
-        note = session.finish()
-    except BaseException as exc:  # a failing export must not lose child.json
-        note = f"the profiler could not write its trace: {type(exc).__name__}: {exc}"
+        steps.uninstall()
+        if "syncs" in instruments:
+            instruments["syncs"].uninstall()
+        if "nvtx" in instruments:
+            instruments["nvtx"].uninstall()
+    result.update(step_source=steps.source, step_count=steps.count)
+    if "session" in instruments:
+        session = instruments["session"]
+        try:
+            note = session.finish()
+        except BaseException as exc:  # a failing export must not lose child.json
+            note = f"the profiler could not write its trace: {type(exc).__name__}: {exc}"
+        result.update(mode=session.mode, steps=session.steps, traces=session.traces,
+                      table=session.table, schedule_note=note, use_cuda=session.use_cuda,
+                      syncs=instruments["syncs"].records())
+    if "nvtx" in instruments:
+        result["nvtx"] = instruments["nvtx"].summary()
     sys.stdout.flush()
     sys.stderr.flush()
-    result.update(
-        step_source=session.step_source, mode=session.mode, steps=session.steps,
-        traces=session.traces, table=session.table, schedule_note=note,
-        syncs=syncs.records(), use_cuda=session.use_cuda, env=_environment(),
-        wall_s=round(time.perf_counter() - started, 3),
-    )
-    tmp = run_dir / "child.json.tmp"
+    result.update(env=_environment(), wall_s=round(time.perf_counter() - started, 3))
+    record = "child.json" if pass_name == "torch" else "nvtx-child.json"
+    tmp = run_dir / (record + ".tmp")
     tmp.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, run_dir / "child.json")
+    os.replace(tmp, run_dir / record)
     return int(result["exit_code"])
+
+
+def _instruments(pass_name: str, config: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """The objects a pass installs, keyed by role; 'steps' drives the others."""
+    from nsbridge._bootstrap.steps import StepDetector
+
+    if pass_name == "nvtx":
+        from nsbridge._bootstrap.nvtx_ranges import NvtxInstrumentation
+
+        nvtx_ranges = NvtxInstrumentation()
+        return {"nvtx": nvtx_ranges, "steps": StepDetector(nvtx_ranges.boundary)}
+    from nsbridge._bootstrap.session import ProfilerSession
+    from nsbridge._bootstrap.syncs import SyncRecorder
+
+    session = ProfilerSession(config["capture"], config["schedule"], run_dir)
+    return {"session": session, "syncs": SyncRecorder(session.current_step),
+            "steps": StepDetector(session.boundary)}
 
 
 def _run_target(config: dict[str, Any]) -> None:

@@ -1,16 +1,14 @@
-"""The profiler inside the user's process: step detection and the measured window.
+"""The profiler inside the user's process: the measured window, driven by step boundaries.
 
-Steps come from torch's global optimizer-step hook (no code change) or from
-`nsbridge.step()`. Until the first step nsbridge records everything, so a script without
-steps still gets a whole-run profile; at the first step that recording is dropped and the
-profile's schedule (skip_first, wait, warmup, active, repeat) takes over. The device is
-synchronized before a measured window closes. Every step's wall time is kept with its phase,
-so unprofiled steps give the baseline for the profiler-overhead estimate.
+Until the first step nsbridge records everything, so a script without steps still gets a
+whole-run profile; at the first step that recording is dropped and the profile's schedule
+(skip_first, wait, warmup, active, repeat) takes over. The device is synchronized before a
+measured window closes. Every step's wall time is kept with its phase, so unprofiled steps
+give the baseline for the profiler-overhead estimate.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -34,30 +32,19 @@ class ProfilerSession:
         self._schedule: Optional[Callable[[int], ProfilerAction]] = None
         self._prof: Optional[profile] = None
         self.mode = "whole-run"          # whole-run -> scheduled
-        self.step_source: Optional[str] = None
-        self._primary_optimizer: Optional[int] = None
         self.steps: list[dict[str, Any]] = []
         self.traces: list[str] = []
         self.table: Optional[str] = None
         self._last_boundary = 0.0
-        self._inside_step = 0           # > 0 while a wrapped optimizer.step runs
-        self._pending = False           # a boundary to take once that step has returned
-        self._wrapped: list[tuple[type, Any]] = []
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-
-        self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
         self._prof = self._new_profiler(None)
         self._prof.start()
         self._last_boundary = time.perf_counter()
 
     def finish(self) -> Optional[str]:
         """Stop profiling; write the last trace. Returns a note when nothing was measured."""
-        self._hook.remove()
-        for cls, original in reversed(self._wrapped):
-            cls.step = original
         prof, self._prof = self._prof, None
         if prof is None:
             return None
@@ -80,53 +67,8 @@ class ProfilerSession:
     def current_step(self) -> int:
         return len(self.steps)
 
-    def on_user_step(self, source: str) -> None:
-        self.step_source = source
-        self._boundary()
-
-    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.step_source == "nsbridge.step":
-            return
-        if self._primary_optimizer is None:
-            self._primary_optimizer = id(optimizer)
-        if id(optimizer) != self._primary_optimizer:
-            return  # several optimizers per iteration: count the first one only
-        self.step_source = "optimizer"
-        if self._inside_step:
-            self._pending = True  # taken when optimizer.step returns, outside its range
-            return
-        self._boundary()
-        self._wrap_step(type(optimizer))
-
-    def _wrap_step(self, cls: type) -> None:
-        """Move later boundaries out of the ``Optimizer.step#...`` range.
-
-        The global hook runs inside that range, so a boundary taken there would charge the
-        profiler's own stop/export to the optimizer and make steps overlap it. Wrapping the
-        class's step (outside torch's own wrapper) lets the boundary follow the return.
-        """
-        original = cls.step
-        if getattr(original, "_nsbridge", False):
-            return
-        session = self
-
-        @functools.wraps(original)
-        def step(*args: Any, **kwargs: Any) -> Any:
-            session._inside_step += 1
-            try:
-                return original(*args, **kwargs)
-            finally:
-                session._inside_step -= 1
-                if session._pending and not session._inside_step:
-                    session._pending = False
-                    session._boundary()
-
-        step._nsbridge = True  # type: ignore[attr-defined]
-        step.hooked = True  # type: ignore[attr-defined]  # torch must not wrap it again
-        cls.step = step
-        self._wrapped.append((cls, original))
-
-    def _boundary(self) -> None:
+    def boundary(self) -> None:
+        """End of a training step: advance the schedule and time the step."""
         if self._prof is None:
             return
         wall_ms = (time.perf_counter() - self._last_boundary) * 1e3

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 import signal
 import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import IO, Mapping, Optional, Sequence
 
 # How long a child may take to write its partial results after being asked to stop.
 STOP_GRACE_S = 60.0
@@ -34,6 +38,11 @@ def run_passthrough(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
     """
     started = time.monotonic()
     proc = subprocess.Popen(list(argv), cwd=str(cwd), env=dict(env))
+    return _supervise(proc, timeout, started)
+
+
+def _supervise(proc: subprocess.Popen, timeout: Optional[float], started: float) -> ChildOutcome:
+    """Wait for a child; on timeout SIGTERM it, on Ctrl-C forward SIGINT; then wait, or kill."""
     timed_out = interrupted = killed = False
     try:
         proc.wait(timeout=timeout)
@@ -47,6 +56,56 @@ def run_passthrough(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
         killed = _wait_or_kill(proc)
     return ChildOutcome(returncode=proc.returncode, wall_s=round(time.monotonic() - started, 3),
                         timed_out=timed_out, interrupted=interrupted, killed=killed)
+
+
+def run_filtered(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
+                 timeout: Optional[float], log: Path, hide: re.Pattern) -> ChildOutcome:
+    """Like run_passthrough, but the tool's output is also written to ``log`` and lines
+    matching ``hide`` (progress bars) go only to the log. The profiled script's own output,
+    which a profiler passes on, still reaches the terminal."""
+    started = time.monotonic()
+    with log.open("w", encoding="utf-8", errors="replace") as log_file:
+        proc = subprocess.Popen(list(argv), cwd=str(cwd), env=dict(env), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        lock = threading.Lock()
+        pumps = [threading.Thread(target=_pump, args=(stream, sink, log_file, lock, hide),
+                                  daemon=True)
+                 for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
+        for pump in pumps:
+            pump.start()
+        outcome = _supervise(proc, timeout, started)
+        for pump in pumps:
+            pump.join(timeout=10)
+    return outcome
+
+
+def run_captured(argv: Sequence[str], *, timeout: float = 600) -> tuple[int, str]:
+    """Run a tool to completion; return (exit code, stdout+stderr). Missing tool -> 127."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                              errors="replace")
+    except FileNotFoundError as exc:
+        return 127, str(exc)
+    except subprocess.TimeoutExpired as exc:
+        return 124, f"{argv[0]} did not finish within {timeout:.0f} s: {exc}"
+    return done.returncode, (done.stdout or "") + (done.stderr or "")
+
+
+def which(name: str, path: Optional[str] = None) -> Optional[str]:
+    """Absolute path of an executable on PATH (or the given search path), or None."""
+    return shutil.which(name, path=path)
+
+
+def _pump(stream: IO[bytes], sink: IO[str], log_file: IO[str], lock: threading.Lock,
+          hide: re.Pattern) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", errors="replace")
+        with lock:
+            log_file.write(line)
+        if not hide.search(line):
+            sink.write(line)
+            sink.flush()
+    stream.close()
 
 
 def _wait_or_kill(proc: subprocess.Popen) -> bool:

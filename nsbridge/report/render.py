@@ -46,6 +46,34 @@ def _step_line(report: dict[str, Any]) -> Optional[str]:
             f"{steps['detected_by']}): {parts}")
 
 
+TIMELINE_HEADER = ["op (nsys)", "ranges", "range ms", "kernels", "GPU ms", "launch lat µs",
+                   "idle before ms", "sync ms"]
+
+
+def _timeline_rows(timeline: dict[str, Any], limit: int) -> list[list[str]]:
+    rows = []
+    for op in timeline["ops"][:limit]:
+        lat = op.get("launch_latency_us")
+        rows.append([op["op"], str(op["ranges"]), _ms(op.get("range_us")), str(op["kernels"]),
+                     _ms(op.get("gpu_us")), "-" if lat is None else f"{lat:.1f}",
+                     _ms(op.get("idle_before_us")), _ms(op.get("sync_us"))])
+    return rows
+
+
+def _timeline_line(t: dict[str, Any]) -> str:
+    busy = "-" if t.get("gpu_busy_pct") is None else f"{t['gpu_busy_pct']:.1f}%"
+    return (f"nsys {t.get('nsys_version') or '?'}: {t['op_ranges']} op ranges, "
+            f"{t['module_ranges']} module ranges, {t['kernels']} kernels, {t['copies']} copies, "
+            f"GPU busy {busy}; kernel attribution {t['attribution'] or 'n/a (no kernels)'}; "
+            f"NVTX ranges emitted {t['nvtx'].get('emitted')}, recorded "
+            f"{t['nvtx'].get('recorded')}")
+
+
+def _gap_host(g: dict[str, Any]) -> str:
+    parts = [f"{k} {g[k]}" for k in ("op", "module", "step") if g.get(k)]
+    return ", ".join(parts) or "no nsbridge range (Python between ops)"
+
+
 def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 10) -> str:
     """The short text printed after a run."""
     lines = [f"nsbridge {report['command']}: {report['target']}  [status: {report['status']}]"]
@@ -78,6 +106,14 @@ def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 
         lines.append("\nRecommendations:")
         for i, r in enumerate(report["recommendations"][:3], 1):
             lines.append(f"  {i}. {r['title']}: {r['why']}.\n     Fix: {r['fix']}")
+    timeline = report.get("timeline")
+    if timeline:
+        lines.append(f"\nTimeline: {_timeline_line(timeline)}")
+        if timeline["ops"]:
+            lines.append(_text_table(TIMELINE_HEADER, _timeline_rows(timeline, top)))
+        for g in timeline["idle_gaps"][:3]:
+            lines.append(f"  GPU {g['device']} idle {g['dur_us'] / 1e3:.3f} ms while the host "
+                         f"was in {_gap_host(g)}")
     overhead = report.get("overhead")
     if overhead and overhead.get("ratio"):
         lines.append(f"\nProfiler overhead: {overhead['note']}")
@@ -145,6 +181,17 @@ def markdown(report: dict[str, Any], top: int = 25) -> str:
         md += ["", "## Recommendations", ""]
         md += [f"{i}. **{r['title']}**: {r['why']}. Fix: {r['fix']} ([docs]({r['url']}))"
                for i, r in enumerate(report["recommendations"], 1)]
+    timeline = report.get("timeline")
+    if timeline:
+        md += ["", "## Timeline (Nsight Systems)", "", _timeline_line(timeline)]
+        if timeline["ops"]:
+            md += ["", "| " + " | ".join(TIMELINE_HEADER) + " |", "|" + "---|" * len(TIMELINE_HEADER)]
+            md += ["| " + " | ".join([f"`{_md_cell(r[0])}`", *r[1:]]) + " |"
+                   for r in _timeline_rows(timeline, top)]
+        if timeline["idle_gaps"]:
+            md += ["", "| device | GPU idle ms | host was in |", "|---|---|---|"]
+            md += [f"| {g['device']} | {g['dur_us'] / 1e3:.3f} | {_md_cell(_gap_host(g))} |"
+                   for g in timeline["idle_gaps"]]
     if report.get("overhead"):
         md += ["", "## Profiler overhead", "", str(report["overhead"]["note"])]
     if report.get("ranks"):
@@ -214,6 +261,20 @@ def html_page(report: dict[str, Any], top: int = 50) -> str:
         parts += [f"<li><b>{e(r['title'])}</b>: {e(r['why'])}. Fix: <code>{e(r['fix'])}</code> "
                   f"(<a href='{e(r['url'])}'>docs</a>)</li>" for r in report["recommendations"]]
         parts.append("</ol>")
+    timeline = report.get("timeline")
+    if timeline:
+        parts.append(f"<h2>Timeline (Nsight Systems)</h2><p>{e(_timeline_line(timeline))}</p>")
+        if timeline["ops"]:
+            parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in TIMELINE_HEADER)
+                         + "</tr>")
+            parts += ["<tr><td><code>" + e(r[0]) + "</code></td>"
+                      + "".join(f"<td>{e(c)}</td>" for c in r[1:]) + "</tr>"
+                      for r in _timeline_rows(timeline, top)]
+            parts.append("</table>")
+        if timeline["idle_gaps"]:
+            parts.append("<ul>" + "".join(f"<li>GPU {g['device']} idle {g['dur_us'] / 1e3:.3f} ms"
+                                          f" while the host was in {e(_gap_host(g))}</li>"
+                                          for g in timeline["idle_gaps"]) + "</ul>")
     if report.get("overhead"):
         parts.append(f"<h2>Profiler overhead</h2><p>{e(report['overhead']['note'])}</p>")
     if report.get("notes"):

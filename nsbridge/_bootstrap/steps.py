@@ -1,0 +1,88 @@
+"""Step boundaries in an unmodified script: optimizer steps, or `nsbridge.step()`.
+
+torch's global optimizer-step hook sees every `optimizer.step()`. It runs inside torch's
+``Optimizer.step#...`` record_function range, so after the first boundary the optimizer's
+class is wrapped once more (outside torch's wrapper) and later boundaries are taken when
+`step()` returns: a profiler window that closes there does not charge its own stop/export
+to the optimizer. With several optimizers only the first one seen counts. Once the script
+calls `nsbridge.step()`, optimizer steps are ignored.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Optional
+
+from nsbridge import _stepping
+
+
+class StepDetector:
+    """Calls ``on_boundary()`` at the end of every training step."""
+
+    def __init__(self, on_boundary: Callable[[], None]) -> None:
+        self._on_boundary = on_boundary
+        self.source: Optional[str] = None
+        self.count = 0
+        self._primary: Optional[int] = None
+        self._inside_step = 0
+        self._pending = False
+        self._wrapped: list[tuple[type, Any]] = []
+        self._hook: Any = None
+
+    def install(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        _stepping.set_listener(self._on_user_step)
+
+    def uninstall(self) -> None:
+        _stepping.set_listener(None)
+        if self._hook is not None:
+            self._hook.remove()
+        for cls, original in reversed(self._wrapped):
+            cls.step = original
+        self._wrapped.clear()
+
+    def _boundary(self) -> None:
+        self.count += 1
+        self._on_boundary()
+
+    def _on_user_step(self, source: str) -> None:
+        self.source = source
+        self._boundary()
+
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.source == "nsbridge.step":
+            return
+        if self._primary is None:
+            self._primary = id(optimizer)
+        if id(optimizer) != self._primary:
+            return
+        self.source = "optimizer"
+        if self._inside_step:
+            self._pending = True
+            return
+        self._boundary()
+        self._wrap_step(type(optimizer))
+
+    def _wrap_step(self, cls: type) -> None:
+        original = cls.step
+        if getattr(original, "_nsbridge", False):
+            return
+        detector = self
+
+        @functools.wraps(original)
+        def step(*args: Any, **kwargs: Any) -> Any:
+            detector._inside_step += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                detector._inside_step -= 1
+                if detector._pending and not detector._inside_step:
+                    detector._pending = False
+                    detector._boundary()
+
+        step._nsbridge = True  # type: ignore[attr-defined]
+        step.hooked = True  # type: ignore[attr-defined]  # torch must not wrap it again
+        cls.step = step
+        self._wrapped.append((cls, original))

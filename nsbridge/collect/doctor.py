@@ -1,0 +1,143 @@
+"""`nsbridge doctor`: what this machine can profile, each line OK / WARN / FAIL with the fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..errors import ToolFailedError, ToolNotFoundError
+from .nsys import INSTALL_HINT, export_sqlite, find_nsys, nsys_version
+from ._process import run_captured, which
+
+_PROBE = """
+import json, sys
+info = {"python": sys.version.split()[0]}
+try:
+    import torch
+    info.update(torch=torch.__version__, cuda=torch.version.cuda,
+                cuda_available=torch.cuda.is_available(),
+                gpus=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+                if torch.cuda.is_available() else [])
+except Exception as exc:
+    info["torch_error"] = repr(exc)
+try:
+    from importlib.metadata import version
+    info["nvtx"] = version("nvtx")
+except Exception:
+    info["nvtx"] = None
+print(json.dumps(info))
+"""
+
+_NVTX_ROUND_TRIP = """
+from nsbridge._bootstrap.nvtx_ranges import _nvtx_api
+make, push, pop = _nvtx_api("nsbridge")
+for name in ("doctor::a", "doctor::b", "doctor::c"):
+    push(make(name)); pop()
+"""
+
+
+@dataclass(frozen=True)
+class Check:
+    level: str          # OK | WARN | FAIL
+    name: str
+    detail: str
+    fix: Optional[str] = None
+
+
+def run_checks() -> list[Check]:
+    """Every check, in order; never raises for a missing tool (that is a WARN line)."""
+    checks: list[Check] = []
+    code, out = run_captured([sys.executable, "-c", _PROBE], timeout=300)
+    info = json.loads(out.strip().splitlines()[-1]) if code == 0 and out.strip() else {}
+    checks.append(Check("OK", "python", f"{info.get('python', sys.version.split()[0])} "
+                                        f"({sys.executable})"))
+    if "torch" in info:
+        checks.append(Check("OK", "torch", f"{info['torch']} (CUDA build: {info['cuda'] or 'no'})"))
+    else:
+        checks.append(Check("FAIL", "torch", f"cannot import torch: {info.get('torch_error', out)}",
+                            "pip install torch (a CPU build is enough for triage)"))
+    gpus = info.get("gpus") or []
+    if gpus:
+        checks.append(Check("OK", "gpu", ", ".join(gpus)))
+    else:
+        checks.append(Check("WARN", "gpu", "no CUDA GPU visible: triage runs on CPU; kernel "
+                            "numbers and ncu need a GPU",
+                            None if info.get("cuda") else "install a CUDA build of torch on a "
+                            "GPU machine for device numbers"))
+    checks.append(Check("OK" if info.get("nvtx") else "WARN", "nvtx package",
+                        info.get("nvtx") or "not installed",
+                        None if info.get("nvtx") else "pip install nvtx"))
+    checks.extend(_nsys_checks(info.get("nvtx")))
+    checks.extend(_ncu_checks(bool(gpus)))
+    return checks
+
+
+def _nsys_checks(nvtx_version: Optional[str]) -> list[Check]:
+    try:
+        nsys = find_nsys()
+    except ToolNotFoundError:
+        return [Check("WARN", "nsys", "not found: `nsbridge timeline` and `triage --nsys` "
+                      "cannot run", INSTALL_HINT)]
+    version = nsys_version(nsys)
+    checks = [Check("OK", "nsys", f"{version or 'unknown version'} ({nsys})")]
+    checks.append(_nvtx_round_trip(nsys, version, nvtx_version))
+    return checks
+
+
+def _nvtx_round_trip(nsys: str, version: Optional[str], nvtx_version: Optional[str]) -> Check:
+    with tempfile.TemporaryDirectory(prefix="nsbridge-doctor-") as tmp:
+        out = Path(tmp) / "roundtrip"
+        code, text = run_captured([nsys, "profile", "--trace", "nvtx", "--sample", "none",
+                                   "--cpuctxsw", "none", "--output", str(out), "--export",
+                                   "none", sys.executable, "-c", _NVTX_ROUND_TRIP], timeout=300)
+        report = out.with_suffix(".nsys-rep")
+        if not report.is_file():
+            return Check("FAIL", "nvtx round trip", f"nsys wrote no report (exit {code}): "
+                         f"{text.strip().splitlines()[-1] if text.strip() else 'no output'}",
+                         "run `nsys profile python -c pass` to see nsys's own error")
+        try:
+            sqlite = export_sqlite(nsys, report, Path(tmp) / "export.log")
+        except ToolFailedError as exc:
+            return Check("FAIL", "nvtx round trip", str(exc))
+        with sqlite3.connect(sqlite) as conn:
+            try:
+                found = conn.execute("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59"
+                                     ).fetchone()[0]
+            except sqlite3.OperationalError:
+                found = 0
+    if found >= 3:
+        return Check("OK", "nvtx round trip", f"nsys recorded {found} of 3 test ranges")
+    return Check("FAIL", "nvtx round trip",
+                 f"nsys {version} recorded {found} of 3 NVTX ranges from nvtx {nvtx_version}",
+                 "pip install nvtx==0.2.10 (nsys 2022.4 does not record newer nvtx ranges), "
+                 "or install a newer Nsight Systems")
+
+
+def _ncu_checks(has_gpu: bool) -> list[Check]:
+    ncu = which("ncu")
+    if not ncu:
+        return [Check("WARN", "ncu", "not found: the kernel deep pass cannot run",
+                      "install Nsight Compute (Debian non-free `nsight-compute`, or the CUDA "
+                      "toolkit)")]
+    code, out = run_captured([ncu, "--version"], timeout=60)
+    checks = [Check("OK" if code == 0 else "WARN", "ncu",
+                    (out.strip().splitlines() or ["?"])[-1] + f" ({ncu})")]
+    if not has_gpu:
+        checks.append(Check("WARN", "gpu counters", "not checked: no GPU"))
+        return checks
+    params = Path("/proc/driver/nvidia/params")
+    restricted = params.is_file() and "RmProfilingAdminOnly: 1" in params.read_text()
+    if restricted and os.geteuid() != 0:
+        checks.append(Check("FAIL", "gpu counters", "performance counters are limited to admin "
+                            "users (ERR_NVGPUCTRPERM)", "run as root, or set the driver option "
+                            "NVreg_RestrictProfilingToAdminUsers=0 and reload it; containers "
+                            "also need --cap-add=SYS_ADMIN"))
+    else:
+        checks.append(Check("OK", "gpu counters", "accessible" + (" (root)" if restricted else "")))
+    return checks

@@ -1,0 +1,44 @@
+"""A stand-in for the `nsys` executable, for orchestration tests (a process-boundary double).
+
+Behaviour is chosen by environment variables:
+  FAKE_NSYS_LOG     file to append each argv to (JSON lines)
+  FAKE_NSYS_MODE    ok (writes .nsys-rep) | qdstrm (leaves only .qdstrm) | fail (exit 1)
+  FAKE_NSYS_SQLITE  a real export that `nsys export` copies to its --output
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    with open(os.environ["FAKE_NSYS_LOG"], "a") as fh:
+        fh.write(json.dumps(argv) + "\n")
+    if argv[:1] == ["--version"]:
+        print("NVIDIA Nsight Systems version 2099.1.1-fake")
+        return 0
+    if argv[:1] == ["export"]:
+        out = argv[argv.index("--output") + 1]
+        shutil.copyfile(os.environ["FAKE_NSYS_SQLITE"], out)
+        return 0
+    if argv[:1] == ["profile"]:
+        mode = os.environ.get("FAKE_NSYS_MODE", "ok")
+        if mode == "fail":
+            print("ERROR: Failed to create profiling session: fake", file=sys.stderr)
+            return 1
+        out = argv[argv.index("--output") + 1]
+        child = argv[argv.index("false", argv.index("--stats")) + 1:]
+        code = subprocess.call(child)
+        print("[1/1] [========================100%] fake.nsys-rep")
+        with open(out + (".qdstrm" if mode == "qdstrm" else ".nsys-rep"), "w") as fh:
+            fh.write("fake report")
+        return code
+    print(f"fake nsys: unsupported {argv}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

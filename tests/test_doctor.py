@@ -1,0 +1,26 @@
+"""`nsbridge doctor` on a machine without nsys/ncu (PATH emptied for the command)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_doctor_without_nsys_warns_with_the_fix(tmp_path: Path) -> None:
+    env = dict(os.environ, PATH=str(tmp_path))
+    env.pop("NSBRIDGE_NSYS", None)
+    proc = subprocess.run([sys.executable, "-m", "nsbridge", "doctor"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0, proc.stderr        # WARN lines are not failures
+    assert any(l.startswith("WARN nsys: not found") for l in lines), proc.stdout
+    assert any("apt-get install nsight-systems" in l for l in lines)
+    assert any(l.startswith("WARN ncu: not found") for l in lines)
+    assert any(l.startswith("OK   torch:") for l in lines)
+    assert not any("nvtx round trip" in l for l in lines)

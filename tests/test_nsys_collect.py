@@ -1,0 +1,126 @@
+"""The nsys pass's orchestration, with a fake `nsys` at the process boundary."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from nsbridge.api import nvtx_check
+from nsbridge.collect.nsys import PROGRESS, find_nsys, profile_argv
+from nsbridge.errors import ToolNotFoundError
+
+from conftest import DATA, ROOT, run_nsbridge
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = """
+import torch, nsbridge
+m = torch.nn.Linear(8, 8)
+for _ in range(3):
+    m(torch.randn(4, 8)).sum().backward()
+    nsbridge.step()
+print("script ran")
+"""
+
+
+@pytest.fixture
+def fake_nsys(tmp_path: Path) -> dict:
+    """A fake Nsight Systems install: target-linux-x64/nsys and host-linux-x64/QdstrmImporter."""
+    root = tmp_path / "nsys-root"
+    (root / "target-linux-x64").mkdir(parents=True)
+    (root / "host-linux-x64").mkdir()
+    nsys = root / "target-linux-x64" / "nsys"
+    nsys.write_text(f"#!{sys.executable}\n" + (ROOT / "tests" / "fake_nsys.py").read_text())
+    importer = root / "host-linux-x64" / "QdstrmImporter"
+    importer.write_text(f"#!{sys.executable}\nimport sys\np = sys.argv[2]\n"
+                        "open(p[:-len('.qdstrm')] + '.nsys-rep', 'w').write('imported')\n")
+    for exe in (nsys, importer):
+        exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    log = tmp_path / "nsys-calls.jsonl"
+    env = {"NSBRIDGE_NSYS": str(nsys), "FAKE_NSYS_LOG": str(log),
+           "FAKE_NSYS_SQLITE": str(DATA / "nsys" / "nsbridge_cnn_cpu_nsys2022.4.sqlite")}
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    return {"env": env, "log": log, "script": script}
+
+
+def _run(fake: dict, tmp_path: Path, mode: str, *extra: str):
+    os.environ.update(fake["env"], FAKE_NSYS_MODE=mode)
+    try:
+        return run_nsbridge("timeline", "--out", str(tmp_path / "run"), *extra,
+                            str(fake["script"]), cwd=tmp_path)
+    finally:
+        for key in [*fake["env"], "FAKE_NSYS_MODE"]:
+            os.environ.pop(key, None)
+
+
+def test_argv_and_leftover_qdstrm_is_imported(fake_nsys: dict, tmp_path: Path) -> None:
+    proc = _run(fake_nsys, tmp_path, "qdstrm")
+    assert proc.returncode == 0, proc.stderr
+    assert "script ran" in proc.stdout            # the script's own output passes through
+    assert "100%]" not in proc.stdout             # nsys progress bars do not
+    calls = [json.loads(line) for line in fake_nsys["log"].read_text().splitlines()]
+    profile = next(c for c in calls if c[0] == "profile")
+    assert profile[:13] == ["profile", "--trace", "cuda,nvtx,osrt,cudnn,cublas", "--sample",
+                            "none", "--cpuctxsw", "none", "--output",
+                            str((tmp_path / "run" / "timeline").resolve()), "--force-overwrite",
+                            "false", "--export", "none"]
+    assert profile[-4:-1] == [sys.executable, "-m", "nsbridge._bootstrap.entry"]
+    assert ["export", "--type", "sqlite"] == next(c for c in calls if c[0] == "export")[:3]
+    run = tmp_path / "run"
+    assert (run / "timeline.nsys-rep").read_text() == "imported"   # made by QdstrmImporter
+    report = json.loads((run / "report.json").read_text())
+    assert report["timeline"]["op_ranges"] > 0 and report["status"] == "ok"
+    nsys_pass = json.loads((run / "manifest.json").read_text())["passes"][-1]
+    assert nsys_pass["name"] == "nsys" and nsys_pass["nsys_version"] == "2099.1.1"
+
+
+def test_nsys_failure_quotes_nsys_and_keeps_the_run(fake_nsys: dict, tmp_path: Path) -> None:
+    proc = _run(fake_nsys, tmp_path, "fail")
+    assert proc.returncode == 1
+    assert "nsys said: ERROR: Failed to create profiling session: fake" in proc.stderr
+    assert "timeline.nsys.log" in proc.stderr
+    assert (tmp_path / "run" / "manifest.json").is_file()
+    assert (tmp_path / "run" / "timeline.nsys.log").is_file()
+
+
+def test_no_recorded_ranges_gives_a_warning_with_the_cause(fake_nsys: dict,
+                                                           tmp_path: Path) -> None:
+    fake_nsys["env"]["FAKE_NSYS_SQLITE"] = str(DATA / "nsys" / "power_iteration__baseline.sqlite")
+    proc = _run(fake_nsys, tmp_path, "ok")
+    assert proc.returncode == 0, proc.stderr
+    nvtx = json.loads((tmp_path / "run" / "report.json").read_text())["timeline"]["nvtx"]
+    assert nvtx["recorded"] == 0 and nvtx["emitted"] > 0
+    assert "nvtx==0.2.10" in nvtx["warning"] and "nvtx==0.2.10" in proc.stdout
+
+
+def test_missing_nsys_says_how_to_install(tmp_path: Path) -> None:
+    with pytest.raises(ToolNotFoundError, match="apt-get install nsight-systems"):
+        find_nsys({"PATH": str(tmp_path)})
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    env_path = os.environ["PATH"]
+    os.environ["PATH"] = str(tmp_path)
+    try:
+        proc = run_nsbridge("timeline", str(script), cwd=tmp_path)
+    finally:
+        os.environ["PATH"] = env_path
+    assert proc.returncode == 1 and "was not found on PATH" in proc.stderr
+
+
+def test_profile_argv_is_a_list_and_progress_is_hidden() -> None:
+    argv = profile_argv("nsys", trace=["nvtx"], output=Path("/r/t"), child_argv=["py", "x.py"])
+    assert argv[-2:] == ["py", "x.py"] and "--trace" in argv and "nvtx" in argv
+    assert PROGRESS.search("[1/1] [=====   45%   ] timeline.nsys-rep")
+    assert not PROGRESS.search("epoch 0: loss 1.0")
+
+
+def test_nvtx_check() -> None:
+    assert nvtx_check(100, 100, "2022.4")["warning"] is None
+    assert "recorded 3 of the 100" in nvtx_check(100, 3, "2022.4")["warning"]
+    assert nvtx_check(0, 0, None)["warning"] is None

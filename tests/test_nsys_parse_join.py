@@ -1,0 +1,153 @@
+"""nsys SQLite parsing (2022.4 to 2026 schemas) and the kernel -> op join on real exports."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nsbridge.errors import NsysExportError, TraceNotFoundError
+from nsbridge.model.timeline import (NO_LAUNCH, NVTX_PUSH_POP, OUTSIDE_OPS, classify_ranges,
+                                     join)
+from nsbridge.parse.nsys_sqlite import read_nsys_sqlite
+
+from conftest import DATA
+
+NSYS = DATA / "nsys"
+H100 = NSYS / "h100_2gpu_1s.sqlite"
+T4 = NSYS / "power_iteration__baseline.sqlite"
+V100 = NSYS / "MW_baseline_trimmed.sqlite"
+OURS = NSYS / "nsbridge_cnn_cpu_nsys2022.4.sqlite"
+
+
+def _count(path: Path, sql: str) -> int:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(sql).fetchone()[0]
+
+
+@pytest.mark.parametrize("path, version, schema", [
+    (H100, "2026.2.1.210", "3.25.0"), (T4, "2025.3.1.90", "3.20.2"),
+    (V100, "2022.4.2.1", "3.0.0"), (OURS, "2022.4.2.1", "3.0.0")])
+def test_versions_and_row_counts_across_schema_generations(path: Path, version: str,
+                                                           schema: str) -> None:
+    export = read_nsys_sqlite(path)
+    assert (export.product_version, export.schema_version) == (version, schema)
+    if "CUPTI_ACTIVITY_KIND_KERNEL" in export.tables:
+        assert len(export.kernels) == _count(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        assert export.kernels["name"].notna().all() and (export.kernels["dur"] >= 0).all()
+    if "NVTX_EVENTS" in export.tables:
+        expected = _count(path, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) "
+                                "AND \"end\" IS NOT NULL")
+        assert len(export.ranges) == expected
+
+
+def test_runtime_names_lose_their_version_suffix() -> None:
+    names = set(read_nsys_sqlite(H100).runtime["name"])
+    assert "cudaLaunchKernel" in names and not any(n.endswith("_v7000") for n in names)
+    driver = read_nsys_sqlite(V100).runtime
+    assert set(driver.loc[driver["name"] == "cuLaunchKernel", "api"]) == {"driver"}
+
+
+def test_thread_ids_are_decoded() -> None:
+    ranges = read_nsys_sqlite(OURS).ranges
+    gtid = ranges["global_tid"].astype("int64").to_numpy()
+    assert np.array_equal((gtid >> 24) & 0xFFFFFF, ranges["pid"].astype("int64").to_numpy())
+    assert np.array_equal(gtid & 0xFFFFFF, ranges["tid"].astype("int64").to_numpy())
+    assert ranges["domain"].eq("nsbridge").all()
+
+
+def test_h100_gemm_kernels_go_to_mm_family_ops_and_orphans_are_counted() -> None:
+    timeline = join(read_nsys_sqlite(H100))
+    kernels = timeline.gpu[timeline.gpu["kind"] == "kernel"]
+    launched = _count(H100, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE EXISTS ("
+                            "SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = "
+                            "k.correlationId AND (r.globalTid & ~16777215) = k.globalPid)")
+    assert (kernels["rule"] != NO_LAUNCH).sum() == launched == 1632
+    assert len(kernels) == 3442  # orphans kept, not dropped
+    gemm = kernels[kernels["name"].str.contains("gemm") & (kernels["rule"] == NVTX_PUSH_POP)]
+    assert len(gemm) > 100
+    assert set(gemm["op"]) <= {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul",
+                               "aten::linear", "aten::baddbmm"}
+    assert timeline.summary["attribution"][NO_LAUNCH] > 0
+    mm = timeline.ops.set_index("op").loc["aten::mm"]
+    assert mm["kernels"] > 0 and mm["gpu_us"] > 0 and mm["ranges"] > 0
+
+
+def test_library_domains_are_context_not_ops() -> None:
+    timeline = join(read_nsys_sqlite(T4))
+    assert timeline.summary["other_domains"] == ["CCCL"]
+    assert timeline.summary["op_ranges"] == 0
+    assert timeline.summary["attribution"] == {OUTSIDE_OPS: timeline.summary["kernels"]
+                                               + timeline.summary["copies"]}
+
+
+def test_our_cpu_export_has_forward_and_backward_ops_and_modules() -> None:
+    timeline = join(read_nsys_sqlite(OURS))
+    ops = set(timeline.ops["op"])
+    assert {"aten::convolution", "aten::convolution_backward", "aten::addmm"} <= ops
+    ranges = classify_ranges(read_nsys_sqlite(OURS).ranges)
+    modules = set(ranges.loc[ranges["kind"] == "module", "name"])
+    assert "model.features.0" in modules and "model.features.0 [backward]" in modules
+    assert set(ranges.loc[ranges["kind"] == "step", "name"]) >= {"step 0", "step 1"}
+
+
+def _ranges(*rows: tuple) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=["start", "end", "name", "domain", "global_tid"])
+    frame["dur"] = frame["end"] - frame["start"]
+    frame["style"] = "push_pop"
+    frame["pid"], frame["tid"] = 1, frame["global_tid"]
+    return frame
+
+
+class _Export:
+    """A synthetic export (frames only) for the join's edge cases."""
+
+    def __init__(self, ranges: pd.DataFrame, runtime: pd.DataFrame, kernels: pd.DataFrame):
+        self.ranges, self.runtime, self.kernels = ranges, runtime, kernels
+        empty = pd.DataFrame(columns=["start", "end", "dur", "device", "stream", "correlation",
+                                      "global_pid", "bytes", "kind"])
+        self.memcpy = self.memset = empty
+        self.osrt = pd.DataFrame(columns=["start", "end", "dur", "global_tid", "name"])
+        self.product_version, self.schema_version = "test", "0"
+
+
+def test_join_is_per_thread_and_innermost() -> None:
+    pid = 5 << 24
+    ranges = _ranges((0, 100, "model.fc", "nsbridge", pid + 1),
+                     (10, 90, "aten::linear", "nsbridge", pid + 1),
+                     (20, 80, "aten::addmm", "nsbridge", pid + 1),
+                     (0, 100, "aten::add, op_id = 3", "", pid + 2),   # other thread, same time
+                     (0, 100, "cub::Sum", "CCCL", pid + 1))
+    runtime = pd.DataFrame({"start": [30, 40], "end": [35, 45], "dur": [5, 5],
+                            "global_tid": [pid + 1, pid + 2], "correlation": [7, 8],
+                            "name": ["cudaLaunchKernel", "cudaLaunchKernel"],
+                            "api": ["runtime", "runtime"], "pid": [5, 5], "tid": [1, 2]})
+    kernels = pd.DataFrame({"start": [50, 60, 70], "end": [55, 65, 75], "dur": [5, 5, 5],
+                            "device": [0, 0, 0], "stream": [7, 7, 7], "correlation": [7, 8, 9],
+                            "global_pid": [pid, pid, pid], "name": ["gemm", "add", "orphan"],
+                            "short_name": ["gemm", "add", "orphan"]})
+    timeline = join(_Export(ranges, runtime, kernels))
+    by_name = timeline.gpu.set_index("name")
+    assert by_name.loc["gemm", "op"] == "aten::addmm" and by_name.loc["gemm", "module"] == "model.fc"
+    assert by_name.loc["add", "op"] == "aten::add"
+    assert by_name.loc["orphan", "rule"] == NO_LAUNCH
+    assert by_name.loc["gemm", "launch_latency"] == 20
+    assert timeline.gaps[0]["dur_us"] == pytest.approx(0.005)
+
+
+def test_not_sqlite_and_missing_tables(tmp_path: Path) -> None:
+    bad = tmp_path / "x.sqlite"
+    bad.write_text("not a database at all, just text " * 100)
+    with pytest.raises(NsysExportError, match="not an SQLite database"):
+        read_nsys_sqlite(bad)
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE EXPORT_META_DATA (name TEXT, value TEXT)")
+        conn.execute("INSERT INTO EXPORT_META_DATA VALUES ('EXPORT_PRODUCT_VERSION', '2021.1')")
+    with pytest.raises(NsysExportError, match=r"lacks .*NVTX_EVENTS.*2021\.1"):
+        read_nsys_sqlite(other)
+    with pytest.raises(TraceNotFoundError):
+        read_nsys_sqlite(tmp_path / "missing.sqlite")
