@@ -28,6 +28,9 @@ test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu
 
 bench: install
+	$(BIN)/python bench/trace_scale.py
+	$(BIN)/python bench/nsys_scale.py
+	$(BIN)/python bench/triage_overhead.py
 	$(BIN)/python bench/nvtx_overhead.py
 
 clean:

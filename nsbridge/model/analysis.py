@@ -16,6 +16,7 @@ from .nesting import build_host_tree
 from .ops import op_table
 from .rules import Facts, recommend
 from .steps import PHASES, main_thread, step_breakdown, step_windows
+from .strings import name_mask, starts_with
 from .syncs import merge_sync_points, trace_sync_points
 from .verdict import decide
 
@@ -88,11 +89,11 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                      kernels_per_step=device.get("kernels_per_step", 0.0),
                      median_kernel_us=median_kernel, thresholds=thresholds)
 
-    host_names = events.loc[tree.rows, S.NAME]
-    loader = host_names[host_names.str.startswith("enumerate(DataLoader)#")]
+    host_names = events.loc[tree.rows, S.NAME].to_numpy()
+    loaders = set(host_names[starts_with(host_names, "enumerate(DataLoader)#")])
     loader_kind = None
-    if len(loader):
-        loader_kind = ("multi-process" if loader.str.contains("MultiProcessing").any()
+    if loaders:
+        loader_kind = ("multi-process" if any("MultiProcessing" in n for n in loaders)
                        else "single-process")
     top_kernel = None
     if len(kernels):
@@ -102,7 +103,8 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     facts = Facts(
         has_device=has_device, verdict=verdict["label"],
         data_share=verdict["numbers"]["data_share"], dataloader_kind=loader_kind,
-        pageable_h2d=int(in_window["name"].str.contains("HtoD.*Pageable", regex=True).sum()),
+        pageable_h2d=int(name_mask(in_window["name"].to_numpy(),
+                                   lambda n: "HtoD" in n and "Pageable" in n).sum()),
         sync_points=sync_points, sync_share=verdict["numbers"]["sync_share"], ops=ops,
         host_ops_per_step=float((events.loc[tree.rows, S.CAT] == S.CPU_OP).sum()) / max(n_steps, 1),
         kernels_per_step=device.get("kernels_per_step", 0.0), median_kernel_us=median_kernel,

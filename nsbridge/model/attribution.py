@@ -20,6 +20,7 @@ import pandas as pd
 
 from .. import schema as S
 from .nesting import HostTree
+from .strings import starts_with
 
 EXTERNAL_ID, LAUNCH_CONTAINMENT, UNATTRIBUTED = "external_id", "launch_containment", "unattributed"
 
@@ -62,9 +63,8 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     op_pos[hit] = found[hit].astype(np.int64)
     rule[hit] = LAUNCH_CONTAINMENT
 
-    host_names = events.loc[tree.rows, S.NAME].to_numpy().astype(str)
-    in_step_only = (op_pos >= 0) & np.char.startswith(
-        host_names[np.maximum(op_pos, 0)], S.PROFILER_STEP_PREFIX) if len(tree) else op_pos < -1
+    is_step = starts_with(events.loc[tree.rows, S.NAME].to_numpy(), S.PROFILER_STEP_PREFIX)
+    in_step_only = (op_pos >= 0) & is_step[np.maximum(op_pos, 0)] if len(tree) else op_pos < -1
     op_pos[in_step_only] = -1  # launched between ops: a step range is not an op
     rule[in_step_only] = UNATTRIBUTED
 

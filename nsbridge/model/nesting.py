@@ -10,12 +10,13 @@ decides nesting, so that is tolerated.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from .. import schema as S
+from .strings import starts_with, thread_codes
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,13 @@ class HostTree:
 
     def enclosing(self, pid: pd.Series, tid: pd.Series, ts: np.ndarray) -> np.ndarray:
         """Position of the innermost op containing each (thread, time) point, or -1."""
-        keys = (pid.astype(str) + "/" + tid.astype(str)).to_numpy()
-        codes = np.array([self.thread_codes.get(k, -1) for k in keys], dtype=np.int64)
+        local, keys = thread_codes(np.asarray(pid).astype(str), np.asarray(tid).astype(str))
+        mapping = np.array([self.thread_codes.get(k, -1) for k in keys], dtype=np.int64)
+        codes = mapping[local] if len(mapping) else np.full(len(local), -1, dtype=np.int64)
+        return self.enclosing_codes(codes, ts)
+
+    def enclosing_codes(self, codes: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Like ``enclosing`` with the points' threads given as this tree's thread codes."""
         ts = np.asarray(ts, dtype=np.float64)
         out = np.full(len(ts), -1, dtype=np.int64)
         for code in np.unique(codes[codes >= 0]):
@@ -58,6 +64,15 @@ class HostTree:
             j[j < lo] = -1
             out[sel] = j
         return self._climb(out, ts)
+
+    def nearest(self, pos: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+        """For each position, the closest ancestor-or-self whose ``wanted`` flag is set."""
+        cur = pos.copy()
+        while True:
+            miss = (cur >= 0) & ~wanted[np.maximum(cur, 0)]
+            if not miss.any():
+                return cur
+            cur[miss] = self.parent[cur[miss]]
 
     def ancestors_or_self(self, pos: np.ndarray) -> list[np.ndarray]:
         """[pos, parent(pos), grandparent(pos), ...] until every chain ends (-1 entries)."""
@@ -79,31 +94,40 @@ class HostTree:
 
 
 def build_host_tree(events: pd.DataFrame, cats: tuple[str, ...] = S.HOST_OP_CATS) -> HostTree:
-    """Nest the complete events of the given categories (default: host ops) per thread."""
+    """Nest the complete events of the given categories (default: host ops) per thread.
+
+    ``rows`` of the result are row labels of ``events``.
+    """
     host = events[events[S.CAT].isin(cats) & (events[S.PH] == "X")]
-    keys = (host[S.PID] + "/" + host[S.TID]).to_numpy()
-    codes, uniques = pd.factorize(keys)
-    start = host[S.TS].to_numpy(np.float64)
-    dur = host[S.DUR].to_numpy(np.float64)
-    order = np.lexsort((-dur, start, codes))
-    codes, start, dur = codes[order], start[order], dur[order]
+    codes, keys = thread_codes(host[S.PID], host[S.TID])
+    tree = build_tree(codes, keys, host[S.TS].to_numpy(np.float64),
+                      host[S.DUR].to_numpy(np.float64),
+                      starts_with(host[S.NAME].to_numpy(), S.PROFILER_STEP_PREFIX))
+    return replace(tree, rows=host.index.to_numpy()[tree.rows])
+
+
+def build_tree(thread: np.ndarray, keys: list[str], start: np.ndarray, dur: np.ndarray,
+               top_level: np.ndarray) -> HostTree:
+    """Nest intervals given as arrays: ``thread`` codes index ``keys`` ("pid/tid" or any
+    thread label). ``rows`` of the result are positions in the input arrays."""
+    order = np.lexsort((-dur, start, thread))
+    codes, start, dur = thread[order], start[order].astype(np.float64), dur[order].astype(np.float64)
     end = start + dur
-    names = host[S.NAME].to_numpy()[order].astype(str)
-    parent = _parents(codes, start, end, np.char.startswith(names, S.PROFILER_STEP_PREFIX))
+    parent = _parents(codes, start, end, top_level[order])
     depth = np.zeros(len(parent), dtype=np.int64)
-    for k in range(len(parent)):  # parents come before children in this order
-        if parent[k] >= 0:
-            depth[k] = depth[parent[k]] + 1
+    ancestor = parent.copy()
+    while (ancestor >= 0).any():  # one pass per nesting level, vectorised
+        has = ancestor >= 0
+        depth[has] += 1
+        ancestor[has] = parent[ancestor[has]]
     has_parent = parent >= 0
     child_sum = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=len(parent))
-    bounds = np.zeros((len(uniques), 2), dtype=np.int64)
+    bounds = np.zeros((len(keys), 2), dtype=np.int64)
     if len(codes):
-        firsts = np.searchsorted(codes, np.arange(len(uniques)), side="left")
-        lasts = np.searchsorted(codes, np.arange(len(uniques)), side="right")
-        bounds[:, 0], bounds[:, 1] = firsts, lasts
-    return HostTree(rows=host.index.to_numpy()[order], thread=codes,
-                    thread_codes={str(k): i for i, k in enumerate(uniques)}, start=start,
-                    end=end, dur=dur, parent=parent, depth=depth,
+        bounds[:, 0] = np.searchsorted(codes, np.arange(len(keys)), side="left")
+        bounds[:, 1] = np.searchsorted(codes, np.arange(len(keys)), side="right")
+    return HostTree(rows=order, thread=codes, thread_codes={str(k): i for i, k in enumerate(keys)},
+                    start=start, end=end, dur=dur, parent=parent, depth=depth,
                     self_us=np.clip(dur - child_sum, 0.0, None), bounds=bounds)
 
 

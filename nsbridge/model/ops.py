@@ -7,6 +7,7 @@ import pandas as pd
 
 from .. import schema as S
 from .nesting import HostTree
+from .strings import starts_with
 
 MIB = 1024.0 * 1024.0
 
@@ -39,7 +40,7 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame,
     per_op["device_total_us"] = total
     per_op["mem_bytes"] = _allocations(events, tree)
 
-    per_op = per_op[~per_op["name"].str.startswith(S.PROFILER_STEP_PREFIX)]
+    per_op = per_op[~starts_with(per_op["name"].to_numpy(), S.PROFILER_STEP_PREFIX)]
     grouped = per_op.groupby("name", sort=False)
     table = grouped.agg(calls=("name", "size"), cpu_self_us=("cpu_self_us", "sum"),
                         cpu_total_us=("cpu_total_us", "sum"),

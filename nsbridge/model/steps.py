@@ -18,6 +18,7 @@ import pandas as pd
 
 from .. import schema as S
 from .nesting import HostTree, merge_intervals
+from .strings import starts_with
 
 DATA_PREFIX = "enumerate(DataLoader)#"
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
@@ -30,8 +31,8 @@ def step_windows(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
 
     ``pos`` is the step range's position in the tree (-1 for a whole-run window).
     """
-    names = events.loc[tree.rows, S.NAME].to_numpy().astype(str)
-    is_step = np.char.startswith(names, S.PROFILER_STEP_PREFIX)
+    names = events.loc[tree.rows, S.NAME].to_numpy()
+    is_step = starts_with(names, S.PROFILER_STEP_PREFIX)
     if is_step.any():
         pos = np.nonzero(is_step)[0]
         frame = pd.DataFrame({"name": names[pos], "start": tree.start[pos],
@@ -57,12 +58,10 @@ def main_thread(tree: HostTree, windows: pd.DataFrame) -> int:
 
 def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) -> pd.DataFrame:
     """Per step: step, wall_ms and the PHASES columns (milliseconds, summing to wall_ms)."""
-    names = events.loc[tree.rows, S.NAME].to_numpy().astype(str)
-    data = np.char.startswith(names, DATA_PREFIX)
-    optim = np.zeros(len(names), dtype=bool)
-    for prefix in OPTIMIZER_PREFIXES:
-        optim |= np.char.startswith(names, prefix)
-    backward = np.char.startswith(names, BACKWARD_PREFIX)
+    names = events.loc[tree.rows, S.NAME].to_numpy()
+    data = starts_with(names, DATA_PREFIX)
+    optim = starts_with(names, OPTIMIZER_PREFIXES)
+    backward = starts_with(names, BACKWARD_PREFIX)
     thread = main_thread(tree, windows)
     rows = []
     for step, lo, hi, pos in windows[["step", "start", "end", "pos"]].itertuples(index=False):

@@ -23,6 +23,7 @@ import pandas as pd
 
 from .. import schema as S
 from .nesting import HostTree, build_host_tree
+from .strings import name_mask
 
 BLOCKING_CALL = re.compile(
     r"^(cuda|hip)(Stream|Device|Event)Synchronize|^cu(Stream|Ctx|Event)Synchronize"
@@ -40,11 +41,12 @@ def trace_sync_points(events: pd.DataFrame, tree: HostTree, lo: float,
     Columns: kind, op (innermost host op, None outside ops), top_op, file, line, count,
     cost_us (time the host spent in them).
     """
-    in_window = (events[S.TS] >= lo) & (events[S.TS] < hi)
-    names = events[S.NAME]
-    launch = events[events[S.CAT].isin(S.LAUNCH_CATS) & in_window
-                    & names.str.match(BLOCKING_CALL)]
-    items = events[(events[S.CAT] == S.CPU_OP) & in_window & (names == ITEM_OP)]
+    in_window = ((events[S.TS] >= lo) & (events[S.TS] < hi)).to_numpy()
+    names = events[S.NAME].to_numpy()
+    cats = events[S.CAT].to_numpy()
+    launch = events[np.isin(cats, S.LAUNCH_CATS) & in_window
+                    & name_mask(names, BLOCKING_CALL.match)]
+    items = events[(cats == S.CPU_OP) & in_window & name_mask(names, ITEM_OP.__eq__)]
     frames = pd.concat([launch.assign(kind=launch[S.NAME].str.replace(r"_v\d+$", "", regex=True)),
                         items.assign(kind="item")])
     if frames.empty:

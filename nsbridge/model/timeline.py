@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .nesting import build_host_tree, merge_intervals
+from .nesting import build_tree, merge_intervals
+from .strings import name_mask
 from .syncs import BLOCKING_CALL
 
 NVTX_PUSH_POP, NO_LAUNCH, OUTSIDE_OPS = "nvtx_push_pop", "no_launch_in_capture", "outside_op_ranges"
@@ -44,42 +45,71 @@ class Timeline:
 
 
 def classify_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
-    """Add ``kind`` (op | module | step | other) and ``op`` (op name or None) to ranges."""
+    """Add ``kind`` (op | module | step | other) and ``op`` (op name or None) to ranges.
+
+    String work happens once per distinct name and domain (both categoricals or strings).
+    """
     frame = ranges.copy()
-    base = frame["name"].str.split(",", n=1).str[0].str.strip()
-    ours = frame["domain"] == S.NVTX_DOMAIN
-    op_domain = ours | (frame["domain"] == "")
-    is_op = op_domain & base.str.match(_OP_NAME)
-    is_step = ours & frame["name"].str.startswith(S.NVTX_STEP_PREFIX)
-    kind = np.where(is_op, "op", np.where(is_step, "step", np.where(ours, "module", "other")))
-    frame["kind"] = kind
-    frame["op"] = base.where(is_op, None)
+    name_codes, names = _codes(frame["name"])
+    frame["name"] = pd.Categorical.from_codes(name_codes, categories=names)
+    domain_codes, domains = _codes(frame["domain"])
+    base = np.array([str(n).split(",", 1)[0].strip() for n in names], dtype=object)
+    looks_op = np.array([bool(_OP_NAME.match(b)) for b in base], dtype=bool)
+    looks_step = np.array([str(n).startswith(S.NVTX_STEP_PREFIX) for n in names], dtype=bool)
+    ours_domain = np.array([d == S.NVTX_DOMAIN for d in domains], dtype=bool)
+    op_domain = ours_domain | np.array([d == "" for d in domains], dtype=bool)
+    ours = ours_domain[domain_codes] if len(domains) else np.zeros(len(frame), dtype=bool)
+    is_op = (op_domain[domain_codes] if len(domains) else ours) & looks_op[name_codes]
+    is_step = ours & looks_step[name_codes]
+    kind = np.where(is_op, 0, np.where(is_step, 1, np.where(ours, 2, 3)))
+    frame["kind"] = pd.Categorical.from_codes(kind, categories=["op", "step", "module", "other"])
+    op_names = list(dict.fromkeys(base[looks_op]))
+    op_index = {n: i for i, n in enumerate(op_names)}
+    per_name = np.array([op_index.get(b, -1) for b in base], dtype=np.int32)
+    frame["op"] = pd.Categorical.from_codes(np.where(is_op, per_name[name_codes], -1)
+                                            if len(names) else np.zeros(0, dtype=np.int32),
+                                            categories=op_names)
     return frame
+
+
+def _codes(column: pd.Series) -> tuple[np.ndarray, list]:
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(), list(column.cat.categories)
+    codes, uniques = pd.factorize(column.to_numpy())
+    return codes, list(uniques)
 
 
 def join(export: Any, top_gaps: int = 10) -> Timeline:
     """Attribute kernels, copies and sync calls to ops; rank GPU idle gaps.
 
     ``export`` is a parse.nsys_sqlite.NsysExport (frames only; this module does no I/O).
+    Works on arrays throughout: ten million ranges are nested without a Python string per
+    range (bench/nsys_scale.py).
     """
-    ranges = classify_ranges(export.ranges[export.ranges["style"] == "push_pop"])
-    nest = ranges[ranges["kind"] != "other"].reset_index(drop=True)
-    events = pd.DataFrame({
-        S.CAT: np.where(nest["kind"] == "op", S.CPU_OP, S.USER_ANNOTATION), S.NAME: nest["name"],
-        S.PH: "X", S.PID: "0", S.TID: nest["global_tid"].astype("int64").astype(str),
-        S.TS: nest["start"].astype(np.float64), S.DUR: nest["dur"].astype(np.float64)})
-    tree = build_host_tree(events)
-    kinds = nest["kind"].to_numpy()[tree.rows]
-    ops = nest["op"].to_numpy()[tree.rows]
-    names = nest["name"].to_numpy()[tree.rows]
+    ranges = classify_ranges(export.ranges[(export.ranges["style"] == "push_pop").to_numpy()])
+    kind = ranges["kind"].cat.codes.to_numpy()
+    nested = kind != 3                                   # op, step and module ranges
+    gtid = ranges["global_tid"].to_numpy(np.int64)[nested]
+    threads, thread = np.unique(gtid, return_inverse=True)
+    tree = build_tree(thread.astype(np.int64), [str(t) for t in threads],
+                      ranges["start"].to_numpy(np.float64)[nested],
+                      ranges["dur"].to_numpy(np.float64)[nested],
+                      np.zeros(int(nested.sum()), dtype=bool))
+    kinds = kind[nested][tree.rows]
+    op_codes = ranges["op"].cat.codes.to_numpy()[nested][tree.rows]
+    name_codes = ranges["name"].cat.codes.to_numpy()[nested][tree.rows]
+    op_names = np.array(list(ranges["op"].cat.categories) + [None], dtype=object)
+    range_names = np.array(list(ranges["name"].cat.categories) + [None], dtype=object)
 
     runtime = export.runtime.copy()
-    pos = tree.enclosing(pd.Series(["0"] * len(runtime)),
-                         runtime["global_tid"].astype("int64").astype(str),
-                         runtime["start"].to_numpy(np.float64))
-    runtime["op"] = _nearest(tree, pos, kinds, ops, "op")
-    runtime["module"] = _nearest(tree, pos, kinds, names, "module")
-    runtime["global_pid"] = runtime["global_tid"].astype("int64") & _PID_MASK
+    rt_gtid = runtime["global_tid"].to_numpy(np.int64)
+    where = np.searchsorted(threads, rt_gtid)
+    known = (where < len(threads)) & (threads[np.minimum(where, len(threads) - 1)] == rt_gtid) \
+        if len(threads) else np.zeros(len(runtime), dtype=bool)
+    pos = tree.enclosing_codes(np.where(known, where, -1), runtime["start"].to_numpy(np.float64))
+    runtime["op"] = _label(tree, pos, kinds == 0, op_codes, op_names)
+    runtime["module"] = _label(tree, pos, kinds == 2, name_codes, range_names)
+    runtime["global_pid"] = rt_gtid & _PID_MASK
 
     gpu = pd.concat([export.kernels.assign(kind="kernel"),
                      export.memcpy.assign(name=lambda f: "Memcpy " + f["kind"], kind="memcpy"),
@@ -97,17 +127,19 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
     prev_end = gpu.groupby("device")["end"].transform(lambda e: e.cummax().shift())
     gpu["idle_before"] = (gpu["start"] - prev_end).clip(lower=0).fillna(0)
 
-    syncs = runtime[runtime["name"].str.match(BLOCKING_CALL)]
+    syncs = runtime[name_mask(runtime["name"].to_numpy(), BLOCKING_CALL.match)]
     op_table = op_summary(ranges, gpu, syncs)
-    gaps = idle_gaps(gpu, tree, kinds, ops, names, top_gaps)
-    emitted_domain = ranges[ranges["domain"] == S.NVTX_DOMAIN]
+    gaps = idle_gaps(gpu, tree, kinds, op_codes, op_names, name_codes, range_names, top_gaps)
+    domain_codes, domains = _codes(ranges["domain"])
     summary = {
         "nsys_version": export.product_version, "schema_version": export.schema_version,
         "ranges": int(len(export.ranges)),
-        "op_ranges": int((ranges["kind"] == "op").sum()),
-        "module_ranges": int((ranges["kind"] == "module").sum()),
-        "nsbridge_ranges": int(len(emitted_domain)),
-        "other_domains": sorted(set(ranges.loc[ranges["kind"] == "other", "domain"]) - {""}),
+        "op_ranges": int((kind == 0).sum()),
+        "module_ranges": int((kind == 2).sum()),
+        "nsbridge_ranges": int(sum((domain_codes == i).sum() for i, d in enumerate(domains)
+                                   if d == S.NVTX_DOMAIN)),
+        "other_domains": sorted({str(d) for i, d in enumerate(domains)
+                                 if d and (domain_codes[kind == 3] == i).any()}),
         "kernels": int((gpu["kind"] == "kernel").sum()),
         "copies": int((gpu["kind"] != "kernel").sum()),
         "attribution": {k: int(v) for k, v in gpu["rule"].value_counts().items()},
@@ -119,11 +151,25 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
     return Timeline(ops=op_table, gpu=gpu, gaps=gaps, summary=summary)
 
 
+def _label(tree: Any, pos: np.ndarray, wanted: np.ndarray, codes: np.ndarray,
+           table: np.ndarray) -> np.ndarray:
+    """Name of the nearest enclosing range of a kind, per point (None when there is none)."""
+    found = tree.nearest(pos, wanted) if len(tree) else np.full(len(pos), -1)
+    picked = np.where(found >= 0, codes[np.maximum(found, 0)] if len(codes) else -1, -1)
+    return table[np.where(picked >= 0, picked, len(table) - 1)]
+
+
 def op_summary(ranges: pd.DataFrame, gpu: pd.DataFrame, syncs: pd.DataFrame) -> pd.DataFrame:
     """Per op (microseconds): ranges, range_us, kernels, gpu_us, launch_latency_us (mean),
     idle_before_us (GPU idle just before its kernels), sync_us (blocking calls inside it)."""
-    op_ranges = ranges[ranges["kind"] == "op"]
-    table = op_ranges.groupby("op").agg(ranges=("dur", "size"), range_us=("dur", "sum"))
+    codes = ranges["op"].cat.codes.to_numpy()
+    names = list(ranges["op"].cat.categories)
+    has = codes >= 0
+    counts = np.bincount(codes[has], minlength=len(names))
+    total = np.bincount(codes[has], weights=ranges["dur"].to_numpy(np.float64)[has],
+                        minlength=len(names))
+    table = pd.DataFrame({"ranges": counts, "range_us": total}, index=pd.Index(names, name="op"))
+    table = table[table["ranges"] > 0]
     kernels = gpu[gpu["op"].notna()]
     by_op = kernels.groupby("op").agg(kernels=("dur", "size"), gpu_us=("dur", "sum"),
                                       launch_latency_us=("launch_latency", "mean"),
@@ -139,8 +185,9 @@ def op_summary(ranges: pd.DataFrame, gpu: pd.DataFrame, syncs: pd.DataFrame) -> 
     return table.sort_values(["gpu_us", "range_us"], ascending=False).reset_index(drop=True)
 
 
-def idle_gaps(gpu: pd.DataFrame, tree: Any, kinds: np.ndarray, ops: np.ndarray,
-              names: np.ndarray, top: int) -> list[dict[str, Any]]:
+def idle_gaps(gpu: pd.DataFrame, tree: Any, kinds: np.ndarray, op_codes: np.ndarray,
+              op_names: np.ndarray, name_codes: np.ndarray, range_names: np.ndarray,
+              top: int) -> list[dict[str, Any]]:
     """Longest GPU idle stretches between first and last activity, with the host's op,
     module and step (innermost ranges on the busiest thread at the gap's midpoint)."""
     found = []
@@ -151,32 +198,19 @@ def idle_gaps(gpu: pd.DataFrame, tree: Any, kinds: np.ndarray, ops: np.ndarray,
             found.append((float(b - a), float(a), int(device)))
     found.sort(reverse=True)
     found = found[:top]
+    empty = {"op": None, "module": None, "step": None}
     if not found or len(tree) == 0:
-        return [{"device": d, "start_ns": a, "dur_us": round(n / 1e3, 3), "op": None,
-                 "module": None, "step": None} for n, a, d in found]
+        return [{"device": d, "start_ns": a, "dur_us": round(n / 1e3, 3), **empty}
+                for n, a, d in found]
     busiest = int(np.bincount(tree.thread, weights=tree.dur).argmax())
-    tid = next(k for k, v in tree.thread_codes.items() if v == busiest).split("/", 1)[1]
     mids = np.array([a + n / 2 for n, a, _ in found])
-    pos = tree.enclosing(pd.Series(["0"] * len(mids)), pd.Series([tid] * len(mids)), mids)
-    out = []
-    for (n, a, d), op, module, step in zip(found, _nearest(tree, pos, kinds, ops, "op"),
-                                           _nearest(tree, pos, kinds, names, "module"),
-                                           _nearest(tree, pos, kinds, names, "step")):
-        out.append({"device": d, "start_ns": a, "dur_us": round(n / 1e3, 3), "op": op,
-                    "module": module, "step": step})
-    return out
-
-
-def _nearest(tree: Any, pos: np.ndarray, kinds: np.ndarray, values: np.ndarray,
-             kind: str) -> list[Optional[str]]:
-    """For each position, the value of the innermost enclosing range of ``kind``."""
-    out: list[Optional[str]] = [None] * len(pos)
-    for i, p in enumerate(pos):
-        while p >= 0 and kinds[p] != kind:
-            p = tree.parent[p]
-        if p >= 0:
-            out[i] = values[p]
-    return out
+    pos = tree.enclosing_codes(np.full(len(mids), busiest), mids)
+    ops = _label(tree, pos, kinds == 0, op_codes, op_names)
+    modules = _label(tree, pos, kinds == 2, name_codes, range_names)
+    steps = _label(tree, pos, kinds == 1, name_codes, range_names)
+    return [{"device": d, "start_ns": a, "dur_us": round(n / 1e3, 3), "op": op,
+             "module": module, "step": step}
+            for (n, a, d), op, module, step in zip(found, ops, modules, steps)]
 
 
 def _busy_pct(gpu: pd.DataFrame) -> Optional[float]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
 from ..errors import NsysExportError, TraceNotFoundError
@@ -38,6 +39,7 @@ SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 NVTX = "NVTX_EVENTS"
 OSRT = "OSRT_API"
 PUSH_POP, START_END, DOMAIN_CREATE = 59, 60, 75
+_CHUNK = 1_000_000
 _COPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
 
 
@@ -120,33 +122,95 @@ def _versions(conn: sqlite3.Connection, tables: set[str]) -> tuple[Optional[str]
 
 
 def _split_tid(frame: pd.DataFrame, col: str = "global_tid") -> pd.DataFrame:
-    gtid = frame[col].fillna(0).astype("int64")
-    frame["pid"] = (gtid // (1 << 24)) & 0xFFFFFF
-    frame["tid"] = gtid & 0xFFFFFF
+    gtid = frame[col].fillna(0).astype("int64").to_numpy()
+    frame["pid"] = ((gtid >> 24) & 0xFFFFFF).astype(np.int32)
+    frame["tid"] = (gtid & 0xFFFFFF).astype(np.int32)
     return frame
 
 
 def _ranges(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.DataFrame:
+    """NVTX ranges as arrays; name/domain/style are categoricals, so ten million ranges cost
+    a few hundred MB, not a Python object per row. Numbers come through SQLite's
+    group_concat in rowid slices and numpy's text parser (about 3x faster than fetching
+    row tuples); inline ``text`` values, rare in Python/PyTorch captures that register
+    their strings, are fetched separately by rowid."""
     cols = ["start", "end", "dur", "name", "domain", "style", "global_tid", "pid", "tid"]
     if NVTX not in tables:
         return pd.DataFrame(columns=cols)
     have = _columns(conn, NVTX)
-    text = "text" if "text" in have else "NULL"
-    text_id = "textId" if "textId" in have else "NULL"
-    domain_id = "domainId" if "domainId" in have else "0"
-    frame = pd.read_sql(
-        f"SELECT start, \"end\", eventType, {text} AS text, {text_id} AS text_id, "
-        f"{domain_id} AS domain_id, globalTid AS global_tid FROM {NVTX} "
-        f"WHERE eventType IN ({PUSH_POP}, {START_END}, {DOMAIN_CREATE})", conn)
-    domains = frame[frame["eventType"] == DOMAIN_CREATE]
-    domain_names = dict(zip(domains["domain_id"], domains["text"].fillna("")))
-    frame = frame[frame["eventType"] != DOMAIN_CREATE].copy()
-    frame["name"] = frame["text"].fillna(frame["text_id"].map(strings)).fillna("")
-    frame["domain"] = frame["domain_id"].fillna(0).map(domain_names).astype(object).fillna("")
-    frame["style"] = frame["eventType"].map({PUSH_POP: "push_pop", START_END: "start_end"})
-    frame = frame[frame["end"].notna()]
-    frame["dur"] = frame["end"] - frame["start"]
-    return _split_tid(frame)[cols].reset_index(drop=True)
+    text_id = "coalesce(textId, -1)" if "textId" in have else "-1"
+    domain_id = "coalesce(domainId, 0)" if "domainId" in have else "0"
+    lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {NVTX}").fetchone()
+    parts = []
+    for first in range(lo or 0, (hi or -1) + 1, _CHUNK):
+        row = conn.execute(
+            f"SELECT group_concat(rowid), group_concat(start), group_concat(coalesce(\"end\", -1)), "
+            f"group_concat(eventType), group_concat({text_id}), group_concat({domain_id}), "
+            f"group_concat(coalesce(globalTid, 0)) FROM {NVTX} WHERE rowid >= ? AND rowid < ? "
+            f"AND eventType IN ({PUSH_POP}, {START_END}, {DOMAIN_CREATE})",
+            (first, first + _CHUNK)).fetchone()
+        if row[0] is not None:
+            parts.append([np.fromstring(v, dtype=np.int64, sep=",") for v in row])
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    rowid, start, end, etype, text_ids, domains, gtid = (np.concatenate(c) for c in zip(*parts))
+    texts = {}
+    if "text" in have:
+        texts = dict(conn.execute(f"SELECT rowid, text FROM {NVTX} WHERE text IS NOT NULL AND "
+                                  f"eventType IN ({PUSH_POP}, {START_END}, {DOMAIN_CREATE})"))
+    creates = etype == DOMAIN_CREATE
+    domain_names = {int(d): texts.get(int(r), "") or "" for d, r in zip(domains[creates],
+                                                                        rowid[creates])}
+    keep = ~creates & (end >= 0)
+    rowid, start, end, etype, text_ids, domains, gtid = (
+        a[keep] for a in (rowid, start, end, etype, text_ids, domains, gtid))
+    names, codes = _name_codes(rowid, text_ids, texts, strings)
+    domain_table = sorted({domain_names.get(int(d), "") for d in np.unique(domains)} | {""})
+    lookup = {d: domain_table.index(domain_names.get(int(d), "")) for d in np.unique(domains)}
+    uniq, inverse = np.unique(domains, return_inverse=True)
+    domain_codes = np.array([lookup[int(u)] for u in uniq], dtype=np.int32)[inverse] \
+        if len(uniq) else np.zeros(0, dtype=np.int32)
+    frame = pd.DataFrame({
+        "start": start, "end": end, "dur": end - start,
+        "name": pd.Categorical.from_codes(codes, categories=names),
+        "domain": pd.Categorical.from_codes(domain_codes, categories=domain_table),
+        "style": pd.Categorical.from_codes(np.where(etype == PUSH_POP, 0, 1),
+                                           categories=["push_pop", "start_end"]),
+        "global_tid": gtid})
+    return _split_tid(frame)[cols]
+
+
+def _name_codes(rowid: np.ndarray, text_ids: np.ndarray, texts: dict[int, str],
+                strings: pd.Series) -> tuple[list[str], np.ndarray]:
+    """(distinct names, code per range): inline text when present, else the registered one."""
+    uniq, inverse = np.unique(text_ids, return_inverse=True)
+    names: dict[str, int] = {}
+    ids = np.array([names.setdefault(str(strings.get(int(u), "")) if u >= 0 else "", len(names))
+                    for u in uniq], dtype=np.int32)
+    codes = ids[inverse] if len(uniq) else np.zeros(0, dtype=np.int32)
+    if texts:  # rowid ascends: rowid slices are read in order
+        keys = np.fromiter(texts.keys(), dtype=np.int64, count=len(texts))
+        at = np.searchsorted(rowid, keys)
+        for key, i, text in zip(keys, at, texts.values()):
+            if i < len(rowid) and rowid[i] == key:
+                codes[i] = names.setdefault(str(text), len(names))
+    return list(names), codes
+
+
+def _int_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str],
+                 where: str = "1") -> pd.DataFrame:
+    """Integer columns of a table (NULL -> -1) read through group_concat in rowid slices."""
+    lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+    select = ", ".join(f"group_concat(coalesce({expr}, -1))" for expr in exprs.values())
+    parts = []
+    for first in range(lo or 0, (hi or -1) + 1, _CHUNK):
+        row = conn.execute(f"SELECT {select} FROM {table} WHERE rowid >= ? AND rowid < ? "
+                           f"AND ({where})", (first, first + _CHUNK)).fetchone()
+        if row[0] is not None:
+            parts.append([np.fromstring(v, dtype=np.int64, sep=",") for v in row])
+    if not parts:
+        return pd.DataFrame({name: np.zeros(0, dtype=np.int64) for name in exprs})
+    return pd.DataFrame({name: np.concatenate(col) for name, col in zip(exprs, zip(*parts))})
 
 
 def _kernels(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.DataFrame:
@@ -154,11 +218,12 @@ def _kernels(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> 
             "short_name"]
     if KERNEL not in tables:
         return pd.DataFrame(columns=cols)
-    frame = pd.read_sql(f"SELECT start, \"end\", deviceId AS device, streamId AS stream, "
-                        f"correlationId AS correlation, globalPid AS global_pid, demangledName, "
-                        f"shortName FROM {KERNEL}", conn)
-    frame["name"] = frame.pop("demangledName").map(strings)
-    frame["short_name"] = frame.pop("shortName").map(strings)
+    frame = _int_columns(conn, KERNEL, {
+        "start": "start", "end": '"end"', "device": "deviceId", "stream": "streamId",
+        "correlation": "correlationId", "global_pid": "globalPid", "name_id": "demangledName",
+        "short_id": "shortName"})
+    frame["name"] = _strings_of(frame.pop("name_id"), strings)
+    frame["short_name"] = _strings_of(frame.pop("short_id"), strings)
     frame["dur"] = frame["end"] - frame["start"]
     return frame[cols]
 
@@ -168,11 +233,12 @@ def _runtime(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> 
     if RUNTIME not in tables:
         return pd.DataFrame(columns=cols)
     event_class = "eventClass" if "eventClass" in _columns(conn, RUNTIME) else "0"
-    frame = pd.read_sql(f"SELECT start, \"end\", globalTid AS global_tid, correlationId AS "
-                        f"correlation, nameId, {event_class} AS event_class FROM {RUNTIME}", conn)
-    frame["name"] = frame.pop("nameId").map(strings).fillna("").str.replace(
-        r"_v\d+$", "", regex=True)
-    frame["api"] = frame.pop("event_class").map({1: "driver"}).fillna("runtime")
+    frame = _int_columns(conn, RUNTIME, {
+        "start": "start", "end": '"end"', "global_tid": "globalTid",
+        "correlation": "correlationId", "name_id": "nameId", "event_class": event_class})
+    frame["name"] = _strings_of(frame.pop("name_id"), strings.str.replace(
+        r"_v\d+$", "", regex=True))
+    frame["api"] = np.where(frame.pop("event_class") == 1, "driver", "runtime")
     frame["dur"] = frame["end"] - frame["start"]
     return _split_tid(frame)[cols]
 
@@ -183,15 +249,23 @@ def _copies(conn: sqlite3.Connection, tables: set[str], table: str,
     if table not in tables:
         return pd.DataFrame(columns=cols)
     kind = kind_col if kind_col and kind_col in _columns(conn, table) else "NULL"
-    frame = pd.read_sql(f"SELECT start, \"end\", deviceId AS device, streamId AS stream, "
-                        f"correlationId AS correlation, globalPid AS global_pid, bytes, "
-                        f"{kind} AS kind FROM {table}", conn)
+    frame = _int_columns(conn, table, {
+        "start": "start", "end": '"end"', "device": "deviceId", "stream": "streamId",
+        "correlation": "correlationId", "global_pid": "globalPid", "bytes": "bytes",
+        "kind": kind})
     if kind_col:
         frame["kind"] = frame["kind"].map(_COPY_KINDS).fillna("other")
     else:
         frame["kind"] = "memset"
     frame["dur"] = frame["end"] - frame["start"]
     return frame[cols]
+
+
+def _strings_of(ids: pd.Series, strings: pd.Series) -> np.ndarray:
+    """StringIds values for an id column, looked up once per distinct id."""
+    uniq, inverse = np.unique(ids.to_numpy(), return_inverse=True)
+    values = np.array([strings.get(int(u)) for u in uniq], dtype=object)
+    return values[inverse] if len(uniq) else np.zeros(0, dtype=object)
 
 
 def _gpu_syncs(conn: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:

@@ -3,7 +3,10 @@
 Reads .json and .json.gz (detected by content, not name) from every torch generation in
 the fixtures: 2022 capitalised categories and lower-case ``external id``, integer and
 fractional timestamps, driver-API (Triton) launches, ROCm traces. Only the fields the
-analysis needs become columns; the decoded JSON is dropped before returning.
+analysis needs become columns, batch by batch, so no object per event is kept.
+
+Two readers give identical frames: a streaming one (msgspec, the default when installed;
+see parse._stream) and a stdlib ``json`` one that loads the whole file (the fallback).
 """
 
 from __future__ import annotations
@@ -13,17 +16,22 @@ import json
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-import numpy as np
 import pandas as pd
 
 from .. import schema as S
 from ..errors import EmptyTraceError, TraceFormatError, TraceNotFoundError
+from ._event_columns import EventColumns
 
-_CAT_ALIASES = {"runtime": S.CUDA_RUNTIME, "driver": S.CUDA_DRIVER, "memcpy": S.MEMCPY,
-                "memset": S.MEMSET}
-_DROP_CATS = {"trace", "overhead", "ac2g", "async_cpu_to_gpu", "async_gpu", "fwdbwd"}
+try:  # the fast streaming reader; the stdlib reader below gives the same frame
+    import msgspec
+
+    from ._stream import NotATrace, stream_events
+except ImportError:  # pragma: no cover - exercised by forcing streaming=False in tests
+    msgspec = None
+
+_BATCH = 100_000
 
 
 @dataclass
@@ -43,8 +51,17 @@ class TorchTrace:
         return bool(self.events[S.CAT].isin(S.GPU_CATS).any())
 
 
-def read_trace(path: str | Path) -> TorchTrace:
+def streaming_available() -> bool:
+    """True when the msgspec streaming reader is installed."""
+    return msgspec is not None
+
+
+def read_trace(path: str | Path, *, streaming: Optional[bool] = None) -> TorchTrace:
     """Parse one torch.profiler trace file.
+
+    Args:
+        streaming: True for the msgspec streaming reader, False for the stdlib reader,
+            None (default) for streaming when msgspec is installed.
 
     Raises:
         TraceNotFoundError: the path does not exist.
@@ -55,94 +72,88 @@ def read_trace(path: str | Path) -> TorchTrace:
     if not path.is_file():
         raise TraceNotFoundError(f"Trace file {path} does not exist. Pass a torch.profiler "
                                  "trace (.json or .json.gz) or a folder that holds them.")
-    doc = _load_json(path)
-    if isinstance(doc, list):
-        doc = {"traceEvents": doc}
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+    gzipped = _check_start(path)
+    columns = EventColumns()
+    use_stream = streaming_available() if streaming is None else streaming
+    try:
+        meta = (stream_events(path, gzipped, columns) if use_stream
+                else _read_whole(path, gzipped, columns))
+    except (OSError, EOFError, zlib.error) as exc:
+        raise _gzip_error(path, exc) from exc
+    except _NOT_A_TRACE_TYPES as exc:
+        raise TraceFormatError(_not_a_trace(path)) from exc
+    except ValueError as exc:  # json.JSONDecodeError and msgspec.DecodeError
+        truncated = "truncated" in str(exc) or "not closed" in str(exc) or (
+            isinstance(exc, json.JSONDecodeError) and exc.pos >= len(exc.doc) - 2)
+        where = "ends early (truncated)" if truncated else f"is corrupt ({exc})"
         raise TraceFormatError(
-            f"{path} is JSON but not a torch.profiler trace: it has no 'traceEvents' list. "
-            "Export one with prof.export_chrome_trace(...) or tensorboard_trace_handler, or "
-            "run `nsbridge triage` on the script to capture one.")
-    events = _events_frame(doc["traceEvents"])
+            f"{path} is not valid JSON: it {where}. A trace cut off while being written (a "
+            "killed job, a full disk) cannot be analysed; capture it again.") from exc
+    events = columns.finish()
     if events.empty:
         raise EmptyTraceError(
             f"{path} is a torch.profiler trace with no events: the profiler recorded "
             "nothing. Check that the profiled code ran inside the profiler's active steps "
             "(schedule) and that the trace was exported after prof.stop().")
-    dist = doc.get("distributedInfo") or {}
+    dist = meta.get("distributedInfo") or {}
+    dist = dist if isinstance(dist, dict) else {}
     return TorchTrace(path=path, events=events,
-                      device_properties=list(doc.get("deviceProperties") or []),
+                      device_properties=list(meta.get("deviceProperties") or []),
                       rank=_int_or_none(dist.get("rank")),
                       world_size=_int_or_none(dist.get("world_size")),
-                      base_time_ns=_int_or_none(doc.get("baseTimeNanoseconds")))
+                      base_time_ns=_int_or_none(meta.get("baseTimeNanoseconds")))
 
 
-def _load_json(path: Path) -> Any:
+class _NotATraceError(Exception):
+    """JSON without a traceEvents list (stdlib reader)."""
+
+
+_NOT_A_TRACE_TYPES: tuple = (_NotATraceError,) + ((NotATrace,) if msgspec is not None else ())
+
+
+def _check_start(path: Path) -> bool:
+    """Whether the file is gzip; raises TraceFormatError unless it starts like JSON."""
     with path.open("rb") as fh:
         gzipped = fh.read(2) == b"\x1f\x8b"
     try:
-        if gzipped:
-            with gzip.open(path, "rb") as fh:
-                raw = fh.read()
-        else:
-            raw = path.read_bytes()
+        with (gzip.open(path, "rb") if gzipped else path.open("rb")) as fh:
+            head = fh.read(256).lstrip()
     except (OSError, EOFError, zlib.error) as exc:
-        raise TraceFormatError(
-            f"{path} is a gzip file that cannot be decompressed ({exc}); it is truncated or "
-            "corrupt. Copy it again from where it was written, or re-export the trace."
-        ) from exc
-    head = raw[:64].lstrip()
+        raise _gzip_error(path, exc) from exc
     if not head.startswith((b"{", b"[")):
         raise TraceFormatError(
             f"{path} is not a text or gzip file holding JSON, so not a torch.profiler trace "
             "(expected Chrome-trace JSON, .json or .json.gz, as export_chrome_trace writes).")
+    return gzipped
+
+
+def _read_whole(path: Path, gzipped: bool, columns: EventColumns) -> dict[str, Any]:
+    raw = gzip.open(path, "rb").read() if gzipped else path.read_bytes()
     try:
-        return json.loads(raw)
+        doc = json.loads(raw)
     except UnicodeDecodeError as exc:
-        raise TraceFormatError(f"{path} is not a text or gzip file, so not a torch.profiler "
-                               "trace (expected Chrome-trace JSON, .json or .json.gz).") from exc
-    except json.JSONDecodeError as exc:
-        where = "ends early (truncated)" if exc.pos >= len(raw) - 2 else f"is corrupt at byte {exc.pos}"
-        raise TraceFormatError(
-            f"{path} is not valid JSON: it {where} ({exc.msg}). A trace cut off while being "
-            "written (a killed job, a full disk) cannot be analysed; capture it again."
-        ) from exc
+        raise TraceFormatError(f"{path} is not UTF-8 text, so not a torch.profiler trace.") from exc
+    del raw
+    if isinstance(doc, list):
+        doc = {"traceEvents": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise _NotATraceError()
+    events = doc.pop("traceEvents")
+    for start in range(0, len(events), _BATCH):
+        columns.add_dicts(events[start:start + _BATCH])
+    return doc
 
 
-def _events_frame(raw_events: list) -> pd.DataFrame:
-    cols: dict[str, list] = {c: [] for c in S.EVENT_COLUMNS}
-    for ev in raw_events:
-        if not isinstance(ev, dict):
-            continue
-        ph = ev.get("ph")
-        if ph != "X" and ph != "i":
-            continue
-        cat = str(ev.get("cat") or "").lower()
-        if cat in _DROP_CATS:
-            continue
-        cat = _CAT_ALIASES.get(cat, cat)
-        args = ev.get("args") or {}
-        cols[S.CAT].append(cat)
-        cols[S.NAME].append(str(ev.get("name", "")))
-        cols[S.PH].append(ph)
-        cols[S.PID].append(str(ev.get("pid")))
-        cols[S.TID].append(str(ev.get("tid")))
-        cols[S.TS].append(ev.get("ts"))
-        cols[S.DUR].append(ev.get("dur", 0) if ph == "X" else 0)
-        ext = args.get("External id")
-        cols[S.EXT_ID].append(args.get("external id") if ext is None else ext)
-        cols[S.CORRELATION].append(args.get("correlation"))
-        dims = args.get("Input Dims")
-        cols[S.INPUT_DIMS].append(None if dims is None else json.dumps(dims, separators=(",", ":")))
-        cols[S.BYTES].append(args.get("bytes", args.get("Bytes")))
-        cols[S.DEVICE].append(args.get("device", args.get("Device Id")))
-    frame = pd.DataFrame(cols)
-    for col in (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE):
-        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(np.float64)
-    frame = frame[frame[S.TS].notna()].reset_index(drop=True)
-    frame[S.DUR] = frame[S.DUR].fillna(0.0).clip(lower=0.0)
-    frame[S.CAT] = frame[S.CAT].astype("category")
-    return frame
+def _gzip_error(path: Path, exc: BaseException) -> TraceFormatError:
+    return TraceFormatError(
+        f"{path} is a gzip file that cannot be decompressed ({exc}); it is truncated or "
+        "corrupt. Copy it again from where it was written, or re-export the trace.")
+
+
+def _not_a_trace(path: Path) -> str:
+    return (f"{path} is JSON but not a torch.profiler trace: it has no 'traceEvents' list. "
+            "Export one with prof.export_chrome_trace(...) or tensorboard_trace_handler, or "
+            "run `nsbridge triage` on the script to capture one.")
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -1,0 +1,129 @@
+"""nsbridge's nsys join at scale: a synthetic export with 1M kernels and 10M NVTX ranges.
+
+The export follows the real SQLite schema (NVTX_EVENTS with registered strings in
+StringIds, CUPTI_ACTIVITY_KIND_RUNTIME/KERNEL, META_DATA_EXPORT), shaped like nsbridge's
+own capture: per kernel one module range holding ``aten::linear`` > ``aten::addmm`` (which
+contains the cudaLaunchKernel call) and seven more leaf op ranges. The join (read +
+classify + kernel -> launch -> innermost op) runs in a child process; its wall time and
+peak RSS are added to bench/results/trace_scale.json under "nsys_join".
+
+    python bench/nsys_scale.py [--kernels 1000000] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+RANGES_PER_KERNEL = 10
+JOIN = """
+import sys
+from nsbridge.parse.nsys_sqlite import read_nsys_sqlite
+from nsbridge.model.timeline import join
+timeline = join(read_nsys_sqlite(sys.argv[1]))
+s = timeline.summary
+print(s["ranges"], s["kernels"], s["attribution"])
+"""
+STRINGS = ["model.fc", "aten::linear", "aten::addmm", "aten::view", "aten::add",
+           "aten::relu", "aten::mul", "aten::sum", "aten::t", "aten::copy_",
+           "cudaLaunchKernel_v7000", "gemm_kernel", "void gemm_kernel<float>(float*)"]
+
+
+def build(path: Path, kernels: int) -> None:
+    """Write the synthetic export (about 1 GB for 1M kernels)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    conn = sqlite3.connect(tmp)
+    conn.executescript("""
+        PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT);
+        CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, "end" INTEGER, eventType INTEGER NOT
+            NULL, rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER,
+            endGlobalTid INTEGER, textId INTEGER, domainId INTEGER);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, "end" INTEGER NOT NULL,
+            eventClass INTEGER NOT NULL, globalTid INTEGER, correlationId INTEGER, nameId INTEGER
+            NOT NULL, returnValue INTEGER NOT NULL, callchainId INTEGER);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, "end" INTEGER NOT NULL,
+            deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL,
+            correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL,
+            shortName INTEGER NOT NULL, mangledName INTEGER);
+    """)
+    conn.executemany("INSERT INTO StringIds VALUES (?, ?)", enumerate(STRINGS, start=1))
+    conn.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
+                     [("EXPORT_PRODUCT_VERSION", "synthetic"), ("EXPORT_SCHEMA_VERSION", "3.0.0")])
+    gtid = (100 << 24) | 100
+    gpid = 100 << 24
+    conn.execute("INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) "
+                 "VALUES (0, 75, 'nsbridge', ?, 1)", (gtid,))
+    # offsets within a 1000 ns unit: (start, end, string id)
+    layout = [(0, 900, 1), (10, 400, 2), (20, 300, 3)] + [
+        (410 + k * 60, 450 + k * 60, 4 + k) for k in range(7)]
+    chunk = 100_000
+    for first in range(0, kernels, chunk):
+        units = np.arange(first, min(first + chunk, kernels), dtype=np.int64)
+        t = units * 1000
+        rows = []
+        for start, end, sid in layout:
+            rows.extend(zip((t + start).tolist(), (t + end).tolist(), [sid] * len(t)))
+        conn.executemany("INSERT INTO NVTX_EVENTS (start, \"end\", eventType, globalTid, "
+                         f"textId, domainId) VALUES (?, ?, 59, {gtid}, ?, 1)", rows)
+        corr = (units + 1).tolist()
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 11, 0, "
+                         "NULL)", zip((t + 50).tolist(), (t + 60).tolist(), [gtid] * len(t), corr))
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, 7, ?, ?, 13, "
+                         "12, NULL)", zip((t + 100).tolist(), (t + 700).tolist(), corr,
+                                          [gpid] * len(t)))
+    conn.commit()
+    conn.close()
+    tmp.rename(path)
+
+
+def measure(argv: list[str]) -> tuple[float, float, str]:
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(proc.stderr.read().decode()[-2000:])
+    return wall, usage.ru_maxrss / 1024.0, proc.stdout.read().decode().strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kernels", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--results", type=Path, default=HERE / "results" / "trace_scale.json")
+    args = parser.parse_args()
+    path = HERE / "data" / f"nsys_{args.kernels}kernels_{args.kernels * RANGES_PER_KERNEL}ranges.sqlite"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        started = time.perf_counter()
+        build(path, args.kernels)
+        print(f"built {path} in {time.perf_counter() - started:.0f} s")
+    runs = [measure([sys.executable, "-c", JOIN, str(path)]) for _ in range(args.runs)]
+    entry = {"kernels": args.kernels, "nvtx_ranges": args.kernels * RANGES_PER_KERNEL,
+             "file_mb": round(path.stat().st_size / 1e6, 1),
+             "wall_s": round(statistics.median(r[0] for r in runs), 3),
+             "peak_rss_mib": round(statistics.median(r[1] for r in runs), 1),
+             "runs_wall_s": [round(r[0], 3) for r in runs], "output": runs[0][2],
+             "targets": {"wall_s": 60, "peak_rss_mib": 4096}}
+    print(json.dumps(entry, indent=2))
+    results = json.loads(args.results.read_text()) if args.results.exists() else {}
+    results["nsys_join"] = entry
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

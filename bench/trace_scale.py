@@ -1,0 +1,141 @@
+"""nsbridge vs HolisticTraceAnalysis vs a bare json.load on large torch traces.
+
+For each size (events), builds a trace from a real GPU trace (bench/make_traces.py), then
+runs, as separate processes, interleaved, ``--runs`` times each:
+
+  nsbridge   read_trace + analyze_events (hot ops, kernels per op, busy/idle, verdict)
+  hta        HolisticTraceAnalysis 0.5.0 in its own venv (bench/.venv-hta, created here):
+             TraceAnalysis(trace_dir=...) + get_gpu_kernel_breakdown + get_temporal_breakdown
+  json.load  the floor: decode the file with the standard library, nothing else
+
+and records the median wall time and median peak RSS (os.wait4's ru_maxrss) of each into
+bench/results/trace_scale.json with the machine it ran on, printing the ratios.
+
+    python bench/trace_scale.py --sizes 100000 1000000 3000000 [--runs 3] [--skip-hta]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+HTA_VENV = HERE / ".venv-hta"
+HTA_VERSION = "0.5.0"
+
+NSBRIDGE = """
+import sys
+from nsbridge.parse.torch_trace import read_trace
+from nsbridge.model.analysis import analyze_events
+from nsbridge.profiles import load_profile
+trace = read_trace(sys.argv[1])
+result = analyze_events(trace.events, thresholds=load_profile().analysis)
+print(len(trace.events), result.verdict["label"], result.device.get("busy_pct"))
+"""
+HTA = """
+import sys
+from hta.trace_analysis import TraceAnalysis
+analyzer = TraceAnalysis(trace_dir=sys.argv[1])
+kernels = analyzer.get_gpu_kernel_breakdown(visualize=False)
+temporal = analyzer.get_temporal_breakdown(visualize=False)
+print(len(kernels[0]), temporal.shape)
+"""
+JSON_LOAD = """
+import json, sys
+with open(sys.argv[1]) as fh:
+    doc = json.load(fh)
+print(len(doc["traceEvents"]))
+"""
+
+
+def measure(argv: list[str]) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS MiB, stdout) of one child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    out = proc.stdout.read().decode()
+    err = proc.stderr.read().decode()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[:3]} failed ({proc.returncode}):\n{err[-2000:]}")
+    return wall, usage.ru_maxrss / 1024.0, out.strip()
+
+
+def ensure_hta() -> str:
+    python = HTA_VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q",
+                        f"HolisticTraceAnalysis=={HTA_VERSION}"], check=True)
+    return str(python)
+
+
+def ensure_trace(events: int) -> Path:
+    path = DATA / f"trace_{events}.json"
+    if not path.exists():
+        subprocess.run([sys.executable, str(HERE / "make_traces.py"), "--events", str(events),
+                        "--out", str(path)], check=True)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 3_000_000])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--skip-hta", action="store_true")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "trace_scale.json")
+    args = parser.parse_args()
+    hta_python = None if args.skip_hta else ensure_hta()
+    rows = []
+    for size in args.sizes:
+        trace = ensure_trace(size)
+        with tempfile.TemporaryDirectory() as rank_dir:  # HTA reads a folder of rank files
+            os.symlink(trace, Path(rank_dir) / "rank-0.json")
+            tools = {"nsbridge": [sys.executable, "-c", NSBRIDGE, str(trace)],
+                     "json.load": [sys.executable, "-c", JSON_LOAD, str(trace)]}
+            if hta_python:
+                tools["hta"] = [hta_python, "-c", HTA, rank_dir]
+            samples: dict[str, list[tuple[float, float, str]]] = {t: [] for t in tools}
+            for _ in range(args.runs):
+                for tool, argv in tools.items():
+                    samples[tool].append(measure(argv))
+        for tool, runs in samples.items():
+            row = {"events": size, "file_mb": round(trace.stat().st_size / 1e6, 1), "tool": tool,
+                   "wall_s": round(statistics.median(r[0] for r in runs), 3),
+                   "peak_rss_mib": round(statistics.median(r[1] for r in runs), 1),
+                   "runs_wall_s": [round(r[0], 3) for r in runs], "output": runs[0][2]}
+            rows.append(row)
+            print(f"{size:>9} {tool:<10} {row['wall_s']:8.2f} s {row['peak_rss_mib']:8.0f} MiB")
+    ratios = []
+    for size in args.sizes:
+        by = {r["tool"]: r for r in rows if r["events"] == size}
+        ours = by["nsbridge"]
+        entry = {"events": size,
+                 "wall_vs_json_load": round(ours["wall_s"] / by["json.load"]["wall_s"], 3)}
+        if "hta" in by:
+            entry["wall_vs_hta"] = round(ours["wall_s"] / by["hta"]["wall_s"], 3)
+            entry["rss_vs_hta"] = round(ours["peak_rss_mib"] / by["hta"]["peak_rss_mib"], 3)
+        ratios.append(entry)
+        print("ratios", entry)
+    result = {"benchmark": "trace_scale", "date": time.strftime("%Y-%m-%d"),
+              "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                          "cpus": os.cpu_count(), "processor": platform.processor() or None},
+              "runs": args.runs, "hta_version": None if args.skip_hta else HTA_VERSION,
+              "results": rows, "ratios": ratios}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

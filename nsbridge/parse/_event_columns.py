@@ -1,0 +1,158 @@
+"""Trace events -> EVENTS columns, chunk by chunk, without keeping an object per event.
+
+Both readers (the streaming msgspec one and the stdlib fallback) hand batches of events to
+``EventColumns``: decoded dicts (``add_dicts``) or msgspec structs (``add_records``). Each
+batch becomes numpy arrays at once; strings are dictionary-encoded against one table for
+the whole file, so a name seen a million times is stored once. ``finish()`` returns the
+EVENTS frame (schema.py). The two readers give identical frames; tests hold them to it.
+"""
+
+from __future__ import annotations
+
+import json
+from operator import attrgetter
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import schema as S
+
+CAT_ALIASES = {"runtime": S.CUDA_RUNTIME, "driver": S.CUDA_DRIVER, "memcpy": S.MEMCPY,
+               "memset": S.MEMSET}
+DROP_CATS = {"trace", "overhead", "ac2g", "async_cpu_to_gpu", "async_gpu", "fwdbwd"}
+_ARGS, _CAT, _NAME, _PH, _PID, _TID, _TS = (attrgetter(a) for a in (
+    "args", "cat", "name", "ph", "pid", "tid", "ts"))
+_STRING_COLS = (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS)
+_NUMBER_COLS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE)
+
+
+class EventColumns:
+    """Accumulates event batches as arrays; strings share one dictionary per file."""
+
+    def __init__(self) -> None:
+        self._strings: dict[Any, int] = {None: 0}
+        self._codes: dict[str, list[np.ndarray]] = {c: [] for c in _STRING_COLS}
+        self._numbers: dict[str, list[np.ndarray]] = {c: [] for c in _NUMBER_COLS}
+        self._cat_cache: dict[Any, Any] = {}
+
+    def add_dicts(self, events: Iterable[Any]) -> None:
+        """A batch of decoded JSON events (dicts; anything else is skipped)."""
+        rows = [e for e in events if isinstance(e, dict) and e.get("ph") in ("X", "i")]
+        args = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in rows]
+        self._add(
+            cats=[e.get("cat") for e in rows], names=[e.get("name") for e in rows],
+            phs=[e["ph"] for e in rows], pids=[e.get("pid") for e in rows],
+            tids=[e.get("tid") for e in rows], ts=[e.get("ts") for e in rows],
+            durs=[e.get("dur", 0) if e["ph"] == "X" else 0 for e in rows],
+            exts=[a.get("external id") if a.get("External id") is None else a["External id"]
+                  for a in args],
+            corrs=[a.get("correlation") for a in args],
+            dims=[None if a.get("Input Dims") is None
+                  else json.dumps(a["Input Dims"], separators=(",", ":")) for a in args],
+            nbytes=[a.get("bytes", a.get("Bytes")) for a in args],
+            devices=[a.get("device", a.get("Device Id")) for a in args])
+
+    def add_records(self, events: Sequence[Any], unset: Any) -> None:
+        """A batch of msgspec structs (parse._stream.Event); ``unset`` marks absent fields."""
+        rows = [e for e in events if e.ph == "X" or e.ph == "i"]
+        args = list(map(_ARGS, rows))
+        self._add(
+            cats=list(map(_CAT, rows)), names=list(map(_NAME, rows)), phs=list(map(_PH, rows)),
+            pids=list(map(_PID, rows)), tids=list(map(_TID, rows)), ts=list(map(_TS, rows)),
+            durs=[e.dur if e.ph == "X" else 0 for e in rows],
+            exts=[None if a is None else (a.ext_lower if a.ext is None else a.ext) for a in args],
+            corrs=[None if a is None else a.correlation for a in args],
+            dims=[None if a is None or a.dims is None else _compact(a.dims) for a in args],
+            nbytes=[None if a is None else (a.Bytes if a.nbytes is unset else a.nbytes)
+                    for a in args],
+            devices=[None if a is None else (a.device_id if a.device is unset else a.device)
+                     for a in args])
+
+    def _add(self, *, cats: list, names: list, phs: list, pids: list, tids: list, ts: list,
+             durs: list, exts: list, corrs: list, dims: list, nbytes: list,
+             devices: list) -> None:
+        cat_codes = self._encode(cats, self._category)
+        keep = cat_codes != self._strings[None]   # dropped categories normalise to None
+        encode = self._encode
+        batch = {S.CAT: cat_codes, S.NAME: encode(names, _name), S.PH: encode(phs, _same),
+                 S.PID: encode(pids, str), S.TID: encode(tids, str),
+                 S.INPUT_DIMS: encode(dims, _same), S.TS: _numeric(ts), S.DUR: _numeric(durs),
+                 S.EXT_ID: _numeric(exts), S.CORRELATION: _numeric(corrs),
+                 S.BYTES: _numeric(nbytes), S.DEVICE: _numeric(devices)}
+        everything = bool(keep.all())
+        for col, values in batch.items():
+            store = self._codes if col in self._codes else self._numbers
+            store[col].append(values if everything else values[keep])
+
+    def _encode(self, values: list, convert: Callable[[Any], Any]) -> np.ndarray:
+        """Codes into the file's string table. Hashing runs in pandas (C); ``convert``
+        (str, ...) runs once per distinct value of the batch, not once per event."""
+        local, uniques = pd.factorize(np.array(values, dtype=object))
+        strings = self._strings
+        ids = np.fromiter((strings.setdefault(convert(u), len(strings)) for u in uniques),
+                          dtype=np.int32, count=len(uniques))
+        missing = strings.setdefault(convert(None), len(strings))
+        if not len(ids):
+            return np.full(len(values), missing, dtype=np.int32)
+        return np.where(local >= 0, ids[local], missing).astype(np.int32)
+
+    def _category(self, raw: Any) -> Any:
+        """Lower-case, alias-folded category, or None for categories that are dropped."""
+        cached = self._cat_cache.get(raw, _MISSING)
+        if cached is _MISSING:
+            cat = str(raw or "").lower()
+            cached = None if cat in DROP_CATS else CAT_ALIASES.get(cat, cat)
+            self._cat_cache[raw] = cached
+        return cached
+
+    def finish(self) -> pd.DataFrame:
+        """The EVENTS frame; rows without a timestamp are dropped."""
+        table = np.empty(len(self._strings), dtype=object)
+        for value, code in self._strings.items():
+            table[code] = value
+        columns: dict[str, Any] = {}
+        for col in S.EVENT_COLUMNS:
+            if col in self._codes:
+                parts = self._codes[col]
+                codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+                columns[col] = table[codes]
+            else:
+                parts = self._numbers[col]
+                columns[col] = np.concatenate(parts) if parts else np.zeros(0)
+        frame = pd.DataFrame(columns)
+        frame = frame[frame[S.TS].notna()].reset_index(drop=True)
+        frame[S.DUR] = frame[S.DUR].fillna(0.0).clip(lower=0.0)
+        frame[S.CAT] = frame[S.CAT].astype("category")
+        return frame
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _name(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+class _Missing:
+    """Marks a field absent from an event (distinct from an explicit null)."""
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING: Any = _Missing()
+
+
+def _numeric(values: list) -> np.ndarray:
+    try:
+        return np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):  # None, strings or nested values among numbers
+        return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
+
+
+def _compact(raw: Any) -> str:
+    """Text of a msgspec.Raw JSON value without the whitespace json.dumps(separators) drops
+    (shapes hold numbers and lists only, so removing all whitespace is exact)."""
+    return bytes(raw).translate(None, b" \t\r\n").decode("utf-8")

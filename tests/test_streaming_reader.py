@@ -1,0 +1,78 @@
+"""The streaming (msgspec) reader and the stdlib reader give identical frames."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from nsbridge.parse import _stream
+from nsbridge.parse.torch_trace import read_trace, streaming_available
+
+from conftest import SHARED_REAL, TORCH_DATA
+
+pytestmark = pytest.mark.skipif(not streaming_available(), reason="msgspec not installed")
+
+FIXTURES = sorted(TORCH_DATA.rglob("*.json.gz"))
+SHARED = sorted(SHARED_REAL.rglob("*.json.gz")) if SHARED_REAL.is_dir() else []
+
+
+def _same(path: Path) -> None:
+    fast, slow = read_trace(path, streaming=True), read_trace(path, streaming=False)
+    pd.testing.assert_frame_equal(fast.events, slow.events)
+    assert (fast.rank, fast.base_time_ns, fast.device_properties) == (
+        slow.rank, slow.base_time_ns, slow.device_properties)
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_fixtures_identical_in_small_blocks(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_stream, "BLOCK", 4096)  # many block boundaries inside events
+    _same(path)
+
+
+@pytest.mark.skipif(not SHARED, reason="../shared fixtures not beside the repository")
+@pytest.mark.parametrize("path", SHARED, ids=lambda p: p.name)
+def test_every_shared_trace_identical(path: Path) -> None:
+    _same(path)
+
+
+def test_plain_json_and_awkward_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_stream, "BLOCK", 64)
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "k<{a}, {b}>}]", "pid": 0, "tid": 7, "ts": 5,
+         "dur": 2, "args": {"External id": 3, "correlation": 9, "bytes": None, "Bytes": 4}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1,
+         "dur": 10, "args": {"Input Dims": [[2, 3], [3, 4]], "External id": 3}},
+        {"ph": "X", "cat": "user_annotation", "name": "odd", "pid": 1, "tid": 1, "ts": 2,
+         "dur": 1, "args": ["not", "an", "object"]},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
+         "ts": 3, "args": {"Bytes": 512, "Device Id": 0}},
+        {"ph": "f", "cat": "ac2g", "id": 9, "ts": 6},
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 4,
+         "dur": 1, "args": {"external id": 3, "correlation": 9}},
+    ]
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU"}],
+           "traceEvents": events, "traceName": "x", "distributedInfo": {"rank": 3}}
+    for name, text in (("a.json", json.dumps(doc, indent=2)),
+                       ("b.json", json.dumps(doc, separators=(",", ":"))),
+                       ("c.json", json.dumps(events))):
+        path = tmp_path / name
+        path.write_text(text)
+        _same(path)
+    trace = read_trace(tmp_path / "a.json", streaming=True)
+    assert trace.rank == 3 and trace.device_properties[0]["name"] == "GPU"
+    kernel = trace.events[trace.events["cat"] == "kernel"].iloc[0]
+    assert kernel["name"] == "k<{a}, {b}>}]" and pd.isna(kernel["bytes"])
+    assert set(trace.events["cat"]) == {"kernel", "cpu_op", "user_annotation",
+                                        "cpu_instant_event", "cuda_runtime"}
+    assert trace.events.loc[trace.events["name"] == "aten::mm", "input_dims"].item() == "[[2,3],[3,4]]"
+
+
+def test_gzip_streams_the_same_as_plain(tmp_path: Path) -> None:
+    src = TORCH_DATA / "h100_bert-small_2025-07.json.gz"
+    plain = tmp_path / "t.json"
+    plain.write_bytes(gzip.open(src).read())
+    pd.testing.assert_frame_equal(read_trace(src).events, read_trace(plain).events)
