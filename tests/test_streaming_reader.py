@@ -51,6 +51,9 @@ def test_plain_json_and_awkward_content(tmp_path: Path, monkeypatch: pytest.Monk
         {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
          "ts": 3, "args": {"Bytes": 512, "Device Id": 0}},
         {"ph": "f", "cat": "ac2g", "id": 9, "ts": 6},
+        {"ph": "B", "name": "begin-end style, not read", "ts": 7},
+        {"name": "no ph at all", "ts": 8},
+        {"ph": "M", "name": "thread_name", "args": {"name": "main"}},
         {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 4,
          "dur": 1, "args": {"external id": 3, "correlation": 9}},
     ]
