@@ -79,3 +79,31 @@ def test_gzip_streams_the_same_as_plain(tmp_path: Path) -> None:
     plain = tmp_path / "t.json"
     plain.write_bytes(gzip.open(src).read())
     pd.testing.assert_frame_equal(read_trace(src).events, read_trace(plain).events)
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_parallel_ranges_give_the_same_frame(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             workers: int) -> None:
+    plain = tmp_path / "trace.json"
+    plain.write_bytes(gzip.open(TORCH_DATA / "h100_bert-small_2025-07.json.gz").read())
+    sequential = read_trace(plain, streaming=False).events
+    monkeypatch.setattr(_stream, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(_stream, "BLOCK", 64 * 1024)
+    columns = _stream.EventColumns()
+    meta = _stream._parallel(plain, columns, workers)
+    assert meta is not None                      # the file was really split
+    pd.testing.assert_frame_equal(columns.finish(), sequential)
+    monkeypatch.setattr(_stream.os, "cpu_count", lambda: workers)
+    pd.testing.assert_frame_equal(read_trace(plain, streaming=True).events, sequential)
+
+
+def test_no_safe_split_falls_back_to_one_reader(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": i, "dur": 1}
+        for i in range(50)]}, separators=(",", ":")))
+    monkeypatch.setattr(_stream, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(_stream, "_SPLIT_WINDOW", 4)   # too small to see any boundary
+    assert _stream._parallel(path, _stream.EventColumns(), 2) is None
+    assert len(read_trace(path, streaming=True).events) == 50

@@ -106,6 +106,25 @@ class EventColumns:
             self._cat_cache[raw] = cached
         return cached
 
+    def export(self) -> tuple[list, dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """(string table, string-column codes, numeric columns): a part read elsewhere."""
+        table = [None] * len(self._strings)
+        for value, code in self._strings.items():
+            table[code] = value
+        join = lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype)  # noqa: E731
+        return (table, {c: join(v, np.int32) for c, v in self._codes.items()},
+                {c: join(v, np.float64) for c, v in self._numbers.items()})
+
+    def merge(self, part: tuple[list, dict[str, np.ndarray], dict[str, np.ndarray]]) -> None:
+        """Append an exported part, re-coding its strings into this table."""
+        table, codes, numbers = part
+        strings = self._strings
+        mapping = np.array([strings.setdefault(v, len(strings)) for v in table], dtype=np.int32)
+        for col, values in codes.items():
+            self._codes[col].append(mapping[values] if len(values) else values)
+        for col, values in numbers.items():
+            self._numbers[col].append(values)
+
     def finish(self) -> pd.DataFrame:
         """The EVENTS frame; rows without a timestamp are dropped."""
         table = np.empty(len(self._strings), dtype=object)

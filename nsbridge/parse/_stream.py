@@ -9,6 +9,11 @@ The reader never holds the whole file: it reads BLOCK bytes at a time (through g
 compressed), cuts the ``traceEvents`` array at an event boundary, decodes that slice as a
 JSON array and hands the structs to EventColumns, which keeps arrays only.
 
+A plain file of 64 MiB or more is cut into as many byte ranges as there are CPUs (at most
+4) at event boundaries (a ``},{`` followed by a key Kineto writes first), read by forked
+workers and merged in order; any doubt (no boundary found, a range that does not decode
+alone, no fork) falls back to the single reader. The frame is identical either way.
+
 Finding a boundary without scanning every byte in Python: candidates are ``}`` followed by
 ``,`` and ``{`` (whitespace allowed); a candidate inside a string or a nested object leaves
 an unbalanced slice that does not decode, so the reader simply tries the previous one. A
@@ -19,6 +24,8 @@ decoded generically instead, so odd events never fail the file.
 from __future__ import annotations
 
 import gzip
+import multiprocessing
+import os
 import re
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Optional, Union
@@ -28,6 +35,10 @@ import msgspec
 from ._event_columns import EventColumns
 
 BLOCK = 8 * 1024 * 1024
+PARALLEL_MIN_BYTES = 64 * 1024 * 1024
+_SPLIT_WINDOW = 4 * 1024 * 1024
+# an event boundary followed by a key Kineto writes first: not plausible inside a string
+_SPLIT = re.compile(rb'\}\s*,\s*(?=\{\s*"(?:ph|cat|name|pid|tid|ts|dur|args)"\s*:)')
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]")
@@ -95,23 +106,100 @@ class NotATrace(Exception):
     """The stream holds JSON without a traceEvents array."""
 
 
-def stream_events(path: Path, gzipped: bool, columns: EventColumns) -> dict[str, Any]:
+def stream_events(path: Path, gzipped: bool, columns: EventColumns,
+                  workers: Optional[int] = None) -> dict[str, Any]:
     """Feed every event of the file to ``columns``; return the other top-level keys.
+
+    A plain (not gzip) file of PARALLEL_MIN_BYTES or more is split at event boundaries and
+    read by ``workers`` processes (default: the CPU count, at most 4); the frame is the same.
 
     Raises:
         NotATrace: no ``"traceEvents": [`` in the file.
         msgspec.DecodeError, OSError, EOFError: malformed JSON or a broken gzip stream.
     """
+    workers = workers or min(os.cpu_count() or 1, 4)
+    if not gzipped and workers > 1 and path.stat().st_size >= PARALLEL_MIN_BYTES:
+        result = _parallel(path, columns, workers)
+        if result is not None:
+            return result
     with (gzip.open(path, "rb") if gzipped else path.open("rb")) as fh:
         blocks = _blocks(fh)
         buffer, header = _find_events_start(blocks)
         for block in blocks:
             buffer = _consume(buffer + block, columns)
         tail = _consume_tail(buffer, columns)
+    return _metadata(header, tail)
+
+
+def _metadata(header: bytes, tail: bytes) -> dict[str, Any]:
     meta = _decode_object(header + b"}") if header.strip() not in (b"{", b"") else {}
     if tail:
         meta.update(_decode_object(b"{" + tail))
     return meta
+
+
+def _parallel(path: Path, columns: EventColumns, workers: int) -> Optional[dict[str, Any]]:
+    """Read byte ranges of the events array in parallel; None when no safe split is found
+    or a range does not decode on its own (the caller then reads the file sequentially)."""
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        head = fh.read(min(size, BLOCK * 4))
+    match = _KEY.search(head)
+    if match is None:
+        return None
+    header = head[:match.start()].rstrip().rstrip(b",")
+    start = match.end()
+    begins, ends = [start], []
+    with path.open("rb") as fh:
+        for k in range(1, workers):
+            target = start + (size - start) * k // workers
+            fh.seek(target)
+            found = _SPLIT.search(fh.read(_SPLIT_WINDOW))
+            if found is None or target + found.start() <= begins[-1]:
+                return None
+            ends.append(target + found.start() + 1)    # just after the closing brace
+            begins.append(target + found.end())        # the next event's opening brace
+    ends.append(size)
+    ranges = [(b, e, i == len(begins) - 1) for i, (b, e) in enumerate(zip(begins, ends))]
+    context = multiprocessing.get_context("fork")
+    try:
+        with context.Pool(processes=len(ranges) - 1) as pool:
+            pending = [pool.apply_async(_read_range, (str(path),) + r) for r in ranges[1:]]
+            first = _read_range(str(path), *ranges[0])
+            parts = [first] + [p.get() for p in pending]
+    except (msgspec.DecodeError, _SplitError, AssertionError, OSError):
+        return None  # a bad split, or no child processes here (daemon, fork refused)
+    tail = b""
+    for exported, part_tail in parts:
+        columns.merge(exported)
+        tail = part_tail or tail
+    return _metadata(header, tail)
+
+
+def _read_range(path: str, begin: int, end: int, last: bool) -> tuple[Any, bytes]:
+    """Decode the events in bytes [begin, end) of the file (a worker's share)."""
+    columns = EventColumns()
+    with open(path, "rb") as fh:
+        fh.seek(begin)
+        remaining = end - begin
+        buffer = b""
+        while remaining > 0:
+            block = fh.read(min(BLOCK, remaining))
+            if not block:
+                break
+            remaining -= len(block)
+            buffer = _consume(buffer + block, columns)
+    if last:
+        tail = _consume_tail(buffer, columns)  # adds the last events: before export()
+        return columns.export(), tail
+    body = buffer.strip()
+    if body and not _decode_batch(b"[" + body + b"]", columns):
+        raise _SplitError()
+    return columns.export(), b""
+
+
+class _SplitError(Exception):
+    """A worker's byte range did not decode on its own."""
 
 
 def _blocks(fh: BinaryIO) -> Iterator[bytes]:
