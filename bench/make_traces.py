@@ -16,8 +16,12 @@ import json
 import re
 from pathlib import Path
 
-DEFAULT_BASE = (Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real" / "hta"
-                / "ns_resolution_trace" / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+# a real V100 training trace (68k events, 5 steps); the bundled H100 test trace otherwise
+SHARED_BASE = (Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real" / "hta"
+               / "ns_resolution_trace" / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+BUNDLED_BASE = (Path(__file__).resolve().parents[1] / "tests" / "data" / "torch"
+                / "h100_bert-small_2025-07.json.gz")
+DEFAULT_BASE = SHARED_BASE if SHARED_BASE.is_file() else BUNDLED_BASE
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _ID_KEYS = ("External id", "correlation", "external id")
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sqlite3
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _measure import measure
 
 import numpy as np
 
@@ -87,16 +87,6 @@ def build(path: Path, kernels: int) -> None:
     conn.commit()
     conn.close()
     tmp.rename(path)
-
-
-def measure(argv: list[str]) -> tuple[float, float, str]:
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(proc.stderr.read().decode()[-2000:])
-    return wall, usage.ru_maxrss / 1024.0, proc.stdout.read().decode().strip()
 
 
 def main() -> None:

@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _measure import measure
+
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
 HTA_VENV = HERE / ".venv-hta"
@@ -55,20 +57,6 @@ with open(sys.argv[1]) as fh:
     doc = json.load(fh)
 print(len(doc["traceEvents"]))
 """
-
-
-def measure(argv: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MiB, stdout) of one child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    out = proc.stdout.read().decode()
-    err = proc.stderr.read().decode()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{argv[:3]} failed ({proc.returncode}):\n{err[-2000:]}")
-    return wall, usage.ru_maxrss / 1024.0, out.strip()
 
 
 def ensure_hta() -> str:

@@ -2,7 +2,8 @@
 loop with the same settings as the default profile, and under `nsbridge triage`.
 
 Reported per mode (medians over interleaved ``--runs``):
-  step_ms      median wall time of the measured (active) steps; for bare, of the same steps
+  step_ms      median wall time of the measured (active) steps, boundary to boundary (data
+               loading included, the profiler's own step() excluded); for bare, the same steps
   process_s    wall time of the process that ran the training (for nsbridge: its profiled
                child, from manifest.json), i.e. training + profiler export
   command_s    nsbridge only: the whole command, including analysis and report writing
@@ -52,21 +53,21 @@ if mode == "hand":
                    on_trace_ready=ready)
     prof.start()
 times = []
-start = time.perf_counter()
-for images, labels in loader:
-    t = time.perf_counter()
-    optimizer.zero_grad(set_to_none=True)
+start = last = time.perf_counter()
+for images, labels in loader:   # a step runs from one boundary to the next, data included,
+    optimizer.zero_grad(set_to_none=True)                 # as nsbridge times its steps
     loss = loss_fn(model(images), labels)
     loss.backward()
     optimizer.step()
-    times.append((time.perf_counter() - t) * 1e3)
+    times.append((time.perf_counter() - last) * 1e3)
     if prof is not None:
         prof.step()
+    last = time.perf_counter()
 if prof is not None:
     prof.stop()
 json.dump({"steps_ms": times, "wall_s": time.perf_counter() - start}, open(out, "w"))
 """
-ACTIVE = slice(4, 7)  # steps 4..6: the active window of the schedule above (and nsbridge's)
+ACTIVE = slice(3, 6)  # steps 3..5: the active window of the schedule above (and nsbridge's)
 
 
 def run_loop(mode: str, steps: int, tmp: Path) -> dict:
