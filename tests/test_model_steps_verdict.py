@@ -115,3 +115,17 @@ def test_overhead_compares_profiled_and_unprofiled_steps() -> None:
     result = profiler_overhead(steps)
     assert result["ratio"] == pytest.approx(1.2)
     assert profiler_overhead([{"phase": "active", "wall_ms": 1}])["ratio"] is None
+
+
+def test_occasional_sync_is_listed_but_not_a_recommendation() -> None:
+    from nsbridge.model.rules import Facts, recommend
+
+    point = {"kind": "item", "op": "aten::_local_scalar_dense", "file": "t.py", "line": 9,
+             "count": 1, "per_step": 0.08, "cost_ms": 0.01, "device": "cpu"}
+    facts = Facts(has_device=False, verdict="cpu-bound", data_share=0.0, dataloader_kind=None,
+                  pageable_h2d=0, sync_points=[point], sync_share=0.0, ops=pd.DataFrame(
+                      columns=["name", "cpu_self_us"]), host_ops_per_step=10,
+                  kernels_per_step=0, median_kernel_us=None, busy_pct=None, gaps=[])
+    assert "remove-syncs" not in [r["id"] for r in recommend(facts)]
+    facts.sync_points = [{**point, "count": 120, "per_step": 10}]
+    assert "remove-syncs" in [r["id"] for r in recommend(facts)]

@@ -82,11 +82,11 @@ def _pin_memory(f: Facts) -> Optional[dict[str, Any]]:
 
 
 def _remove_syncs(f: Facts) -> Optional[dict[str, Any]]:
-    if not f.sync_points:
-        return None
+    per_step = sum(p["per_step"] for p in f.sync_points)
+    if not f.sync_points or (per_step < 0.5 and f.sync_share < 0.02):
+        return None  # an occasional sync (once per epoch, say) is not worth a change
     top = f.sync_points[0]
     where = f"{top['file']}:{top['line']}" if top.get("file") else (top.get("op") or "the loop")
-    per_step = sum(p["per_step"] for p in f.sync_points)
     impact = max(f.sync_share, 0.6 if f.verdict == "sync-bound" else min(per_step / 50, 0.3))
     return _rec("Remove host-device syncs from the step loop",
                 f"{per_step:g} sync call(s) per step; the first is {top['kind']} at {where}",
