@@ -16,7 +16,8 @@ import pandas as pd
 
 from . import __version__
 from . import schema as S
-from .collect.nsys import NsysPass, run_nsys_pass
+from .collect._process import ChildOutcome
+from .collect.nsys import run_nsys_pass
 from .collect.torch_profiler import TorchPass, run_torch_pass
 from .errors import (NsbridgeError, RunDirError, ScriptError, TraceError, TraceFormatError,
                      TraceNotFoundError)
@@ -82,7 +83,7 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
 
     torch_pass = run_torch_pass(target=target, is_module=module, args=args, profile=prof,
                                 run_dir=run_dir, cwd=workdir, timeout=timeout, environ=environ)
-    status, exit_code, error = _pass_status(torch_pass)
+    status, exit_code, error = _pass_status(torch_pass.outcome, torch_pass.child)
     child = torch_pass.child or {}
     manifest["environment"] = child.get("env")
     manifest["passes"].append({"name": "torch.profiler", "status": status,
@@ -166,7 +167,7 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
     nsys_pass = run_nsys_pass(target=target, is_module=module, args=args,
                               trace=prof.timeline.trace, run_dir=run_dir, cwd=workdir,
                               timeout=timeout, environ=environ)
-    status, exit_code, error = _nsys_status(nsys_pass)
+    status, exit_code, error = _pass_status(nsys_pass.outcome, nsys_pass.child)
     manifest["passes"].append({"name": "nsys", "status": status, "exit_code": exit_code,
                                "wall_s": nsys_pass.outcome.wall_s,
                                "nsys_version": nsys_pass.version, "argv": nsys_pass.argv})
@@ -363,18 +364,6 @@ def _write_report_files(run_dir: Path, report: dict[str, Any]) -> dict[str, Any]
     return report
 
 
-def _nsys_status(nsys_pass: NsysPass) -> tuple[str, int, Optional[dict[str, Any]]]:
-    outcome, child = nsys_pass.outcome, nsys_pass.child
-    if outcome.timed_out:
-        return "timeout", 124, {"type": "Timeout", "message": "stopped by --timeout"}
-    if outcome.interrupted:
-        return "interrupted", 130, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"}
-    if child is None:
-        return "failed", outcome.returncode or 1, {
-            "type": "ChildDied", "message": "the script under nsys ended before writing its record"}
-    return child["status"], int(child["exit_code"]), child.get("error")
-
-
 def _write_outputs(run_dir: Path, report: dict[str, Any], analysis: Optional[TraceAnalysis],
                    exit_code: int) -> RunResult:
     ops = analysis.ops if analysis else pd.DataFrame(columns=S.OP_COLUMNS)
@@ -388,8 +377,9 @@ def _write_outputs(run_dir: Path, report: dict[str, Any], analysis: Optional[Tra
     return RunResult(run_dir=run_dir, report=report, ops=ops, steps=steps, exit_code=exit_code)
 
 
-def _pass_status(torch_pass: TorchPass) -> tuple[str, int, Optional[dict[str, Any]]]:
-    outcome, child = torch_pass.outcome, torch_pass.child
+def _pass_status(outcome: ChildOutcome,
+                 child: Optional[dict[str, Any]]) -> tuple[str, int, Optional[dict[str, Any]]]:
+    """(status, exit code, error) of a pass from how its process ended and its own record."""
     if outcome.timed_out:
         return "timeout", 124, {"type": "Timeout", "message": "stopped by --timeout"}
     if outcome.interrupted or (child and child["status"] == "interrupted"):

@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 import click
 
 from . import __version__
+from ._options import OUT, PROFILE, SCRIPT_COMMAND, TOP, script_options
 from .errors import NsbridgeError
 
 TRIAGE_EPILOG = """\b
@@ -62,17 +63,9 @@ def main() -> None:
     """nsbridge: torch.profiler triage, Nsight timelines and kernel deep dives in one report."""
 
 
-@main.command(epilog=TRIAGE_EPILOG,
-              context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("-m", "module", metavar="MODULE", help="Run a module, like python -m MODULE.")
-@click.option("--profile", "profile", default="default", show_default=True,
-              help="Built-in profile name (default, quick, memory) or a YAML file.")
-@click.option("--out", "out", type=click.Path(), help="Run directory to create (must not exist).")
-@click.option("--timeout", type=float, help="Stop the script after SECONDS (partial trace kept).")
-@click.option("--top", type=int, default=10, show_default=True, help="Ops in the summary table.")
+@main.command(epilog=TRIAGE_EPILOG, context_settings=SCRIPT_COMMAND)
 @click.option("--nsys", is_flag=True, help="Also run the Nsight Systems timeline pass.")
-@click.argument("target", required=False)
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@script_options
 def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
            top: int, nsys: bool, target: Optional[str], script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (or -m MODULE) with torch.profiler and say what bounds it.
@@ -86,17 +79,9 @@ def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Opt
                                       timeout=timeout, nsys=nsys), top))
 
 
-@main.command(epilog=TIMELINE_EPILOG,
-              context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("-m", "module", metavar="MODULE", help="Run a module, like python -m MODULE.")
-@click.option("--profile", "profile", default="default", show_default=True,
-              help="Built-in profile name or a YAML file (its timeline section applies).")
-@click.option("--out", "out", type=click.Path(), help="Run directory to create (must not exist).")
+@main.command(epilog=TIMELINE_EPILOG, context_settings=SCRIPT_COMMAND)
 @click.option("--run", "run", type=click.Path(), help="Add the timeline to this triage run.")
-@click.option("--timeout", type=float, help="Stop the script after SECONDS.")
-@click.option("--top", type=int, default=10, show_default=True, help="Ops in the summary table.")
-@click.argument("target", required=False)
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@script_options
 def timeline(module: Optional[str], profile: str, out: Optional[str], run: Optional[str],
              timeout: Optional[float], top: int, target: Optional[str],
              script_args: tuple[str, ...]) -> None:
@@ -145,21 +130,15 @@ def _finish(result: Any, top: int) -> None:
 
 
 @main.command(epilog=ANALYZE_EPILOG)
-@click.option("--profile", "profile", default="default", show_default=True,
-              help="Profile whose analysis thresholds apply.")
-@click.option("--out", "out", type=click.Path(), help="Run directory to create (must not exist).")
-@click.option("--top", type=int, default=10, show_default=True, help="Ops in the summary table.")
+@PROFILE
+@OUT
+@TOP
 @click.argument("paths", nargs=-1, required=True)
 def analyze(profile: str, out: Optional[str], top: int, paths: tuple[str, ...]) -> None:
     """Analyse torch.profiler traces (.json/.json.gz files or folders) captured elsewhere."""
     from .api import analyze as run_analyze
-    from .report.render import terminal_summary
 
-    def body() -> None:
-        result = run_analyze(paths, profile=profile, out=out)
-        click.echo(terminal_summary(result.report, str(result.run_dir), top=top))
-
-    _guard(body)
+    _guard(lambda: _finish(run_analyze(paths, profile=profile, out=out), top))
 
 
 def _failure_paragraph(report: dict[str, Any], run_dir: Any) -> str:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest

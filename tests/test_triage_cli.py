@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_nsbridge
+from conftest import run_nsbridge
 
 pytestmark = pytest.mark.slow
 

@@ -41,6 +41,8 @@ def main(config_path: str) -> int:
 
     import torch  # noqa: F401  (imported after the signal handler so a timeout is clean)
 
+    from nsbridge.rundir import write_json
+
     pass_name = config.get("pass", "torch")
     instruments = _instruments(pass_name, config, run_dir)
     steps = instruments["steps"]
@@ -92,10 +94,7 @@ def main(config_path: str) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     result.update(env=_environment(), wall_s=round(time.perf_counter() - started, 3))
-    record = "child.json" if pass_name == "torch" else "nvtx-child.json"
-    tmp = run_dir / (record + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, run_dir / record)
+    write_json(run_dir / ("child.json" if pass_name == "torch" else "nvtx-child.json"), result)
     return int(result["exit_code"])
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from ..errors import ToolFailedError, ToolNotFoundError
 from ._process import ChildOutcome, run_captured, run_filtered, which
+from .torch_profiler import bootstrap_argv
 
 INSTALL_HINT = ("Install Nsight Systems: on Debian/Ubuntu enable the non-free component and "
                 "`apt-get install nsight-systems` (this repository's .ci/install-nsys.sh does "
@@ -81,11 +81,8 @@ def run_nsys_pass(*, target: str, is_module: bool, args: Sequence[str], trace: S
     nsys = find_nsys(environ)
     version = nsys_version(nsys)
     stem = _free_stem(run_dir, "timeline")
-    config = {"script": None if is_module else target, "module": target if is_module else None,
-              "args": list(args), "run_dir": str(run_dir.resolve()), "pass": "nvtx"}
-    config_path = run_dir / "nvtx-child-config.json"
-    config_path.write_text(json.dumps(config, indent=1), encoding="utf-8")
-    child_argv = [sys.executable, "-m", "nsbridge._bootstrap.entry", str(config_path.resolve())]
+    child_argv = bootstrap_argv(run_dir, "nvtx-child-config.json", target=target,
+                                is_module=is_module, args=args, extra={"pass": "nvtx"})
     output = (run_dir / stem).resolve()
     argv = profile_argv(nsys, trace=trace, output=output, child_argv=child_argv)
     log = run_dir / f"{stem}.nsys.log"

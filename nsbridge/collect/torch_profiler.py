@@ -27,14 +27,9 @@ def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile
                    run_dir: Path, cwd: Path, timeout: Optional[float],
                    environ: Mapping[str, str] = os.environ) -> TorchPass:
     """Run the target under torch.profiler and return what it wrote into run_dir."""
-    config = {
-        "script": None if is_module else target, "module": target if is_module else None,
-        "args": list(args), "run_dir": str(run_dir.resolve()),
-        "capture": profile.to_dict()["capture"], "schedule": profile.to_dict()["schedule"],
-    }
-    config_path = run_dir / "child-config.json"
-    config_path.write_text(json.dumps(config, indent=1), encoding="utf-8")
-    argv = [sys.executable, "-m", "nsbridge._bootstrap.entry", str(config_path.resolve())]
+    argv = bootstrap_argv(run_dir, "child-config.json", target=target, is_module=is_module,
+                          args=args, extra={"capture": profile.to_dict()["capture"],
+                                            "schedule": profile.to_dict()["schedule"]})
     env = dict(environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     outcome = run_passthrough(argv, cwd=cwd, env=env, timeout=timeout)
@@ -47,3 +42,13 @@ def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile
         traces = sorted(run_dir.glob("trace*.json.gz"))
     table = run_dir / child["table"] if child and child.get("table") else None
     return TorchPass(outcome=outcome, child=child, traces=traces, table=table)
+
+
+def bootstrap_argv(run_dir: Path, config_name: str, *, target: str, is_module: bool,
+                   args: Sequence[str], extra: Mapping[str, Any]) -> list[str]:
+    """Write the profiled process's config into run_dir; return the argv that starts it."""
+    config = {"script": None if is_module else target, "module": target if is_module else None,
+              "args": list(args), "run_dir": str(run_dir.resolve()), **extra}
+    config_path = run_dir / config_name
+    config_path.write_text(json.dumps(config, indent=1), encoding="utf-8")
+    return [sys.executable, "-m", "nsbridge._bootstrap.entry", str(config_path.resolve())]

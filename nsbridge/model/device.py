@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .nesting import HostTree, clipped_union, merge_intervals
+from .nesting import HostTree, clipped_union, longest_gaps
 
 
 def busy_by_device(gpu: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
@@ -31,21 +31,12 @@ def idle_gaps(gpu: pd.DataFrame, lo: float, hi: float, events: pd.DataFrame, tre
     op there (``host_op``) and its top-level op (``host_top_op``); None means Python code
     between ops.
     """
-    gaps = []
-    for device, group in gpu.groupby("device", sort=True):
-        start = np.clip(group["ts"].to_numpy(np.float64), lo, hi)
-        s, e = merge_intervals(start, np.clip(start + group["dur"].to_numpy(np.float64), lo, hi))
-        edges_start = np.concatenate([[lo], e])
-        edges_end = np.concatenate([s, [hi]])
-        length = edges_end - edges_start
-        for a, b, n in zip(edges_start, edges_end, length):
-            if n > 0:
-                gaps.append((float(n), float(a), float(b), int(device)))
-    gaps.sort(reverse=True)
-    gaps = gaps[:top]
+    start = gpu["ts"].to_numpy(np.float64)
+    gaps = longest_gaps(gpu["device"].to_numpy(), start, start + gpu["dur"].to_numpy(np.float64),
+                        top, lo, hi)
     if not gaps:
         return []
-    mids = np.array([(a + b) / 2 for _, a, b, _ in gaps])
+    mids = np.array([a + n / 2 for n, a, _ in gaps])
     names = events.loc[tree.rows, S.NAME].to_numpy()
     thread_key = next((k for k, v in tree.thread_codes.items() if v == main_thread), None)
     if thread_key is None:
@@ -54,7 +45,7 @@ def idle_gaps(gpu: pd.DataFrame, lo: float, hi: float, events: pd.DataFrame, tre
         pid, tid = thread_key.split("/", 1)
         pos = tree.enclosing(pd.Series([pid] * len(mids)), pd.Series([tid] * len(mids)), mids)
     out = []
-    for (n, a, _, device), p in zip(gaps, pos):
+    for (n, a, device), p in zip(gaps, pos):
         top_pos = p
         while top_pos >= 0 and tree.parent[top_pos] >= 0 and not str(
                 names[tree.parent[top_pos]]).startswith(S.PROFILER_STEP_PREFIX):

@@ -172,3 +172,26 @@ def clipped_union(start: np.ndarray, end: np.ndarray, lo: float, hi: float) -> f
     """Length of the union of intervals, clipped to [lo, hi]."""
     s, e = merge_intervals(np.clip(start, lo, hi), np.clip(end, lo, hi))
     return float((e - s).sum()) if len(s) else 0.0
+
+
+def longest_gaps(device: np.ndarray, start: np.ndarray, end: np.ndarray, top: int,
+                 lo: float | None = None,
+                 hi: float | None = None) -> list[tuple[float, float, int]]:
+    """The ``top`` longest stretches without activity, per device: (length, start, device),
+    longest first. With ``lo``/``hi`` the window's edges count as gap ends too (and the
+    intervals are clipped to it); without, only gaps between activities count."""
+    found = []
+    for dev in np.unique(device):
+        sel = device == dev
+        a, b = start[sel].astype(np.float64), end[sel].astype(np.float64)
+        if lo is not None and hi is not None:
+            a, b = np.clip(a, lo, hi), np.clip(b, lo, hi)
+        s, e = merge_intervals(a, b)
+        gap_start, gap_end = e[:-1], s[1:]
+        if lo is not None and hi is not None:
+            gap_start, gap_end = np.concatenate([[lo], e]), np.concatenate([s, [hi]])
+        for g0, g1 in zip(gap_start, gap_end):
+            if g1 > g0:
+                found.append((float(g1 - g0), float(g0), int(dev)))
+    found.sort(reverse=True)
+    return found[:top]

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .nesting import build_tree, merge_intervals
+from .nesting import build_tree, longest_gaps, merge_intervals
 from .strings import name_mask
 from .syncs import BLOCKING_CALL
 
@@ -190,14 +190,8 @@ def idle_gaps(gpu: pd.DataFrame, tree: Any, kinds: np.ndarray, op_codes: np.ndar
               top: int) -> list[dict[str, Any]]:
     """Longest GPU idle stretches between first and last activity, with the host's op,
     module and step (innermost ranges on the busiest thread at the gap's midpoint)."""
-    found = []
-    for device, group in gpu.groupby("device"):
-        s, e = merge_intervals(group["start"].to_numpy(np.float64),
-                               group["end"].to_numpy(np.float64))
-        for a, b in zip(e[:-1], s[1:]):
-            found.append((float(b - a), float(a), int(device)))
-    found.sort(reverse=True)
-    found = found[:top]
+    found = longest_gaps(gpu["device"].to_numpy(), gpu["start"].to_numpy(np.float64),
+                         gpu["end"].to_numpy(np.float64), top)
     empty = {"op": None, "module": None, "step": None}
     if not found or len(tree) == 0:
         return [{"device": d, "start_ns": a, "dur_us": round(n / 1e3, 3), **empty}

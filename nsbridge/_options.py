@@ -1,0 +1,33 @@
+"""Click options shared by nsbridge's commands, each declared once."""
+
+from __future__ import annotations
+
+from typing import Callable, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable)
+
+PROFILE = click.option("--profile", "profile", default="default", show_default=True,
+                       help="Built-in profile (default, quick, memory) or a YAML file.")
+OUT = click.option("--out", "out", type=click.Path(),
+                   help="Run directory to create (must not exist).")
+TOP = click.option("--top", type=int, default=10, show_default=True,
+                   help="Ops in the summary table.")
+# commands that run the user's script: everything after the script goes to the script
+SCRIPT_COMMAND = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def script_options(fn: F) -> F:
+    """-m MODULE, --profile, --out, --timeout, --top, then TARGET and the script's arguments."""
+    for decorator in reversed([
+        click.option("-m", "module", metavar="MODULE", help="Run a module, like python -m MODULE."),
+        PROFILE, OUT,
+        click.option("--timeout", type=float,
+                     help="Stop the script after SECONDS (what was recorded is kept)."),
+        TOP,
+        click.argument("target", required=False),
+        click.argument("script_args", nargs=-1, type=click.UNPROCESSED),
+    ]):
+        fn = decorator(fn)
+    return fn
