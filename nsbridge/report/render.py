@@ -31,6 +31,18 @@ def _op_rows(report: dict[str, Any], limit: int) -> list[list[str]]:
     return rows
 
 
+_DEVICE_COLUMNS = {"self device ms", "total device ms", "kernels"}
+
+
+def _host_only(report: dict[str, Any], header: list[str],
+               rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """Without a device, drop the device columns (all '-') from a printed table."""
+    if report.get("device") is not None:
+        return header, rows
+    keep = [i for i, h in enumerate(header) if h not in _DEVICE_COLUMNS]
+    return [header[i] for i in keep], [[r[i] for i in keep] for r in rows]
+
+
 OP_HEADER = ["op", "calls", "self CPU ms", "total CPU ms", "self device ms", "total device ms",
              "mem MiB", "%", "kernels"]
 
@@ -96,7 +108,7 @@ def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 
     if report["ops"]:
         ranked = "self device time" if report["ranked_by"] == "device_self_us" else "self CPU time"
         lines.append(f"\nTop ops by {ranked}:")
-        lines.append(_text_table(OP_HEADER, _op_rows(report, top)))
+        lines.append(_text_table(*_host_only(report, OP_HEADER, _op_rows(report, top))))
     if report["sync_points"]:
         lines.append("\nSync points (host waits for the device):")
         for p in report["sync_points"][:5]:
