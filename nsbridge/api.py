@@ -167,17 +167,22 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
     nsys_pass = run_nsys_pass(target=target, is_module=module, args=args,
                               trace=prof.timeline.trace, run_dir=run_dir, cwd=workdir,
                               timeout=timeout, environ=environ)
-    status, exit_code, error = _pass_status(nsys_pass.outcome, nsys_pass.child)
+    capture = nsys_pass.capture
+    status, exit_code, error = _pass_status(capture.outcome, nsys_pass.child)
     manifest["passes"].append({"name": "nsys", "status": status, "exit_code": exit_code,
-                               "wall_s": nsys_pass.outcome.wall_s,
-                               "nsys_version": nsys_pass.version, "argv": nsys_pass.argv})
+                               "wall_s": capture.outcome.wall_s,
+                               "nsys_version": nsys_pass.version,
+                               "nsys": nsys_pass.install.path,
+                               "nsys_found_by": nsys_pass.install.found_by,
+                               "qdstrm_imported_with": capture.imported_with,
+                               "argv": capture.argv})
     manifest.setdefault("environment", (nsys_pass.child or {}).get("env"))
     export = read_nsys_sqlite(nsys_pass.sqlite)
     joined = join_timeline(export, prof.timeline.top_gaps)
     emitted = ((nsys_pass.child or {}).get("nvtx") or {}).get("total", 0)
     section = timeline_section(joined, nvtx_check(emitted, joined.summary["nsbridge_ranges"],
                                                   nsys_pass.version),
-                               {"nsys_rep": nsys_pass.report.name,
+                               {"nsys_rep": capture.report.name,
                                 "sqlite": nsys_pass.sqlite.name, "log": nsys_pass.log.name})
     report = add_timeline(report, section)
     if report.get("status") in (None, "running", "ok") and status != "ok":
@@ -309,7 +314,7 @@ def _nsys_section(files: list[Path], prof: Profile, run_dir: Path) -> tuple[Any,
     source = files[0]
     sqlite = source
     if source.suffix != ".sqlite":
-        sqlite = export_sqlite(find_nsys(), source, run_dir / "nsys-export.log",
+        sqlite = export_sqlite(find_nsys().path, source, run_dir / "nsys-export.log",
                                run_dir / f"{source.stem}.sqlite")
     joined = join_timeline(read_nsys_sqlite(sqlite), prof.timeline.top_gaps)
     section = timeline_section(joined, {"emitted": None, "recorded": joined.summary[
@@ -371,7 +376,8 @@ def _write_outputs(run_dir: Path, report: dict[str, Any], analysis: Optional[Tra
     if analysis is not None:
         csv = ops.copy()
         csv["shapes"] = csv["shapes"].map(lambda v: "; ".join(v))
-        csv["kernels"] = csv["kernels"].map(lambda ks: json.dumps([k["name"] for k in ks]))
+        for col in ("kernels", "copies"):
+            csv[col] = csv[col].map(lambda ks: json.dumps([k["name"] for k in ks]))
         csv.to_csv(run_dir / "ops.csv", index=False)
     _write_report_files(run_dir, report)
     return RunResult(run_dir=run_dir, report=report, ops=ops, steps=steps, exit_code=exit_code)

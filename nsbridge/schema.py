@@ -16,7 +16,12 @@ EVENTS (parse.torch_trace.read_trace), one row per complete ('X') or instant ('i
 OPS (model.ops.op_table), one row per op name, the report's hot-op table:
 
     name, calls, cpu_self_us, cpu_total_us, device_self_us, device_total_us, mem_mib,
-    self_pct, shapes, kernels
+    mem_net_mib, self_pct, shapes, kernels, copies
+
+Ranges nsbridge itself records in the traces it writes (``nsbridge::`` names) are never
+ops: ``nsbridge::own_sync`` wraps the synchronize that closes a measured window, and
+``nsbridge::sync_site KIND DEVICE FILE:LINE`` wraps a script's sync call (``.item()``,
+``.cpu()``, ...) with the line that made it.
 """
 
 from __future__ import annotations
@@ -43,6 +48,12 @@ NVTX_DOMAIN = "nsbridge"
 NVTX_BACKWARD_SUFFIX = " [backward]"
 NVTX_STEP_PREFIX = "step "
 
+# Ranges nsbridge records in torch.profiler traces (user annotations)
+NSBRIDGE_RANGE_PREFIX = "nsbridge::"
+OWN_SYNC_RANGE = "nsbridge::own_sync"
+SYNC_SITE_PREFIX = "nsbridge::sync_site "   # + "KIND DEVICE FILE:LINE"
+
 # OPS
 OP_COLUMNS = ["name", "calls", "cpu_self_us", "cpu_total_us", "device_self_us",
-              "device_total_us", "mem_mib", "self_pct", "shapes", "kernels"]
+              "device_total_us", "mem_mib", "mem_net_mib", "self_pct", "shapes", "kernels",
+              "copies"]

@@ -17,8 +17,9 @@ from conftest import SHARED_REAL, TORCH_DATA
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
 
-def independent_kernels_per_op(path: Path) -> tuple[dict, int]:
-    """(op, kernel) -> total µs by a naive, loop-based reading of the raw JSON.
+def independent_kernels_per_op(path: Path) -> tuple[dict, dict]:
+    """(op, kernel, category) -> total µs by a naive, loop-based reading of the raw JSON,
+    and the count of GPU events with no op: {"no_launch": n, "outside_ops": n}.
 
     New traces: the GPU event's External id names the op. Otherwise (and as fallback):
     correlation -> launch call -> latest-starting host op on that thread containing it.
@@ -43,7 +44,7 @@ def independent_kernels_per_op(path: Path) -> tuple[dict, int]:
                    for e in gpu if "External id" in e.get("args", {})]
     new = bool(ext_differs) and sum(ext_differs) / len(ext_differs) > 0.5
     totals: dict = defaultdict(float)
-    unattributed = 0
+    unattributed = {"no_launch": 0, "outside_ops": 0}
     for k in gpu:
         args = k.get("args") or {}
         owner = ext_to_op.get(args.get("External id")) if new else None
@@ -55,14 +56,19 @@ def independent_kernels_per_op(path: Path) -> tuple[dict, int]:
                 if inside:
                     owner = max(inside, key=lambda h: (h["ts"], -h["dur"]))
         if owner is None or owner["name"].startswith("ProfilerStep#"):
-            unattributed += 1
+            no_launch = launches.get(args.get("correlation")) is None and owner is None
+            unattributed["no_launch" if no_launch else "outside_ops"] += 1
             continue
-        totals[(owner["name"], k["name"])] += k["dur"]
+        totals[(owner["name"], k["name"], cat(k))] += k["dur"]
     return dict(totals), unattributed
 
 
 def reported_kernels_per_op(report: dict) -> dict:
-    return {(op["name"], k["name"]): k["device_us"] for op in report["ops"] for k in op["kernels"]}
+    kernels = {(op["name"], k["name"], "kernel"): k["device_us"]
+               for op in report["ops"] for k in op["kernels"]}
+    copies = {(op["name"], c["name"], {"memcpy": "gpu_memcpy", "memset": "gpu_memset"}[c["kind"]]):
+              c["device_us"] for op in report["ops"] for c in op["copies"]}
+    return {**kernels, **copies}
 
 
 @pytest.mark.parametrize("name", [
@@ -75,14 +81,15 @@ def test_kernels_per_op_match_an_independent_computation(name: str, tmp_path: Pa
     result = analyze([TORCH_DATA / name], out=tmp_path / "run")
     expected, unattributed = independent_kernels_per_op(TORCH_DATA / name)
     got = reported_kernels_per_op(result.report)
-    assert got.keys() == expected.keys()
+    assert got.keys() == expected.keys()   # every kernel listed as a kernel, every copy as a copy
     for key, value in expected.items():
         assert got[key] == pytest.approx(value, abs=1e-3), key
     device = result.report["device"]
-    assert device["attribution"].get("unattributed", 0) == unattributed
+    assert device["attribution"].get("launched_before_window", 0) == unattributed["no_launch"]
+    assert device["attribution"].get("outside_ops", 0) == unattributed["outside_ops"]
     n_gpu = sum(device["attribution"].values())
-    assert n_gpu == sum(k["calls"] for op in result.report["ops"] for k in op["kernels"]) \
-        + unattributed
+    assert n_gpu == sum(k["calls"] for op in result.report["ops"]
+                        for k in [*op["kernels"], *op["copies"]]) + sum(unattributed.values())
 
 
 def test_gpu_trace_report_has_kernels_per_op_and_busy(tmp_path: Path) -> None:
@@ -115,7 +122,8 @@ def test_old_linking_trace_is_detected(tmp_path: Path) -> None:
 def test_triton_kernel_is_attributed_through_the_driver_launch(tmp_path: Path) -> None:
     result = analyze([TORCH_DATA / "triton_example_a100_2024-10.json.gz"], out=tmp_path / "run")
     kernels = [k for op in result.report["ops"] for k in op["kernels"]]
-    assert len(kernels) == 1 and result.report["device"]["attribution"].get("unattributed", 0) == 0
+    attribution = result.report["device"]["attribution"]
+    assert len(kernels) == 1 and set(attribution) == {"external_id"}
 
 
 def test_multi_rank_folder(tmp_path: Path) -> None:

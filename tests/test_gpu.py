@@ -1,33 +1,80 @@
-"""End-to-end on a real GPU (skipped without CUDA): kernels reach their ops."""
+"""End-to-end on a real GPU (skipped without CUDA): kernels reach their ops, verdicts hold."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, requires_gpu, run_nsbridge
+from conftest import EXAMPLES, ROOT, requires_gpu, run_nsbridge
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not requires_gpu(), reason="needs a CUDA GPU")]
+
+GPU_BOUND = """
+import torch
+x = torch.randn(4096, 4096, device="cuda", requires_grad=True)
+w = torch.randn(4096, 4096, device="cuda", requires_grad=True)
+opt = torch.optim.SGD([x, w], lr=1e-6)
+for _ in range(12):
+    opt.zero_grad()
+    ((x @ w) @ w).sum().backward()
+    opt.step()
+torch.cuda.synchronize()     # once, after the loop
+print("done")
+"""
+
+
+def _report(run: Path) -> dict:
+    return json.loads((run / "report.json").read_text())
 
 
 def test_triage_cnn_on_gpu(tmp_path: Path) -> None:
     proc = run_nsbridge("triage", "--out", str(tmp_path / "run"), "examples/train_cnn.py",
                         "--", "--epochs", "1", cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    report = _report(tmp_path / "run")
     assert report["ranked_by"] == "device_self_us"
     assert report["device"]["kernels"] > 0 and 0 < report["device"]["busy_pct"] <= 100
     top = report["ops"][0]
-    assert top["kernels"] and top["device_self_us"] > 0
+    assert (top["kernels"] or top["copies"]) and top["device_self_us"] > 0
     assert report["device"]["attribution"].get("external_id", 0) > 0
+    assert report["verdict"]["label"] == "cpu-bound"
+
+
+def test_nsbridge_own_sync_is_named_and_never_the_scripts(tmp_path: Path) -> None:
+    proc = run_nsbridge("triage", "--out", str(tmp_path / "run"), "examples/train_cnn.py",
+                        "--", "--epochs", "1", cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    report = _report(tmp_path / "run")
+    assert not [p for p in report["sync_points"] if p["kind"] == "cuda_synchronize"]
+    assert not [p for p in report["sync_points"] if p["call"] == "cudaDeviceSynchronize"]
+    trace = json.loads(gzip.open(tmp_path / "run" / "trace.json.gz").read())
+    assert any(e.get("name") == "nsbridge::own_sync" for e in trace["traceEvents"])
 
 
 def test_sync_bound_on_gpu(tmp_path: Path) -> None:
     proc = run_nsbridge("triage", "--out", str(tmp_path / "run"), "examples/sync_bound.py",
                         cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    report = json.loads((tmp_path / "run" / "report.json").read_text())
-    assert report["sync_points"][0]["device"] == "cuda"
+    report = _report(tmp_path / "run")
+    line = next(i for i, text in enumerate((EXAMPLES / "sync_bound.py").read_text()
+                                           .splitlines(), 1) if "the anti-pattern" in text)
+    top = report["sync_points"][0]
+    assert top["device"] == "cuda" and (top["file"], top["line"]) == ("examples/sync_bound.py",
+                                                                      line)
+    assert top["counted_over"] == "measured steps" and top["gpu_idle_ms"] > 0
     assert report["verdict"]["label"] == "sync-bound"
+    assert report["recommendations"][0]["id"] == "remove-syncs"
+
+
+def test_gpu_bound_with_an_end_of_loop_sync(tmp_path: Path) -> None:
+    script = tmp_path / "gemm.py"
+    script.write_text(GPU_BOUND)
+    proc = run_nsbridge("triage", "--out", str(tmp_path / "run"), str(script), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = _report(tmp_path / "run")
+    assert report["verdict"]["label"] == "gpu-bound", report["verdict"]
+    assert report["recommendations"][0]["id"] in ("amp-tf32", "next-ncu")
+    assert "remove-syncs" not in [r["id"] for r in report["recommendations"][:1]]

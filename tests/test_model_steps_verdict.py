@@ -80,18 +80,6 @@ def test_cpu_bound_when_the_device_idles() -> None:
     assert gap["dur_us"] > 50 and gap["host_op"] is not None
 
 
-def test_sync_bound_on_gpu_from_blocking_calls() -> None:
-    rows = []
-    for n, t0 in ((1, 0), (2, 100)):
-        rows += _training_step(n, t0, 5)
-        rows += [op("aten::item", t0 + 70, 25), op("aten::_local_scalar_dense", t0 + 71, 24),
-                 launch(t0 + 72, 5000 + n, name="cudaStreamSynchronize", dur=22)]
-    result = analyze_events(events(*rows), thresholds=THRESHOLDS)
-    assert result.verdict["label"] == "sync-bound"
-    sync = [p for p in result.sync_points if p["kind"] == "cudaStreamSynchronize"][0]
-    assert sync["op"] == "aten::_local_scalar_dense" and sync["count"] == 2
-
-
 def test_no_device_fields_are_null_not_zero() -> None:
     frame = events(*[r for r in _training_step(1, 0, 5) if r[S.CAT] == S.CPU_OP
                      or r[S.CAT] == S.USER_ANNOTATION])
@@ -115,17 +103,3 @@ def test_overhead_compares_profiled_and_unprofiled_steps() -> None:
     result = profiler_overhead(steps)
     assert result["ratio"] == pytest.approx(1.2)
     assert profiler_overhead([{"phase": "active", "wall_ms": 1}])["ratio"] is None
-
-
-def test_occasional_sync_is_listed_but_not_a_recommendation() -> None:
-    from nsbridge.model.rules import Facts, recommend
-
-    point = {"kind": "item", "op": "aten::_local_scalar_dense", "file": "t.py", "line": 9,
-             "count": 1, "per_step": 0.08, "cost_ms": 0.01, "device": "cpu"}
-    facts = Facts(has_device=False, verdict="cpu-bound", data_share=0.0, dataloader_kind=None,
-                  pageable_h2d=0, sync_points=[point], sync_share=0.0, ops=pd.DataFrame(
-                      columns=["name", "cpu_self_us"]), host_ops_per_step=10,
-                  kernels_per_step=0, median_kernel_us=None, busy_pct=None, gaps=[])
-    assert "remove-syncs" not in [r["id"] for r in recommend(facts)]
-    facts.sync_points = [{**point, "count": 120, "per_step": 10}]
-    assert "remove-syncs" in [r["id"] for r in recommend(facts)]

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from nsbridge.api import nvtx_check
-from nsbridge.collect.nsys import PROGRESS, find_nsys, profile_argv
-from nsbridge.errors import ToolNotFoundError
+from nsbridge.collect.nsys import (PROGRESS, capture, find_importer, find_nsys, profile_argv)
+from nsbridge.errors import ToolFailedError, ToolNotFoundError
 
 from conftest import DATA, ROOT, run_nsbridge
 
@@ -99,9 +100,99 @@ def test_no_recorded_ranges_gives_a_warning_with_the_cause(fake_nsys: dict,
     assert "nvtx==0.2.10" in nvtx["warning"] and "nvtx==0.2.10" in proc.stdout
 
 
+def _exe(path: Path, body: str = "exit 0") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_importer_in_a_sibling_folder_of_ncus_bundled_nsys(tmp_path: Path) -> None:
+    host = tmp_path / "nsight-compute" / "2025.3.1" / "host"
+    nsys = _exe(host / "target-linux-x64" / "nsys")
+    importer = _exe(host / "linux-desktop-glibc_2_11_3-x64" / "QdstrmImporter")
+    found, searched = find_importer(str(nsys))
+    assert found == str(importer) and str(host / "target-linux-x64") in searched
+
+
+def test_importer_along_debians_symlink_chain(tmp_path: Path) -> None:
+    """/usr/bin/nsys -> ../lib/nsight-systems/bin/nsys -> ../target-linux-x64/nsys, whose
+    real folder has no host-linux-x64 beside it: the importer is found at the middle hop."""
+    lib = tmp_path / "usr" / "lib"
+    real = _exe(lib / "x86_64-linux-gnu" / "nsight-systems" / "target-linux-x64" / "nsys")
+    importer = _exe(lib / "nsight-systems" / "host-linux-x64" / "QdstrmImporter")
+    (lib / "nsight-systems" / "bin").mkdir(parents=True)
+    (lib / "nsight-systems" / "target-linux-x64").symlink_to(real.parent)
+    (lib / "nsight-systems" / "bin" / "nsys").symlink_to("../target-linux-x64/nsys")
+    (tmp_path / "usr" / "bin").mkdir()
+    (tmp_path / "usr" / "bin" / "nsys").symlink_to("../lib/nsight-systems/bin/nsys")
+    assert find_importer(str(tmp_path / "usr" / "bin" / "nsys"))[0] == str(importer)
+    assert find_importer(str(real))[0] is None        # the real folder alone has none
+
+
+def test_nsys_found_in_install_folders_newest_first(tmp_path: Path) -> None:
+    for version in ("2024.5.1", "2025.3.2", "2025.10.1"):
+        _exe(tmp_path / "nsight-systems" / version / "bin" / "nsys")
+    bundled = _exe(tmp_path / "nsight-compute" / "2099.1.1" / "host" / "target-linux-x64" / "nsys")
+    patterns = (str(tmp_path / "nsight-systems" / "*" / "bin" / "nsys"),
+                str(tmp_path / "nsight-compute" / "*" / "host" / "target-linux-x64" / "nsys"))
+    found = find_nsys({"PATH": str(tmp_path / "empty")}, patterns)
+    assert found.path.endswith("2025.10.1/bin/nsys") and found.found_by == "install folder"
+    assert find_nsys({"PATH": ""}, patterns[1:]).path == str(bundled)
+    with pytest.raises(ToolNotFoundError, match="was not found on PATH or in"):
+        find_nsys({"PATH": ""}, (str(tmp_path / "none" / "nsys"),))
+
+
+def _qdstrm_capture(tmp_path: Path, importer_body: str | None):
+    root = tmp_path / "nsys"
+    nsys = _exe(root / "target-linux-x64" / "nsys",
+                'for a; do [ "$prev" = --output ] && out=$a; prev=$a; done\n'
+                'echo raw > "$out.qdstrm"')
+    if importer_body is not None:
+        _exe(root / "host-linux-x64" / "QdstrmImporter", importer_body)
+    install = find_nsys({"NSBRIDGE_NSYS": str(nsys)})
+    return capture(install, trace=["nvtx"], output=tmp_path / "cap", child_argv=["true"],
+                   cwd=tmp_path, env=os.environ, timeout=60, log=tmp_path / "cap.log",
+                   echo=False)
+
+
+def test_leftover_qdstrm_without_an_importer_says_where_it_looked(tmp_path: Path) -> None:
+    with pytest.raises(ToolFailedError) as err:
+        _qdstrm_capture(tmp_path, None)
+    message = str(err.value)
+    assert "left only cap.qdstrm" in message and "found none next to" in message
+    assert str(tmp_path / "nsys" / "target-linux-x64") in message
+    assert (tmp_path / "cap.qdstrm").is_file()          # the raw capture is kept
+
+
+def test_importer_missing_a_library_is_named(tmp_path: Path) -> None:
+    body = ("echo 'QdstrmImporter: error while loading shared libraries: libpfm.so.4: cannot "
+            "open shared object file: No such file or directory' >&2; exit 127")
+    with pytest.raises(ToolFailedError, match=r"library libpfm\.so\.4 it needs is missing"):
+        _qdstrm_capture(tmp_path, body)
+
+
+def test_leftover_qdstrm_is_imported_by_the_importer_found(tmp_path: Path) -> None:
+    result = _qdstrm_capture(tmp_path, 'f="$2"; echo rep > "${f%.qdstrm}.nsys-rep"')
+    assert result.report == tmp_path / "cap.nsys-rep" and result.report.is_file()
+    assert result.imported_with == str(tmp_path / "nsys" / "host-linux-x64" / "QdstrmImporter")
+
+
+def test_doctor_round_trip_imports_a_leftover_qdstrm(fake_nsys: dict, tmp_path: Path) -> None:
+    env = dict(os.environ, **fake_nsys["env"], FAKE_NSYS_MODE="qdstrm")
+    proc = subprocess.run([sys.executable, "-m", "nsbridge", "doctor"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    lines = proc.stdout.splitlines()
+    round_trip = next(l for l in lines if "nvtx round trip" in l)
+    assert round_trip.startswith("OK   nvtx round trip: nsys recorded"), proc.stdout
+    assert "imported with" in round_trip and "QdstrmImporter" in round_trip
+    nsys_line = next(l for l in lines if l.startswith("OK   nsys:"))
+    assert "found by NSBRIDGE_NSYS" in nsys_line and "host-linux-x64" in nsys_line
+
+
 def test_missing_nsys_says_how_to_install(tmp_path: Path) -> None:
     with pytest.raises(ToolNotFoundError, match="apt-get install nsight-systems"):
-        find_nsys({"PATH": str(tmp_path)})
+        find_nsys({"PATH": str(tmp_path)}, ())
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
     env_path = os.environ["PATH"]

@@ -71,17 +71,74 @@ def test_h100_gemm_kernels_go_to_mm_family_ops_and_orphans_are_counted() -> None
     assert len(gemm) > 100
     assert set(gemm["op"]) <= {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul",
                                "aten::linear", "aten::baddbmm"}
-    assert timeline.summary["attribution"][NO_LAUNCH] > 0
+    assert timeline.summary["attribution"][NO_LAUNCH]["kernels"] > 0
     mm = timeline.ops.set_index("op").loc["aten::mm"]
     assert mm["kernels"] > 0 and mm["gpu_us"] > 0 and mm["ranges"] > 0
+
+
+_INDEPENDENT_JOIN = """
+WITH gpu AS (
+  SELECT 'kernels' AS kind, correlationId AS corr, globalPid AS gpid, "end" - start AS dur
+    FROM CUPTI_ACTIVITY_KIND_KERNEL
+  UNION ALL SELECT 'copies', correlationId, globalPid, "end" - start FROM CUPTI_ACTIVITY_KIND_MEMCPY
+  UNION ALL SELECT 'memsets', correlationId, globalPid, "end" - start FROM CUPTI_ACTIVITY_KIND_MEMSET)
+SELECT gpu.kind,
+       (SELECT o.op FROM op_ranges o WHERE o.gtid = r.globalTid AND o.start <= r.start
+           AND o."end" >= r.start ORDER BY o.start DESC LIMIT 1) AS op,
+       count(*), sum(gpu.dur)
+  FROM gpu JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
+    ON r.correlationId = gpu.corr AND (r.globalTid & ~16777215) = gpu.gpid
+ GROUP BY 1, 2
+"""
+
+
+def test_kernels_copies_and_memsets_per_op_match_an_independent_sql_join() -> None:
+    """Each op's kernels, copies and memsets apart, against a join written in SQL alone:
+    launch by correlationId, then the latest-starting aten:: range containing it."""
+    with sqlite3.connect(f"file:{H100}?mode=ro", uri=True) as conn:
+        conn.execute("""CREATE TEMP TABLE op_ranges AS
+            SELECT n.globalTid AS gtid, n.start, n."end",
+                   rtrim(substr(coalesce(n.text, s.value) || ',', 1,
+                                instr(coalesce(n.text, s.value) || ',', ',') - 1)) AS op
+              FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+             WHERE n.eventType = 59 AND coalesce(n.text, s.value) LIKE 'aten::%'""")
+        conn.execute("CREATE INDEX temp.op_ranges_at ON op_ranges (gtid, start)")
+        expected = {(op, kind): (n, ns / 1e3) for kind, op, n, ns in
+                    conn.execute(_INDEPENDENT_JOIN) if op is not None}
+    ops = join(read_nsys_sqlite(H100)).ops.set_index("op")
+    time_of = {"kernels": "kernel_us", "copies": "copy_us", "memsets": "memset_us"}
+    for (op, kind), (count, us) in expected.items():
+        assert ops.loc[op, kind] == count, (op, kind)
+        assert ops.loc[op, time_of[kind]] == pytest.approx(us), (op, kind)
+    # the case that was wrong: aten::copy_ is 136 kernels (0.38 ms) and 432 memcpys
+    copy = ops.loc["aten::copy_"]
+    assert (copy["kernels"], copy["copies"]) == (136, 432)
+    assert copy["kernel_us"] == pytest.approx(379.778)
+    assert copy["copy_bytes_htod"] > 0 and copy["copy_bytes_dtod"] > 0
+    assert copy["gpu_us"] == pytest.approx(copy["kernel_us"] + copy["copy_us"])
+
+
+def test_events_without_a_launch_are_split_by_kind() -> None:
+    summary = join(read_nsys_sqlite(H100)).summary
+    orphans = {kind: _count(H100, f"SELECT count(*) FROM {table} k WHERE NOT EXISTS (SELECT 1 "
+                                  "FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = "
+                                  "k.correlationId AND (r.globalTid & ~16777215) = k.globalPid)")
+               for kind, table in (("kernels", "CUPTI_ACTIVITY_KIND_KERNEL"),
+                                   ("copies", "CUPTI_ACTIVITY_KIND_MEMCPY"))}
+    assert orphans == {"kernels": 1810, "copies": 466}
+    assert summary["attribution"][NO_LAUNCH] == {**orphans, "memsets": 0}
+    assert summary["no_launch"]["kernels"] == 1810 and summary["no_launch"]["copy_us"] > 0
+    assert (summary["kernels"], summary["copies"], summary["memsets"]) == (3442, 904, 22)
 
 
 def test_library_domains_are_context_not_ops() -> None:
     timeline = join(read_nsys_sqlite(T4))
     assert timeline.summary["other_domains"] == ["CCCL"]
     assert timeline.summary["op_ranges"] == 0
-    assert timeline.summary["attribution"] == {OUTSIDE_OPS: timeline.summary["kernels"]
-                                               + timeline.summary["copies"]}
+    summary = timeline.summary
+    assert summary["attribution"] == {OUTSIDE_OPS: {"kernels": summary["kernels"],
+                                                    "copies": summary["copies"],
+                                                    "memsets": summary["memsets"]}}
 
 
 def test_our_cpu_export_has_forward_and_backward_ops_and_modules() -> None:

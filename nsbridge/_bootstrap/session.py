@@ -3,7 +3,8 @@
 Until the first step nsbridge records everything, so a script without steps still gets a
 whole-run profile; at the first step that recording is dropped and the profile's schedule
 (skip_first, wait, warmup, active, repeat) takes over. The device is synchronized before a
-measured window closes. Every step's wall time is kept with its phase, so unprofiled steps
+measured window closes, inside a ``nsbridge::own_sync`` range so no analysis charges that
+wait to the script. Every step's wall time is kept with its phase, so unprofiled steps
 give the baseline for the profiler-overhead estimate.
 """
 
@@ -14,7 +15,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
-from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
+from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule
+
+from nsbridge.schema import OWN_SYNC_RANGE
 
 _PHASES = {ProfilerAction.NONE: "unprofiled", ProfilerAction.WARMUP: "warmup",
            ProfilerAction.RECORD: "active", ProfilerAction.RECORD_AND_SAVE: "active"}
@@ -116,5 +119,7 @@ class ProfilerSession:
             self.table = "key_averages.txt"
 
     def _synchronize(self) -> None:
+        """Wait for the device before a window closes: nsbridge's own sync, named as such."""
         if self.use_cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
+            with record_function(OWN_SYNC_RANGE):
+                torch.cuda.synchronize()

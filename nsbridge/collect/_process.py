@@ -59,17 +59,19 @@ def _supervise(proc: subprocess.Popen, timeout: Optional[float], started: float)
 
 
 def run_filtered(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
-                 timeout: Optional[float], log: Path, hide: re.Pattern) -> ChildOutcome:
+                 timeout: Optional[float], log: Path, hide: re.Pattern,
+                 echo: bool = True) -> ChildOutcome:
     """Like run_passthrough, but the tool's output is also written to ``log`` and lines
     matching ``hide`` (progress bars) go only to the log. The profiled script's own output,
-    which a profiler passes on, still reaches the terminal."""
+    which a profiler passes on, still reaches the terminal (unless ``echo`` is off: then
+    everything goes only to the log)."""
     started = time.monotonic()
     with log.open("w", encoding="utf-8", errors="replace") as log_file:
         proc = subprocess.Popen(list(argv), cwd=str(cwd), env=dict(env), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
         lock = threading.Lock()
-        pumps = [threading.Thread(target=_pump, args=(stream, sink, log_file, lock, hide),
-                                  daemon=True)
+        pumps = [threading.Thread(target=_pump, args=(stream, sink if echo else None,
+                                                      log_file, lock, hide), daemon=True)
                  for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
         for pump in pumps:
             pump.start()
@@ -96,13 +98,13 @@ def which(name: str, path: Optional[str] = None) -> Optional[str]:
     return shutil.which(name, path=path)
 
 
-def _pump(stream: IO[bytes], sink: IO[str], log_file: IO[str], lock: threading.Lock,
+def _pump(stream: IO[bytes], sink: Optional[IO[str]], log_file: IO[str], lock: threading.Lock,
           hide: re.Pattern) -> None:
     for raw in iter(stream.readline, b""):
         line = raw.decode("utf-8", errors="replace")
         with lock:
             log_file.write(line)
-        if not hide.search(line):
+        if sink is not None and not hide.search(line):
             sink.write(line)
             sink.flush()
     stream.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ToolFailedError, ToolNotFoundError
-from .nsys import INSTALL_HINT, export_sqlite, find_nsys, nsys_version
+from .nsys import INSTALL_HINT, NsysInstall, capture, export_sqlite, find_nsys, nsys_version
 from ._process import run_captured, which
 
 _PROBE = """
@@ -80,41 +80,45 @@ def run_checks() -> list[Check]:
 
 def _nsys_checks(nvtx_version: Optional[str]) -> list[Check]:
     try:
-        nsys = find_nsys()
+        install = find_nsys()
     except ToolNotFoundError:
         return [Check("WARN", "nsys", "not found: `nsbridge timeline` and `triage --nsys` "
                       "cannot run", INSTALL_HINT)]
-    version = nsys_version(nsys)
-    checks = [Check("OK", "nsys", f"{version or 'unknown version'} ({nsys})")]
-    checks.append(_nvtx_round_trip(nsys, version, nvtx_version))
+    version = nsys_version(install.path)
+    importer = (f"importer {Path(install.importer).parent}" if install.importer else
+                "no QdstrmImporter beside it (fine while nsys finds its own)")
+    checks = [Check("OK", "nsys", f"{version or 'unknown version'} ({install.path}, found by "
+                                  f"{install.found_by}); {importer}")]
+    checks.append(_nvtx_round_trip(install, version, nvtx_version))
     return checks
 
 
-def _nvtx_round_trip(nsys: str, version: Optional[str], nvtx_version: Optional[str]) -> Check:
+def _nvtx_round_trip(install: NsysInstall, version: Optional[str],
+                     nvtx_version: Optional[str]) -> Check:
+    """Three NVTX ranges through the timeline pass's own capture-and-import routine."""
     with tempfile.TemporaryDirectory(prefix="nsbridge-doctor-") as tmp:
-        out = Path(tmp) / "roundtrip"
-        code, text = run_captured([nsys, "profile", "--trace", "nvtx", "--sample", "none",
-                                   "--cpuctxsw", "none", "--output", str(out), "--export",
-                                   "none", sys.executable, "-c", _NVTX_ROUND_TRIP], timeout=300)
-        report = out.with_suffix(".nsys-rep")
-        if not report.is_file():
-            return Check("FAIL", "nvtx round trip", f"nsys wrote no report (exit {code}): "
-                         f"{text.strip().splitlines()[-1] if text.strip() else 'no output'}",
-                         "run `nsys profile python -c pass` to see nsys's own error")
+        log = Path(tmp) / "doctor.nsys.log"
         try:
-            sqlite = export_sqlite(nsys, report, Path(tmp) / "export.log")
+            result = capture(install, trace=["nvtx"], output=Path(tmp) / "roundtrip",
+                             child_argv=[sys.executable, "-c", _NVTX_ROUND_TRIP],
+                             cwd=Path(tmp), env=os.environ, timeout=300, log=log, echo=False)
+            sqlite = export_sqlite(install.path, result.report, log)
         except ToolFailedError as exc:
-            return Check("FAIL", "nvtx round trip", str(exc))
+            return Check("FAIL", "nvtx round trip", str(exc),
+                         "run `nsys profile python -c pass` to see nsys's own error")
         with sqlite3.connect(sqlite) as conn:
             try:
                 found = conn.execute("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59"
                                      ).fetchone()[0]
             except sqlite3.OperationalError:
                 found = 0
+    imported = (f"; nsys left a .qdstrm, imported with {result.imported_with}"
+                if result.imported_with else "")
     if found >= 3:
-        return Check("OK", "nvtx round trip", f"nsys recorded {found} of 3 test ranges")
+        return Check("OK", "nvtx round trip", f"nsys recorded {found} of 3 test ranges{imported}")
     return Check("FAIL", "nvtx round trip",
-                 f"nsys {version} recorded {found} of 3 NVTX ranges from nvtx {nvtx_version}",
+                 f"nsys {version} recorded {found} of 3 NVTX ranges from nvtx {nvtx_version}"
+                 f"{imported}",
                  "pip install nvtx==0.2.10 (nsys 2022.4 does not record newer nvtx ranges), "
                  "or install a newer Nsight Systems")
 

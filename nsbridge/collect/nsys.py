@@ -1,14 +1,23 @@
-"""The Nsight Systems pass: run the script under `nsys profile` with NVTX op ranges on.
+"""The Nsight Systems pass: find nsys, capture with NVTX op ranges on, import, export.
 
-The script runs through nsbridge's bootstrap in its ``nvtx`` pass (op, module and step
-ranges; no torch.profiler), so nsys sees the same ops torch.profiler named. Afterwards the
-``.nsys-rep`` is kept and exported to SQLite. A leftover ``.qdstrm`` (nsys could not find
-its importer, seen with Debian's package and on GPU machines) is imported here with
-``QdstrmImporter`` before exporting.
+Finding nsys: ``NSBRIDGE_NSYS``, then PATH, then the places GPU machines keep it
+(``/opt/nvidia/nsight-systems/*/bin``, ``/usr/local/cuda*/bin``, and the nsys that Nsight
+Compute bundles in ``host/target-linux-x64``), newest version first.
+
+Capturing: one routine, ``capture``, serves the timeline pass and ``nsbridge doctor`` so
+the two cannot disagree. When nsys cannot find its own importer it leaves only a
+``.qdstrm`` (Debian's package, Nsight Compute's bundled nsys); ``capture`` then imports it
+with a ``QdstrmImporter`` found next to nsys: in its folder or any sibling folder, along
+every hop of its symlink chain.
+
+The timeline pass runs the script through nsbridge's bootstrap in its ``nvtx`` pass (op,
+module and step ranges; no torch.profiler), so nsys sees the same ops torch.profiler named,
+and exports the report to SQLite.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -24,35 +33,96 @@ INSTALL_HINT = ("Install Nsight Systems: on Debian/Ubuntu enable the non-free co
                 "`apt-get install nsight-systems` (this repository's .ci/install-nsys.sh does "
                 "it), or take it from the CUDA toolkit / developer.nvidia.com/nsight-systems; "
                 "or point NSBRIDGE_NSYS at the nsys binary.")
-PROGRESS = re.compile(r"\[\d+/\d+\] \[[= ]*\d+%|^Generating '.*\.qdstrm'$|^Generated:$|^\s+/.*\.(nsys-rep|sqlite)$")
+SEARCH_PATTERNS = ("/opt/nvidia/nsight-systems/*/bin/nsys",
+                   "/usr/local/cuda*/bin/nsys",
+                   "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+                   "/usr/local/cuda*/nsight-compute*/host/target-linux-x64/nsys")
+IMPORTER = "QdstrmImporter"
+PROGRESS = re.compile(r"\[\d+/\d+\] \[[= ]*\d+%|^Generating '.*\.qdstrm'$|^Generated:$|^\s+/.*\.(nsys-rep|sqlite|qdstrm)$")
 _VERSION = re.compile(r"(\d{4}\.\d+(?:\.\d+)*)")
+_MISSING_LIB = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
+
+
+@dataclass(frozen=True)
+class NsysInstall:
+    """An nsys binary and the importer beside it."""
+
+    path: str
+    found_by: str                  # "NSBRIDGE_NSYS", "PATH" or "install folder"
+    importer: Optional[str]        # a QdstrmImporter next to it, None when none was found
+    searched: tuple[str, ...]      # folders searched for the importer
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What one `nsys profile` left: how it ended and its report."""
+
+    outcome: ChildOutcome
+    argv: list[str]
+    report: Path                   # .nsys-rep
+    imported_with: Optional[str]   # the QdstrmImporter nsbridge ran on a leftover .qdstrm
 
 
 @dataclass(frozen=True)
 class NsysPass:
     """What the nsys pass left in the run directory."""
 
-    outcome: ChildOutcome
+    capture: Capture
+    install: NsysInstall
     child: Optional[dict[str, Any]]       # nvtx-child.json (status, NVTX ranges emitted)
-    report: Optional[Path]                # .nsys-rep
-    sqlite: Optional[Path]
+    sqlite: Path
     log: Path
     version: Optional[str]
-    argv: list[str]
 
 
-def find_nsys(environ: Mapping[str, str] = os.environ) -> str:
-    """Path of nsys (NSBRIDGE_NSYS, else PATH). Raises ToolNotFoundError with how to install."""
+def find_nsys(environ: Mapping[str, str] = os.environ,
+              patterns: Sequence[str] = SEARCH_PATTERNS) -> NsysInstall:
+    """nsys from NSBRIDGE_NSYS, PATH, or the usual install places (newest first).
+
+    Raises:
+        ToolNotFoundError: none found; says where nsbridge looked and how to install it.
+    """
     explicit = environ.get("NSBRIDGE_NSYS")
     if explicit:
-        if Path(explicit).is_file():
-            return explicit
-        raise ToolNotFoundError(f"NSBRIDGE_NSYS={explicit} is not a file. {INSTALL_HINT}")
-    found = which("nsys", environ.get("PATH"))
-    if not found:
-        raise ToolNotFoundError(f"nsys (Nsight Systems) was not found on PATH, so the "
-                                f"timeline pass cannot run. {INSTALL_HINT}")
-    return found
+        if not Path(explicit).is_file():
+            raise ToolNotFoundError(f"NSBRIDGE_NSYS={explicit} is not a file. {INSTALL_HINT}")
+        return _install(explicit, "NSBRIDGE_NSYS")
+    on_path = which("nsys", environ.get("PATH"))
+    if on_path:
+        return _install(on_path, "PATH")
+    installed = [(rank, [-n for n in _version_key(p)], p)
+                 for rank, pattern in enumerate(patterns) for p in glob.glob(pattern)
+                 if os.access(p, os.X_OK)]
+    if installed:
+        return _install(min(installed)[2], "install folder")
+    raise ToolNotFoundError(f"nsys (Nsight Systems) was not found on PATH or in "
+                            f"{', '.join(patterns)}, so the timeline pass cannot run. "
+                            f"{INSTALL_HINT}")
+
+
+def find_importer(nsys: str) -> tuple[Optional[str], tuple[str, ...]]:
+    """(QdstrmImporter, folders searched): nsys's own folder and its siblings, at every
+    hop of its symlink chain (Debian links /usr/bin/nsys through two folders)."""
+    hops, path = [], Path(os.path.abspath(nsys))
+    for _ in range(16):
+        hops.append(path)
+        if not path.is_symlink():
+            break
+        path = Path(os.path.normpath(path.parent / os.readlink(path)))
+    hops.append(Path(os.path.realpath(nsys)))
+    searched: list[str] = []
+    for hop in hops:
+        folders = [hop.parent]
+        if hop.parent.parent.is_dir():
+            folders += sorted(d for d in hop.parent.parent.iterdir() if d.is_dir())
+        for folder in folders:
+            if str(folder) in searched:
+                continue
+            searched.append(str(folder))
+            candidate = folder / IMPORTER
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate), tuple(searched)
+    return None, tuple(searched)
 
 
 def nsys_version(nsys: str) -> Optional[str]:
@@ -69,6 +139,30 @@ def profile_argv(nsys: str, *, trace: Sequence[str], output: Path, child_argv: S
             "--stats", "false", *extra, *child_argv]
 
 
+def capture(install: NsysInstall, *, trace: Sequence[str], output: Path,
+            child_argv: Sequence[str], cwd: Path, env: Mapping[str, str],
+            timeout: Optional[float], log: Path, echo: bool = True) -> Capture:
+    """Run ``child_argv`` under `nsys profile` into ``output``.nsys-rep, importing a
+    leftover .qdstrm. The child's output reaches the terminal when ``echo``; nsys's
+    progress bars only the log.
+
+    Raises:
+        ToolFailedError: no report: nsys's own error lines, or why the .qdstrm could not
+            be imported (no importer found, or the importer's missing library), and the log.
+    """
+    argv = profile_argv(install.path, trace=trace, output=output, child_argv=child_argv)
+    outcome = run_filtered(argv, cwd=cwd, env=env, timeout=timeout, log=log, hide=PROGRESS,
+                           echo=echo)
+    report = output.with_suffix(".nsys-rep")
+    imported_with = None
+    if not report.is_file() and output.with_suffix(".qdstrm").is_file():
+        imported_with = _import_qdstrm(install, output.with_suffix(".qdstrm"), log)
+    if not report.is_file():
+        raise ToolFailedError(_failure(argv, outcome.returncode, log,
+                                       "nsys left no .nsys-rep report"))
+    return Capture(outcome=outcome, argv=argv, report=report, imported_with=imported_with)
+
+
 def run_nsys_pass(*, target: str, is_module: bool, args: Sequence[str], trace: Sequence[str],
                   run_dir: Path, cwd: Path, timeout: Optional[float],
                   environ: Mapping[str, str] = os.environ) -> NsysPass:
@@ -78,29 +172,21 @@ def run_nsys_pass(*, target: str, is_module: bool, args: Sequence[str], trace: S
         ToolNotFoundError: nsys is missing.
         ToolFailedError: nsys failed and left no report (its error lines and log path).
     """
-    nsys = find_nsys(environ)
-    version = nsys_version(nsys)
+    install = find_nsys(environ)
+    version = nsys_version(install.path)
     stem = _free_stem(run_dir, "timeline")
     child_argv = bootstrap_argv(run_dir, "nvtx-child-config.json", target=target,
                                 is_module=is_module, args=args, extra={"pass": "nvtx"})
-    output = (run_dir / stem).resolve()
-    argv = profile_argv(nsys, trace=trace, output=output, child_argv=child_argv)
     log = run_dir / f"{stem}.nsys.log"
     env = dict(environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    outcome = run_filtered(argv, cwd=cwd, env=env, timeout=timeout, log=log, hide=PROGRESS)
+    result = capture(install, trace=trace, output=(run_dir / stem).resolve(),
+                     child_argv=child_argv, cwd=cwd, env=env, timeout=timeout, log=log)
     child_path = run_dir / "nvtx-child.json"
     child = json.loads(child_path.read_text(encoding="utf-8")) if child_path.is_file() else None
-
-    report = output.with_suffix(".nsys-rep")
-    if not report.is_file():
-        report = _import_qdstrm(nsys, output, log) or report
-    if not report.is_file():
-        raise ToolFailedError(_failure(argv, outcome.returncode, log,
-                                       "nsys left no .nsys-rep report"))
-    sqlite = export_sqlite(nsys, report, log)
-    return NsysPass(outcome=outcome, child=child, report=report, sqlite=sqlite, log=log,
-                    version=version, argv=argv)
+    sqlite = export_sqlite(install.path, result.report, log)
+    return NsysPass(capture=result, install=install, child=child, sqlite=sqlite, log=log,
+                    version=version)
 
 
 def export_sqlite(nsys: str, report: Path, log: Path, sqlite: Optional[Path] = None) -> Path:
@@ -123,26 +209,38 @@ def export_sqlite(nsys: str, report: Path, log: Path, sqlite: Optional[Path] = N
     return sqlite
 
 
-def _import_qdstrm(nsys: str, output: Path, log: Path) -> Optional[Path]:
-    qdstrm = output.with_suffix(".qdstrm")
-    if not qdstrm.is_file():
-        return None
-    importer = _find_importer(nsys)
-    if importer is None:
-        return None
-    code, out = run_captured([importer, "-i", str(qdstrm)])
+def _install(path: str, found_by: str) -> NsysInstall:
+    importer, searched = find_importer(path)
+    return NsysInstall(path=path, found_by=found_by, importer=importer, searched=searched)
+
+
+def _version_key(path: str) -> list[int]:
+    match = _VERSION.search(path)
+    return [int(n) for n in match.group(1).split(".")] if match else []
+
+
+def _import_qdstrm(install: NsysInstall, qdstrm: Path, log: Path) -> str:
+    """Import a leftover .qdstrm next to itself; returns the importer used.
+    Raises ToolFailedError naming what is missing."""
+    if install.importer is None:
+        raise ToolFailedError(
+            f"nsys left only {qdstrm.name}: it could not find its {IMPORTER}, and nsbridge "
+            f"found none next to {install.path} either (searched {', '.join(install.searched)})."
+            f" Install the full Nsight Systems (its host folder holds {IMPORTER}), or point "
+            f"NSBRIDGE_NSYS at an nsys that has one. The raw capture is kept at {qdstrm}.")
+    argv = [install.importer, "-i", str(qdstrm)]
+    code, out = run_captured(argv)
     with log.open("a", encoding="utf-8") as fh:
-        fh.write(f"\n$ {importer} -i {qdstrm}\n{out}")
-    report = output.with_suffix(".nsys-rep")
-    return report if code == 0 and report.is_file() else None
-
-
-def _find_importer(nsys: str) -> Optional[str]:
-    real = Path(os.path.realpath(nsys))
-    candidates = [real.parent.parent / "host-linux-x64" / "QdstrmImporter",
-                  real.parent / "QdstrmImporter",
-                  Path("/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter")]
-    return next((str(c) for c in candidates if c.is_file()), None)
+        fh.write(f"\n$ {' '.join(argv)}\n{out}")
+    if code != 0 or not qdstrm.with_suffix(".nsys-rep").is_file():
+        missing = _MISSING_LIB.search(out)
+        why = (f"the library {missing.group(1)} it needs is missing" if missing
+               else (out.strip().splitlines() or ["no output"])[-1])
+        raise ToolFailedError(
+            f"nsys left only {qdstrm.name} and {install.importer} could not import it (exit "
+            f"status {code}): {why}. Install the missing file or a complete Nsight Systems. "
+            f"The raw capture is kept at {qdstrm}; full log: {log}.")
+    return install.importer
 
 
 def _free_stem(run_dir: Path, stem: str) -> str:

@@ -10,14 +10,14 @@ import pandas as pd
 
 from .. import schema as S
 from ..profiles import Analysis as Thresholds
-from .attribution import attribute_gpu_events, linking_generation
-from .device import busy_by_device, copies, idle_gaps
+from .attribution import LAUNCHED_BEFORE_WINDOW, attribute_gpu_events, linking_generation
+from .device import busy_by_device, copies, idle_gaps, launched_before_window
 from .nesting import build_host_tree
 from .ops import op_table
 from .rules import Facts, recommend
 from .steps import PHASES, main_thread, step_breakdown, step_windows
 from .strings import name_mask, starts_with
-from .syncs import merge_sync_points, trace_sync_points
+from .syncs import blocking_calls, gpu_idle_after, sync_cost, sync_points
 from .verdict import decide
 
 
@@ -29,7 +29,7 @@ class TraceAnalysis:
     steps: pd.DataFrame                # per step: step, wall_ms, data/forward/backward/optimizer/other_ms
     has_device: bool
     device: dict[str, Any]             # busy, gaps, copies, attribution counts (GPU runs)
-    sync_points: list[dict[str, Any]]
+    sync_points: list[dict[str, Any]]  # model.syncs.sync_points
     verdict: dict[str, Any]
     recommendations: list[dict[str, Any]]
 
@@ -50,13 +50,13 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     lo, hi = float(windows["start"].min()), float(windows["end"].max())
     steps = step_breakdown(events, tree, windows)
     ops = op_table(events, tree, gpu, has_device)
+    n_steps = len(windows)
 
     in_window = gpu[(gpu["ts"] >= lo) & (gpu["ts"] <= hi)]
     device: dict[str, Any] = {}
     busy = pd.DataFrame(columns=["device", "busy_us", "busy_pct", "kernels"])
     gaps: list[dict[str, Any]] = []
     kernels = in_window[in_window["cat"] == S.KERNEL]
-    n_steps = len(windows)
     if has_device:
         whole_run = int(windows["step"].iloc[0]) < 0
         dlo, dhi = lo, hi
@@ -77,15 +77,20 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
             "median_kernel_us": round(float(kernels["dur"].median()), 3) if len(kernels) else None,
             "linking": linking_generation(events),
             "attribution": {k: int(v) for k, v in gpu["rule"].value_counts().items()},
+            LAUNCHED_BEFORE_WINDOW: launched_before_window(in_window),
         }
 
-    trace_syncs = trace_sync_points(events, tree, lo, hi)
-    sync_points = merge_sync_points(process_syncs, trace_syncs, n_steps, has_device,
-                                    process_steps)
-    blocking = trace_syncs[trace_syncs["kind"] != "item"]["cost_us"].sum() if has_device else 0.0
+    calls = blocking_calls(events, tree, lo, hi)
+    idle_us = gpu_idle_after(calls, in_window, hi)
+    points = sync_points(calls=calls, idle_us=idle_us, process_records=process_syncs,
+                         n_steps=n_steps, run_steps=process_steps, device_run=has_device)
+    step_ms = float(steps["wall_ms"].mean()) if len(steps) else 0.0
+    cost = sync_cost(calls=calls, idle_us=idle_us, points=points, n_steps=n_steps,
+                     step_ms=step_ms, device_run=has_device)
     median_kernel = device.get("median_kernel_us")
-    verdict = decide(breakdown=steps, busy=busy, sync_points=sync_points,
-                     trace_sync_us=float(blocking), ops=ops, has_device=has_device,
+    busy_pct = float(busy["busy_pct"].mean()) if has_device and len(busy) else None
+    verdict = decide(breakdown=steps, busy_pct=busy_pct, cost=cost, sync_points=points,
+                     ops=ops, has_device=has_device,
                      kernels_per_step=device.get("kernels_per_step", 0.0),
                      median_kernel_us=median_kernel, thresholds=thresholds)
 
@@ -105,12 +110,13 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
         data_share=verdict["numbers"]["data_share"], dataloader_kind=loader_kind,
         pageable_h2d=int(name_mask(in_window["name"].to_numpy(),
                                    lambda n: "HtoD" in n and "Pageable" in n).sum()),
-        sync_points=sync_points, sync_share=verdict["numbers"]["sync_share"], ops=ops,
+        sync_points=points, sync_cost=cost, ops=ops,
         host_ops_per_step=float((events.loc[tree.rows, S.CAT] == S.CPU_OP).sum()) / max(n_steps, 1),
         kernels_per_step=device.get("kernels_per_step", 0.0), median_kernel_us=median_kernel,
-        busy_pct=device.get("busy_pct"), gaps=gaps, top_kernel=top_kernel, script=script)
+        busy_pct=device.get("busy_pct"), gaps=gaps, top_kernel=top_kernel, script=script,
+        sync_recommend_per_step=thresholds.sync_recommend_per_step)
     return TraceAnalysis(ops=ops, steps=steps, has_device=has_device, device=device,
-                         sync_points=sync_points, verdict=verdict,
+                         sync_points=points, verdict=verdict,
                          recommendations=recommend(facts))
 
 

@@ -9,8 +9,12 @@ Two linking generations exist (shared/facts.md, fact 1), detected from the data:
   that contains that call is the op. Rule ``launch_containment``.
 
 New traces fall back to the old rule for events whose External id names no op. What
-neither rule explains stays in the frame with rule ``unattributed``: it is counted and
-shown, never dropped.
+neither rule explains stays in the frame, counted and shown, never dropped:
+
+- ``launched_before_window``: no launch call in the trace. The GPU runs behind the host,
+  so work queued in the step before the profiler started still runs inside the window;
+  it counts toward the device's busy time, not toward any op.
+- ``outside_ops``: launched from Python between ops (or inside a step range only).
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from .. import schema as S
 from .nesting import HostTree
 from .strings import starts_with
 
-EXTERNAL_ID, LAUNCH_CONTAINMENT, UNATTRIBUTED = "external_id", "launch_containment", "unattributed"
+EXTERNAL_ID, LAUNCH_CONTAINMENT = "external_id", "launch_containment"
+LAUNCHED_BEFORE_WINDOW, OUTSIDE_OPS = "launched_before_window", "outside_ops"
 
 
 def linking_generation(events: pd.DataFrame) -> str:
@@ -37,12 +42,13 @@ def linking_generation(events: pd.DataFrame) -> str:
 def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     """One row per GPU event with the host op that launched it.
 
-    Returns columns: cat, name, device (float), stream (str), ts, dur, op_pos (position in
-    ``tree``, -1 when unattributed), rule (external_id | launch_containment | unattributed).
+    Returns columns: cat, name, device (float), stream (str), ts, dur, bytes, op_pos
+    (position in ``tree``, -1 without an op), rule (external_id | launch_containment |
+    launched_before_window | outside_ops).
     """
     gpu = events[events[S.CAT].isin(S.GPU_CATS)]
     op_pos = np.full(len(gpu), -1, dtype=np.int64)
-    rule = np.full(len(gpu), UNATTRIBUTED, dtype=object)
+    rule = np.full(len(gpu), OUTSIDE_OPS, dtype=object)
 
     if linking_generation(events) == "new":
         host_ext = events.loc[tree.rows, S.EXT_ID].to_numpy()
@@ -62,11 +68,13 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     hit = todo & ~np.isnan(found) & (np.nan_to_num(found, nan=-1) >= 0)
     op_pos[hit] = found[hit].astype(np.int64)
     rule[hit] = LAUNCH_CONTAINMENT
+    rule[(op_pos < 0) & np.isnan(found)] = LAUNCHED_BEFORE_WINDOW
 
-    is_step = starts_with(events.loc[tree.rows, S.NAME].to_numpy(), S.PROFILER_STEP_PREFIX)
-    in_step_only = (op_pos >= 0) & is_step[np.maximum(op_pos, 0)] if len(tree) else op_pos < -1
-    op_pos[in_step_only] = -1  # launched between ops: a step range is not an op
-    rule[in_step_only] = UNATTRIBUTED
+    host_names = events.loc[tree.rows, S.NAME].to_numpy()
+    not_op = starts_with(host_names, (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
+    in_step_only = (op_pos >= 0) & not_op[np.maximum(op_pos, 0)] if len(tree) else op_pos < -1
+    op_pos[in_step_only] = -1  # launched between ops: a step or nsbridge range is not an op
+    rule[in_step_only] = OUTSIDE_OPS
 
     device = gpu[S.DEVICE].to_numpy(np.float64)
     pid_as_device = pd.to_numeric(gpu[S.PID], errors="coerce").to_numpy(np.float64)

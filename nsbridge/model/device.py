@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
+from .attribution import LAUNCHED_BEFORE_WINDOW
 from .nesting import HostTree, clipped_union, longest_gaps
 
 
@@ -68,3 +69,19 @@ def copies(gpu: pd.DataFrame) -> list[dict[str, Any]]:
     return [{"name": name, "count": int(n), "total_us": round(float(t), 3),
              "bytes": None if np.isnan(b) else int(b)}
             for name, n, t, b in zip(agg["name"], agg["n"], agg["total_us"], agg["total_bytes"])]
+
+
+def launched_before_window(gpu: pd.DataFrame) -> dict[str, Any]:
+    """GPU events in the window whose launch came before it: counts and GPU time by kind."""
+    early = gpu[gpu["rule"] == LAUNCHED_BEFORE_WINDOW]
+    out: dict[str, Any] = {}
+    for kind, time_key, cat in (("kernels", "kernel_us", S.KERNEL), ("copies", "copy_us", S.MEMCPY),
+                                ("memsets", "memset_us", S.MEMSET)):
+        part = early[early["cat"] == cat]
+        out[kind] = int(len(part))
+        out[time_key] = round(float(part["dur"].sum()), 3)
+    out["explanation"] = (
+        "launched before the measured window opened (no launch call in the trace): the GPU "
+        "runs behind the host, so work queued in the previous step still runs inside the "
+        "window. Counted in the device's busy time, left out of every op's totals.")
+    return out

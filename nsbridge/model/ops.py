@@ -18,12 +18,16 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame,
 
     Columns (times in microseconds): calls; cpu_self_us / cpu_total_us (host time without /
     with children); device_self_us (GPU time of kernels, copies and memsets the op launched
-    itself) and device_total_us (including those of nested ops), NaN without a device;
-    mem_mib (bytes allocated inside the op itself, MiB; NaN without memory events);
-    self_pct (share of all ops' self time in the ranking column); shapes (up to three most
-    common input shapes); kernels (list of {name, kind, calls, device_us}, largest first).
+    itself, as torch's "Self CUDA") and device_total_us (including those of nested ops,
+    torch's "CUDA total"), NaN without a device; mem_mib (gross: bytes allocated inside the
+    op itself, not its children, on any device, MiB); mem_net_mib (net: allocations minus
+    frees during the op and everything it calls, on the run's device: torch's "CUDA Mem" on
+    GPU runs, "CPU Mem" otherwise), both NaN without memory events; self_pct (share of all
+    ops' self time in the ranking column); shapes (up to three most common input shapes);
+    kernels (list of {name, calls, device_us}, largest first) and copies (memcpys and
+    memsets: {name, kind, calls, device_us, bytes}): a copy is never a kernel.
     Rows are sorted by self device time when there is a device, else self CPU time.
-    ``ProfilerStep#N`` ranges are steps, not ops, and are left out.
+    ``ProfilerStep#N`` ranges are steps and ``nsbridge::`` ranges nsbridge's own: not ops.
     """
     names = events.loc[tree.rows, S.NAME].to_numpy()
     n = len(tree)
@@ -39,16 +43,21 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame,
         np.add.at(total, level[ok], dur[ok])
     per_op["device_total_us"] = total
     per_op["mem_bytes"] = _allocations(events, tree)
+    per_op["mem_net_bytes"] = _net_memory(events, tree, has_device)
 
-    per_op = per_op[~starts_with(per_op["name"].to_numpy(), S.PROFILER_STEP_PREFIX)]
+    not_ops = starts_with(per_op["name"].to_numpy(),
+                          (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
+    per_op = per_op[~not_ops]
     grouped = per_op.groupby("name", sort=False)
     table = grouped.agg(calls=("name", "size"), cpu_self_us=("cpu_self_us", "sum"),
                         cpu_total_us=("cpu_total_us", "sum"),
                         device_self_us=("device_self_us", "sum"),
                         device_total_us=("device_total_us", "sum"),
-                        mem_bytes=("mem_bytes", "sum")).reset_index()
+                        mem_bytes=("mem_bytes", "sum"),
+                        mem_net_bytes=("mem_net_bytes", "sum")).reset_index()
     has_memory = bool((events[S.CAT] == S.MEMORY).any())
     table["mem_mib"] = table.pop("mem_bytes") / MIB if has_memory else np.nan
+    table["mem_net_mib"] = table.pop("mem_net_bytes") / MIB if has_memory else np.nan
     if not has_device:
         table["device_self_us"] = np.nan
         table["device_total_us"] = np.nan
@@ -57,17 +66,34 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame,
     table["self_pct"] = 100.0 * table[rank_col] / denominator if denominator > 0 else 0.0
     table["shapes"] = table["name"].map(_common_shapes(per_op)).apply(
         lambda v: v if isinstance(v, list) else [])
-    table["kernels"] = table["name"].map(_kernels_by_op(gpu, names)).apply(
-        lambda v: v if isinstance(v, list) else [])
+    kernels, copies = _gpu_work_by_op(gpu, names)
+    table["kernels"] = table["name"].map(kernels).apply(lambda v: v if isinstance(v, list) else [])
+    table["copies"] = table["name"].map(copies).apply(lambda v: v if isinstance(v, list) else [])
     table = table.sort_values([rank_col, "cpu_total_us"], ascending=False, kind="stable")
     return table[S.OP_COLUMNS].reset_index(drop=True)
 
 
 def _allocations(events: pd.DataFrame, tree: HostTree) -> np.ndarray:
+    """Gross bytes allocated by each op itself (its innermost allocations, any device)."""
     mem = events[(events[S.CAT] == S.MEMORY) & (events[S.BYTES] > 0)]
     pos = tree.enclosing(mem[S.PID], mem[S.TID], mem[S.TS].to_numpy())
     ok = pos >= 0
     return np.bincount(pos[ok], weights=mem[S.BYTES].to_numpy()[ok], minlength=len(tree))
+
+
+def _net_memory(events: pd.DataFrame, tree: HostTree, device_run: bool) -> np.ndarray:
+    """Net bytes (allocations minus frees) timed within each op's [start, end], on the
+    run's device. Time alone decides, on any thread: torch's own rule for key_averages."""
+    mem = events[events[S.CAT] == S.MEMORY]
+    on_gpu = mem[S.DEVICE].fillna(-1).to_numpy() >= 0
+    mem = mem[on_gpu if device_run else ~on_gpu]
+    order = np.argsort(mem[S.TS].to_numpy(np.float64), kind="stable")
+    ts = mem[S.TS].to_numpy(np.float64)[order]
+    running = np.concatenate([[0.0], np.cumsum(np.nan_to_num(mem[S.BYTES].to_numpy(
+        np.float64)[order]))])
+    first = np.searchsorted(ts, tree.start, side="left")
+    last = np.searchsorted(ts, tree.end, side="right")
+    return running[last] - running[first]
 
 
 def _common_shapes(per_op: pd.DataFrame, top: int = 3) -> dict[str, list[str]]:
@@ -79,19 +105,33 @@ def _common_shapes(per_op: pd.DataFrame, top: int = 3) -> dict[str, list[str]]:
     return {name: group["shape"].head(top).tolist() for name, group in counts.groupby("name")}
 
 
-def _kernels_by_op(gpu: pd.DataFrame, names: np.ndarray) -> dict[str, list[dict]]:
+_COPY_KIND = {S.MEMCPY: "memcpy", S.MEMSET: "memset"}
+
+
+def _gpu_work_by_op(gpu: pd.DataFrame,
+                    names: np.ndarray) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
+    """Per op name: its kernels and, apart, its copies and memsets, largest first."""
     attributed = gpu[gpu["op_pos"] >= 0]
     if attributed.empty:
-        return {}
+        return {}, {}
     frame = pd.DataFrame({"op": names[attributed["op_pos"].to_numpy()],
-                          "kernel": attributed["name"].to_numpy(),
-                          "kind": attributed["cat"].to_numpy(),
-                          "dur": attributed["dur"].to_numpy()})
-    agg = frame.groupby(["op", "kernel", "kind"], sort=False)["dur"].agg(["size", "sum"])
-    agg = agg.reset_index().sort_values(["op", "sum"], ascending=[True, False], kind="stable")
-    out: dict[str, list[dict]] = {}
-    for op, group in agg.groupby("op", sort=False):
-        out[op] = [{"name": k, "kind": kind, "calls": int(c), "device_us": round(float(s), 3)}
-                   for k, kind, c, s in zip(group["kernel"], group["kind"], group["size"],
-                                            group["sum"])]
-    return out
+                          "name": attributed["name"].to_numpy(),
+                          "cat": attributed["cat"].to_numpy(),
+                          "dur": attributed["dur"].to_numpy(),
+                          "bytes": attributed["bytes"].to_numpy(np.float64)})
+    agg = frame.groupby(["op", "name", "cat"], sort=False).agg(
+        calls=("dur", "size"), device_us=("dur", "sum"), bytes=("bytes", "sum"),
+        has_bytes=("bytes", "count")).reset_index()
+    agg = agg.sort_values(["op", "device_us"], ascending=[True, False], kind="stable")
+    kernels: dict[str, list[dict]] = {}
+    copies: dict[str, list[dict]] = {}
+    for row in agg.itertuples(index=False):
+        entry = {"name": row.name, "calls": int(row.calls),
+                 "device_us": round(float(row.device_us), 3)}
+        if row.cat == S.KERNEL:
+            kernels.setdefault(row.op, []).append(entry)
+        else:
+            copies.setdefault(row.op, []).append(
+                {**entry, "kind": _COPY_KIND.get(row.cat, row.cat),
+                 "bytes": int(row.bytes) if row.has_bytes else None})
+    return kernels, copies

@@ -9,18 +9,20 @@ import pandas as pd
 
 from .. import schema as S
 
-_SUMMED = ["calls", "cpu_self_us", "cpu_total_us", "device_self_us", "device_total_us", "mem_mib"]
+_SUMMED = ["calls", "cpu_self_us", "cpu_total_us", "device_self_us", "device_total_us", "mem_mib",
+           "mem_net_mib"]
 
 
 def combine_ops(tables: list[pd.DataFrame], has_device: bool) -> pd.DataFrame:
-    """Sum OPS frames by op name (kernels merged by name); self_pct recomputed."""
+    """Sum OPS frames by op name (kernels and copies merged by name); self_pct recomputed."""
     if len(tables) == 1:
         return tables[0]
     frame = pd.concat(tables, ignore_index=True)
     numeric = frame.groupby("name", sort=False)[_SUMMED].sum(min_count=1)
     shapes = frame.groupby("name", sort=False)["shapes"].first()
-    kernels = frame.groupby("name", sort=False)["kernels"].apply(_merge_kernels)
-    table = numeric.join(shapes).join(kernels).reset_index()
+    kernels = frame.groupby("name", sort=False)["kernels"].apply(_merge_work)
+    copies = frame.groupby("name", sort=False)["copies"].apply(_merge_work)
+    table = numeric.join(shapes).join(kernels).join(copies).reset_index()
     rank_col = "device_self_us" if has_device else "cpu_self_us"
     total = table[rank_col].sum()
     table["self_pct"] = 100.0 * table[rank_col] / total if total > 0 else 0.0
@@ -34,11 +36,17 @@ def slowest(summaries: list[dict[str, Any]]) -> int:
     return int(np.argmax(walls)) if walls else 0
 
 
-def _merge_kernels(lists: pd.Series) -> list[dict[str, Any]]:
-    merged: dict[tuple[str, str], dict[str, Any]] = {}
-    for kernels in lists:
-        for k in kernels:
-            row = merged.setdefault((k["name"], k["kind"]), {**k, "calls": 0, "device_us": 0.0})
+def _merge_work(lists: pd.Series) -> list[dict[str, Any]]:
+    """Kernel (or copy) entries of several traces summed by name (and kind)."""
+    merged: dict[tuple[str, Any], dict[str, Any]] = {}
+    for entries in lists:
+        for k in entries:
+            fresh = {**k, "calls": 0, "device_us": 0.0}
+            if "bytes" in k:
+                fresh["bytes"] = None
+            row = merged.setdefault((k["name"], k.get("kind")), fresh)
             row["calls"] += k["calls"]
             row["device_us"] = round(row["device_us"] + k["device_us"], 3)
+            if k.get("bytes") is not None:
+                row["bytes"] = (row["bytes"] or 0) + k["bytes"]
     return sorted(merged.values(), key=lambda k: -k["device_us"])

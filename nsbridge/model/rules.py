@@ -1,8 +1,9 @@
 """Recommendations: small rules over the analysis, each tied to the finding that fired it.
 
 A rule looks at the ``Facts`` of one analysed trace and returns a recommendation or None.
-``impact`` (0..1, roughly the share of step time at stake) orders them; the terminal
-summary shows the first three.
+Recommendations that address the verdict's bound come first (a rule says which bounds it
+addresses), then the rest; ``impact`` (0..1, roughly the share of step time at stake)
+orders them within each group. The terminal summary shows the first three.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import pandas as pd
+
+from .syncs import SyncCost
 
 MATMUL_OP = re.compile(r"aten::(addmm|mm|bmm|matmul|linear|baddbmm|_scaled_mm|conv|cudnn_conv"
                        r"|convolution|_convolution|mkldnn_convolution|conv2d|conv1d|conv3d)")
@@ -27,7 +30,7 @@ class Facts:
     dataloader_kind: Optional[str]      # "single-process", "multi-process" or None
     pageable_h2d: int                   # count of pageable host-to-device copies
     sync_points: list[dict[str, Any]]
-    sync_share: float
+    sync_cost: SyncCost
     ops: pd.DataFrame
     host_ops_per_step: float
     kernels_per_step: float
@@ -36,6 +39,7 @@ class Facts:
     gaps: list[dict[str, Any]]
     top_kernel: Optional[dict[str, Any]] = None   # {name, share}
     script: Optional[str] = None
+    sync_recommend_per_step: float = 1.0   # rarer syncs are listed, never recommended away
     notes: list[str] = field(default_factory=list)
 
 
@@ -44,6 +48,7 @@ class Rule:
     id: str
     url: str
     match: Callable[[Facts], Optional[dict[str, Any]]]
+    addresses: frozenset[str]    # the verdicts whose bound this recommendation attacks
 
 
 def _rec(title: str, why: str, fix: str, impact: float) -> dict[str, Any]:
@@ -82,14 +87,21 @@ def _pin_memory(f: Facts) -> Optional[dict[str, Any]]:
 
 
 def _remove_syncs(f: Facts) -> Optional[dict[str, Any]]:
-    per_step = sum(p["per_step"] for p in f.sync_points)
-    if not f.sync_points or (per_step < 0.5 and f.sync_share < 0.02):
-        return None  # an occasional sync (once per epoch, say) is not worth a change
-    top = f.sync_points[0]
-    where = f"{top['file']}:{top['line']}" if top.get("file") else (top.get("op") or "the loop")
-    impact = max(f.sync_share, 0.6 if f.verdict == "sync-bound" else min(per_step / 50, 0.3))
-    return _rec("Remove host-device syncs from the step loop",
-                f"{per_step:g} sync call(s) per step; the first is {top['kind']} at {where}",
+    in_loop = [p for p in f.sync_points if p["per_step"] >= f.sync_recommend_per_step]
+    if not in_loop:
+        return None  # an occasional sync (after the loop, once per epoch) is not worth a change
+    per_step = sum(p["per_step"] for p in in_loop)
+    top = in_loop[0]
+    where = (f"at {top['file']}:{top['line']}" if top.get("file")
+             else f"in {top['op']}" if top.get("op") else "in the loop")
+    cost = f.sync_cost
+    share = (cost.idle_share or 0.0) + (cost.blocked_share or 0.0)
+    impact = max(share, 0.6 if f.verdict == "sync-bound" else min(per_step / 50, 0.3))
+    why = f"{per_step:g} sync call(s) per step; the first is {top['kind']} {where}"
+    if cost.idle_share is not None:
+        why += (f"; the GPU idles after syncs {cost.idle_share:.0%} of each step and the host "
+                f"is blocked in them {cost.blocked_share or 0:.0%}")
+    return _rec("Remove host-device syncs from the step loop", why,
                 "keep running values on the device (loss_sum += loss.detach()) and call .item()"
                 " / .cpu() once per logging interval; avoid .tolist() and Python branches on "
                 "tensor values inside the loop",
@@ -137,9 +149,11 @@ def _amp_tf32(f: Facts) -> Optional[dict[str, Any]]:
            "dtype=torch.bfloat16) where the CPU supports it")
     title = ("Use Tensor Cores: mixed precision / TF32" if f.has_device
              else "Matmul and convolution dominate: use lower precision")
-    return _rec(title,
-                f"matmul and convolution ops take {share:.0%} of {where} self time", fix,
-                share * 0.5)
+    rec = _rec(title, f"matmul and convolution ops take {share:.0%} of {where} self time", fix,
+               share * 0.5)
+    if not f.has_device:  # a CPU-only run is bound by this very compute
+        rec["addresses_verdict"] = f.verdict == "cpu-bound"
+    return rec
 
 
 def _next_nsys(f: Facts) -> Optional[dict[str, Any]]:
@@ -176,27 +190,35 @@ def _short_kernel_name(name: str) -> str:
     return head.split("::")[-1] or name
 
 
+_INPUT, _GPU, _SYNC, _CPU = "input-bound", "gpu-bound", "sync-bound", "cpu-bound"
 RULES = [
     Rule("dataloader-workers", "https://pytorch.org/docs/stable/data.html#multi-process-data-loading",
-         _dataloader_workers),
-    Rule("dataloader-prefetch", "https://pytorch.org/docs/stable/data.html", _dataloader_prefetch),
-    Rule("pin-memory", "https://pytorch.org/docs/stable/data.html#memory-pinning", _pin_memory),
+         _dataloader_workers, frozenset({_INPUT})),
+    Rule("dataloader-prefetch", "https://pytorch.org/docs/stable/data.html", _dataloader_prefetch,
+         frozenset({_INPUT})),
+    Rule("pin-memory", "https://pytorch.org/docs/stable/data.html#memory-pinning", _pin_memory,
+         frozenset({_INPUT})),
     Rule("remove-syncs", "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
-         _remove_syncs),
-    Rule("torch-compile", "https://pytorch.org/docs/stable/torch.compiler.html", _torch_compile),
-    Rule("cuda-graphs", "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs", _cuda_graphs),
-    Rule("amp-tf32", "https://pytorch.org/docs/stable/amp.html", _amp_tf32),
-    Rule("next-nsys", "https://docs.nvidia.com/nsight-systems/UserGuide/index.html", _next_nsys),
+         _remove_syncs, frozenset({_SYNC})),
+    Rule("torch-compile", "https://pytorch.org/docs/stable/torch.compiler.html", _torch_compile,
+         frozenset({_CPU, _GPU})),
+    Rule("cuda-graphs", "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs",
+         _cuda_graphs, frozenset({_CPU})),
+    Rule("amp-tf32", "https://pytorch.org/docs/stable/amp.html", _amp_tf32, frozenset({_GPU})),
+    Rule("next-nsys", "https://docs.nvidia.com/nsight-systems/UserGuide/index.html", _next_nsys,
+         frozenset({_CPU, _SYNC})),
     Rule("next-ncu", "https://docs.nvidia.com/nsight-compute/NsightComputeCli/index.html",
-         _next_ncu),
+         _next_ncu, frozenset({_GPU})),
 ]
 
 
 def recommend(facts: Facts) -> list[dict[str, Any]]:
-    """Every rule that fires, highest impact first; each with id, url, title, why, fix."""
+    """Every rule that fires; those addressing the verdict's bound first, then by impact.
+    Each: id, url, title, why, fix, impact, addresses_verdict."""
     out = []
     for rule in RULES:
         rec = rule.match(facts)
         if rec is not None:
-            out.append({"id": rule.id, **rec, "url": rule.url})
-    return sorted(out, key=lambda r: -r["impact"])
+            addresses = rec.pop("addresses_verdict", facts.verdict in rule.addresses)
+            out.append({"id": rule.id, **rec, "url": rule.url, "addresses_verdict": addresses})
+    return sorted(out, key=lambda r: (not r["addresses_verdict"], -r["impact"]))

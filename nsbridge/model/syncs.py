@@ -1,21 +1,28 @@
 """Sync points: where the host waits for the device, with the Python line that asked.
 
-Two sources, merged:
+A sync point is a call that can wait for a device:
 
-- the profiled process's own records (triage only): `.item()`, `.tolist()`, `.cpu()`,
-  `.to("cpu")`, `torch.cuda.synchronize()` with the exact file:line and a call count over
-  the whole run;
-- the trace (triage and analyze): blocking runtime calls (stream/device/event
-  synchronize, synchronous memcpy) and ``aten::_local_scalar_dense`` ops in the measured
-  window, with the op they happened in; file:line from the innermost Python frame when
-  the trace has stacks (its line is the function's first line, see facts.md).
+- GPU runs: the runtime's blocking calls in the measured window (stream, device and event
+  synchronize, synchronous memcpy). `.item()`, `.tolist()` and `.cpu()` on a device tensor
+  reach the device through one of them. Each call is tied to its line by the enclosing
+  ``nsbridge::sync_site`` range (traces nsbridge writes), else by the trace's Python
+  stack (function granularity, facts.md), and to the op it ran in. Calls inside
+  ``nsbridge::own_sync`` are nsbridge's own and left out.
+- CPU-only runs: nothing waits, so the script's own `.item()`/`.cpu()`/... calls, recorded
+  in the profiled process, stand in for the syncs they would be on a GPU. Library calls on
+  CPU tensors (optimizer step counters, mask helpers) are not sync points, and neither are
+  a CPU trace's ``_local_scalar_dense`` ops: `analyze` of a CPU-only trace finds none.
 
-Trace rows already explained by a process record (same op family) are not repeated.
+Sync cost, one definition for the verdict, its evidence and the recommendations, per
+measured step: the host time blocked in the blocking calls, and the GPU idle time that
+follows each sync until the device's next activity (the queue drained while the host
+waited, and stays empty while the host prepares the next launches).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -29,84 +36,173 @@ BLOCKING_CALL = re.compile(
     r"^(cuda|hip)(Stream|Device|Event)Synchronize|^cu(Stream|Ctx|Event)Synchronize"
     r"|^(cuda|hip)Memcpy(2D|3D)?(_v\d+)?$|^cuMemcpy(DtoH|HtoD|DtoD)?(_v\d+)?$")
 ITEM_OP = "aten::_local_scalar_dense"
+COPY_OPS = {"aten::_to_copy", "aten::copy_", "aten::to"}
+_SITE = re.compile(r"^(?P<kind>\S+) (?P<device>\S+) (?P<file>.+):(?P<line>\d+)$")
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
-# ops through which a process-recorded call reaches the device
-_COVERED_OPS = {ITEM_OP, "aten::item", "aten::_to_copy", "aten::copy_", "aten::to"}
+WINDOW, WHOLE_RUN = "measured steps", "whole run"
 
 
-def trace_sync_points(events: pd.DataFrame, tree: HostTree, lo: float,
-                      hi: float) -> pd.DataFrame:
-    """Blocking calls and item() ops in [lo, hi).
+@dataclass(frozen=True)
+class SyncCost:
+    """What syncs cost per measured step (None where a CPU-only run cannot tell)."""
 
-    Columns: kind, op (innermost host op, None outside ops), top_op, file, line, count,
-    cost_us (time the host spent in them).
+    calls_per_step: float
+    blocked_ms: Optional[float]      # host time in blocking calls
+    gpu_idle_ms: Optional[float]     # GPU idle after them until its next activity
+    step_ms: float
+
+    @property
+    def blocked_share(self) -> Optional[float]:
+        return None if self.blocked_ms is None or not self.step_ms else self.blocked_ms / self.step_ms
+
+    @property
+    def idle_share(self) -> Optional[float]:
+        return None if self.gpu_idle_ms is None or not self.step_ms else self.gpu_idle_ms / self.step_ms
+
+
+def blocking_calls(events: pd.DataFrame, tree: HostTree, lo: float, hi: float) -> pd.DataFrame:
+    """One row per blocking runtime call in [lo, hi), nsbridge's own left out.
+
+    Columns: start, end, call (runtime function), kind (the site's kind, else ``item`` /
+    ``copy`` from the op it ran in, else the call), op (innermost op), file, line, device
+    (the tensor's, from the site; else None), site (True when an ``nsbridge::sync_site``
+    range named the line).
     """
-    in_window = ((events[S.TS] >= lo) & (events[S.TS] < hi)).to_numpy()
     names = events[S.NAME].to_numpy()
-    cats = events[S.CAT].to_numpy()
-    launch = events[np.isin(cats, S.LAUNCH_CATS) & in_window
-                    & name_mask(names, BLOCKING_CALL.match)]
-    items = events[(cats == S.CPU_OP) & in_window & name_mask(names, ITEM_OP.__eq__)]
-    frames = pd.concat([launch.assign(kind=launch[S.NAME].str.replace(r"_v\d+$", "", regex=True)),
-                        items.assign(kind="item")])
-    if frames.empty:
-        return pd.DataFrame(columns=["kind", "op", "top_op", "file", "line", "count", "cost_us"])
-    probe = frames[S.TS].to_numpy(np.float64) + np.minimum(frames[S.DUR].to_numpy(), 1e-3)
-    pos = tree.enclosing(frames[S.PID], frames[S.TID], probe)
+    in_window = ((events[S.TS] >= lo) & (events[S.TS] < hi)).to_numpy()
+    calls = events[np.isin(events[S.CAT].to_numpy(), S.LAUNCH_CATS) & in_window
+                   & name_mask(names, BLOCKING_CALL.match)]
+    columns = ["start", "end", "call", "kind", "op", "file", "line", "device", "site"]
+    if calls.empty:
+        return pd.DataFrame(columns=columns)
+    probe = calls[S.TS].to_numpy(np.float64) + np.minimum(calls[S.DUR].to_numpy(), 1e-3)
+    pos = tree.enclosing(calls[S.PID], calls[S.TID], probe)
     host_names = events.loc[tree.rows, S.NAME].to_numpy()
-    op, top = [], []
-    for p, kind in zip(pos, frames["kind"]):
-        if p >= 0 and kind == "item" and host_names[p] == ITEM_OP:
-            p = tree.parent[p]  # the item op itself: report its caller
+    rows = []
+    for p, call in zip(pos, calls[S.NAME].str.replace(r"_v\d+$", "", regex=True)):
         chain = []
         while p >= 0:
             chain.append(str(host_names[p]))
             p = tree.parent[p]
-        chain = [c for c in chain if not c.startswith(S.PROFILER_STEP_PREFIX)]
-        op.append(chain[0] if chain else None)
-        top.append(chain[-1] if chain else None)
-    files, lines = _python_lines(events, frames, probe)
-    table = pd.DataFrame({"kind": frames["kind"].to_numpy(), "op": op, "top_op": top,
-                          "file": files, "line": lines, "cost_us": frames[S.DUR].to_numpy()})
-    keys = ["kind", "op", "top_op", "file", "line"]
-    table = table.fillna({"file": "", "line": -1, "op": "", "top_op": ""})
-    agg = table.groupby(keys, sort=False).agg(count=("cost_us", "size"),
-                                             cost_us=("cost_us", "sum")).reset_index()
-    agg = agg.replace({"file": {"": None}, "op": {"": None}, "top_op": {"": None}})
-    agg["line"] = agg["line"].where(agg["line"] >= 0, None)
-    return agg.sort_values("cost_us", ascending=False).reset_index(drop=True)
+        if any(c.startswith(S.OWN_SYNC_RANGE) for c in chain):
+            rows.append(None)
+            continue
+        ops = [c for c in chain if not c.startswith((S.NSBRIDGE_RANGE_PREFIX,
+                                                      S.PROFILER_STEP_PREFIX))]
+        site = next((_SITE.match(c[len(S.SYNC_SITE_PREFIX):]) for c in chain
+                     if c.startswith(S.SYNC_SITE_PREFIX)), None)
+        if site:
+            rows.append((call, site["kind"], ops[0] if ops else None, site["file"],
+                         int(site["line"]), site["device"], True))
+            continue
+        kind = ("item" if ITEM_OP in ops else "copy" if COPY_OPS & set(ops) else call)
+        rows.append((call, kind, ops[0] if ops else None, None, None, None, False))
+    keep = np.array([r is not None for r in rows], dtype=bool)
+    frame = pd.DataFrame([r for r in rows if r is not None],
+                         columns=["call", "kind", "op", "file", "line", "device", "site"])
+    kept = calls[keep]
+    frame.insert(0, "start", kept[S.TS].to_numpy(np.float64))
+    frame.insert(1, "end", frame["start"].to_numpy() + kept[S.DUR].to_numpy(np.float64))
+    if not frame.empty and not frame["site"].all():
+        files, lines = _python_lines(events, kept, probe[keep])
+        no_site = ~frame["site"].to_numpy(dtype=bool)
+        frame.loc[no_site, "file"] = np.asarray(files, dtype=object)[no_site]
+        frame.loc[no_site, "line"] = np.asarray(lines, dtype=object)[no_site]
+    return frame[columns]
 
 
-def merge_sync_points(process_records: Optional[list[dict[str, Any]]], trace_points: pd.DataFrame,
-                      n_steps: int, device_run: bool,
-                      run_steps: Optional[int] = None) -> list[dict[str, Any]]:
+def gpu_idle_after(calls: pd.DataFrame, gpu: pd.DataFrame, hi: float) -> np.ndarray:
+    """GPU idle time that follows each blocking call until the next GPU activity (µs).
+
+    Zero when the GPU is still busy when the call returns. The idle stretch starts when
+    both the call has begun and the GPU has run dry, and ends at the next GPU activity (on
+    any device of the trace), the next sync's own stretch, or ``hi``: no time counts twice.
+    """
+    if calls.empty:
+        return np.zeros(0)
+    g_start = gpu["ts"].to_numpy(np.float64)
+    order = np.argsort(g_start, kind="stable")
+    g_start = g_start[order]
+    g_end = np.maximum.accumulate((gpu["ts"] + gpu["dur"]).to_numpy(np.float64)[order]) \
+        if len(order) else np.zeros(0)
+    by_end = np.argsort(calls["end"].to_numpy(np.float64), kind="stable")
+    start = calls["start"].to_numpy(np.float64)[by_end]
+    end = calls["end"].to_numpy(np.float64)[by_end]
+    i = np.searchsorted(g_start, end, side="left")
+    last_end = np.where(i > 0, g_end[np.maximum(i - 1, 0)] if len(g_end) else -np.inf, -np.inf)
+    next_start = np.where(i < len(g_start), g_start[np.minimum(i, len(g_start) - 1)]
+                          if len(g_start) else hi, hi)
+    begin = np.maximum(start, last_end)
+    stop = np.minimum(np.minimum(next_start, hi), np.append(begin[1:], np.inf))
+    idle = np.where(last_end > end, 0.0, np.clip(stop - begin, 0.0, None))
+    out = np.empty(len(idle))
+    out[by_end] = idle
+    return out
+
+
+def sync_points(*, calls: pd.DataFrame, idle_us: np.ndarray,
+                process_records: Optional[list[dict[str, Any]]], n_steps: int,
+                run_steps: Optional[int], device_run: bool) -> list[dict[str, Any]]:
     """The report's ``sync_points``: one dict per call site, costliest first.
 
-    Each: kind, op, file, line, count, per_step, cost_ms, device, source. ``count`` is over
-    the whole run (``run_steps`` steps) for process records and over the measured window
-    (``n_steps`` steps) for trace rows.
+    Each: kind, call, op, file, line, device, count, per_step, counted_over (``measured
+    steps`` or ``whole run``), host_ms, gpu_idle_ms (GPU runs), run_count (calls over the
+    whole run, from the profiled process), library, source.
     """
-    out: list[dict[str, Any]] = []
-    covered = False
-    for rec in process_records or []:
-        if device_run and rec["device"] == "cpu":
-            continue  # a CPU tensor's .item() does not wait for the GPU
-        covered = True
-        out.append({"kind": rec["kind"], "op": rec["op"], "file": rec["file"],
-                    "line": rec["line"], "count": rec["count"],
-                    "per_step": round(rec["count"] / max(run_steps or rec["steps"], 1), 2),
-                    "cost_ms": round(rec["cost_ms"], 3), "device": rec["device"],
-                    "source": "nsbridge (in-process)"})
-    for row in trace_points.itertuples(index=False):
-        if covered and (row.op in _COVERED_OPS or row.kind == "item"
-                        or (row.kind == "cudaDeviceSynchronize" and row.op is None)):
+    records = process_records or []
+    if device_run:
+        points = _trace_points(calls, idle_us, n_steps)
+        records = [r for r in records if r["device"] != "cpu"]  # a CPU tensor never waits
+    else:
+        points = []
+        records = [r for r in records if not r.get("library")]
+    by_site = {(p["kind"], p["file"], p["line"]): p for p in points}
+    for rec in records:
+        point = by_site.get((rec["kind"], rec["file"], rec["line"]))
+        if point is not None:
+            point["run_count"] = rec["count"]
+            point["source"] += " + nsbridge (in-process)"
             continue
-        out.append({"kind": row.kind, "op": row.op, "file": row.file,
-                    "line": None if row.line is None or pd.isna(row.line) else int(row.line),
-                    "count": int(row.count), "per_step": round(row.count / max(n_steps, 1), 2),
-                    "cost_ms": round(float(row.cost_us) / 1e3, 3),
-                    "device": "cuda" if device_run else "cpu", "source": "torch.profiler trace"})
-    return sorted(out, key=lambda r: (-r["cost_ms"], -r["count"]))
+        steps = max(run_steps or rec["steps"], 1)
+        points.append({"kind": rec["kind"], "call": None, "op": rec["op"], "file": rec["file"],
+                       "line": rec["line"], "device": rec["device"], "count": rec["count"],
+                       "per_step": round(rec["count"] / steps, 2), "counted_over": WHOLE_RUN,
+                       "host_ms": round(rec["cost_ms"], 3), "gpu_idle_ms": None,
+                       "run_count": rec["count"], "library": bool(rec.get("library")),
+                       "source": "nsbridge (in-process)"})
+    return sorted(points, key=lambda p: (-(p["host_ms"] + (p["gpu_idle_ms"] or 0.0)),
+                                         -p["count"]))
+
+
+def sync_cost(*, calls: pd.DataFrame, idle_us: np.ndarray, points: list[dict[str, Any]],
+              n_steps: int, step_ms: float, device_run: bool) -> SyncCost:
+    """Per measured step: calls, host time blocked and GPU idle after (GPU runs from the
+    trace's blocking calls; CPU-only runs count the script's sync calls per step)."""
+    steps = max(n_steps, 1)
+    if device_run:
+        dur = (calls["end"] - calls["start"]).sum() if len(calls) else 0.0
+        return SyncCost(calls_per_step=len(calls) / steps, blocked_ms=float(dur) / 1e3 / steps,
+                        gpu_idle_ms=float(idle_us.sum()) / 1e3 / steps, step_ms=step_ms)
+    return SyncCost(calls_per_step=float(sum(p["per_step"] for p in points)), blocked_ms=None,
+                    gpu_idle_ms=None, step_ms=step_ms)
+
+
+def _trace_points(calls: pd.DataFrame, idle_us: np.ndarray, n_steps: int) -> list[dict]:
+    if calls.empty:
+        return []
+    frame = calls.assign(dur=calls["end"] - calls["start"], idle=idle_us)
+    keys = ["kind", "op", "file", "line", "device"]
+    frame[keys] = frame[keys].astype(object).where(frame[keys].notna(), "")
+    agg = frame.groupby(keys, sort=False).agg(
+        call=("call", "first"), count=("dur", "size"), host_us=("dur", "sum"),
+        idle_us=("idle", "sum"), site=("site", "any")).reset_index()
+    return [{"kind": r.kind, "call": r.call, "op": r.op or None, "file": r.file or None,
+             "line": None if r.line == "" else int(r.line), "device": r.device or "cuda",
+             "count": int(r.count), "per_step": round(r.count / max(n_steps, 1), 2),
+             "counted_over": WINDOW, "host_ms": round(float(r.host_us) / 1e3, 3),
+             "gpu_idle_ms": round(float(r.idle_us) / 1e3, 3), "run_count": None,
+             "library": False, "source": "torch.profiler trace"}
+            for r in agg.itertuples(index=False)]
 
 
 def _python_lines(events: pd.DataFrame, frames: pd.DataFrame,

@@ -13,6 +13,9 @@ Kernels whose launch call is not in the capture (``no_launch_in_capture``: norma
 cut window or graph launches) and launches outside any op range (``outside_op_ranges``) are
 kept and counted. Backward ops run on autograd threads: matching is per thread, never by
 time alone across threads.
+
+Kernels, copies (memcpy, with bytes by direction) and memsets are counted apart
+everywhere: a copy is never called a kernel.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ class Timeline:
     """The joined nsys view of one capture."""
 
     ops: pd.DataFrame          # per op: see op_summary
-    gpu: pd.DataFrame          # one row per kernel/copy: kind, name, device, start, dur, op, module, rule
+    gpu: pd.DataFrame          # one row per kernel/copy/memset: kind (kernel | memcpy |
+                               # memset), name, direction, bytes, device, start, dur, op,
+                               # module, rule
     gaps: list[dict[str, Any]]
     summary: dict[str, Any]
 
@@ -111,11 +116,13 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
     runtime["module"] = _label(tree, pos, kinds == 2, name_codes, range_names)
     runtime["global_pid"] = rt_gtid & _PID_MASK
 
-    gpu = pd.concat([export.kernels.assign(kind="kernel"),
-                     export.memcpy.assign(name=lambda f: "Memcpy " + f["kind"], kind="memcpy"),
-                     export.memset.assign(name="Memset", kind="memset")], ignore_index=True)
-    gpu = gpu[["kind", "name", "device", "stream", "start", "end", "dur", "correlation",
-               "global_pid"]]
+    gpu = pd.concat([export.kernels.assign(kind="kernel", direction=None, bytes=np.nan),
+                     export.memcpy.assign(name=lambda f: "Memcpy " + f["kind"],
+                                          direction=lambda f: f["kind"], kind="memcpy"),
+                     export.memset.assign(name="Memset", kind="memset", direction=None)],
+                    ignore_index=True)
+    gpu = gpu[["kind", "name", "direction", "bytes", "device", "stream", "start", "end", "dur",
+               "correlation", "global_pid"]]
     launches = runtime.drop_duplicates(["correlation", "global_pid"])[
         ["correlation", "global_pid", "start", "op", "module"]].rename(
         columns={"start": "launch_start"})
@@ -141,8 +148,11 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
         "other_domains": sorted({str(d) for i, d in enumerate(domains)
                                  if d and (domain_codes[kind == 3] == i).any()}),
         "kernels": int((gpu["kind"] == "kernel").sum()),
-        "copies": int((gpu["kind"] != "kernel").sum()),
-        "attribution": {k: int(v) for k, v in gpu["rule"].value_counts().items()},
+        "copies": int((gpu["kind"] == "memcpy").sum()),
+        "memsets": int((gpu["kind"] == "memset").sum()),
+        "attribution": {rule: _by_kind(group)["counts"]
+                        for rule, group in gpu.groupby("rule", sort=True)},
+        "no_launch": _by_kind(gpu[gpu["rule"] == NO_LAUNCH])["totals"],
         "runtime_calls": int(len(runtime)),
         "sync_calls": int(len(syncs)), "sync_us": round(float(syncs["dur"].sum()) / 1e3, 3),
         "osrt_calls": int(len(export.osrt)),
@@ -159,9 +169,17 @@ def _label(tree: Any, pos: np.ndarray, wanted: np.ndarray, codes: np.ndarray,
     return table[np.where(picked >= 0, picked, len(table) - 1)]
 
 
+_DIRECTIONS = ("HtoD", "DtoH", "DtoD")
+_COUNTS = ["ranges", "kernels", "copies", "memsets"]
+_TIMES = ["range_us", "kernel_us", "copy_us", "memset_us", "gpu_us", "launch_latency_us",
+          "idle_before_us", "sync_us"]
+
+
 def op_summary(ranges: pd.DataFrame, gpu: pd.DataFrame, syncs: pd.DataFrame) -> pd.DataFrame:
-    """Per op (microseconds): ranges, range_us, kernels, gpu_us, launch_latency_us (mean),
-    idle_before_us (GPU idle just before its kernels), sync_us (blocking calls inside it)."""
+    """Per op (microseconds, bytes): ranges, range_us; kernels, kernel_us; copies, copy_us,
+    copy_bytes_htod / _dtoh / _dtod / _other; memsets, memset_us; gpu_us (all three);
+    launch_latency_us (mean over its kernels); idle_before_us (GPU idle just before its
+    work); sync_us (blocking calls inside it)."""
     codes = ranges["op"].cat.codes.to_numpy()
     names = list(ranges["op"].cat.categories)
     has = codes >= 0
@@ -170,19 +188,47 @@ def op_summary(ranges: pd.DataFrame, gpu: pd.DataFrame, syncs: pd.DataFrame) -> 
                         minlength=len(names))
     table = pd.DataFrame({"ranges": counts, "range_us": total}, index=pd.Index(names, name="op"))
     table = table[table["ranges"] > 0]
-    kernels = gpu[gpu["op"].notna()]
-    by_op = kernels.groupby("op").agg(kernels=("dur", "size"), gpu_us=("dur", "sum"),
-                                      launch_latency_us=("launch_latency", "mean"),
-                                      idle_before_us=("idle_before", "sum"))
+    work = gpu[gpu["op"].notna()]
+    kernel = work["kind"] == "kernel"
+    direction = work["direction"].where(work["direction"].isin(_DIRECTIONS), "other")
+    work = work.assign(
+        is_kernel=kernel, kernel_dur=work["dur"].where(kernel, 0),
+        is_copy=work["kind"] == "memcpy", copy_dur=work["dur"].where(work["kind"] == "memcpy", 0),
+        is_memset=work["kind"] == "memset",
+        memset_dur=work["dur"].where(work["kind"] == "memset", 0),
+        kernel_latency=work["launch_latency"].where(kernel),
+        **{f"copy_bytes_{d.lower()}": work["bytes"].where((work["kind"] == "memcpy")
+                                                         & (direction == d), 0)
+           for d in (*_DIRECTIONS, "other")})
+    by_op = work.groupby("op").agg(
+        kernels=("is_kernel", "sum"), kernel_us=("kernel_dur", "sum"),
+        copies=("is_copy", "sum"), copy_us=("copy_dur", "sum"),
+        memsets=("is_memset", "sum"), memset_us=("memset_dur", "sum"), gpu_us=("dur", "sum"),
+        launch_latency_us=("kernel_latency", "mean"), idle_before_us=("idle_before", "sum"),
+        **{f"copy_bytes_{d.lower()}": (f"copy_bytes_{d.lower()}", "sum")
+           for d in (*_DIRECTIONS, "other")})
     sync = syncs[syncs["op"].notna()].groupby("op")["dur"].sum().rename("sync_us")
     table = table.join(by_op, how="outer").join(sync, how="left")
-    for col in ("range_us", "gpu_us", "launch_latency_us", "idle_before_us", "sync_us"):
+    for col in _TIMES:
         table[col] = table[col] / 1e3
-    table[["ranges", "kernels"]] = table[["ranges", "kernels"]].fillna(0).astype(int)
-    table[["gpu_us", "idle_before_us", "sync_us"]] = table[
-        ["gpu_us", "idle_before_us", "sync_us"]].fillna(0.0)
+    table[_COUNTS] = table[_COUNTS].fillna(0).astype(int)
+    byte_cols = [c for c in table.columns if c.startswith("copy_bytes_")]
+    table[byte_cols] = table[byte_cols].fillna(0).astype(np.int64)
+    rest = [c for c in _TIMES if c != "launch_latency_us"]
+    table[rest] = table[rest].fillna(0.0)
     table = table.reset_index().rename(columns={"index": "op"})
     return table.sort_values(["gpu_us", "range_us"], ascending=False).reset_index(drop=True)
+
+
+def _by_kind(gpu: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """{"counts": {kernels, copies, memsets}, "totals": counts plus kernel_us, copy_us,
+    memset_us (µs)} of a set of GPU rows."""
+    counts, totals = {}, {}
+    for kind, key in (("kernel", "kernels"), ("memcpy", "copies"), ("memset", "memsets")):
+        part = gpu[gpu["kind"] == kind]
+        counts[key] = totals[key] = int(len(part))
+        totals[f"{kind.replace('memcpy', 'copy')}_us"] = round(float(part["dur"].sum()) / 1e3, 3)
+    return {"counts": counts, "totals": totals}
 
 
 def idle_gaps(gpu: pd.DataFrame, tree: Any, kinds: np.ndarray, op_codes: np.ndarray,

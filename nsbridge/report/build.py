@@ -59,12 +59,21 @@ def _sources(has_device: bool, has_memory: bool, in_process: bool,
         "ops.device_self_us, ops.device_total_us, ops.kernels, device": (
             f"{trace} (CUDA activity via CUPTI), kernels linked to ops by External id or "
             "launch containment" if has_device else "not measured: no GPU activity in the trace"),
-        "ops.mem_mib": (f"{trace} memory events (profile_memory)" if has_memory
-                        else "not recorded (profile_memory off)"),
+        "ops.mem_mib, ops.mem_net_mib": (
+            f"{trace} memory events (profile_memory): mem_mib is gross (allocated inside the op "
+            "itself, any device), mem_net_mib is net (allocated minus freed during the op and "
+            "all it calls, on the run's device: torch's CUDA Mem / CPU Mem)" if has_memory
+            else "not recorded (profile_memory off)"),
         "steps": f"{trace} (ProfilerStep and DataLoader/Optimizer/autograd ranges)",
-        "sync_points": ("nsbridge in-process call-site records (file:line, whole run) and "
-                        f"{trace} blocking calls (measured window)" if in_process
-                        else f"{trace} blocking calls and item() ops (measured window)"),
+        "sync_points": (
+            f"{trace}: the runtime's blocking calls in the measured steps (nsbridge's own "
+            "window-closing sync left out), tied to file:line by nsbridge's sync-site ranges "
+            "or the trace's stacks; GPU idle after each until the next GPU activity"
+            + ("; whole-run counts from nsbridge's in-process call-site records" if in_process
+               else "") if has_device else
+            "nsbridge in-process call-site records of the script's own .item()/.cpu()/... "
+            "calls (whole run; on a GPU each would wait for the device)" if in_process else
+            "none: in a CPU-only trace nothing waits for a device"),
         "overhead": ("nsbridge step timer in the profiled process (profiled vs unprofiled "
                      "steps)" if has_overhead else "not measured (analyze reads finished traces)"),
     }

@@ -16,6 +16,10 @@ def _mib(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _ms_or_dash(ms: Optional[float]) -> str:
+    return "-" if ms is None else f"{ms:.3f}"
+
+
 def _where(point: dict[str, Any]) -> str:
     if point.get("file"):
         return f"{point['file']}:{point['line']}"
@@ -25,13 +29,16 @@ def _where(point: dict[str, Any]) -> str:
 def _op_rows(report: dict[str, Any], limit: int) -> list[list[str]]:
     rows = []
     for op in report["ops"][:limit]:
+        copies = op.get("copies") or []
         rows.append([op["name"], str(op["calls"]), _ms(op["cpu_self_us"]), _ms(op["cpu_total_us"]),
                      _ms(op["device_self_us"]), _ms(op["device_total_us"]), _mib(op["mem_mib"]),
-                     f"{op['self_pct']:.1f}", str(len(op["kernels"]))])
+                     _mib(op.get("mem_net_mib")), f"{op['self_pct']:.1f}",
+                     str(sum(k["calls"] for k in op["kernels"])),
+                     str(sum(c["calls"] for c in copies))])
     return rows
 
 
-_DEVICE_COLUMNS = {"self device ms", "total device ms", "kernels"}
+_DEVICE_COLUMNS = {"self device ms", "total device ms", "kernels", "copies+memsets"}
 
 
 def _host_only(report: dict[str, Any], header: list[str],
@@ -44,7 +51,10 @@ def _host_only(report: dict[str, Any], header: list[str],
 
 
 OP_HEADER = ["op", "calls", "self CPU ms", "total CPU ms", "self device ms", "total device ms",
-             "mem MiB", "%", "kernels"]
+             "gross MiB", "net MiB", "%", "kernels", "copies+memsets"]
+MEMORY_NOTE = ("gross MiB: allocated inside the op itself, not its children (any device); "
+               "net MiB: allocated minus freed during the op and all it calls, on the run's "
+               "device (torch's CUDA Mem / CPU Mem)")
 
 
 def _step_line(report: dict[str, Any]) -> Optional[str]:
@@ -58,8 +68,8 @@ def _step_line(report: dict[str, Any]) -> Optional[str]:
             f"{steps['detected_by']}): {parts}")
 
 
-TIMELINE_HEADER = ["op (nsys)", "ranges", "range ms", "kernels", "GPU ms", "launch lat µs",
-                   "idle before ms", "sync ms"]
+TIMELINE_HEADER = ["op (nsys)", "ranges", "range ms", "kernels", "kernel ms", "copies",
+                   "copy ms", "memsets", "launch lat µs", "idle before ms", "sync ms"]
 
 
 def _timeline_rows(timeline: dict[str, Any], limit: int) -> list[list[str]]:
@@ -67,18 +77,49 @@ def _timeline_rows(timeline: dict[str, Any], limit: int) -> list[list[str]]:
     for op in timeline["ops"][:limit]:
         lat = op.get("launch_latency_us")
         rows.append([op["op"], str(op["ranges"]), _ms(op.get("range_us")), str(op["kernels"]),
-                     _ms(op.get("gpu_us")), "-" if lat is None else f"{lat:.1f}",
+                     _ms(op.get("kernel_us")), str(op.get("copies", 0)), _ms(op.get("copy_us")),
+                     str(op.get("memsets", 0)), "-" if lat is None else f"{lat:.1f}",
                      _ms(op.get("idle_before_us")), _ms(op.get("sync_us"))])
     return rows
+
+
+def _counts(by_kind: dict[str, Any]) -> str:
+    """'12 kernels, 3 copies' from {'kernels': 12, 'copies': 3, 'memsets': 0}."""
+    parts = [f"{n} {kind}" for kind, n in by_kind.items() if isinstance(n, int) and n]
+    return ", ".join(parts) or "none"
+
+
+def _attribution(attribution: dict[str, Any]) -> str:
+    """'nvtx_push_pop: 12 kernels, 3 copies; no_launch_in_capture: 5 kernels'."""
+    if not attribution:
+        return "n/a (no GPU activity)"
+    return "; ".join(f"{rule}: {_counts(v) if isinstance(v, dict) else v}"
+                     for rule, v in attribution.items())
 
 
 def _timeline_line(t: dict[str, Any]) -> str:
     busy = "-" if t.get("gpu_busy_pct") is None else f"{t['gpu_busy_pct']:.1f}%"
     return (f"nsys {t.get('nsys_version') or '?'}: {t['op_ranges']} op ranges, "
             f"{t['module_ranges']} module ranges, {t['kernels']} kernels, {t['copies']} copies, "
-            f"GPU busy {busy}; kernel attribution {t['attribution'] or 'n/a (no kernels)'}; "
-            f"NVTX ranges emitted {t['nvtx'].get('emitted')}, recorded "
-            f"{t['nvtx'].get('recorded')}")
+            f"{t.get('memsets', 0)} memsets, GPU busy {busy}; attribution "
+            f"{_attribution(t['attribution'])}; NVTX ranges emitted "
+            f"{t['nvtx'].get('emitted')}, recorded {t['nvtx'].get('recorded')}")
+
+
+def _sync_cost(point: dict[str, Any]) -> str:
+    text = f"host {point['host_ms']:.2f} ms"
+    if point.get("gpu_idle_ms") is not None:
+        text += f", GPU idle after {point['gpu_idle_ms']:.2f} ms"
+    return text
+
+
+def _early_line(device: dict[str, Any]) -> Optional[str]:
+    early = device.get("launched_before_window") or {}
+    if not any(early.get(k) for k in ("kernels", "copies", "memsets")):
+        return None
+    total = sum(early.get(k, 0.0) for k in ("kernel_us", "copy_us", "memset_us"))
+    return (f"{_counts({k: early[k] for k in ('kernels', 'copies', 'memsets')})} "
+            f"({total / 1e3:.3f} ms of GPU time) {early['explanation']}")
 
 
 def _gap_host(g: dict[str, Any]) -> str:
@@ -105,15 +146,19 @@ def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 
         dev = report["device"]
         lines.append(f"Device: busy {dev['busy_pct']:.1f}% of the window, {dev['kernels']} kernels "
                      f"({dev['kernels_per_step']:g} per step)")
+        early = _early_line(dev)
+        if early:
+            lines.append(f"  {early}")
     if report["ops"]:
         ranked = "self device time" if report["ranked_by"] == "device_self_us" else "self CPU time"
         lines.append(f"\nTop ops by {ranked}:")
         lines.append(_text_table(*_host_only(report, OP_HEADER, _op_rows(report, top))))
+        lines.append(f"  ({MEMORY_NOTE})")
     if report["sync_points"]:
         lines.append("\nSync points (host waits for the device):")
         for p in report["sync_points"][:5]:
-            lines.append(f"  {p['kind']:<22} {_where(p)}  x{p['count']} ({p['per_step']:g}/step, "
-                         f"{p['cost_ms']:.2f} ms)")
+            lines.append(f"  {p['kind']:<22} {_where(p)}  x{p['count']} over the "
+                         f"{p['counted_over']} ({p['per_step']:g}/step; {_sync_cost(p)})")
     if report["recommendations"]:
         lines.append("\nRecommendations:")
         for i, r in enumerate(report["recommendations"][:3], 1):
@@ -169,26 +214,33 @@ def markdown(report: dict[str, Any], top: int = 25) -> str:
                "|" + "---|" * len(OP_HEADER)]
         for row in _op_rows(report, top):
             md.append("| " + " | ".join([f"`{_md_cell(row[0])}`", *row[1:]]) + " |")
-        kernels = [(op["name"], k) for op in report["ops"][:top] for k in op["kernels"][:3]]
-        if kernels:
-            md += ["", "### Kernels per op (top 3 each)", "", "| op | kernel | calls | device ms |",
-                   "|---|---|---|---|"]
-            md += [f"| `{_md_cell(o)}` | `{_md_cell(k['name'][:120])}` | {k['calls']} | "
-                   f"{k['device_us'] / 1e3:.3f} |" for o, k in kernels]
+        md += ["", f"Memory: {MEMORY_NOTE}."]
+        work = [(op["name"], k, "kernel") for op in report["ops"][:top] for k in op["kernels"][:3]]
+        work += [(op["name"], c, c["kind"]) for op in report["ops"][:top]
+                 for c in (op.get("copies") or [])[:2]]
+        if work:
+            md += ["", "### Kernels and copies per op (top 3 kernels, top 2 copies each)", "",
+                   "| op | kind | name | calls | device ms |", "|---|---|---|---|---|"]
+            md += [f"| `{_md_cell(o)}` | {kind} | `{_md_cell(k['name'][:120])}` | {k['calls']} | "
+                   f"{k['device_us'] / 1e3:.3f} |" for o, k, kind in work]
     if report.get("device"):
         dev = report["device"]
         md += ["", "## Device", "", f"Busy {dev['busy_pct']:.1f}% of the measured window; "
                f"{dev['kernels']} kernels; linking: {dev['linking']}; attribution: "
-               f"{dev['attribution']}"]
+               f"{_attribution(dev['attribution'])}"]
+        early = _early_line(dev)
+        if early:
+            md += ["", f"Launched before the window: {early}"]
         if dev["idle_gaps"]:
             md += ["", "| device | gap ms | at ms | host was in |", "|---|---|---|---|"]
             md += [f"| {g['device']} | {g['dur_us'] / 1e3:.3f} | {g['start_us'] / 1e3:.3f} | "
                    f"`{_md_cell(g['host_op'] or 'Python between ops')}` |" for g in dev["idle_gaps"]]
     if report["sync_points"]:
-        md += ["", "## Sync points", "", "| kind | where | op | count | per step | ms |",
-               "|---|---|---|---|---|---|"]
+        md += ["", "## Sync points", "", "| kind | where | op | count | counted over | per step "
+               "| host ms | GPU idle after ms |", "|---|---|---|---|---|---|---|---|"]
         md += [f"| {p['kind']} | {_md_cell(_where(p))} | `{_md_cell(p['op'] or '')}` | {p['count']} "
-               f"| {p['per_step']:g} | {p['cost_ms']:.3f} |" for p in report["sync_points"]]
+               f"| {p['counted_over']} | {p['per_step']:g} | {p['host_ms']:.3f} | "
+               f"{_ms_or_dash(p.get('gpu_idle_ms'))} |" for p in report["sync_points"]]
     if report["recommendations"]:
         md += ["", "## Recommendations", ""]
         md += [f"{i}. **{r['title']}**: {r['why']}. Fix: {r['fix']} ([docs]({r['url']}))"
@@ -244,17 +296,23 @@ def html_page(report: dict[str, Any], top: int = 50) -> str:
         parts.append("<h2>Hot ops</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in OP_HEADER)
                      + "</tr>")
         for op, row in zip(report["ops"][:top], _op_rows(report, top)):
-            kern = "".join(f"<li><code>{e(k['name'])}</code> x{k['calls']}, "
-                           f"{k['device_us'] / 1e3:.3f} ms</li>" for k in op["kernels"][:10])
+            kern = "".join(f"<li>{kind} <code>{e(k['name'])}</code> x{k['calls']}, "
+                           f"{k['device_us'] / 1e3:.3f} ms</li>"
+                           for kind, k in [*(("kernel", k) for k in op["kernels"][:10]),
+                                           *((c["kind"], c) for c in (op.get("copies") or [])[:5])])
             name = (f"<details><summary><code>{e(row[0])}</code></summary><ul>{kern}</ul></details>"
                     if kern else f"<code>{e(row[0])}</code>")
             parts.append("<tr><td>" + name + "</td>" + "".join(f"<td>{e(c)}</td>" for c in row[1:])
                          + "</tr>")
-        parts.append("</table>")
+        parts.append(f"</table><p>{e(MEMORY_NOTE)}</p>")
     if report.get("device"):
         dev = report["device"]
         parts.append(f"<h2>Device</h2><p>Busy {dev['busy_pct']:.1f}% of the measured window, "
-                     f"{dev['kernels']} kernels, attribution {e(dev['attribution'])}</p>")
+                     f"{dev['kernels']} kernels, attribution {e(_attribution(dev['attribution']))}"
+                     "</p>")
+        early = _early_line(dev)
+        if early:
+            parts.append(f"<p>Launched before the window: {e(early)}</p>")
         if dev["idle_gaps"]:
             parts.append("<table><tr><th>device</th><th>gap ms</th><th>at ms</th><th>host was in</th></tr>")
             parts += [f"<tr><td>{g['device']}</td><td>{g['dur_us'] / 1e3:.3f}</td><td>"
@@ -263,10 +321,12 @@ def html_page(report: dict[str, Any], top: int = 50) -> str:
             parts.append("</table>")
     if report["sync_points"]:
         parts.append("<h2>Sync points</h2><table><tr><th>kind</th><th>where</th><th>op</th>"
-                     "<th>count</th><th>per step</th><th>ms</th></tr>")
+                     "<th>count</th><th>counted over</th><th>per step</th><th>host ms</th>"
+                     "<th>GPU idle after ms</th></tr>")
         parts += [f"<tr><td>{e(p['kind'])}</td><td><code>{e(_where(p))}</code></td><td><code>"
-                  f"{e(p['op'] or '')}</code></td><td>{p['count']}</td><td>{p['per_step']:g}</td>"
-                  f"<td>{p['cost_ms']:.3f}</td></tr>" for p in report["sync_points"]]
+                  f"{e(p['op'] or '')}</code></td><td>{p['count']}</td><td>{e(p['counted_over'])}"
+                  f"</td><td>{p['per_step']:g}</td><td>{p['host_ms']:.3f}</td><td>"
+                  f"{_ms_or_dash(p.get('gpu_idle_ms'))}</td></tr>" for p in report["sync_points"]]
         parts.append("</table>")
     if report["recommendations"]:
         parts.append("<h2>Recommendations</h2><ol>")

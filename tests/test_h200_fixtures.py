@@ -1,0 +1,98 @@
+"""Real H200 runs of the bundled examples: nsbridge's numbers against torch's own table.
+
+Each trace comes with torch's ``key_averages().table()`` from the SAME profiler session
+(tests/data/torch/SOURCES.md), an oracle independent of nsbridge's trace reading.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from nsbridge.api import analyze
+
+from conftest import TORCH_DATA
+
+H200 = TORCH_DATA / "h200"
+_UNITS = {"us": 1.0, "ms": 1e3, "s": 1e6}
+_MEM = {"B": 1 / 2**20, "KB": 1 / 2**10, "MB": 1.0, "GB": 2**10}   # torch's units are 1024-based
+
+
+def key_averages(path: Path) -> dict[str, dict[str, float]]:
+    """torch's table as {op: {"Self CUDA": µs, "CUDA total": µs, "CUDA Mem": MiB, ...}}.
+    Cells are separated by two or more spaces (names hold single ones). Left out: names
+    torch cut ('...'), ProfilerStep*, and rows with no CPU time at all (kernels, and the
+    GPU-timeline copies of annotations such as Optimizer.step#SGD.step)."""
+    lines = path.read_text().splitlines()
+    split = lambda line: re.split(r"\s{2,}", line.strip())  # noqa: E731
+    header = split(lines[1])
+    table: dict[str, dict[str, float]] = {}
+    for line in lines[3:]:
+        if line.startswith("-"):
+            break
+        cells = dict(zip(header, split(line), strict=True))
+        name = cells.pop("Name")
+        row = {k: _number(v) for k, v in cells.items()}
+        if name.endswith("...") or name == "ProfilerStep*" or row["CPU total"] == 0:
+            continue
+        table[name] = row
+    return table
+
+
+def _number(text: str) -> float:
+    match = re.fullmatch(r"(-?[\d.]+)\s*(us|ms|s|B|KB|MB|GB|%)?", text)
+    assert match, text
+    value, unit = float(match[1]), match[2]
+    return value * (_UNITS.get(unit) or _MEM.get(unit) or 1.0)
+
+
+@pytest.fixture(scope="module", params=["train_cnn", "sync_bound", "input_bound"])
+def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    name = request.param
+    result = analyze([H200 / f"{name}_h200.json.gz"], out=tmp_path_factory.mktemp(name) / "r")
+    return name, result.report, key_averages(H200 / f"{name}_h200.key_averages.txt")
+
+
+def _close(ours: float, theirs: float, shown: str) -> bool:
+    """Equal to the precision torch printed (3 decimals of µs or ms)."""
+    return ours == pytest.approx(theirs, abs=1.0 if shown == "ms" else 1e-3 + 1e-6 * theirs)
+
+
+def test_device_times_equal_torchs_table(run: tuple) -> None:
+    name, report, table = run
+    ops = {op["name"]: op for op in report["ops"]}
+    both = sorted(set(ops) & set(table))
+    assert len(both) >= 10, both
+    for op in both:
+        theirs = table[op]
+        assert ops[op]["calls"] == theirs["# of Calls"], op
+        assert ops[op]["device_self_us"] == pytest.approx(theirs["Self CUDA"], abs=2e-3), op
+        assert ops[op]["device_total_us"] == pytest.approx(theirs["CUDA total"], abs=2e-3), op
+
+
+def test_net_memory_equals_torchs_cuda_mem(run: tuple) -> None:
+    name, report, table = run
+    ops = {op["name"]: op for op in report["ops"]}
+    for op in sorted(set(ops) & set(table)):
+        # torch prints 2 decimals of KB or MB
+        assert ops[op]["mem_net_mib"] == pytest.approx(table[op]["CUDA Mem"], abs=0.006), op
+    assert any(ops[op]["mem_mib"] != ops[op]["mem_net_mib"] for op in ops)
+
+
+def test_verdicts_hold_on_a_real_gpu(run: tuple) -> None:
+    name, report, _ = run
+    expected = {"train_cnn": "cpu-bound", "sync_bound": "sync-bound",
+                "input_bound": "input-bound"}[name]
+    assert report["verdict"]["label"] == expected, report["verdict"]
+
+
+def test_sync_example_cost_has_both_halves(tmp_path: Path) -> None:
+    report = analyze([H200 / "sync_bound_h200.json.gz"], out=tmp_path / "r").report
+    numbers = report["verdict"]["numbers"]
+    assert numbers["sync_calls_per_step"] == pytest.approx(129, abs=0.5)
+    assert numbers["sync_gpu_idle_share"] > 0.5 > numbers["sync_blocked_share"] > 0.1
+    evidence = " ".join(report["verdict"]["evidence"])
+    assert "idle after syncs" in evidence and "blocked" in evidence
+    assert report["recommendations"][0]["id"] == "remove-syncs"
