@@ -32,6 +32,7 @@ bench: install
 	$(BIN)/python bench/nsys_scale.py
 	$(BIN)/python bench/triage_overhead.py
 	$(BIN)/python bench/nvtx_overhead.py
+	$(BIN)/python bench/deep_cost.py
 
 clean:
 	rm -rf $(VENV) nsbridge-runs .pytest_cache

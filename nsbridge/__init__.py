@@ -3,7 +3,9 @@
 Public API (importing nsbridge starts no tool and does not import torch or pandas):
 
 - ``nsbridge.triage(script, args, ...)``: profile a script, return a ``RunResult``
-- ``nsbridge.analyze(paths, ...)``: analyse existing torch.profiler traces
+- ``nsbridge.timeline(script, args, ...)``: the Nsight Systems pass (or ``run=DIR``)
+- ``nsbridge.deep(kernels=[...] | top=N, run=DIR)``: Nsight Compute on the ops' kernels
+- ``nsbridge.analyze(paths, ...)``: analyse traces, nsys exports and ncu reports
 - ``nsbridge.step()``: mark a step in loops without an optimizer
 - ``nsbridge.load_profile(name_or_path)``; errors in ``nsbridge.errors``
 """
@@ -16,10 +18,11 @@ from ._stepping import step
 from .errors import NsbridgeError
 
 __version__ = "0.1.0"
-__all__ = ["triage", "analyze", "step", "load_profile", "RunResult", "NsbridgeError",
-           "__version__"]
+__all__ = ["triage", "timeline", "deep", "analyze", "step", "load_profile", "RunResult",
+           "NsbridgeError", "__version__"]
 
-_LAZY = {"triage": "api", "analyze": "api", "RunResult": "api", "load_profile": "profiles"}
+_LAZY = {"triage": "api", "timeline": "api", "deep": "api", "analyze": "api",
+         "RunResult": "api", "load_profile": "profiles"}
 
 
 def __getattr__(name: str) -> Any:

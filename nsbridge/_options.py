@@ -10,6 +10,9 @@ F = TypeVar("F", bound=Callable)
 
 PROFILE = click.option("--profile", "profile", default="default", show_default=True,
                        help="Built-in profile (default, quick, memory) or a YAML file.")
+DEEP_PROFILE = click.option("--deep-profile", "deep_profile", default="deep", show_default=True,
+                            help="Metric set of the Nsight Compute pass (deep, deep-tensorcore, "
+                                 "deep-memory) or a YAML file.")
 OUT = click.option("--out", "out", type=click.Path(),
                    help="Run directory to create (must not exist).")
 TOP = click.option("--top", type=int, default=10, show_default=True,

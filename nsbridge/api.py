@@ -1,37 +1,40 @@
-"""The library API: `triage` and `analyze` wire collect -> parse -> model -> report."""
+"""The library API: each command is a short composition of passes into one Run.
+
+- ``triage``: torch.profiler pass (then, optionally, the nsys and ncu passes)
+- ``timeline``: nsys pass, into a new run or an earlier one
+- ``deep``: ncu pass on chosen ops, into an earlier run (or a new triage first)
+- ``analyze``: the passes' readers on files captured elsewhere
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import platform
-import socket
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 import pandas as pd
 
-from . import __version__
 from . import schema as S
-from .collect._process import ChildOutcome
-from .collect.nsys import run_nsys_pass
-from .collect.torch_profiler import TorchPass, run_torch_pass
-from .errors import (NsbridgeError, RunDirError, ScriptError, TraceError, TraceFormatError,
-                     TraceNotFoundError)
-from .model.analysis import TraceAnalysis, analyze_events, profiler_overhead
-from .model.ranks import combine_ops, slowest
-from .model.timeline import join as join_timeline
-from .parse.nsys_sqlite import read_nsys_sqlite
-from .parse.torch_trace import TorchTrace, read_trace
+from .errors import DeepError, RunDirError, ScriptError, TraceNotFoundError
+from .model.analysis import TraceAnalysis
+from .model.deep_plan import check_ops, choose, describe, plan as make_plan
+from .collect.ncu import find_ncu
+from .passes.ncu_pass import capture_deep, ncu_from_files, require_gpu
+from .passes.nsys_pass import capture_timeline, nvtx_check, timeline_from_exports
+from .passes.torch_pass import analyze_traces, profile_script
 from .profiles import Profile, load_profile
-from .report.build import add_timeline, build_report, timeline_section
-from .report.render import html_page, markdown
-from .rundir import new_run_dir, write_json
+from .rundir import DEFAULT_BASE
+from .run import Run
 
-_NOT_TRACES = {"report.json", "manifest.json", "child.json", "child-config.json"}
+__all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "doctor", "nvtx_check"]
+
+_NOT_TRACES = {"report.json", "manifest.json", "child.json", "child-config.json",
+               "nvtx-child.json", "nvtx-child-config.json", "ncu-child-config.json"}
+_NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+_NCU_SUFFIXES = (".ncu-rep", ".csv")
+ProfileArg = Union[str, Profile]
 
 
 @dataclass
@@ -40,7 +43,7 @@ class RunResult:
 
     run_dir: Path
     report: dict[str, Any]
-    ops: pd.DataFrame      # OPS frame (schema.OP_COLUMNS), all ops, ranked
+    ops: pd.DataFrame      # OPS frame (schema.OP_COLUMNS), all ops torch.profiler saw, ranked
     steps: pd.DataFrame    # per step: step, wall_ms, data/forward/backward/optimizer/other_ms
     exit_code: int         # 0, the script's own non-zero status, 124 timeout, 130 Ctrl-C
     timeline: Optional[pd.DataFrame] = None  # nsys per-op table (model.timeline.op_summary)
@@ -51,154 +54,174 @@ class RunResult:
 
 
 def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
-           profile: Union[str, Profile] = "default", out: Optional[Union[str, Path]] = None,
+           profile: ProfileArg = "default", out: Optional[Union[str, Path]] = None,
            timeout: Optional[float] = None, cwd: Optional[Union[str, Path]] = None,
-           nsys: bool = False, environ: Mapping[str, str] = os.environ) -> RunResult:
-    """Run a script (or ``-m`` module) under torch.profiler and analyse it.
-
-    Args:
-        target: path of the script, or a module name when ``module`` is true.
-        args: the script's own arguments.
-        profile: a built-in profile name, a YAML path, or a loaded Profile.
-        out: the run directory to create (must not exist); default nsbridge-runs/<time>-<name>.
-        timeout: seconds before the script is stopped (its partial trace is kept).
-        cwd: working directory of the script (default: the current one).
-        nsys: also run the Nsight Systems timeline pass into the same run directory.
+           nsys: bool = False, deep_top: Optional[int] = None,
+           deep_profile: ProfileArg = "deep", on_plan: Optional[Callable[[str], None]] = None,
+           environ: Mapping[str, str] = os.environ) -> RunResult:
+    """Run a script (or ``-m`` module) under torch.profiler and analyse it; with ``nsys``
+    also the timeline pass, with ``deep_top`` the ncu pass on that many top ops, all into
+    one run directory.
 
     Returns:
         RunResult. A script that fails still returns one (status 'failed', its exit code).
 
     Raises:
-        ScriptError: the script does not exist. RunDirError: ``out`` is unusable.
-        ProfileError: the profile is invalid. With ``nsys``: ToolNotFoundError,
-        ToolFailedError, NsysExportError (after the triage outputs are written).
+        ScriptError, RunDirError, ProfileError; with ``nsys``: ToolNotFoundError,
+        ToolFailedError, NsysExportError; with ``deep_top``: DeepError, ToolNotFoundError,
+        ToolFailedError (each after the earlier passes' outputs are written).
     """
-    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    prof = _profile(profile)
     workdir = Path(cwd) if cwd else Path.cwd()
     _check_script(target, module, workdir)
-    label = target.split(".")[-1] if module else Path(target).stem
-    run_dir = new_run_dir(Path(out) if out else None, label)
-    manifest = _manifest("triage", target, list(args), prof, workdir, module)
-    write_json(run_dir / "manifest.json", manifest)
-
-    torch_pass = run_torch_pass(target=target, is_module=module, args=args, profile=prof,
-                                run_dir=run_dir, cwd=workdir, timeout=timeout, environ=environ)
-    status, exit_code, error = _pass_status(torch_pass.outcome, torch_pass.child)
-    child = torch_pass.child or {}
-    manifest["environment"] = child.get("env")
-    manifest["passes"].append({"name": "torch.profiler", "status": status,
-                               "exit_code": exit_code,
-                               "wall_s": torch_pass.outcome.wall_s,
-                               "steps_seen": len(child.get("steps", [])),
-                               "step_source": child.get("step_source")})
-    notes = _triage_notes(torch_pass, child)
-    analysis, trace = None, None
-    if torch_pass.traces:
-        try:
-            trace = read_trace(torch_pass.traces[0])
-            analysis = analyze_events(trace.events, thresholds=prof.analysis,
-                                      process_syncs=child.get("syncs"),
-                                      process_steps=len(child.get("steps", [])) or None,
-                                      script=target)
-        except TraceError as exc:
-            notes.append(f"the trace could not be analysed: {exc}")
-    if analysis is None and status == "ok":
-        status = "no-trace"
-    files = {"trace": torch_pass.traces[0].name if torch_pass.traces else None,
-             "traces": [p.name for p in torch_pass.traces],
-             "key_averages": torch_pass.table.name if torch_pass.table else None,
-             "ops_csv": "ops.csv" if analysis else None}
-    report = build_report(command="triage", target=" ".join([target, *args]), status=status,
-                          analysis=analysis, step_source=child.get("step_source"),
-                          overhead=profiler_overhead(child.get("steps", [])) if child else None,
-                          files=files, notes=notes, has_memory=_has_memory(trace),
-                          error=error, version=__version__)
-    manifest["status"] = status
-    manifest["finished_at"] = _now()
-    write_json(run_dir / "manifest.json", manifest)
-    result = _write_outputs(run_dir, report, analysis, exit_code)
-    if nsys and exit_code == 0:
-        return timeline(target, args, module=module, profile=prof, run=run_dir, timeout=timeout,
-                        cwd=workdir, environ=environ)
+    if deep_top is not None:   # fail before the script runs, not after
+        _profile(deep_profile)
+        require_gpu(environ)
+        find_ncu(environ)
+    run = Run.create(out=Path(out) if out else None, label=_label(target, module),
+                     command="triage", target=target, args=list(args), profile=prof,
+                     cwd=workdir, module=module)
+    output, analysis = profile_script(run.dir, target=target, args=args, module=module,
+                                      profile=prof, cwd=workdir, timeout=timeout,
+                                      environ=environ)
+    run.add(output)
+    if analysis is not None:
+        _write_ops_csv(run.dir, analysis.ops)
+    result = _result(run, analysis, output.exit_code)
+    if output.exit_code != 0:
+        return result
+    if nsys:
+        result = timeline(None, run=run.dir, profile=prof, timeout=timeout, environ=environ)
+    if deep_top is not None:
+        deep(run=run.dir, top=deep_top or None, profile=deep_profile, timeout=timeout,
+             on_plan=on_plan, environ=environ)
+        result.report = Run.open(run.dir).report
     return result
 
 
 def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = False,
-             profile: Union[str, Profile] = "default", out: Optional[Union[str, Path]] = None,
+             profile: ProfileArg = "default", out: Optional[Union[str, Path]] = None,
              run: Optional[Union[str, Path]] = None, timeout: Optional[float] = None,
              cwd: Optional[Union[str, Path]] = None,
              environ: Mapping[str, str] = os.environ) -> RunResult:
     """Run the script under Nsight Systems with NVTX op ranges and join kernels to ops.
 
-    With ``run``: add the timeline to that existing triage run (its script and arguments
-    are reused when ``target`` is None); otherwise a new run directory.
+    With ``run``: add the timeline to that run (its script and arguments are reused when
+    ``target`` is None); otherwise a new run directory.
 
     Raises:
         ScriptError, RunDirError, ProfileError; ToolNotFoundError (no nsys, with how to
         install it), ToolFailedError (nsys's own error lines and its log), NsysExportError.
     """
-    prof = profile if isinstance(profile, Profile) else load_profile(profile)
-    workdir = Path(cwd) if cwd else Path.cwd()
-    if run is not None:
-        run_dir = Path(run)
-        if not (run_dir / "manifest.json").is_file() or not (run_dir / "report.json").is_file():
-            raise RunDirError(f"--run {run_dir} is not an nsbridge run directory (no "
-                              "manifest.json and report.json). Pass a directory that "
-                              "`nsbridge triage` wrote, or leave --run off.")
-        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-        report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
-        if target is None:
-            target, args = manifest["target"], manifest.get("args", [])
-            module = bool(manifest.get("module"))
-            workdir = Path(manifest.get("cwd") or workdir)
-    else:
-        if target is None:
-            raise ScriptError("Give a script to run under nsys, or --run DIR of a triage run.")
-        _check_script(target, module, workdir)
-        label = target.split(".")[-1] if module else Path(target).stem
-        run_dir = new_run_dir(Path(out) if out else None, f"timeline-{label}")
-        manifest = _manifest("timeline", target, list(args), prof, workdir, module)
-        write_json(run_dir / "manifest.json", manifest)
-        report = build_report(command="timeline", target=" ".join([target, *args]),
-                              status="running", analysis=None, step_source=None,
-                              overhead=None, files={}, notes=[], has_memory=False,
-                              version=__version__)
-        write_json(run_dir / "report.json", report)
-    nsys_pass = run_nsys_pass(target=target, is_module=module, args=args,
-                              trace=prof.timeline.trace, run_dir=run_dir, cwd=workdir,
-                              timeout=timeout, environ=environ)
-    capture = nsys_pass.capture
-    status, exit_code, error = _pass_status(capture.outcome, nsys_pass.child)
-    manifest["passes"].append({"name": "nsys", "status": status, "exit_code": exit_code,
-                               "wall_s": capture.outcome.wall_s,
-                               "nsys_version": nsys_pass.version,
-                               "nsys": nsys_pass.install.path,
-                               "nsys_found_by": nsys_pass.install.found_by,
-                               "qdstrm_imported_with": capture.imported_with,
-                               "argv": capture.argv})
-    manifest.setdefault("environment", (nsys_pass.child or {}).get("env"))
-    export = read_nsys_sqlite(nsys_pass.sqlite)
-    joined = join_timeline(export, prof.timeline.top_gaps)
-    emitted = ((nsys_pass.child or {}).get("nvtx") or {}).get("total", 0)
-    section = timeline_section(joined, nvtx_check(emitted, joined.summary["nsbridge_ranges"],
-                                                  nsys_pass.version),
-                               {"nsys_rep": capture.report.name,
-                                "sqlite": nsys_pass.sqlite.name, "log": nsys_pass.log.name})
-    report = add_timeline(report, section)
-    if report.get("status") in (None, "running", "ok") and status != "ok":
-        report["status"], report["error"] = status, error
-    elif report.get("status") == "running":
-        report["status"] = "ok"
-    if section["nvtx"].get("warning"):
-        report["notes"] = [*report.get("notes", []), section["nvtx"]["warning"]]
-    manifest["status"] = report["status"]
-    manifest["finished_at"] = _now()
-    write_json(run_dir / "manifest.json", manifest)
-    result = _write_report_files(run_dir, report)
-    ops_frame = (pd.read_csv(run_dir / "ops.csv") if (run_dir / "ops.csv").is_file()
-                 else pd.DataFrame(columns=S.OP_COLUMNS))
-    return RunResult(run_dir=run_dir, report=result, ops=ops_frame, steps=pd.DataFrame(),
-                     exit_code=exit_code, timeline=joined.ops)
+    prof = _profile(profile)
+    the_run, target, args, module, workdir = _run_for(run, target, args, module, cwd, prof,
+                                                      "timeline", out)
+    output, joined = capture_timeline(the_run.dir, target=target, args=args, module=module,
+                                      profile=prof, cwd=workdir, timeout=timeout,
+                                      environ=environ)
+    the_run.add(output)
+    result = _result(the_run, None, output.exit_code)
+    result.timeline = joined.ops
+    return result
+
+
+def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Sequence[str] = (),
+         top: Optional[int] = None, run: Optional[Union[str, Path]] = None,
+         module: bool = False, profile: ProfileArg = "deep",
+         out: Optional[Union[str, Path]] = None, timeout: Optional[float] = None,
+         cwd: Optional[Union[str, Path]] = None, on_plan: Optional[Callable[[str], None]] = None,
+         environ: Mapping[str, str] = os.environ) -> RunResult:
+    """Nsight Compute on the kernels of chosen ops, merged into the run's op rows.
+
+    Ops are ``kernels`` (checked against the run's op names first, with a did-you-mean) or
+    the ``top`` ops by device time. The run is ``run``, else a triage of ``target`` made
+    first, else the latest run under nsbridge-runs/. ``on_plan`` receives the plan's text
+    before ncu starts.
+
+    Raises:
+        DeepError (an op the run does not have, no GPU, counters not permitted, no kernel
+        matched), ToolNotFoundError (no ncu), ToolFailedError (ncu failed; log kept),
+        RunDirError, ScriptError.
+    """
+    deep_prof = _profile(profile).deep
+    if not kernels and top is None:
+        top = deep_prof.top
+    if run is None and target is not None:
+        require_gpu(environ)
+        triaged = triage(target, args, module=module, out=out, timeout=timeout, cwd=cwd,
+                         environ=environ)
+        if triaged.exit_code != 0:
+            return triaged
+        run = triaged.run_dir
+    the_run = Run.open(Path(run) if run is not None else _latest_run())
+    report, manifest = the_run.report, the_run.manifest
+    if kernels:
+        check_ops(kernels, the_run.op_names)
+    require_gpu(environ)
+    chosen = choose(report.get("ops", []), kernels=kernels, top=top,
+                    min_kernel_us=deep_prof.min_kernel_us)
+    torch_pass = next((p for p in manifest.get("passes", []) if p["name"] == "torch.profiler"),
+                      {})
+    the_plan = make_plan(chosen, report.get("ops", []), (report.get("steps") or {}).get(
+        "count", 1), deep_prof, torch_pass.get("wall_s"))
+    if on_plan is not None:
+        on_plan(describe(the_plan))
+    if manifest.get("command") == "analyze":
+        raise DeepError(f"The run {the_run.dir} was made by `analyze` and has no script to "
+                        "run under ncu. Give the script: nsbridge deep --kernel OP script.py.")
+    output = capture_deep(the_run.dir, plan=the_plan, target=manifest["target"],
+                          args=manifest.get("args", []), module=bool(manifest.get("module")),
+                          deep=deep_prof, cwd=Path(manifest.get("cwd") or Path.cwd()),
+                          timeout=timeout, verdict=(report.get("verdict") or {}).get("label"),
+                          op_shapes=_shapes(report), environ=environ)
+    the_run.add(output)
+    return _result(the_run, None, 0)
+
+
+def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default",
+            deep_profile: ProfileArg = "deep",
+            out: Optional[Union[str, Path]] = None) -> RunResult:
+    """Analyse files captured elsewhere: torch.profiler traces (several: the ranks of one
+    job), nsys exports (.sqlite, .nsys-rep) and Nsight Compute reports (.ncu-rep, CSV),
+    merged into one report keyed by op.
+
+    Raises:
+        TraceNotFoundError, TraceFormatError, EmptyTraceError, NsysExportError,
+        NcuFormatError: a path is not usable. RunDirError, ProfileError.
+    """
+    prof = _profile(profile)
+    files = _input_files([Path(p) for p in paths])
+    nsys_files = [f for f in files if f.suffix in _NSYS_SUFFIXES]
+    ncu_files = [f for f in files if f.suffix in _NCU_SUFFIXES]
+    traces = [f for f in files if f not in nsys_files and f not in ncu_files]
+    label = files[0].name.split(".")[0] if len(files) == 1 else f"{len(files)}-files"
+    target = ", ".join(str(p) for p in paths)
+    analysis: Optional[TraceAnalysis] = None
+    first = None
+    if traces:   # read before the run directory exists: a bad trace leaves nothing behind
+        first, analysis = analyze_traces(traces, prof, target)
+    run = Run.create(out=Path(out) if out else None, label=f"analyze-{label}",
+                     command="analyze", target=target, args=[], profile=prof, cwd=Path.cwd())
+    if first is not None:
+        run.add(first)
+        _write_ops_csv(run.dir, analysis.ops)
+    result_timeline = None
+    try:
+        if nsys_files:
+            output, joined = timeline_from_exports(nsys_files, prof, run.dir)
+            run.add(output)
+            result_timeline = joined.ops
+        if ncu_files:
+            run.add(ncu_from_files(ncu_files, _profile(deep_profile).deep,
+                                   (run.report.get("verdict") or {}).get("label"),
+                                   _shapes(run.report)))
+    except Exception:
+        run.manifest["status"] = "failed"
+        run.write()
+        raise
+    result = _result(run, analysis, 0)
+    result.timeline = result_timeline
+    return result
 
 
 def doctor() -> list[Any]:
@@ -208,128 +231,71 @@ def doctor() -> list[Any]:
     return run_checks()
 
 
-def nvtx_check(emitted: int, recorded: int, nsys_version: Optional[str]) -> dict[str, Any]:
-    """Compare NVTX ranges nsbridge pushed with those in the export; warn with the cause."""
-    check: dict[str, Any] = {"emitted": emitted, "recorded": recorded, "warning": None}
-    if emitted and recorded < 0.5 * emitted:
-        try:
-            from importlib.metadata import version
-
-            nvtx_version = version("nvtx")
-        except Exception:
-            nvtx_version = "unknown"
-        check["warning"] = (
-            f"nsys recorded {recorded} of the {emitted} NVTX ranges nsbridge emitted, so ops "
-            f"cannot be joined. Likely cause: the nvtx package ({nvtx_version}) is newer than "
-            f"this nsys ({nsys_version or 'unknown'}) records; nsys 2022.4 records nvtx up to "
-            "0.2.10. Fix: pip install nvtx==0.2.10, or use a newer Nsight Systems.")
-    return check
-
-
-def analyze(paths: Iterable[Union[str, Path]], *, profile: Union[str, Profile] = "default",
-            out: Optional[Union[str, Path]] = None) -> RunResult:
-    """Analyse torch.profiler traces captured elsewhere (files or folders of them).
-
-    Several traces (the ranks of one job) give one report: ops summed over ranks, the
-    verdict of the slowest rank, and a per-rank table.
-
-    Raises:
-        TraceNotFoundError, TraceFormatError, EmptyTraceError: a path is not a usable trace.
-        RunDirError: ``out`` is unusable. ProfileError: the profile is invalid.
-    """
-    prof = profile if isinstance(profile, Profile) else load_profile(profile)
-    files = _trace_files([Path(p) for p in paths])
-    nsys_files = [f for f in files if f.suffix in (".sqlite", ".nsys-rep", ".qdrep")]
-    files = [f for f in files if f not in nsys_files]
-    if nsys_files and not files:
-        return _analyze_nsys(nsys_files, prof, out)
-    traces: list[TorchTrace] = []
-    notes: list[str] = []
-    for path in files:
-        try:
-            traces.append(read_trace(path))
-        except TraceFormatError as exc:
-            if len(files) == 1 or "not a torch.profiler trace" not in str(exc):
-                raise
-            notes.append(f"skipped {path}: JSON that is not a torch.profiler trace")
-    if not traces:
-        raise TraceNotFoundError("None of the files given is a torch.profiler trace.")
-    traces.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, str(t.path)))
-    analyses = [analyze_events(t.events, thresholds=prof.analysis) for t in traces]
-    label = files[0].name.split(".")[0] if len(files) == 1 else f"{len(files)}-traces"
-    run_dir = new_run_dir(Path(out) if out else None, f"analyze-{label}")
-    manifest = _manifest("analyze", ", ".join(map(str, files)), [], prof, Path.cwd(), False)
-    ranks = [_rank_summary(i, t, a) for i, (t, a) in enumerate(zip(traces, analyses))]
-    lead = analyses[slowest(ranks)] if len(analyses) > 1 else analyses[0]
-    if len(analyses) > 1:
-        has_device = any(a.has_device for a in analyses)
-        lead = TraceAnalysis(**{**lead.__dict__, "ops": combine_ops([a.ops for a in analyses],
-                                                                    has_device)})
-        notes.append(f"{len(analyses)} traces: ops are summed over all of them; verdict, steps "
-                     f"and device figures are those of the slowest (rank {ranks[slowest(ranks)]['rank']})")
-    files_info = {"trace": None, "inputs": [str(t.path) for t in traces], "ops_csv": "ops.csv"}
-    report = build_report(command="analyze", target=", ".join(str(p) for p in paths),
-                          status="ok", analysis=lead, step_source=None, overhead=None,
-                          files=files_info, notes=notes,
-                          has_memory=any(_has_memory(t) for t in traces),
-                          ranks=ranks if len(traces) > 1 else None, version=__version__)
-    manifest["status"] = "ok"
-    manifest["passes"].append({"name": "analyze", "status": "ok", "inputs": len(traces)})
-    manifest["finished_at"] = _now()
-    write_json(run_dir / "manifest.json", manifest)
-    result = _write_outputs(run_dir, report, lead, 0)
-    if nsys_files:
-        joined, section = _nsys_section(nsys_files, prof, run_dir)
-        result.report = _write_report_files(run_dir, add_timeline(result.report, section))
-        result.timeline = joined.ops
-    return result
+def _run_for(run: Optional[Union[str, Path]], target: Optional[str], args: Sequence[str],
+             module: bool, cwd: Optional[Union[str, Path]], prof: Profile, command: str,
+             out: Optional[Union[str, Path]]) -> tuple[Run, str, Sequence[str], bool, Path]:
+    """The run to add a pass to (an earlier one, or a new one) and what to execute."""
+    workdir = Path(cwd) if cwd else Path.cwd()
+    if run is not None:
+        the_run = Run.open(Path(run))
+        if target is None:
+            manifest = the_run.manifest
+            if manifest.get("command") == "analyze":
+                raise ScriptError(f"The run {run} has no script to run (it was made by "
+                                  "`analyze`); give the script too.")
+            target, args = manifest["target"], manifest.get("args", [])
+            module = bool(manifest.get("module"))
+            workdir = Path(manifest.get("cwd") or workdir)
+        return the_run, target, args, module, workdir
+    if target is None:
+        raise ScriptError(f"Give a script to run under {command}, or --run DIR of a triage run.")
+    _check_script(target, module, workdir)
+    the_run = Run.create(out=Path(out) if out else None, label=f"{command}-"
+                         f"{_label(target, module)}", command=command, target=target,
+                         args=list(args), profile=prof, cwd=workdir, module=module)
+    return the_run, target, args, module, workdir
 
 
-def _analyze_nsys(files: list[Path], prof: Profile, out: Optional[Union[str, Path]]) -> RunResult:
-    run_dir = new_run_dir(Path(out) if out else None, f"analyze-{files[0].stem}")
-    manifest = _manifest("analyze", ", ".join(map(str, files)), [], prof, Path.cwd(), False)
-    try:
-        joined, section = _nsys_section(files, prof, run_dir)
-    except NsbridgeError:
-        manifest["status"] = "failed"
-        write_json(run_dir / "manifest.json", manifest)
-        raise
-    report = build_report(command="analyze", target=", ".join(map(str, files)), status="ok",
-                          analysis=None, step_source=None, overhead=None,
-                          files={"inputs": [str(f) for f in files]}, notes=[],
-                          has_memory=False, version=__version__)
-    report = add_timeline(report, section)
-    manifest["status"] = "ok"
-    manifest["finished_at"] = _now()
-    write_json(run_dir / "manifest.json", manifest)
-    return RunResult(run_dir=run_dir, report=_write_report_files(run_dir, report),
-                     ops=pd.DataFrame(columns=S.OP_COLUMNS), steps=pd.DataFrame(), exit_code=0,
-                     timeline=joined.ops)
+def _result(run: Run, analysis: Optional[TraceAnalysis], exit_code: int) -> RunResult:
+    if analysis is not None:
+        ops, steps = analysis.ops, analysis.steps
+    elif (run.dir / "ops.csv").is_file():
+        ops, steps = pd.read_csv(run.dir / "ops.csv"), pd.DataFrame()
+    else:
+        ops, steps = pd.DataFrame(columns=S.OP_COLUMNS), pd.DataFrame()
+    return RunResult(run_dir=run.dir, report=run.report, ops=ops, steps=steps,
+                     exit_code=exit_code)
 
 
-def _nsys_section(files: list[Path], prof: Profile, run_dir: Path) -> tuple[Any, dict[str, Any]]:
-    """Join the first nsys export (a .nsys-rep is exported into the run directory)."""
-    from .collect.nsys import export_sqlite, find_nsys
-
-    source = files[0]
-    sqlite = source
-    if source.suffix != ".sqlite":
-        sqlite = export_sqlite(find_nsys().path, source, run_dir / "nsys-export.log",
-                               run_dir / f"{source.stem}.sqlite")
-    joined = join_timeline(read_nsys_sqlite(sqlite), prof.timeline.top_gaps)
-    section = timeline_section(joined, {"emitted": None, "recorded": joined.summary[
-        "nsbridge_ranges"], "warning": None}, {"input": str(source), "sqlite": str(sqlite)})
-    if len(files) > 1:
-        section["note"] = f"{len(files)} nsys files given; the timeline shows {source.name}"
-    return joined, section
+def _write_ops_csv(run_dir: Path, ops: pd.DataFrame) -> None:
+    csv = ops.copy()
+    csv["shapes"] = csv["shapes"].map(lambda v: "; ".join(v))
+    for col in ("kernels", "copies"):
+        csv[col] = csv[col].map(lambda ks: json.dumps([k["name"] for k in ks]))
+    csv.to_csv(run_dir / "ops.csv", index=False)
 
 
-def _trace_files(paths: list[Path]) -> list[Path]:
+def _shapes(report: dict[str, Any]) -> dict[str, list[str]]:
+    return {op["name"]: op.get("shapes") or [] for op in report.get("ops", [])}
+
+
+def _latest_run() -> Path:
+    runs = sorted((p for p in DEFAULT_BASE.glob("*") if (p / "report.json").is_file()),
+                  key=lambda p: p.stat().st_mtime) if DEFAULT_BASE.is_dir() else []
+    if not runs:
+        raise RunDirError(f"No earlier run under {DEFAULT_BASE}/ to take the ops from. Give "
+                          "--run DIR, or a script to triage first (nsbridge deep --top 5 "
+                          "train.py).")
+    return runs[-1]
+
+
+def _input_files(paths: list[Path]) -> list[Path]:
     files: list[Path] = []
+    suffixes = (".json", ".json.gz", *_NSYS_SUFFIXES, *_NCU_SUFFIXES)
     for path in paths:
         if path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.is_file() and p.name not in _NOT_TRACES
-                           and p.name.endswith((".json", ".json.gz", ".sqlite", ".nsys-rep")))
+                           and p.name.endswith(suffixes) and p.suffix != ".csv")
             if not found:
                 raise TraceNotFoundError(f"The folder {path} holds no .json or .json.gz trace "
                                          "files. Point analyze at torch.profiler traces.")
@@ -338,17 +304,11 @@ def _trace_files(paths: list[Path]) -> list[Path]:
             files.append(path)
         else:
             raise TraceNotFoundError(f"{path} does not exist. Pass torch.profiler trace files "
-                                     "(.json, .json.gz) or folders that hold them.")
+                                     "(.json, .json.gz), nsys exports or ncu reports, or "
+                                     "folders that hold them.")
     if not files:
         raise TraceNotFoundError("No trace given: pass one or more trace files or folders.")
     return files
-
-
-def _rank_summary(index: int, trace: TorchTrace, analysis: TraceAnalysis) -> dict[str, Any]:
-    numbers = analysis.verdict["numbers"]
-    return {"rank": trace.rank if trace.rank is not None else index, "file": str(trace.path),
-            "verdict": analysis.verdict["label"], "step_ms": numbers["step_ms"],
-            "busy_pct": numbers["device_busy_pct"], "ops": int(len(analysis.ops))}
 
 
 def _check_script(target: str, module: bool, workdir: Path) -> None:
@@ -362,71 +322,9 @@ def _check_script(target: str, module: bool, workdir: Path) -> None:
                           "to run a module.")
 
 
-def _write_report_files(run_dir: Path, report: dict[str, Any]) -> dict[str, Any]:
-    write_json(run_dir / "report.json", report)
-    (run_dir / "report.md").write_text(markdown(report), encoding="utf-8")
-    (run_dir / "report.html").write_text(html_page(report), encoding="utf-8")
-    return report
+def _label(target: str, module: bool) -> str:
+    return target.split(".")[-1] if module else Path(target).stem
 
 
-def _write_outputs(run_dir: Path, report: dict[str, Any], analysis: Optional[TraceAnalysis],
-                   exit_code: int) -> RunResult:
-    ops = analysis.ops if analysis else pd.DataFrame(columns=S.OP_COLUMNS)
-    steps = analysis.steps if analysis else pd.DataFrame()
-    if analysis is not None:
-        csv = ops.copy()
-        csv["shapes"] = csv["shapes"].map(lambda v: "; ".join(v))
-        for col in ("kernels", "copies"):
-            csv[col] = csv[col].map(lambda ks: json.dumps([k["name"] for k in ks]))
-        csv.to_csv(run_dir / "ops.csv", index=False)
-    _write_report_files(run_dir, report)
-    return RunResult(run_dir=run_dir, report=report, ops=ops, steps=steps, exit_code=exit_code)
-
-
-def _pass_status(outcome: ChildOutcome,
-                 child: Optional[dict[str, Any]]) -> tuple[str, int, Optional[dict[str, Any]]]:
-    """(status, exit code, error) of a pass from how its process ended and its own record."""
-    if outcome.timed_out:
-        return "timeout", 124, {"type": "Timeout", "message": "stopped by --timeout"}
-    if outcome.interrupted or (child and child["status"] == "interrupted"):
-        return "interrupted", 130, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"}
-    if child is None:
-        return "failed", outcome.returncode or 1, {
-            "type": "ChildDied", "message": f"the profiled process ended with status "
-                                            f"{outcome.returncode} before writing its record"}
-    return child["status"], int(child["exit_code"]), child.get("error")
-
-
-def _triage_notes(torch_pass: TorchPass, child: dict[str, Any]) -> list[str]:
-    notes = []
-    if child.get("schedule_note"):
-        notes.append(child["schedule_note"])
-    if child.get("mode") == "whole-run":
-        notes.append("no training step was detected (no optimizer.step() and no "
-                     "nsbridge.step()): the whole run was profiled as one window, warm-up "
-                     "included. Call nsbridge.step() at the end of each iteration to measure "
-                     "steady-state steps.")
-    if torch_pass.outcome.killed:
-        notes.append("the profiled process did not stop in time and was killed; its trace "
-                     "may be missing")
-    if len(torch_pass.traces) > 1:
-        notes.append(f"{len(torch_pass.traces)} measured windows were saved (schedule repeat); "
-                     "the report analyses the first")
-    return notes
-
-
-def _has_memory(trace: Optional[TorchTrace]) -> bool:
-    return trace is not None and bool((trace.events[S.CAT] == S.MEMORY).any())
-
-
-def _manifest(command: str, target: str, args: list[str], prof: Profile, cwd: Path,
-              module: bool) -> dict[str, Any]:
-    return {"nsbridge_version": __version__, "command": command, "argv": sys.argv,
-            "target": target, "module": module, "args": args, "cwd": str(cwd),
-            "profile": prof.to_dict(), "host": socket.gethostname(),
-            "platform": platform.platform(), "python": platform.python_version(),
-            "started_at": _now(), "status": "running", "passes": []}
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+def _profile(profile: ProfileArg) -> Profile:
+    return profile if isinstance(profile, Profile) else load_profile(profile)

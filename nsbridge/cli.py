@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import click
 
 from . import __version__
-from ._options import OUT, PROFILE, SCRIPT_COMMAND, TOP, script_options
+from ._options import DEEP_PROFILE, OUT, PROFILE, SCRIPT_COMMAND, TOP, script_options
 from .errors import NsbridgeError
 
 TRIAGE_EPILOG = """\b
@@ -24,6 +24,15 @@ Examples:
   nsbridge triage -m mypkg.train -- --config cfg.yaml
   nsbridge triage --out runs/baseline --timeout 600 train.py
   nsbridge triage --nsys train.py          (adds the Nsight Systems timeline)
+  nsbridge triage --deep=3 train.py        (adds Nsight Compute on the 3 hottest ops)
+"""
+
+DEEP_EPILOG = """\b
+Examples:
+  nsbridge deep --kernel aten::addmm                  (ops of the latest run)
+  nsbridge deep --top 5 --run nsbridge-runs/20261126-120000-train_cnn
+  nsbridge deep --kernel aten::mm --kernel aten::convolution_backward train.py -- --epochs 1
+  nsbridge deep --profile deep-tensorcore --top 3
 """
 
 TIMELINE_EPILOG = """\b
@@ -38,6 +47,7 @@ Examples:
   nsbridge analyze traces/            (every rank's trace in the folder)
   nsbridge analyze rank0.json.gz rank1.json.gz --out runs/job42
   nsbridge analyze capture.sqlite          (an nsys SQLite export; .nsys-rep with nsys installed)
+  nsbridge analyze trace.json.gz kernels.ncu-rep   (ncu numbers in the op rows; CSV exports too)
 """
 
 
@@ -65,18 +75,53 @@ def main() -> None:
 
 @main.command(epilog=TRIAGE_EPILOG, context_settings=SCRIPT_COMMAND)
 @click.option("--nsys", is_flag=True, help="Also run the Nsight Systems timeline pass.")
+@click.option("--deep", "deep_top", is_flag=False, flag_value="default", default=None,
+              metavar="[=N]", help="Also run Nsight Compute on the N hottest ops (default: "
+                                   "the deep profile's top).")
+@DEEP_PROFILE
 @script_options
 def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
-           top: int, nsys: bool, target: Optional[str], script_args: tuple[str, ...]) -> None:
+           top: int, nsys: bool, deep_top: Optional[str], deep_profile: str,
+           target: Optional[str], script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (or -m MODULE) with torch.profiler and say what bounds it.
 
     Arguments after the script (or after --) go to the script.
     """
     from .api import triage as run_triage
 
+    deep_n, target, script_args = _split_deep(deep_top, target, script_args)
     name, args = _target(module, target, script_args, required=True)
     _guard(lambda: _finish(run_triage(name, args, module=bool(module), profile=profile, out=out,
-                                      timeout=timeout, nsys=nsys), top))
+                                      timeout=timeout, nsys=nsys, deep_top=deep_n,
+                                      deep_profile=deep_profile, on_plan=_echo_plan), top))
+
+
+@main.command(epilog=DEEP_EPILOG, context_settings=SCRIPT_COMMAND)
+@click.option("--kernel", "kernels", multiple=True, metavar="OP",
+              help="An op whose kernels to profile (as the report spells it); repeatable.")
+@click.option("--top", "deep_n", type=int, help="Profile the N ops with the most device time.")
+@click.option("--run", "run", type=click.Path(), help="The run to add to (default: the latest).")
+@click.option("-m", "module", metavar="MODULE", help="Run a module, like python -m MODULE.")
+@click.option("--profile", "profile", default="deep", show_default=True,
+              help="Deep profile (deep, deep-tensorcore, deep-memory) or a YAML file.")
+@OUT
+@click.option("--timeout", type=float, help="Stop ncu after SECONDS (what it wrote is kept).")
+@click.argument("target", required=False)
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def deep(kernels: tuple[str, ...], deep_n: Optional[int], run: Optional[str],
+         module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
+         target: Optional[str], script_args: tuple[str, ...]) -> None:
+    """Nsight Compute on the kernels of chosen ops, merged into the run's report.
+
+    Ops come from --kernel or --top N; the run from --run, else a triage of SCRIPT made
+    first, else the latest run. The plan is printed before ncu starts.
+    """
+    from .api import deep as run_deep
+
+    name, args = _target(module, target, script_args, required=False)
+    _guard(lambda: _finish(run_deep(name, args, kernels=kernels, top=deep_n, run=run,
+                                    module=bool(module), profile=profile, out=out,
+                                    timeout=timeout, on_plan=_echo_plan), 10))
 
 
 @main.command(epilog=TIMELINE_EPILOG, context_settings=SCRIPT_COMMAND)
@@ -131,14 +176,37 @@ def _finish(result: Any, top: int) -> None:
 
 @main.command(epilog=ANALYZE_EPILOG)
 @PROFILE
+@DEEP_PROFILE
 @OUT
 @TOP
 @click.argument("paths", nargs=-1, required=True)
-def analyze(profile: str, out: Optional[str], top: int, paths: tuple[str, ...]) -> None:
-    """Analyse torch.profiler traces (.json/.json.gz files or folders) captured elsewhere."""
+def analyze(profile: str, deep_profile: str, out: Optional[str], top: int,
+            paths: tuple[str, ...]) -> None:
+    """Analyse files captured elsewhere: torch.profiler traces (.json/.json.gz or folders),
+    nsys exports (.sqlite, .nsys-rep), Nsight Compute reports (.ncu-rep, CSV)."""
     from .api import analyze as run_analyze
 
-    _guard(lambda: _finish(run_analyze(paths, profile=profile, out=out), top))
+    _guard(lambda: _finish(run_analyze(paths, profile=profile, deep_profile=deep_profile,
+                                       out=out), top))
+
+
+def _split_deep(value: Optional[str], target: Optional[str],
+                script_args: tuple[str, ...]) -> tuple[Optional[int], Optional[str],
+                                                        tuple[str, ...]]:
+    """``--deep`` takes an optional number: a bare ``--deep train.py`` gave click the
+    script as its value, which goes back in front of the script's arguments."""
+    if value is None:
+        return None, target, script_args
+    if value == "default":
+        return 0, target, script_args
+    if value.isdigit():
+        return int(value), target, script_args
+    rest = (target, *script_args) if target is not None else script_args
+    return 0, value, rest
+
+
+def _echo_plan(text: str) -> None:
+    click.echo(text, err=True)
 
 
 def _failure_paragraph(report: dict[str, Any], run_dir: Any) -> str:

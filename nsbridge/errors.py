@@ -11,8 +11,12 @@ Library code raises these; only the CLI turns them into exit codes. The tree:
     - TraceFormatError          not JSON, truncated, corrupt, or not a torch.profiler trace
     - EmptyTraceError           a valid trace with no events to analyse
     - NsysExportError           an nsys SQLite export without the tables nsbridge needs
-  - ToolNotFoundError           nsys (or another tool) is not installed / not on PATH
+    - NcuFormatError            not an Nsight Compute report or CSV export
+  - ToolNotFoundError           nsys, ncu (or another tool) is not installed / not on PATH
   - ToolFailedError             a tool ran and failed; its own error lines and log path
+  - DeepError                   the deep pass cannot run as asked (no GPU, an op the run
+                                does not have, counters not permitted, a filter that
+                                matched no kernel)
 """
 
 from __future__ import annotations
@@ -56,9 +60,17 @@ class NsysExportError(TraceError):
     """An nsys export that cannot be read or lacks the tables the join needs."""
 
 
+class NcuFormatError(TraceError):
+    """A file that is not a readable Nsight Compute report or CSV export."""
+
+
 class ToolNotFoundError(NsbridgeError):
     """A profiler tool is not installed."""
 
 
 class ToolFailedError(NsbridgeError):
     """A profiler tool ran and failed."""
+
+
+class DeepError(NsbridgeError):
+    """The Nsight Compute deep pass cannot run as asked."""

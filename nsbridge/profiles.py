@@ -8,7 +8,7 @@ typo never silently falls back to a default.
 from __future__ import annotations
 
 import difflib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Union
 
@@ -65,6 +65,27 @@ class Timeline:
 
 
 @dataclass(frozen=True)
+class Deep:
+    """The Nsight Compute pass (see README, "The deep pass")."""
+
+    top: int = 5
+    min_kernel_us: float = 2.0
+    skip_steps: int = 2
+    profile_steps: int = 1
+    max_launches: int = 200
+    replay_mode: str = "kernel"
+    clock_control: str = "base"
+    cache_control: str = "all"
+    sections: tuple = ("SpeedOfLight", "Occupancy", "LaunchStats", "MemoryWorkloadAnalysis",
+                       "ComputeWorkloadAnalysis")
+    metrics: tuple = ()
+    passes_per_kernel: int = 14
+    seconds_per_pass: float = 0.05
+    timeout_s: float = 3600.0
+    quantities: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Profile:
     """A validated profile."""
 
@@ -75,6 +96,7 @@ class Profile:
     analysis: Analysis
     source: str
     timeline: Timeline = Timeline()
+    deep: Deep = Deep()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for the manifest and the child process)."""
@@ -82,7 +104,9 @@ class Profile:
 
 
 _SECTIONS = {"capture": Capture, "schedule": Schedule, "analysis": Analysis,
-             "timeline": Timeline}
+             "timeline": Timeline, "deep": Deep}
+_CHOICES = {"replay_mode": ("kernel", "application"), "clock_control": ("base", "none"),
+            "cache_control": ("all", "none")}
 _TOP_KEYS = {"version", "description", *_SECTIONS}
 
 
@@ -154,7 +178,8 @@ def _section(data: Any, cls: type, path: str, name: str) -> Any:
     _reject_unknown(data, set(allowed), path, f"{name}.")
     values = {}
     for key, value in data.items():
-        default = allowed[key].default
+        spec = allowed[key]
+        default = spec.default if spec.default is not MISSING else spec.default_factory()
         expected = type(default)
         ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
@@ -164,9 +189,16 @@ def _section(data: Any, cls: type, path: str, name: str) -> Any:
         if expected is tuple:
             ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
             value = tuple(value) if ok else value
+        if expected is dict:
+            ok = isinstance(value, dict) and all(
+                isinstance(v, list) and all(isinstance(x, str) for x in v) for v in value.values())
+        if key in _CHOICES:
+            ok = value in _CHOICES[key]
         if not ok:
             want = ("true, false or auto" if key == "cuda" else "a list of names"
-                    if expected is tuple else expected.__name__)
+                    if expected is tuple else "a mapping of names to lists of metric names"
+                    if expected is dict else " or ".join(_CHOICES[key]) if key in _CHOICES
+                    else expected.__name__)
             raise ProfileError(f"'{name}.{key}' in profile {path} must be {want}; got {value!r}.")
         values[key] = value
     return cls(**values)

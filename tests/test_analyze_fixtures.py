@@ -12,7 +12,7 @@ import pytest
 from nsbridge.api import analyze
 from nsbridge.errors import TraceFormatError, TraceNotFoundError
 
-from conftest import SHARED_REAL, TORCH_DATA
+from conftest import DATA, SHARED_REAL, TORCH_DATA
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
@@ -160,3 +160,12 @@ def test_every_shared_real_trace_analyses(path: Path, tmp_path: Path) -> None:
     assert report["status"] == "ok" and report["verdict"]["label"]
     assert report["device"] is not None and report["device"]["kernels"] >= 0
     assert report["ops"] or path.name.startswith("inference_rank_1")
+
+
+def test_nsys_export_alone_fills_the_op_rows(tmp_path: Path) -> None:
+    report = analyze([DATA / "nsys" / "h100_2gpu_1s.sqlite"], out=tmp_path / "run").report
+    rows = {op["name"]: op for op in report["ops"]}
+    assert len(rows) == len(report["timeline"]["ops"])           # the union of what passes saw
+    copy = rows["aten::copy_"]
+    assert copy["calls"] is None and copy["device_self_us"] is None   # torch.profiler saw nothing
+    assert (copy["nsys"]["kernels"], copy["nsys"]["copies"]) == (136, 432)

@@ -78,3 +78,21 @@ def test_gpu_bound_with_an_end_of_loop_sync(tmp_path: Path) -> None:
     assert report["verdict"]["label"] == "gpu-bound", report["verdict"]
     assert report["recommendations"][0]["id"] in ("amp-tf32", "next-ncu")
     assert "remove-syncs" not in [r["id"] for r in report["recommendations"][:1]]
+
+
+def test_triage_deep_on_the_cnn(tmp_path: Path) -> None:
+    """Needs ncu too (the GPU machines here carry it)."""
+    import shutil
+
+    if shutil.which("ncu") is None:
+        pytest.skip("ncu is not installed")
+    proc = run_nsbridge("triage", "--deep", "3", "--out", str(tmp_path / "run"),
+                        "examples/train_cnn.py", "--", "--epochs", "1", cwd=ROOT, timeout=1200)
+    assert proc.returncode == 0, proc.stderr
+    assert "Deep pass plan: 3 op(s)" in proc.stderr
+    report = _report(tmp_path / "run")
+    with_ncu = [op for op in report["ops"] if op.get("ncu")]
+    assert len(with_ncu) >= 2 and all(op["ncu"]["duration_ns"] > 0 for op in with_ncu)
+    assert report["ncu"]["attribution"].get("nvtx", 0) > 0
+    assert not report["ncu"]["attribution"].get("outside_filter")   # the filter held
+    assert (tmp_path / "run" / "deep.ncu-rep").is_file()

@@ -26,7 +26,7 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
         "files": files, "notes": list(notes), "sources": {},
     }
     if analysis is None:
-        return _clean(report)
+        return clean(report)
     has_device = analysis.has_device
     report["verdict"] = analysis.verdict
     report["ranked_by"] = "device_self_us" if has_device else "cpu_self_us"
@@ -42,7 +42,7 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     report["recommendations"] = analysis.recommendations
     report["sources"] = _sources(has_device, has_memory, step_source is not None,
                                  overhead is not None)
-    return _clean(report)
+    return clean(report)
 
 
 def _step_source(steps: pd.DataFrame) -> str:
@@ -83,12 +83,12 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return frame.to_dict("records")
 
 
-def _clean(value: Any) -> Any:
+def clean(value: Any) -> Any:
     """NaN -> None, numpy scalars -> Python, floats rounded to 3 decimals."""
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [clean(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         try:
             value = value.item()
@@ -101,7 +101,7 @@ def _clean(value: Any) -> Any:
 
 def timeline_section(timeline: Any, nvtx: dict[str, Any], files: dict[str, Any]) -> dict[str, Any]:
     """report["timeline"]: the nsys view (see README) from a model.timeline.Timeline."""
-    return _clean({**timeline.summary, "nvtx": nvtx, "files": files,
+    return clean({**timeline.summary, "nvtx": nvtx, "files": files,
                    "ops": timeline.ops.to_dict("records"), "idle_gaps": timeline.gaps})
 
 

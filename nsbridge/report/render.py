@@ -16,6 +16,10 @@ def _mib(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _us(ns: Optional[float]) -> Optional[str]:
+    return None if ns is None else f"{ns / 1e3:.2f}"
+
+
 def _ms_or_dash(ms: Optional[float]) -> str:
     return "-" if ms is None else f"{ms:.3f}"
 
@@ -30,15 +34,39 @@ def _op_rows(report: dict[str, Any], limit: int) -> list[list[str]]:
     rows = []
     for op in report["ops"][:limit]:
         copies = op.get("copies") or []
-        rows.append([op["name"], str(op["calls"]), _ms(op["cpu_self_us"]), _ms(op["cpu_total_us"]),
-                     _ms(op["device_self_us"]), _ms(op["device_total_us"]), _mib(op["mem_mib"]),
-                     _mib(op.get("mem_net_mib")), f"{op['self_pct']:.1f}",
+        rows.append([op["name"], _int(op["calls"]), _ms(op["cpu_self_us"]),
+                     _ms(op["cpu_total_us"]), _ms(op["device_self_us"]),
+                     _ms(op["device_total_us"]), _mib(op["mem_mib"]), _mib(op.get("mem_net_mib")),
+                     "-" if op["self_pct"] is None else f"{op['self_pct']:.1f}",
                      str(sum(k["calls"] for k in op["kernels"])),
                      str(sum(c["calls"] for c in copies))])
     return rows
 
 
 _DEVICE_COLUMNS = {"self device ms", "total device ms", "kernels", "copies+memsets"}
+# per-op columns of the other passes, labelled by source: (header, key, format)
+_PASS_COLUMNS = {
+    "nsys": [("nsys kernel ms", "kernel_us", "ms"), ("nsys copy ms", "copy_us", "ms"),
+             ("nsys idle before ms", "idle_before_us", "ms")],
+    "ncu": [("ncu SM %", "sm_pct", "pct"), ("ncu mem %", "memory_pct", "pct"),
+            ("ncu occupancy %", "achieved_occupancy_pct", "pct"),
+            ("ncu tensor %", "tensor_pct", "pct"), ("ncu L2 hit %", "l2_hit_pct", "pct"),
+            ("ncu bound", "bound", "text")],
+}
+
+
+def op_table(report: dict[str, Any], limit: int) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the op table: torch.profiler's columns, then nsys's and ncu's
+    where those passes ran (each header names its source); no device columns without one."""
+    header, rows = _host_only(report, OP_HEADER, _op_rows(report, limit))
+    for key, columns in _PASS_COLUMNS.items():
+        if not any(op.get(key) for op in report["ops"]):
+            continue
+        header = [*header, *(h for h, _, _ in columns)]
+        for row, op in zip(rows, report["ops"][:limit]):
+            values = op.get(key) or {}
+            row.extend(_cell(values.get(k), kind) for _, k, kind in columns)
+    return header, rows
 
 
 def _host_only(report: dict[str, Any], header: list[str],
@@ -48,6 +76,20 @@ def _host_only(report: dict[str, Any], header: list[str],
         return header, rows
     keep = [i for i, h in enumerate(header) if h not in _DEVICE_COLUMNS]
     return [header[i] for i in keep], [[r[i] for i in keep] for r in rows]
+
+
+def _cell(value: Any, kind: str) -> str:
+    if value is None:
+        return "-"
+    if kind == "ms":
+        return _ms(value)
+    if kind == "pct":
+        return f"{value:.1f}"
+    return str(value)
+
+
+def _int(value: Optional[int]) -> str:
+    return "-" if value is None else str(value)
 
 
 OP_HEADER = ["op", "calls", "self CPU ms", "total CPU ms", "self device ms", "total device ms",
@@ -127,6 +169,27 @@ def _gap_host(g: dict[str, Any]) -> str:
     return ", ".join(parts) or "no nsbridge range (Python between ops)"
 
 
+def _ncu_line(ncu: dict[str, Any]) -> str:
+    plan = ncu.get("plan") or {}
+    attribution = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in
+                            (ncu.get("attribution") or {}).items())
+    version = f" {ncu['ncu_version']}" if ncu.get("ncu_version") else ""
+    text = (f"ncu{version} ({ncu['source']}, {ncu['file']}): "
+            f"{ncu['launches']} kernel launches ({attribution})")
+    if plan:
+        text += (f"; plan: {len(plan['ops'])} op(s), skipped {plan['launch_skip']} warm-up "
+                 f"launches, profiled {plan['launch_count']}")
+    if ncu.get("missing_quantities"):
+        text += f"; not measured on this GPU or in this capture: {', '.join(ncu['missing_quantities'])}"
+    return text
+
+
+def _ncu_findings(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(op, finding title, detail) for every op with ncu numbers, in op-table order."""
+    return [(op["name"], f["title"], f["detail"]) for op in report["ops"] if op.get("ncu")
+            for f in op["ncu"].get("findings", [])]
+
+
 def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 10) -> str:
     """The short text printed after a run."""
     lines = [f"nsbridge {report['command']}: {report['target']}  [status: {report['status']}]"]
@@ -152,7 +215,7 @@ def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 
     if report["ops"]:
         ranked = "self device time" if report["ranked_by"] == "device_self_us" else "self CPU time"
         lines.append(f"\nTop ops by {ranked}:")
-        lines.append(_text_table(*_host_only(report, OP_HEADER, _op_rows(report, top))))
+        lines.append(_text_table(*op_table(report, top)))
         lines.append(f"  ({MEMORY_NOTE})")
     if report["sync_points"]:
         lines.append("\nSync points (host waits for the device):")
@@ -171,6 +234,11 @@ def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 
         for g in timeline["idle_gaps"][:3]:
             lines.append(f"  GPU {g['device']} idle {g['dur_us'] / 1e3:.3f} ms while the host "
                          f"was in {_gap_host(g)}")
+    ncu = report.get("ncu")
+    if ncu:
+        lines.append(f"\nNsight Compute: {_ncu_line(ncu)}")
+        for op, title, detail in _ncu_findings(report)[:12]:
+            lines.append(f"  {op}: {title}: {detail}")
     overhead = report.get("overhead")
     if overhead and overhead.get("ratio"):
         lines.append(f"\nProfiler overhead: {overhead['note']}")
@@ -210,9 +278,10 @@ def markdown(report: dict[str, Any], top: int = 25) -> str:
     if step:
         md += ["", "## Steps", "", step]
     if report["ops"]:
-        md += ["", "## Hot ops", "", "| " + " | ".join(OP_HEADER) + " |",
-               "|" + "---|" * len(OP_HEADER)]
-        for row in _op_rows(report, top):
+        header, op_rows = op_table(report, top)
+        md += ["", "## Hot ops", "", "| " + " | ".join(header) + " |",
+               "|" + "---|" * len(header)]
+        for row in op_rows:
             md.append("| " + " | ".join([f"`{_md_cell(row[0])}`", *row[1:]]) + " |")
         md += ["", f"Memory: {MEMORY_NOTE}."]
         work = [(op["name"], k, "kernel") for op in report["ops"][:top] for k in op["kernels"][:3]]
@@ -256,6 +325,19 @@ def markdown(report: dict[str, Any], top: int = 25) -> str:
             md += ["", "| device | GPU idle ms | host was in |", "|---|---|---|"]
             md += [f"| {g['device']} | {g['dur_us'] / 1e3:.3f} | {_md_cell(_gap_host(g))} |"
                    for g in timeline["idle_gaps"]]
+    ncu = report.get("ncu")
+    if ncu:
+        md += ["", "## Kernels (Nsight Compute)", "", _ncu_line(ncu)]
+        findings = _ncu_findings(report)
+        if findings:
+            md += ["", "| op | finding | numbers |", "|---|---|---|"]
+            md += [f"| `{_md_cell(o)}` | {t} | {_md_cell(d)} |" for o, t, d in findings]
+        md += ["", "| launch | op | kernel | µs | SM % | mem % | occupancy % | tensor % |",
+               "|---|---|---|---|---|---|---|---|"]
+        md += [f"| {k['launch']} | `{_md_cell(k.get('op') or '-')}` | `{_md_cell(str(k['kernel'])[:90])}` "
+               f"| {_cell(_us(k.get('duration_ns')), 'text')} | {_cell(k.get('sm_pct'), 'pct')} | "
+               f"{_cell(k.get('memory_pct'), 'pct')} | {_cell(k.get('achieved_occupancy_pct'), 'pct')}"
+               f" | {_cell(k.get('tensor_pct'), 'pct')} |" for k in ncu["kernels"][:top]]
     if report.get("overhead"):
         md += ["", "## Profiler overhead", "", str(report["overhead"]["note"])]
     if report.get("ranks"):
@@ -293,9 +375,10 @@ def html_page(report: dict[str, Any], top: int = 50) -> str:
     if step:
         parts.append(f"<h2>Steps</h2><p>{e(step)}</p>")
     if report["ops"]:
-        parts.append("<h2>Hot ops</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in OP_HEADER)
+        header, op_rows = op_table(report, top)
+        parts.append("<h2>Hot ops</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header)
                      + "</tr>")
-        for op, row in zip(report["ops"][:top], _op_rows(report, top)):
+        for op, row in zip(report["ops"][:top], op_rows):
             kern = "".join(f"<li>{kind} <code>{e(k['name'])}</code> x{k['calls']}, "
                            f"{k['device_us'] / 1e3:.3f} ms</li>"
                            for kind, k in [*(("kernel", k) for k in op["kernels"][:10]),
@@ -347,6 +430,22 @@ def html_page(report: dict[str, Any], top: int = 50) -> str:
             parts.append("<ul>" + "".join(f"<li>GPU {g['device']} idle {g['dur_us'] / 1e3:.3f} ms"
                                           f" while the host was in {e(_gap_host(g))}</li>"
                                           for g in timeline["idle_gaps"]) + "</ul>")
+    ncu = report.get("ncu")
+    if ncu:
+        parts.append(f"<h2>Kernels (Nsight Compute)</h2><p>{e(_ncu_line(ncu))}</p>")
+        findings = _ncu_findings(report)
+        if findings:
+            parts.append("<table><tr><th>op</th><th>finding</th><th>numbers</th></tr>"
+                         + "".join(f"<tr><td><code>{e(o)}</code></td><td>{e(t)}</td><td>{e(d)}"
+                                   "</td></tr>" for o, t, d in findings) + "</table>")
+        parts.append("<table><tr>" + "".join(f"<th>{h}</th>" for h in (
+            "launch", "op", "kernel", "µs", "SM %", "mem %", "occupancy %", "tensor %"))
+            + "</tr>" + "".join(
+            f"<tr><td>{k['launch']}</td><td><code>{e(k.get('op') or '-')}</code></td><td><code>"
+            f"{e(k['kernel'])}</code></td><td>{_cell(_us(k.get('duration_ns')), 'text')}</td>"
+            + "".join(f"<td>{_cell(k.get(c), 'pct')}</td>" for c in (
+                "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct"))
+            + "</tr>" for k in ncu["kernels"][:top]) + "</table>")
     if report.get("overhead"):
         parts.append(f"<h2>Profiler overhead</h2><p>{e(report['overhead']['note'])}</p>")
     if report.get("notes"):

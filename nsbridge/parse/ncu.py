@@ -1,0 +1,274 @@
+"""Nsight Compute results -> frames: `.ncu-rep` (NVIDIA's `ncu_report`) and CSV exports.
+
+Inputs (shared/nsight.md section 1.5):
+
+- ``.ncu-rep`` through the PyPI package ``ncu-report`` (NVIDIA's Python report interface,
+  an optional dependency: ``pip install ncu-report``); no GPU and no ncu needed.
+- ``ncu --import X --csv --page raw``: one row per launch, one column per metric, a units
+  row under the header (2022 and 2023+ identity columns).
+- ``ncu --import X --csv --page details``: one row per (launch, section, metric) with
+  display labels; the labels of the header metrics nsbridge uses are mapped back to
+  metric names (LABELS), rule rows are skipped.
+
+Both readers give an ``NcuData``:
+
+- ``launches``: one row per profiled launch: launch (ncu's ID), kernel (name as printed),
+  process_id, device, cc, block, grid, nvtx (the launching thread's push/pop stack,
+  bottom first, as a tuple of (domain, range) pairs; () without NVTX).
+- ``metrics``: long, one row per (launch, metric): launch, metric (ncu metric name, or the
+  display label when the details page has no known name for it), section (details page
+  only), value (float in base units, NaN for ``n/a``/``nan``), unit (base spelling,
+  parse.ncu_units), text (the printed value when it is not a number).
+
+Values carry thousands separators in 2024+ exports (``"21,058,944"``); they are read as
+numbers. Units ncu_units does not know are kept as printed and listed in ``notes``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import pandas as pd
+
+from ..errors import NcuFormatError, ToolNotFoundError, TraceNotFoundError
+from .ncu_units import normalise
+
+LAUNCH_COLUMNS = ["launch", "kernel", "process_id", "device", "cc", "block", "grid", "nvtx"]
+METRIC_COLUMNS = ["launch", "metric", "section", "value", "unit", "text"]
+_NVTX_COLUMN = "thread Domain:Push/Pop_Range"
+_NVTX_ENTRY = re.compile(r'"([^"]*)"')
+# Domain:Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg, where Range == Msg (both may
+# hold ':'); the back-reference keeps "aten::addmm" whole
+_NVTX_FIELDS = re.compile(r"^(?P<domain>[^:]*):(?P<range>.*):[^:]*:[^:]*:[^:]*:[^:]*:[^:]*:(?P=range)$")
+# details-page display labels (2022 and 2024+ spellings) -> metric names
+LABELS = {
+    "Duration": "gpu__time_duration.sum",
+    "Compute (SM) Throughput": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "Compute (SM) [%]": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "Memory Throughput": "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "Memory [%]": "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "DRAM Throughput": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "Achieved Occupancy": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "Theoretical Occupancy": "sm__maximum_warps_per_active_cycle_pct",
+    "Registers Per Thread": "launch__registers_per_thread",
+    "L1/TEX Hit Rate": "l1tex__t_sector_hit_rate.pct",
+    "L2 Hit Rate": "lts__t_sector_hit_rate.pct",
+    "Block Limit Registers": "launch__occupancy_limit_registers",
+    "Block Limit Shared Mem": "launch__occupancy_limit_shared_mem",
+    "Block Limit Warps": "launch__occupancy_limit_warps",
+    "Block Limit SM": "launch__occupancy_limit_blocks",
+    "Waves Per SM": "launch__waves_per_multiprocessor",
+}
+_SECTION_OF_LABEL = {"Memory Throughput": "GPU Speed Of Light Throughput"}
+
+
+@dataclass
+class NcuData:
+    """Frames from one Nsight Compute report or CSV export (see the module docstring)."""
+
+    path: Path
+    source: str                       # "ncu-rep", "csv-raw" or "csv-details"
+    launches: pd.DataFrame
+    metrics: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+
+def read_ncu(path: str | Path) -> NcuData:
+    """Read a ``.ncu-rep`` or an ncu CSV export (raw or details page).
+
+    Raises:
+        TraceNotFoundError: the file does not exist.
+        ToolNotFoundError: a .ncu-rep without the ``ncu-report`` package.
+        NcuFormatError: not an ncu report or export; says what it is instead and how to
+            export one.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TraceNotFoundError(f"Nsight Compute file {path} does not exist.")
+    if path.suffix == ".ncu-rep":
+        return _read_report(path)
+    with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+        rows = [r for r in csv.reader(_strip_chatter(fh)) if r]
+    if not rows or rows[0][:1] != ["ID"]:
+        raise NcuFormatError(
+            f"{path} is not an Nsight Compute CSV export (its first column is not \"ID\"). "
+            "Export one with `ncu --import REPORT.ncu-rep --csv --page raw --print-units base "
+            "> out.csv`, or pass the .ncu-rep itself.")
+    header = rows[0]
+    if "Metric Name" in header and "Metric Value" in header:
+        return _read_details(path, header, rows[1:])
+    return _read_raw(path, header, rows[1:])
+
+
+def parse_nvtx(cell: str) -> tuple[tuple[str, str], ...]:
+    """The push/pop stack in ncu's NVTX column: ``1421  "dom:range:...:range"  "..."``."""
+    stack = []
+    for entry in _NVTX_ENTRY.findall(cell or ""):
+        match = _NVTX_FIELDS.match(entry)
+        if match:
+            stack.append((match["domain"], match["range"]))
+    return tuple(stack)
+
+
+def number(text: str) -> float:
+    """An ncu value as a float: thousands separators removed; NaN for n/a, nan, ''."""
+    text = (text or "").strip().replace(",", "")
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def _strip_chatter(lines: Iterable[str]) -> Iterable[str]:
+    """Skip ``==PROF==``/``==WARNING==`` lines printed on the same stream as the CSV."""
+    return (line for line in lines if not line.startswith("=="))
+
+
+def _identity(header: list[str], row: list[str]) -> dict[str, Any]:
+    get = dict(zip(header, row)).get
+    nvtx_col = next((h for h in header if h.startswith(_NVTX_COLUMN)), None)
+    return {"launch": int(get("ID", "0")), "kernel": get("Kernel Name", ""),
+            "process_id": get("Process ID"), "device": get("Device"), "cc": get("CC"),
+            "block": get("Block Size"), "grid": get("Grid Size"),
+            "nvtx": parse_nvtx(get(nvtx_col, "")) if nvtx_col else ()}
+
+
+def _read_raw(path: Path, header: list[str], rows: list[list[str]]) -> NcuData:
+    units_row = rows[0] if rows and not rows[0][0] else [""] * len(header)
+    data = rows[1:] if rows and not rows[0][0] else rows
+    metric_cols = [i for i, h in enumerate(header) if "__" in h or h in ("inst_executed",)]
+    notes: list[str] = []
+    launches, values = [], []
+    units = {i: normalise(units_row[i] if i < len(units_row) else "") for i in metric_cols}
+    _note_unknown(notes, {header[i]: units_row[i] for i in metric_cols if not units[i].known})
+    for row in data:
+        ident = _identity(header, row)
+        launches.append(ident)
+        for i in metric_cols:
+            text = row[i] if i < len(row) else ""
+            values.append(_value(ident["launch"], header[i], None, text, units[i]))
+    return NcuData(path=path, source="csv-raw", launches=_launch_frame(launches),
+                   metrics=pd.DataFrame(values, columns=METRIC_COLUMNS), notes=notes)
+
+
+def _read_details(path: Path, header: list[str], rows: list[list[str]]) -> NcuData:
+    col = {h: i for i, h in enumerate(header)}
+    notes: list[str] = []
+    seen: dict[int, dict[str, Any]] = {}
+    values, unknown = [], {}
+    for row in rows:
+        name = row[col["Metric Name"]]
+        if not name:              # a rule row: its fields are the rule's, not a metric's
+            continue
+        ident = _identity(header, row)
+        seen.setdefault(ident["launch"], ident)
+        label_unit = row[col["Metric Unit"]]
+        unit = normalise(label_unit)
+        if not unit.known:
+            unknown[name] = label_unit
+        section = row[col["Section Name"]]
+        metric = LABELS.get(name, name) if _SECTION_OF_LABEL.get(name, section) == section \
+            else name
+        values.append(_value(ident["launch"], metric, section, row[col["Metric Value"]], unit))
+    _note_unknown(notes, unknown)
+    return NcuData(path=path, source="csv-details",
+                   launches=_launch_frame(list(seen.values())),
+                   metrics=pd.DataFrame(values, columns=METRIC_COLUMNS), notes=notes)
+
+
+def _read_report(path: Path) -> NcuData:
+    try:
+        import ncu_report
+    except ImportError as exc:
+        raise ToolNotFoundError(
+            f"Reading {path.name} needs NVIDIA's report reader: `pip install ncu-report` "
+            "(proprietary licence, no GPU needed). Or export it as CSV with `ncu --import "
+            f"{path.name} --csv --page raw --print-units base` and pass the CSV.") from exc
+    try:
+        context = ncu_report.load_report(str(path))
+    except Exception as exc:  # the module raises its own types
+        raise NcuFormatError(f"{path} could not be read as an Nsight Compute report ({exc}); "
+                             "it may be truncated, or written by an ncu newer than the "
+                             "installed ncu-report package (pip install -U ncu-report).") from exc
+    launches, values, notes, unknown = [], [], [], {}
+    launch = 0
+    for r in range(context.num_ranges()):
+        rng = context.range_by_idx(r)
+        for a in range(rng.num_actions()):
+            action = rng.action_by_idx(a)
+            get = action.metric_by_name
+            launches.append({"launch": launch, "kernel": action.name(),
+                             "process_id": _metric_text(get("ID_PROCESS_ID") or get("pid")),
+                             "device": _metric_text(get("device__attribute_display_name")),
+                             "cc": _cc(get), "block": _metric_text(get("launch__block_size")),
+                             "grid": _metric_text(get("launch__grid_size")),
+                             "nvtx": _report_nvtx(action.nvtx_state())})
+            for name in action.metric_names():
+                metric = get(name)
+                raw_unit = metric.unit() if hasattr(metric, "unit") else ""
+                unit = normalise(raw_unit)
+                if not unit.known:
+                    unknown[name] = raw_unit
+                value = metric.value() if metric.has_value() else None
+                text = None if isinstance(value, (int, float)) else (
+                    None if value is None else str(value))
+                number_value = float(value) if isinstance(value, (int, float)) else math.nan
+                values.append((launch, name, None, number_value * unit.factor, unit.unit, text))
+            launch += 1
+    if not launches:
+        raise NcuFormatError(f"{path} opened as an Nsight Compute report but holds no profiled "
+                             "kernel launch: it may be truncated, or written by an ncu newer "
+                             "than the installed ncu-report package (pip install -U ncu-report).")
+    _note_unknown(notes, unknown)
+    return NcuData(path=path, source="ncu-rep", launches=_launch_frame(launches),
+                   metrics=pd.DataFrame(values, columns=METRIC_COLUMNS), notes=notes)
+
+
+def _report_nvtx(state: Any) -> tuple[tuple[str, str], ...]:
+    if state is None:
+        return ()
+    stack = []
+    for domain_id in state.domains():
+        domain = state.domain_by_id(domain_id)
+        name = domain.name()
+        stack.extend((("" if name == "<default domain>" else name), r)
+                     for r in domain.push_pop_ranges())
+    return tuple(stack)
+
+
+def _metric_text(metric: Any) -> Optional[str]:
+    if metric is None or not metric.has_value():
+        return None
+    return str(metric.value())
+
+
+def _cc(get: Any) -> Optional[str]:
+    major, minor = get("device__attribute_compute_capability_major"), get(
+        "device__attribute_compute_capability_minor")
+    if major is None or minor is None:
+        return None
+    return f"{major.value()}.{minor.value()}"
+
+
+def _value(launch: int, metric: str, section: Optional[str], text: str,
+           unit: Any) -> tuple:
+    value = number(text)
+    is_text = math.isnan(value) and text.strip().lower() not in ("", "n/a", "nan")
+    return (launch, metric, section, value * unit.factor, unit.unit,
+            text if is_text else None)
+
+
+def _launch_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=LAUNCH_COLUMNS)
+
+
+def _note_unknown(notes: list[str], unknown: dict[str, str]) -> None:
+    if unknown:
+        sample = ", ".join(f"{m} [{u}]" for m, u in list(unknown.items())[:5])
+        notes.append(f"{len(unknown)} metric(s) have units nsbridge does not know and are kept "
+                     f"as printed, not converted: {sample}")

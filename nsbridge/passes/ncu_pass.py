@@ -1,0 +1,168 @@
+"""The Nsight Compute pass: the chosen ops' kernels under ncu, or ncu files read."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+import pandas as pd
+
+from ..collect.ncu import (capture, export_raw_csv, find_ncu, gpu_names, ncu_version,
+                           profile_argv)
+from ..collect.torch_profiler import bootstrap_argv
+from ..errors import DeepError, NcuFormatError, ToolNotFoundError
+from ..model.ncu import ATTRIBUTED, kernel_table, metric_names, op_summary
+from ..model.rules import MATMUL_OP
+from ..parse.ncu import NcuData, read_ncu
+from ..profiles import Deep
+from ..report.build import clean
+from ..run import PassOutput
+
+KERNEL_COLUMNS = ["launch", "kernel", "op", "module", "step", "attribution", "duration_ns",
+                  "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct", "l2_hit_pct"]
+SOURCE = ("Nsight Compute {version}: kernels of the chosen ops (NVTX filter on nsbridge's op "
+          "ranges), per-op values duration-weighted over their launches")
+
+
+def require_gpu(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The GPUs present; DeepError when there is none (checked before ncu is looked up)."""
+    gpus = gpu_names(environ)
+    if not gpus:
+        raise DeepError("The deep pass needs an NVIDIA GPU: Nsight Compute replays kernels on "
+                        "the device, and `nvidia-smi -L` lists none here. Run it on a GPU "
+                        "machine; triage and timeline work without one, and `nsbridge analyze "
+                        "x.ncu-rep` reads reports captured elsewhere.")
+    return gpus
+
+
+def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequence[str],
+                 module: bool, deep: Deep, cwd: Path, timeout: Optional[float],
+                 verdict: Optional[str], op_shapes: Mapping[str, list[str]],
+                 environ: Mapping[str, str] = os.environ) -> PassOutput:
+    """Run the target under ncu with the plan's filter and counts; parse and model.
+
+    Raises:
+        DeepError (no GPU, counters not permitted, no kernel matched), ToolNotFoundError
+        (no ncu), ToolFailedError (ncu failed or timed out; log kept).
+    """
+    require_gpu(environ)
+    ncu = find_ncu(environ)
+    version = ncu_version(ncu)
+    ops = [row["op"] for row in plan["ops"]]
+    child_argv = bootstrap_argv(run_dir, "ncu-child-config.json", target=target,
+                                is_module=module, args=args, extra={"pass": "nvtx"})
+    stem = _free_stem(run_dir, "deep")
+    report = (run_dir / f"{stem}.ncu-rep").resolve()
+    argv = profile_argv(ncu, ops=ops, launch_skip=plan["launch_skip"],
+                        launch_count=plan["launch_count"], sections=deep.sections,
+                        metrics=[*metric_names(deep.quantities), *deep.metrics],
+                        replay_mode=deep.replay_mode, clock_control=deep.clock_control,
+                        cache_control=deep.cache_control, output=report.with_suffix(""),
+                        child_argv=child_argv)
+    result = capture(argv, report=report, cwd=cwd, env=environ,
+                     timeout=timeout or deep.timeout_s, log=run_dir / f"{stem}.ncu.log", ops=ops)
+    try:
+        data = read_ncu(result.report)
+    except (ToolNotFoundError, NcuFormatError):
+        # no ncu-report package, or one older than this ncu: ncu exports the raw page itself
+        data = read_ncu(export_raw_csv(ncu, result.report, run_dir / f"{stem}.raw.csv"))
+    manifest = {"wall_s": result.outcome.wall_s, "ncu_version": version, "ncu": ncu,
+                "argv": result.argv}
+    return ncu_output(data, deep, targets=ops, plan=plan, version=version, verdict=verdict,
+                      op_shapes=op_shapes, manifest=manifest,
+                      files={"ncu_rep": report.name, "ncu_log": result.log.name})
+
+
+def ncu_from_files(files: Sequence[Path], deep: Deep, verdict: Optional[str],
+                   op_shapes: Mapping[str, list[str]]) -> PassOutput:
+    """ncu reports or CSV exports captured elsewhere (the first one given).
+
+    Raises:
+        NcuFormatError, ToolNotFoundError (a .ncu-rep without ncu-report), TraceNotFoundError.
+    """
+    data = read_ncu(files[0])
+    notes = ([f"{len(files)} Nsight Compute files given; the report shows {files[0].name}"]
+             if len(files) > 1 else [])
+    return ncu_output(data, deep, targets=None, plan=None, version=None, verdict=verdict,
+                      op_shapes=op_shapes, manifest={"inputs": [str(f) for f in files]},
+                      files={"ncu_input": str(files[0])}, notes=notes)
+
+
+def ncu_output(data: NcuData, deep: Deep, *, targets: Optional[Sequence[str]],
+               plan: Optional[dict[str, Any]], version: Optional[str], verdict: Optional[str],
+               op_shapes: Mapping[str, list[str]], manifest: dict[str, Any],
+               files: dict[str, Any], notes: Sequence[str] = ()) -> PassOutput:
+    """The ncu section, ops[].ncu columns and recommendations from parsed ncu data."""
+    if data.launches.empty:
+        raise NcuFormatError(f"{data.path} holds no profiled kernel launch.")
+    kernels, missing = kernel_table(data.launches, data.metrics, deep.quantities, targets)
+    per_op = op_summary(kernels, op_shapes)
+    attribution = {k: int(v) for k, v in kernels["attribution"].value_counts().items()}
+    table = kernels[[c for c in KERNEL_COLUMNS if c in kernels]]
+    section = clean({
+        "plan": plan, "ncu_version": version, "source": data.source, "file": data.path.name,
+        "launches": int(len(kernels)), "attribution": attribution,
+        "missing_quantities": missing, "kernels": table.to_dict("records"),
+        "notes": list(data.notes)})
+    extra_notes = list(notes)
+    if attribution.get("no_nvtx"):
+        extra_notes.append(f"{attribution['no_nvtx']} ncu launch(es) carry no NVTX op range "
+                           "(captured without --nvtx or outside op ranges): listed in the ncu "
+                           "kernel table, not attributed to any op")
+    if attribution.get("outside_filter"):
+        extra_notes.append(f"{attribution['outside_filter']} ncu launch(es) ran outside the "
+                           "chosen ops' ranges and are not counted for them")
+    return PassOutput(name="ncu", manifest=manifest, section=("ncu", section), op_key="ncu",
+                      op_columns=clean(per_op), notes=extra_notes,
+                      sources={"ncu, ops.ncu": SOURCE.format(version=version or "")},
+                      recommendations=recommend(per_op, kernels, verdict), files=files)
+
+
+def recommend(per_op: dict[str, dict[str, Any]], kernels: pd.DataFrame,
+              verdict: Optional[str]) -> list[dict[str, Any]]:
+    """Recommendations from the per-op findings, each naming its op and numbers."""
+    used = kernels[kernels["attribution"] == ATTRIBUTED]
+    total = float(used["duration_ns"].sum()) if "duration_ns" in used and len(used) else 0.0
+    out = []
+    for op, s in per_op.items():
+        share = (s.get("duration_ns") or 0.0) / total if total else 0.0
+        for finding in s["findings"]:
+            rec = _rec_for(op, finding, s)
+            if rec is not None:
+                out.append({**rec, "impact": round(min(max(share * rec.pop("weight"), 0.0),
+                                                       1.0), 3),
+                            "addresses_verdict": verdict == "gpu-bound", "source": "ncu"})
+    return out
+
+
+def _rec_for(op: str, finding: dict[str, Any], s: dict[str, Any]) -> Optional[dict[str, Any]]:
+    if finding["id"] == "no-tensor-cores":
+        return {"id": "tensor-cores", "title": "Put the matmuls on Tensor Cores",
+                "why": f"{op}: {finding['detail']} (ncu)",
+                "fix": "torch.set_float32_matmul_precision('high') (TF32) or torch.autocast("
+                       "'cuda', dtype=torch.bfloat16); keep matmul dimensions multiples of 8",
+                "url": "https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
+                "weight": 0.6}
+    if finding["id"] == "low-occupancy" and s.get("bound") == "latency":
+        return {"id": "occupancy", "title": "Give the GPU more parallel work",
+                "why": f"{op}: {finding['detail']}, latency-bound (ncu)",
+                "fix": "raise the batch size, or torch.compile(mode='max-autotune') to pick "
+                       "kernels with other tile sizes and fewer registers",
+                "url": "https://docs.nvidia.com/nsight-compute/ProfilingGuide/index.html#occupancy",
+                "weight": 0.3}
+    if finding["id"] == "memory-bound" and not MATMUL_OP.match(op):
+        return {"id": "fuse-memory-bound", "title": "Fuse memory-bound ops",
+                "why": f"{op}: {finding['detail']} (ncu)",
+                "fix": "torch.compile(model) fuses elementwise and reduction ops so data makes "
+                       "one trip through DRAM",
+                "url": "https://pytorch.org/docs/stable/torch.compiler.html", "weight": 0.4}
+    return None
+
+
+def _free_stem(run_dir: Path, stem: str) -> str:
+    n, name = 1, stem
+    while (run_dir / f"{name}.ncu-rep").exists():
+        n += 1
+        name = f"{stem}-{n}"
+    return name

@@ -1,0 +1,98 @@
+"""The Nsight Systems pass: the script under nsys with NVTX op ranges, or exports read."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from ..collect.nsys import export_sqlite, find_nsys, run_nsys_pass
+from ..model.timeline import Timeline, join
+from ..parse.nsys_sqlite import read_nsys_sqlite
+from ..profiles import Profile
+from ..report.build import clean
+from ..run import PassOutput
+from .torch_pass import pass_status
+
+
+def capture_timeline(run_dir: Path, *, target: str, args: Sequence[str], module: bool,
+                     profile: Profile, cwd: Path, timeout: Optional[float],
+                     environ: Mapping[str, str] = os.environ) -> tuple[PassOutput, Timeline]:
+    """Run the target under nsys into ``run_dir``; join kernels to ops.
+
+    Raises:
+        ToolNotFoundError (no nsys, with how to install it), ToolFailedError (nsys's own
+        error lines and its log), NsysExportError.
+    """
+    nsys_pass = run_nsys_pass(target=target, is_module=module, args=args,
+                              trace=profile.timeline.trace, run_dir=run_dir, cwd=cwd,
+                              timeout=timeout, environ=environ)
+    capture = nsys_pass.capture
+    status, exit_code, error = pass_status(capture.outcome, nsys_pass.child)
+    joined = join(read_nsys_sqlite(nsys_pass.sqlite), profile.timeline.top_gaps)
+    emitted = ((nsys_pass.child or {}).get("nvtx") or {}).get("total", 0)
+    check = nvtx_check(emitted, joined.summary["nsbridge_ranges"], nsys_pass.version)
+    section = timeline_section(joined, check, {"nsys_rep": capture.report.name,
+                                               "sqlite": nsys_pass.sqlite.name,
+                                               "log": nsys_pass.log.name})
+    manifest = {"wall_s": capture.outcome.wall_s, "nsys_version": nsys_pass.version,
+                "nsys": nsys_pass.install.path, "nsys_found_by": nsys_pass.install.found_by,
+                "qdstrm_imported_with": capture.imported_with, "argv": capture.argv}
+    if (nsys_pass.child or {}).get("env"):
+        manifest["environment"] = nsys_pass.child["env"]
+    return _output(section, joined, manifest, status, exit_code, error,
+                   [check["warning"]] if check["warning"] else []), joined
+
+
+def timeline_from_exports(files: Sequence[Path], profile: Profile,
+                          run_dir: Path) -> tuple[PassOutput, Timeline]:
+    """Join the first nsys export given (a .nsys-rep is exported into ``run_dir``)."""
+    source = files[0]
+    sqlite = source
+    if source.suffix != ".sqlite":
+        sqlite = export_sqlite(find_nsys().path, source, run_dir / "nsys-export.log",
+                               run_dir / f"{source.stem}.sqlite")
+    joined = join(read_nsys_sqlite(sqlite), profile.timeline.top_gaps)
+    section = timeline_section(joined, {"emitted": None, "recorded": joined.summary[
+        "nsbridge_ranges"], "warning": None}, {"input": str(source), "sqlite": str(sqlite)})
+    if len(files) > 1:
+        section["note"] = f"{len(files)} nsys files given; the timeline shows {source.name}"
+    return _output(section, joined, {"inputs": [str(f) for f in files]}, "ok", 0, None,
+                   []), joined
+
+
+def nvtx_check(emitted: int, recorded: int, nsys_version: Optional[str]) -> dict[str, Any]:
+    """Compare NVTX ranges nsbridge pushed with those in the export; warn with the cause."""
+    check: dict[str, Any] = {"emitted": emitted, "recorded": recorded, "warning": None}
+    if emitted and recorded < 0.5 * emitted:
+        try:
+            from importlib.metadata import version
+
+            nvtx_version = version("nvtx")
+        except Exception:
+            nvtx_version = "unknown"
+        check["warning"] = (
+            f"nsys recorded {recorded} of the {emitted} NVTX ranges nsbridge emitted, so ops "
+            f"cannot be joined. Likely cause: the nvtx package ({nvtx_version}) is newer than "
+            f"this nsys ({nsys_version or 'unknown'}) records; nsys 2022.4 records nvtx up to "
+            "0.2.10. Fix: pip install nvtx==0.2.10, or use a newer Nsight Systems.")
+    return check
+
+
+def timeline_section(timeline: Timeline, nvtx: dict[str, Any],
+                     files: dict[str, Any]) -> dict[str, Any]:
+    """report["timeline"]: the nsys view (see README)."""
+    return clean({**timeline.summary, "nvtx": nvtx, "files": files,
+                  "ops": timeline.ops.to_dict("records"), "idle_gaps": timeline.gaps})
+
+
+def _output(section: dict[str, Any], joined: Timeline, manifest: dict[str, Any], status: str,
+            exit_code: int, error: Optional[dict[str, Any]], notes: list[str]) -> PassOutput:
+    columns = {row["op"]: {k: v for k, v in row.items() if k != "op"} for row in section["ops"]}
+    source = (f"Nsight Systems {section.get('nsys_version') or ''} export: NVTX op ranges, "
+              "kernels, copies and memsets joined to ops by correlationId and the innermost "
+              "op range on the launching thread")
+    return PassOutput(name="nsys", manifest=manifest, status=status, exit_code=exit_code,
+                      error=error, section=("timeline", section), op_key="nsys",
+                      op_columns=columns, notes=notes,
+                      sources={"timeline, ops.nsys": source})

@@ -1,0 +1,173 @@
+"""A run: one directory, its manifest and its report, filled by passes.
+
+Each pass (torch.profiler, nsys, ncu; see ``nsbridge.passes``) returns a ``PassOutput``:
+its manifest entry, its report section and its per-op columns. The Run appends the entry,
+stores the section and merges the per-op columns into ``ops[]`` by op name, then writes
+manifest.json, report.json, report.md and report.html. ``ops[]`` is the union of the ops
+any pass saw: a row torch.profiler did not see still carries the other passes' numbers.
+A new pass adds its own key; the others are untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from . import __version__
+from . import schema as S
+from .errors import RunDirError
+from .profiles import Profile
+from .report.build import SCHEMA_VERSION, clean
+from .report.render import html_page, markdown
+from .rundir import new_run_dir, write_json
+
+PASS_KEYS = ("nsys", "ncu")      # per-op sub-dicts in ops[], one per non-torch pass
+
+
+@dataclass
+class PassOutput:
+    """What one pass contributes to a run."""
+
+    name: str                                   # "torch.profiler", "nsys", "ncu"
+    manifest: dict[str, Any]                    # its entry in manifest["passes"]
+    status: str = "ok"
+    exit_code: int = 0
+    error: Optional[dict[str, Any]] = None
+    core: Optional[dict[str, Any]] = None       # top-level report keys (torch.profiler)
+    section: Optional[tuple[str, dict[str, Any]]] = None   # ("timeline", {...})
+    op_key: Optional[str] = None                # "nsys" or "ncu"
+    op_columns: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+    recommendations: list[dict[str, Any]] = field(default_factory=list)
+    files: dict[str, Any] = field(default_factory=dict)
+
+
+class Run:
+    """A run directory with its manifest and report; passes are added one by one."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any], report: dict[str, Any]) -> None:
+        self.dir = path
+        self.manifest = manifest
+        self.report = report
+
+    @classmethod
+    def create(cls, *, out: Optional[Path], label: str, command: str, target: str,
+               args: list[str], profile: Profile, cwd: Path, module: bool = False) -> "Run":
+        """A new run directory with its manifest and an empty report written."""
+        path = new_run_dir(out, label)
+        manifest = {"nsbridge_version": __version__, "command": command, "argv": sys.argv,
+                    "target": target, "module": module, "args": args, "cwd": str(cwd),
+                    "profile": profile.to_dict(), "host": socket.gethostname(),
+                    "platform": platform.platform(), "python": platform.python_version(),
+                    "started_at": _now(), "status": "running", "passes": []}
+        report = empty_report(command, " ".join([target, *args]))
+        run = cls(path, manifest, report)
+        run.write()
+        return run
+
+    @classmethod
+    def open(cls, path: Path) -> "Run":
+        """An earlier run, to add a pass to.
+
+        Raises:
+            RunDirError: not a directory nsbridge wrote.
+        """
+        path = Path(path)
+        try:
+            manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+            report = json.loads((path / "report.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise RunDirError(f"--run {path} is not an nsbridge run directory (no readable "
+                              "manifest.json and report.json). Pass a directory that an "
+                              "nsbridge command wrote, or leave --run off.") from None
+        return cls(path, manifest, report)
+
+    def add(self, output: PassOutput) -> None:
+        """Record a pass: manifest entry, status, section, per-op columns; then write."""
+        self.manifest["passes"].append({"name": output.name, "status": output.status,
+                                        "exit_code": output.exit_code, **output.manifest})
+        report = self.report
+        if output.core is not None:
+            kept = {k: report[k] for k in ("timeline", "ncu") if report.get(k)}
+            report.update({k: v for k, v in output.core.items() if k not in ("notes", "files",
+                                                                              "sources")})
+            report.update(kept)
+        if output.section is not None:
+            report[output.section[0]] = output.section[1]
+        if output.op_key is not None:
+            report["ops"] = merge_ops(report.get("ops", []), output.op_key, output.op_columns)
+        report["notes"] = [*report.get("notes", []), *output.notes,
+                           *((output.core or {}).get("notes", []))]
+        report["files"] = {**report.get("files", {}), **(output.core or {}).get("files", {}),
+                           **output.files}
+        report["sources"] = {**report.get("sources", {}), **(output.core or {}).get("sources", {}),
+                             **output.sources}
+        if output.recommendations:
+            report["recommendations"] = rank(report.get("recommendations", [])
+                                             + output.recommendations)
+        if report["status"] in ("running", "ok") and output.status != "ok":
+            report["status"], report["error"] = output.status, output.error
+        elif report["status"] == "running":
+            report["status"] = output.status
+        self.manifest["status"] = report["status"]
+        self.manifest["finished_at"] = _now()
+        if output.core is not None and "environment" in output.manifest:
+            self.manifest["environment"] = output.manifest["environment"]
+        self.write()
+
+    def write(self) -> None:
+        """manifest.json, report.json, report.md, report.html."""
+        self.report = clean(self.report)
+        write_json(self.dir / "manifest.json", self.manifest)
+        write_json(self.dir / "report.json", self.report)
+        (self.dir / "report.md").write_text(markdown(self.report), encoding="utf-8")
+        (self.dir / "report.html").write_text(html_page(self.report), encoding="utf-8")
+
+    @property
+    def op_names(self) -> list[str]:
+        return [op["name"] for op in self.report.get("ops", [])]
+
+
+def empty_report(command: str, target: str) -> dict[str, Any]:
+    """A report before any pass ran (every key present, device fields null)."""
+    return {"schema_version": SCHEMA_VERSION, "nsbridge_version": __version__,
+            "command": command, "target": target, "status": "running", "error": None,
+            "verdict": None, "ranked_by": None, "ops": [], "steps": None, "device": None,
+            "sync_points": [], "recommendations": [], "overhead": None, "ranks": [],
+            "files": {}, "notes": [], "sources": {}}
+
+
+def merge_ops(rows: list[dict[str, Any]], key: str,
+              columns: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """ops[] with ``key`` set on every row from ``columns`` (None where the pass did not
+    see the op); ops only that pass saw are appended with torch's fields null."""
+    merged = [{**row, key: columns.get(row["name"])} for row in rows]
+    known = {row["name"] for row in rows}
+    for name, cols in columns.items():
+        if name not in known:
+            row = {col: None for col in S.OP_COLUMNS}
+            row.update(name=name, shapes=[], kernels=[], copies=[], **{k: None for k in PASS_KEYS})
+            row[key] = cols
+            merged.append(row)
+    return merged
+
+
+def rank(recommendations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Those addressing the verdict first, then by impact; one per id (the stronger)."""
+    best: dict[str, dict[str, Any]] = {}
+    for rec in recommendations:
+        old = best.get(rec["id"])
+        if old is None or rec["impact"] > old["impact"]:
+            best[rec["id"]] = rec
+    return sorted(best.values(), key=lambda r: (not r.get("addresses_verdict"), -r["impact"]))
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")

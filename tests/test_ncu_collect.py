@@ -1,0 +1,180 @@
+"""The deep pass's orchestration, with a fake `ncu` and `nvidia-smi` at the process boundary.
+
+The fake's report is parsed from a real H200 raw-page CSV (what `ncu --import` prints), so
+the merge into the run's op rows is checked on real ncu numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nsbridge.api import analyze
+from nsbridge.collect.ncu import nvtx_include, profile_argv
+
+from conftest import DATA, ROOT, TORCH_DATA
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = """
+import torch, nsbridge
+x = torch.randn(8, 8)
+for _ in range(4):
+    (x @ x).sum()
+    nsbridge.step()
+print("script ran")
+"""
+
+
+def test_argv_for_ops_with_templates_commas_and_parentheses() -> None:
+    child = ["python", "-m", "nsbridge._bootstrap.entry", "cfg.json"]
+    argv = profile_argv("ncu", ops=["aten::addmm", "my_ops::fused<float,2>(x)/y", "a@b[c]*+"],
+                        launch_skip=8, launch_count=4, sections=["SpeedOfLight", "Occupancy"],
+                        metrics=["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak"],
+                        replay_mode="kernel", clock_control="base", cache_control="all",
+                        output=Path("/r/deep"), child_argv=child)
+    assert argv == [
+        "ncu", "--target-processes", "all", "--nvtx",
+        "--nvtx-include", "nsbridge@aten::addmm]",
+        "--nvtx-include", "nsbridge@my_ops::fused<float\\,2>(x)\\/y]",
+        "--nvtx-include", "nsbridge@a\\@b\\[c\\]\\*\\+]",
+        "--launch-skip", "8", "--launch-count", "4", "--replay-mode", "kernel",
+        "--clock-control", "base", "--cache-control", "all",
+        "--section", "SpeedOfLight", "--section", "Occupancy",
+        "--metrics", "gpu__time_duration.sum,sm__throughput.avg.pct_of_peak",
+        "--export", "/r/deep", "--force-overwrite", *child]
+    assert nvtx_include("aten::mm", domain="d") == "d@aten::mm]"
+
+
+@pytest.fixture
+def gpu_run(tmp_path: Path) -> dict:
+    """A run as a GPU triage of a small script leaves it (ops from the H200 CNN trace), a
+    fake ncu and nvidia-smi on PATH."""
+    run = tmp_path / "run"
+    analyze([TORCH_DATA / "h200" / "train_cnn_h200.json.gz"], out=run)
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest.update(command="triage", target=str(script), args=[], cwd=str(tmp_path))
+    manifest["passes"] = [{"name": "torch.profiler", "status": "ok", "exit_code": 0,
+                           "wall_s": 9.0}]
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("ncu", "nvidia-smi"):
+        exe = bin_dir / name
+        exe.write_text(f"#!{sys.executable}\n" + (ROOT / "tests" / "fake_ncu.py").read_text())
+        exe.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "NSBRIDGE_NCU"}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", FAKE_NCU_LOG=str(tmp_path / "calls"),
+               FAKE_NCU_CSV=str(DATA / "ncu" / "train_cnn_nvtx_sections.raw.csv"),
+               PYTHONUNBUFFERED="1")
+    return {"run": run, "env": env, "log": tmp_path / "calls", "bin": bin_dir, "tmp": tmp_path}
+
+
+def _deep(fake: dict, *args: str, mode: str = "ok", env: dict | None = None):
+    env = dict(env or fake["env"], FAKE_NCU_MODE=mode)
+    return subprocess.run([sys.executable, "-m", "nsbridge", "deep", *args], cwd=fake["tmp"],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def _calls(fake: dict) -> list[list[str]]:
+    log = fake["log"]
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_deep_profiles_the_ops_kernels_and_merges_ncu_into_the_op_rows(gpu_run: dict) -> None:
+    proc = _deep(gpu_run, "--kernel", "aten::addmm", "--kernel", "aten::convolution_backward",
+                 "--run", str(gpu_run["run"]))
+    assert proc.returncode == 0, proc.stderr
+    assert "Deep pass plan: 2 op(s), skip 46 matching launches" in proc.stderr   # before ncu
+    assert "script ran" in proc.stdout
+    profile = next(c for c in _calls(gpu_run) if "--nvtx" in c)
+    assert profile[:4] == ["--target-processes", "all", "--nvtx", "--nvtx-include"]
+    assert profile[4:7] == ["nsbridge@aten::addmm]", "--nvtx-include",
+                            "nsbridge@aten::convolution_backward]"]
+    # 4 addmm and 19 convolution_backward kernel launches per measured step in the triage:
+    # two steps' worth skipped, one profiled
+    assert profile[profile.index("--launch-skip") + 1] == "46"
+    assert profile[profile.index("--launch-count") + 1] == "23"
+    assert "gpu__time_duration.sum" in profile[profile.index("--metrics") + 1].split(",")
+    assert profile[profile.index("--force-overwrite") + 1:][1:3] == ["-m",
+                                                                     "nsbridge._bootstrap.entry"]
+    assert ["--import", str(gpu_run["run"] / "deep.ncu-rep"), "--csv", "--page", "raw",
+            "--print-units", "base"] in _calls(gpu_run)
+    report = json.loads((gpu_run["run"] / "report.json").read_text())
+    rows = {op["name"]: op for op in report["ops"]}
+    assert rows["aten::addmm"]["ncu"]["launches"] == 4
+    assert rows["aten::convolution_backward"]["ncu"]["launches"] == 6
+    assert report["ncu"]["attribution"]["outside_filter"] == 29
+    assert report["ncu"]["plan"]["ops"][0]["reason"] == "asked for with --kernel"
+    passes = json.loads((gpu_run["run"] / "manifest.json").read_text())["passes"]
+    assert [p["name"] for p in passes][-1] == "ncu" and passes[-1]["ncu_version"] == "2099.1.0.0"
+    assert "Nsight Compute: ncu 2099.1.0.0" in proc.stdout
+
+
+def test_unknown_op_is_refused_before_any_gpu_or_ncu_lookup(gpu_run: dict) -> None:
+    env = dict(gpu_run["env"], PATH=os.path.dirname(sys.executable))   # no GPU, no ncu
+    proc = _deep(gpu_run, "--kernel", "aten::adddmm", "--run", str(gpu_run["run"]), env=env)
+    assert proc.returncode == 1
+    assert "The run has no op 'aten::adddmm' (did you mean 'aten::addmm'" in proc.stderr
+    assert _calls(gpu_run) == []
+
+
+def test_no_gpu(gpu_run: dict) -> None:
+    env = dict(gpu_run["env"], PATH=os.path.dirname(sys.executable))
+    proc = _deep(gpu_run, "--top", "2", "--run", str(gpu_run["run"]), env=env)
+    assert proc.returncode == 1 and "needs an NVIDIA GPU" in proc.stderr
+
+
+def test_ncu_missing_says_how_to_get_it(gpu_run: dict) -> None:
+    (gpu_run["bin"] / "ncu").unlink()
+    env = dict(gpu_run["env"], PATH=f"{gpu_run['bin']}{os.pathsep}{os.path.dirname(sys.executable)}")
+    proc = _deep(gpu_run, "--top", "2", "--run", str(gpu_run["run"]), env=env)
+    assert proc.returncode == 1 and "ncu (Nsight Compute) was not found" in proc.stderr
+    assert "CUDA toolkit" in proc.stderr
+
+
+def test_counter_permission_denied(gpu_run: dict) -> None:
+    proc = _deep(gpu_run, "--top", "2", "--run", str(gpu_run["run"]), mode="perm")
+    assert proc.returncode == 1 and "ERR_NVGPUCTRPERM" in proc.stderr
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in proc.stderr and "--cap-add" in proc.stderr
+    assert (gpu_run["run"] / "report.json").is_file()                    # nothing lost
+
+
+def test_filter_that_matched_no_kernel_names_the_filter(gpu_run: dict) -> None:
+    proc = _deep(gpu_run, "--kernel", "aten::addmm", "--run", str(gpu_run["run"]),
+                 mode="nokernels")
+    assert proc.returncode == 1 and "ncu profiled no kernel" in proc.stderr
+    assert "nsbridge@aten::addmm]" in proc.stderr and "deep.ncu.log" in proc.stderr
+
+
+def test_ncu_failure_quotes_ncu_and_keeps_the_log(gpu_run: dict) -> None:
+    proc = _deep(gpu_run, "--top", "1", "--run", str(gpu_run["run"]), mode="fail")
+    assert proc.returncode == 1
+    assert "ncu said: ==ERROR== An error occurred while trying to profile." in proc.stderr
+    assert (gpu_run["run"] / "deep.ncu.log").is_file()
+
+
+def test_top_n_says_why_each_op_was_picked(gpu_run: dict) -> None:
+    proc = _deep(gpu_run, "--top", "3", "--run", str(gpu_run["run"]))
+    assert proc.returncode == 0, proc.stderr
+    assert "aten::convolution_backward: 19 launches per step; #1 by device time" in proc.stderr
+    plan = json.loads((gpu_run["run"] / "report.json").read_text())["ncu"]["plan"]
+    assert len(plan["ops"]) == 3 and all(o["reason"].startswith("#") for o in plan["ops"])
+
+
+def test_triage_deep_without_a_gpu_fails_before_running_the_script(tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable))
+    proc = subprocess.run([sys.executable, "-m", "nsbridge", "triage", "--deep=2", "--out",
+                           str(tmp_path / "run"), str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "needs an NVIDIA GPU" in proc.stderr
+    assert "script ran" not in proc.stdout and not (tmp_path / "run").exists()
