@@ -8,7 +8,13 @@ TORCH_SPEC ?= torch==2.13.0
 NVTX_SPEC  ?= nvtx==0.2.10
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-gpu bench clean
+.PHONY: install demo demo-gate test test-gpu bench clean
+
+# nsbridge's own Make targets (profile-triage, profile-timeline, profile-deep, perf-gate),
+# run with this checkout's venv: e.g. make profile-triage SCRIPT=examples/train_cnn.py
+NSBRIDGE := $(BIN)/nsbridge
+include nsbridge/make/nsbridge.mk
+profile-triage profile-timeline profile-deep perf-gate: install
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +26,14 @@ install: $(STAMP)
 
 demo: install
 	$(BIN)/nsbridge triage examples/train_cnn.py -- --epochs 1
+
+# the perf gate on the bundled example: a baseline, then a run with a planted slowdown
+# (extra matmuls); the gate fails and names aten::mm
+demo-gate: install
+	rm -rf nsbridge-runs/gate-base nsbridge-runs/gate-new
+	$(NSBRIDGE) triage --out nsbridge-runs/gate-base examples/train_cnn.py > /dev/null
+	NSBRIDGE_EXAMPLE_SLOW_MATMULS=64 $(NSBRIDGE) triage --out nsbridge-runs/gate-new examples/train_cnn.py > /dev/null
+	-$(MAKE) --no-print-directory perf-gate BASE=nsbridge-runs/gate-base NEW=nsbridge-runs/gate-new THRESHOLD=50
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -5,15 +5,21 @@
 """
 
 import argparse
+import os
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 
+# A planted slowdown, to try `nsbridge diff`: this many extra 256x256 matmuls per forward.
+SLOW_MATMULS = int(os.environ.get("NSBRIDGE_EXAMPLE_SLOW_MATMULS", "0"))
+
+
 class SmallCNN(nn.Module):
     def __init__(self, classes: int = 10) -> None:
         super().__init__()
+        self.slow = nn.Parameter(torch.randn(256, 256), requires_grad=False) if SLOW_MATMULS else None
         self.features = nn.Sequential(
             nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
             nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -23,6 +29,8 @@ class SmallCNN(nn.Module):
                                         nn.Linear(128, classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(SLOW_MATMULS):
+            torch.matmul(self.slow, self.slow)
         return self.classifier(self.features(x))
 
 

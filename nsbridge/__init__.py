@@ -6,6 +6,8 @@ Public API (importing nsbridge starts no tool and does not import torch or panda
 - ``nsbridge.timeline(script, args, ...)``: the Nsight Systems pass (or ``run=DIR``)
 - ``nsbridge.deep(kernels=[...] | top=N, run=DIR)``: Nsight Compute on the ops' kernels
 - ``nsbridge.analyze(paths, ...)``: analyse traces, nsys exports and ncu reports
+- ``nsbridge.load(run_dir)``: a run read back, its tables as DataFrames
+- ``nsbridge.diff(base, new)``: two runs compared op by op
 - ``nsbridge.step()``: mark a step in loops without an optimizer
 - ``nsbridge.load_profile(name_or_path)``; errors in ``nsbridge.errors``
 """
@@ -18,11 +20,11 @@ from ._stepping import step
 from .errors import NsbridgeError
 
 __version__ = "0.1.0"
-__all__ = ["triage", "timeline", "deep", "analyze", "step", "load_profile", "RunResult",
-           "NsbridgeError", "__version__"]
+__all__ = ["triage", "timeline", "deep", "analyze", "load", "diff", "step", "load_profile",
+           "RunResult", "NsbridgeError", "__version__"]
 
-_LAZY = {"triage": "api", "timeline": "api", "deep": "api", "analyze": "api",
-         "RunResult": "api", "load_profile": "profiles"}
+_LAZY = {"triage": "api", "timeline": "api", "deep": "api", "analyze": "api", "load": "api",
+         "diff": "api", "RunResult": "api", "load_profile": "profiles"}
 
 
 def __getattr__(name: str) -> Any:

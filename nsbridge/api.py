@@ -25,10 +25,12 @@ from .passes.ncu_pass import capture_deep, ncu_from_files, require_gpu
 from .passes.nsys_pass import capture_timeline, nvtx_check, timeline_from_exports
 from .passes.torch_pass import analyze_traces, profile_script
 from .profiles import Profile, load_profile
+from .report import frames
 from .rundir import DEFAULT_BASE
 from .run import Run
 
-__all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "doctor", "nvtx_check"]
+__all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "load", "doctor",
+           "nvtx_check"]
 
 _NOT_TRACES = {"report.json", "manifest.json", "child.json", "child-config.json",
                "nvtx-child.json", "nvtx-child-config.json", "ncu-child-config.json"}
@@ -39,11 +41,12 @@ ProfileArg = Union[str, Profile]
 
 @dataclass
 class RunResult:
-    """What a command produced: the run directory, the report dict and its frames."""
+    """What a command produced (or ``nsbridge.load`` read back): the run directory, the
+    report dict and its frames. Renders as a summary in Jupyter."""
 
     run_dir: Path
     report: dict[str, Any]
-    ops: pd.DataFrame      # OPS frame (schema.OP_COLUMNS), all ops torch.profiler saw, ranked
+    ops: pd.DataFrame      # OPS frame (schema.OP_COLUMNS), ranked; see frames.ops for load
     steps: pd.DataFrame    # per step: step, wall_ms, data/forward/backward/optimizer/other_ms
     exit_code: int         # 0, the script's own non-zero status, 124 timeout, 130 Ctrl-C
     timeline: Optional[pd.DataFrame] = None  # nsys per-op table (model.timeline.op_summary)
@@ -51,6 +54,55 @@ class RunResult:
     @property
     def status(self) -> str:
         return str(self.report["status"])
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return json.loads((self.run_dir / "manifest.json").read_text(encoding="utf-8"))
+
+    @property
+    def kernels(self) -> pd.DataFrame:
+        """Kernels and copies per op (op, kind, name, calls, device_us, bytes)."""
+        return frames.kernels(self.report)
+
+    @property
+    def sync_points(self) -> pd.DataFrame:
+        return frames.sync_points(self.report)
+
+    @property
+    def gaps(self) -> pd.DataFrame:
+        """GPU idle gaps in the torch trace's measured window."""
+        return frames.gaps(self.report)
+
+    @property
+    def timeline_ops(self) -> Optional[pd.DataFrame]:
+        return frames.timeline_ops(self.report)
+
+    @property
+    def timeline_gaps(self) -> Optional[pd.DataFrame]:
+        return frames.timeline_gaps(self.report)
+
+    @property
+    def ncu(self) -> Optional[pd.DataFrame]:
+        """ncu's kernel table (one row per profiled launch), None without the deep pass."""
+        return frames.ncu_kernels(self.report)
+
+    def _repr_html_(self) -> str:
+        return frames.summary_html(self.report, str(self.run_dir))
+
+
+def load(run_dir: Union[str, Path]) -> RunResult:
+    """Read a run directory back: the report, its frames (ops with nsys_*/ncu_* columns,
+    kernels, steps, sync points, gaps, timeline and ncu tables) and the manifest.
+
+    Raises:
+        RunDirError: not a directory nsbridge wrote.
+    """
+    run = Run.open(Path(run_dir))
+    passes = run.manifest.get("passes") or [{}]
+    return RunResult(run_dir=run.dir, report=run.report, ops=frames.ops(run.report),
+                     steps=frames.steps(run.report),
+                     exit_code=int(passes[0].get("exit_code") or 0),
+                     timeline=frames.timeline_ops(run.report))
 
 
 def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
@@ -224,6 +276,36 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
     return result
 
 
+def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 10.0,
+         ops: Sequence[str] = ()) -> dict[str, Any]:
+    """Compare two runs (directories or report.json files): per-op deltas judged against
+    each run's noise, step time, verdict, sync points; ``regressions`` names what got
+    slower than ``fail_above`` percent (only ``ops`` when given).
+
+    Raises:
+        RunDirError: a path is neither a run directory nor a report.json.
+    """
+    from .model.diff import compare
+
+    reports = [_read_report(Path(p)) for p in (base, new)]
+    result = compare(*reports, fail_above=fail_above, ops=ops)
+    result["a_label"], result["b_label"] = str(base), str(new)
+    return result
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    file = path / "report.json" if path.is_dir() else path
+    try:
+        report = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise RunDirError(f"{path} is neither an nsbridge run directory nor its report.json "
+                          "(no readable report.json). Pass two run directories or two "
+                          "report.json files.") from None
+    if not isinstance(report, dict) or "ops" not in report:
+        raise RunDirError(f"{file} is JSON but not an nsbridge report (no ops).")
+    return report
+
+
 def doctor() -> list[Any]:
     """Machine checks for `nsbridge doctor` (collect.doctor.Check: level, name, detail, fix)."""
     from .collect.doctor import run_checks
@@ -272,6 +354,7 @@ def _write_ops_csv(run_dir: Path, ops: pd.DataFrame) -> None:
     csv["shapes"] = csv["shapes"].map(lambda v: "; ".join(v))
     for col in ("kernels", "copies"):
         csv[col] = csv[col].map(lambda ks: json.dumps([k["name"] for k in ks]))
+    csv["per_step_us"] = csv["per_step_us"].map(json.dumps)
     csv.to_csv(run_dir / "ops.csv", index=False)
 
 

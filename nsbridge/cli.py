@@ -69,8 +69,12 @@ def _guard(fn: Callable[[], Any]) -> Any:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nsbridge")
-def main() -> None:
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
+def main(quiet: bool) -> None:
     """nsbridge: torch.profiler triage, Nsight timelines and kernel deep dives in one report."""
+    from . import progress
+
+    progress.enable(not quiet)
 
 
 @main.command(epilog=TRIAGE_EPILOG, context_settings=SCRIPT_COMMAND)
@@ -188,6 +192,41 @@ def analyze(profile: str, deep_profile: str, out: Optional[str], top: int,
 
     _guard(lambda: _finish(run_analyze(paths, profile=profile, deep_profile=deep_profile,
                                        out=out), top))
+
+
+@main.command(name="diff")
+@click.argument("base", type=click.Path())
+@click.argument("new", type=click.Path())
+@click.option("--fail-above", type=float, default=10.0, show_default=True, metavar="PCT",
+              help="Exit 1 when an op or the step time got slower by more than PCT percent "
+                   "(beyond noise).")
+@click.option("--op", "ops", multiple=True, metavar="OP", help="Gate only these ops.")
+@click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]), default="text",
+              show_default=True)
+def diff_command(base: str, new: str, fail_above: float, ops: tuple[str, ...],
+                 fmt: str) -> None:
+    """Compare run NEW against run BASE (directories or report.json files); exit 1 on a
+    regression, naming the op and the source of its number."""
+    from .api import diff as run_diff
+    from .report.diff_render import render_diff
+
+    def body() -> None:
+        result = run_diff(base, new, fail_above=fail_above, ops=ops)
+        click.echo(render_diff(result, fmt))
+        if result["regressions"]:
+            sys.exit(1)
+
+    _guard(body)
+
+
+@main.command(name="make-targets")
+def make_targets() -> None:
+    """Print nsbridge's Make targets (profile-triage, profile-timeline, profile-deep,
+    perf-gate): nsbridge make-targets > nsbridge.mk, then `include nsbridge.mk`."""
+    from importlib.resources import files
+
+    click.echo(files("nsbridge").joinpath("make/nsbridge.mk").read_text(encoding="utf-8"),
+               nl=False)
 
 
 def _split_deep(value: Optional[str], target: Optional[str],

@@ -10,7 +10,9 @@ A new pass adds its own key; the others are untouched.
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
 import platform
 import socket
 import sys
@@ -24,10 +26,14 @@ from . import schema as S
 from .errors import RunDirError
 from .profiles import Profile
 from .report.build import SCHEMA_VERSION, clean
-from .report.render import html_page, markdown
+from .report.html import html_page
+from .report.merged_trace import merge_trace
+from .report.render import markdown
 from .rundir import new_run_dir, write_json
 
 PASS_KEYS = ("nsys", "ncu")      # per-op sub-dicts in ops[], one per non-torch pass
+MERGED_TRACE = "merged.json.gz"
+MERGE_LIMIT = 64 * 1024 * 1024   # trace files larger than this (on disk) are not merged
 
 
 @dataclass
@@ -120,14 +126,36 @@ class Run:
         self.manifest["finished_at"] = _now()
         if output.core is not None and "environment" in output.manifest:
             self.manifest["environment"] = output.manifest["environment"]
+        trace = self.dir / str(report["files"].get("trace") or report["files"].get(
+            "trace_input") or "-")
+        merge = trace.is_file() and trace.stat().st_size <= MERGE_LIMIT
+        if merge:
+            report["files"]["merged_trace"] = MERGED_TRACE
+        elif trace.is_file() and output.core is not None:
+            report["notes"].append(f"no merged.json.gz: the trace is {trace.stat().st_size >> 20}"
+                                   " MiB on disk, more than nsbridge loads whole to annotate it")
         self.write()
+        if merge:
+            self._write_merged(trace)
+
+    def _write_merged(self, trace: Path) -> None:
+        """merged.json.gz: the torch trace with every pass's findings on it."""
+        with gzip.open(trace, "rt", encoding="utf-8") as fh:
+            data = json.load(fh)
+        tmp = self.dir / (MERGED_TRACE + ".tmp")
+        with gzip.open(tmp, "wt", encoding="utf-8") as fh:
+            json.dump(merge_trace(data, self.report), fh)
+        os.replace(tmp, self.dir / MERGED_TRACE)
 
     def write(self) -> None:
         """manifest.json, report.json, report.md, report.html."""
         self.report = clean(self.report)
         write_json(self.dir / "manifest.json", self.manifest)
         write_json(self.dir / "report.json", self.report)
-        (self.dir / "report.md").write_text(markdown(self.report), encoding="utf-8")
+        table = self.dir / str((self.report.get("files") or {}).get("key_averages") or "-")
+        (self.dir / "report.md").write_text(
+            markdown(self.report, key_averages=table.read_text(encoding="utf-8")
+                     if table.is_file() else None), encoding="utf-8")
         (self.dir / "report.html").write_text(html_page(self.report), encoding="utf-8")
 
     @property

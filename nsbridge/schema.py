@@ -16,7 +16,8 @@ EVENTS (parse.torch_trace.read_trace), one row per complete ('X') or instant ('i
 OPS (model.ops.op_table), one row per op name, the report's hot-op table:
 
     name, calls, cpu_self_us, cpu_total_us, device_self_us, device_total_us, mem_mib,
-    mem_net_mib, self_pct, shapes, kernels, copies
+    mem_net_mib, self_pct, shapes, kernels, copies, per_step_us (the ranking time in each
+    measured step: what `diff` measures noise with)
 
 Ranges nsbridge itself records in the traces it writes (``nsbridge::`` names) are never
 ops: ``nsbridge::own_sync`` wraps the synchronize that closes a measured window, and
@@ -56,4 +57,4 @@ SYNC_SITE_PREFIX = "nsbridge::sync_site "   # + "KIND DEVICE FILE:LINE"
 # OPS
 OP_COLUMNS = ["name", "calls", "cpu_self_us", "cpu_total_us", "device_self_us",
               "device_total_us", "mem_mib", "mem_net_mib", "self_pct", "shapes", "kernels",
-              "copies"]
+              "copies", "per_step_us"]

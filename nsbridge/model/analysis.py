@@ -49,7 +49,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     windows = step_windows(events, tree)
     lo, hi = float(windows["start"].min()), float(windows["end"].max())
     steps = step_breakdown(events, tree, windows)
-    ops = op_table(events, tree, gpu, has_device)
+    ops = op_table(events, tree, gpu, has_device, windows)
     n_steps = len(windows)
 
     in_window = gpu[(gpu["ts"] >= lo) & (gpu["ts"] <= hi)]

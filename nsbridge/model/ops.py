@@ -12,8 +12,8 @@ from .strings import starts_with
 MIB = 1024.0 * 1024.0
 
 
-def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame,
-             has_device: bool) -> pd.DataFrame:
+def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device: bool,
+             windows: pd.DataFrame) -> pd.DataFrame:
     """Aggregate host ops by name into the OPS frame (schema.OP_COLUMNS).
 
     Columns (times in microseconds): calls; cpu_self_us / cpu_total_us (host time without /
@@ -28,6 +28,7 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame,
     memsets: {name, kind, calls, device_us, bytes}): a copy is never a kernel.
     Rows are sorted by self device time when there is a device, else self CPU time.
     ``ProfilerStep#N`` ranges are steps and ``nsbridge::`` ranges nsbridge's own: not ops.
+    per_step_us: the ranking column per measured step (``windows``), see per_step_times.
     """
     names = events.loc[tree.rows, S.NAME].to_numpy()
     n = len(tree)
@@ -65,6 +66,9 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame,
     denominator = table[rank_col].sum()
     table["self_pct"] = 100.0 * table[rank_col] / denominator if denominator > 0 else 0.0
     table["shapes"] = table["name"].map(_common_shapes(per_op)).apply(
+        lambda v: v if isinstance(v, list) else [])
+    spread = per_step_times(events, tree, gpu, windows, has_device)
+    table["per_step_us"] = table["name"].map(spread).apply(
         lambda v: v if isinstance(v, list) else [])
     kernels, copies = _gpu_work_by_op(gpu, names)
     table["kernels"] = table["name"].map(kernels).apply(lambda v: v if isinstance(v, list) else [])
@@ -135,3 +139,26 @@ def _gpu_work_by_op(gpu: pd.DataFrame,
                 {**entry, "kind": _COPY_KIND.get(row.cat, row.cat),
                  "bytes": int(row.bytes) if row.has_bytes else None})
     return kernels, copies
+
+
+def per_step_times(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame,
+                   windows: pd.DataFrame, has_device: bool) -> dict[str, list[float]]:
+    """Per op name, its ranking time (self device µs, else self CPU µs) in each measured
+    step, in step order: the spread a comparison of two runs needs to tell a change from
+    noise. Host ops count in the step they start in, GPU work in the step it runs in."""
+    names = events.loc[tree.rows, S.NAME].to_numpy()
+    edges = windows["start"].to_numpy(np.float64)
+    ends = windows["end"].to_numpy(np.float64)
+    if has_device:
+        work = gpu[gpu["op_pos"] >= 0]
+        name, at, value = (names[work["op_pos"].to_numpy()], work["ts"].to_numpy(np.float64),
+                           work["dur"].to_numpy(np.float64))
+    else:
+        name, at, value = names, tree.start, tree.self_us
+    step = np.searchsorted(edges, at, side="right") - 1
+    inside = (step >= 0) & (at < ends[np.maximum(step, 0)])
+    frame = pd.DataFrame({"name": name[inside], "step": step[inside], "us": value[inside]})
+    table = frame.groupby(["name", "step"])["us"].sum().unstack(fill_value=0.0)
+    table = table.reindex(columns=range(len(windows)), fill_value=0.0)
+    return {str(n): [round(float(v), 3) for v in row] for n, row in zip(table.index,
+                                                                     table.to_numpy())}

@@ -22,7 +22,8 @@ def combine_ops(tables: list[pd.DataFrame], has_device: bool) -> pd.DataFrame:
     shapes = frame.groupby("name", sort=False)["shapes"].first()
     kernels = frame.groupby("name", sort=False)["kernels"].apply(_merge_work)
     copies = frame.groupby("name", sort=False)["copies"].apply(_merge_work)
-    table = numeric.join(shapes).join(kernels).join(copies).reset_index()
+    spread = frame.groupby("name", sort=False)["per_step_us"].apply(_sum_steps)
+    table = numeric.join(shapes).join(kernels).join(copies).join(spread).reset_index()
     rank_col = "device_self_us" if has_device else "cpu_self_us"
     total = table[rank_col].sum()
     table["self_pct"] = 100.0 * table[rank_col] / total if total > 0 else 0.0
@@ -34,6 +35,12 @@ def slowest(summaries: list[dict[str, Any]]) -> int:
     """Index of the rank with the longest mean step: it sets the job's pace."""
     walls = [s.get("step_ms") or 0.0 for s in summaries]
     return int(np.argmax(walls)) if walls else 0
+
+
+def _sum_steps(lists: pd.Series) -> list[float]:
+    """Per-step times of several ranks added step by step (ranks step together)."""
+    width = max((len(v) for v in lists), default=0)
+    return [round(sum(v[i] for v in lists if i < len(v)), 3) for i in range(width)]
 
 
 def _merge_work(lists: pd.Series) -> list[dict[str, Any]]:

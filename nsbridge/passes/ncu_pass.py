@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import pandas as pd
 
+from .. import progress
 from ..collect.ncu import (capture, export_raw_csv, find_ncu, gpu_names, ncu_version,
                            profile_argv)
 from ..collect.torch_profiler import bootstrap_argv
@@ -60,13 +61,17 @@ def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequ
                         replay_mode=deep.replay_mode, clock_control=deep.clock_control,
                         cache_control=deep.cache_control, output=report.with_suffix(""),
                         child_argv=child_argv)
-    result = capture(argv, report=report, cwd=cwd, env=environ,
-                     timeout=timeout or deep.timeout_s, log=run_dir / f"{stem}.ncu.log", ops=ops)
-    try:
-        data = read_ncu(result.report)
-    except (ToolNotFoundError, NcuFormatError):
-        # no ncu-report package, or one older than this ncu: ncu exports the raw page itself
-        data = read_ncu(export_raw_csv(ncu, result.report, run_dir / f"{stem}.raw.csv"))
+    with progress.step(f"running {target} under Nsight Compute ({plan['launch_count']} "
+                       "launches to replay)", script_output=True):
+        result = capture(argv, report=report, cwd=cwd, env=environ,
+                         timeout=timeout or deep.timeout_s, log=run_dir / f"{stem}.ncu.log",
+                         ops=ops)
+    with progress.step(f"reading {report.name}"):
+        try:
+            data = read_ncu(result.report)
+        except (ToolNotFoundError, NcuFormatError):
+            # no ncu-report package, or one older than this ncu: ncu exports the raw page
+            data = read_ncu(export_raw_csv(ncu, result.report, run_dir / f"{stem}.raw.csv"))
     manifest = {"wall_s": result.outcome.wall_s, "ncu_version": version, "ncu": ncu,
                 "argv": result.argv}
     return ncu_output(data, deep, targets=ops, plan=plan, version=version, verdict=verdict,

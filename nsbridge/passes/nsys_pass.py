@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from .. import progress
 from ..collect.nsys import export_sqlite, find_nsys, run_nsys_pass
 from ..model.timeline import Timeline, join
 from ..parse.nsys_sqlite import read_nsys_sqlite
@@ -24,12 +25,15 @@ def capture_timeline(run_dir: Path, *, target: str, args: Sequence[str], module:
         ToolNotFoundError (no nsys, with how to install it), ToolFailedError (nsys's own
         error lines and its log), NsysExportError.
     """
-    nsys_pass = run_nsys_pass(target=target, is_module=module, args=args,
-                              trace=profile.timeline.trace, run_dir=run_dir, cwd=cwd,
-                              timeout=timeout, environ=environ)
+    with progress.step(f"running {target} under Nsight Systems (capture, import, export)",
+                       script_output=True):
+        nsys_pass = run_nsys_pass(target=target, is_module=module, args=args,
+                                  trace=profile.timeline.trace, run_dir=run_dir, cwd=cwd,
+                                  timeout=timeout, environ=environ)
     capture = nsys_pass.capture
     status, exit_code, error = pass_status(capture.outcome, nsys_pass.child)
-    joined = join(read_nsys_sqlite(nsys_pass.sqlite), profile.timeline.top_gaps)
+    with progress.step("joining kernels to ops in the nsys export"):
+        joined = join(read_nsys_sqlite(nsys_pass.sqlite), profile.timeline.top_gaps)
     emitted = ((nsys_pass.child or {}).get("nvtx") or {}).get("total", 0)
     check = nvtx_check(emitted, joined.summary["nsbridge_ranges"], nsys_pass.version)
     section = timeline_section(joined, check, {"nsys_rep": capture.report.name,
@@ -50,9 +54,11 @@ def timeline_from_exports(files: Sequence[Path], profile: Profile,
     source = files[0]
     sqlite = source
     if source.suffix != ".sqlite":
-        sqlite = export_sqlite(find_nsys().path, source, run_dir / "nsys-export.log",
-                               run_dir / f"{source.stem}.sqlite")
-    joined = join(read_nsys_sqlite(sqlite), profile.timeline.top_gaps)
+        with progress.step(f"exporting {source.name} to SQLite"):
+            sqlite = export_sqlite(find_nsys().path, source, run_dir / "nsys-export.log",
+                                   run_dir / f"{source.stem}.sqlite")
+    with progress.step(f"joining kernels to ops in {sqlite.name}"):
+        joined = join(read_nsys_sqlite(sqlite), profile.timeline.top_gaps)
     section = timeline_section(joined, {"emitted": None, "recorded": joined.summary[
         "nsbridge_ranges"], "warning": None}, {"input": str(source), "sqlite": str(sqlite)})
     if len(files) > 1:

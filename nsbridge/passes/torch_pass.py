@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from .. import __version__
+from .. import __version__, progress
 from .. import schema as S
 from ..collect._process import ChildOutcome
 from ..collect.torch_profiler import TorchPass, run_torch_pass
@@ -24,19 +24,23 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
                    environ: Mapping[str, str] = os.environ
                    ) -> tuple[PassOutput, Optional[TraceAnalysis]]:
     """Run the target under torch.profiler into ``run_dir`` and analyse its trace."""
-    torch_pass = run_torch_pass(target=target, is_module=module, args=args, profile=profile,
-                                run_dir=run_dir, cwd=cwd, timeout=timeout, environ=environ)
+    with progress.step(f"running {target} under torch.profiler", script_output=True):
+        torch_pass = run_torch_pass(target=target, is_module=module, args=args,
+                                    profile=profile, run_dir=run_dir, cwd=cwd, timeout=timeout,
+                                    environ=environ)
     status, exit_code, error = pass_status(torch_pass.outcome, torch_pass.child)
     child = torch_pass.child or {}
     notes = _triage_notes(torch_pass, child)
     analysis, trace = None, None
     if torch_pass.traces:
         try:
-            trace = read_trace(torch_pass.traces[0])
-            analysis = analyze_events(trace.events, thresholds=profile.analysis,
-                                      process_syncs=child.get("syncs"),
-                                      process_steps=len(child.get("steps", [])) or None,
-                                      script=target)
+            with progress.step("reading the trace"):
+                trace = read_trace(torch_pass.traces[0])
+            with progress.step("analysing the trace"):
+                analysis = analyze_events(trace.events, thresholds=profile.analysis,
+                                          process_syncs=child.get("syncs"),
+                                          process_steps=len(child.get("steps", [])) or None,
+                                          script=target)
         except TraceError as exc:
             notes.append(f"the trace could not be analysed: {exc}")
     if analysis is None and status == "ok":
@@ -68,7 +72,8 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str
     notes: list[str] = []
     for path in files:
         try:
-            traces.append(read_trace(path))
+            with progress.step(f"reading {path.name}"):
+                traces.append(read_trace(path))
         except TraceFormatError as exc:
             if len(files) == 1 or "not a torch.profiler trace" not in str(exc):
                 raise
@@ -76,9 +81,11 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str
     if not traces:
         raise TraceNotFoundError("None of the files given is a torch.profiler trace.")
     traces.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, str(t.path)))
-    analyses = [analyze_events(t.events, thresholds=profile.analysis) for t in traces]
+    with progress.step(f"analysing {len(traces)} trace(s)"):
+        analyses = [analyze_events(t.events, thresholds=profile.analysis) for t in traces]
     ranks = [_rank_summary(i, t, a) for i, (t, a) in enumerate(zip(traces, analyses))]
     lead = analyses[slowest(ranks)] if len(analyses) > 1 else analyses[0]
+    lead_path = traces[slowest(ranks) if len(analyses) > 1 else 0].path
     if len(analyses) > 1:
         has_device = any(a.has_device for a in analyses)
         lead = TraceAnalysis(**{**lead.__dict__, "ops": combine_ops([a.ops for a in analyses],
@@ -88,6 +95,7 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str
     core = build_report(command="analyze", target=target, status="ok", analysis=lead,
                         step_source=None, overhead=None,
                         files={"trace": None, "inputs": [str(t.path) for t in traces],
+                               "trace_input": str(Path(lead_path).resolve()),
                                "ops_csv": "ops.csv"},
                         notes=notes, has_memory=any(has_memory(t) for t in traces),
                         ranks=ranks if len(traces) > 1 else None, version=__version__)

@@ -1,8 +1,8 @@
-"""Render a report dict: terminal summary, Markdown, self-contained HTML. Formatting only."""
+"""Render a report dict: terminal summary and Markdown (report/html.py: the HTML page).
+Formatting only."""
 
 from __future__ import annotations
 
-import html
 from typing import Any, Optional
 
 PERFETTO = "https://ui.perfetto.dev"
@@ -262,8 +262,10 @@ def _text_table(header: list[str], rows: list[list[str]], name_width: int = 44) 
     return "\n".join([fmt(header)] + [fmt(r) for r in rows])
 
 
-def markdown(report: dict[str, Any], top: int = 25) -> str:
-    """report.md."""
+def markdown(report: dict[str, Any], top: int = 15,
+             key_averages: Optional[str] = None) -> str:
+    """report.md, sized for a GitHub issue or PR comment; torch's own ``key_averages``
+    table, when given, goes in a collapsed block."""
     md = [f"# nsbridge {report['command']}: `{report['target']}`", "",
           f"Status: **{report['status']}**"]
     if report.get("error"):
@@ -347,117 +349,13 @@ def markdown(report: dict[str, Any], top: int = 25) -> str:
                f"{r['busy_pct']} |" for r in report["ranks"]]
     if report.get("notes"):
         md += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
+    if key_averages:
+        fence = "`" * 3
+        md += ["", "<details><summary>torch.profiler's own key_averages() table</summary>", "",
+               fence, key_averages.rstrip().replace(fence, "'" * 3), fence, "", "</details>"]
     md += ["", "## Sources", ""] + [f"- {k}: {v}" for k, v in report.get("sources", {}).items()]
     return "\n".join(md) + "\n"
 
 
 def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
-
-
-def html_page(report: dict[str, Any], top: int = 50) -> str:
-    """report.html: one self-contained page; every name is escaped."""
-    e = lambda s: html.escape(str(s), quote=True)  # noqa: E731
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>nsbridge "
-             f"{e(report['command'])}: {e(report['target'])}</title><style>{_CSS}</style></head><body>",
-             f"<h1>nsbridge {e(report['command'])}: <code>{e(report['target'])}</code></h1>",
-             f"<p>Status: <b>{e(report['status'])}</b></p>"]
-    if report.get("error"):
-        err = report["error"]
-        parts.append(f"<p class='err'>Script error: {e(err.get('type'))}: {e(err.get('message'))}</p>")
-    verdict = report.get("verdict")
-    if verdict:
-        parts.append(f"<h2>Verdict: <span class='verdict'>{e(verdict['label'])}</span></h2><ul>")
-        parts += [f"<li>{e(x)}</li>" for x in verdict["evidence"]]
-        parts += [f"<li><i>cannot tell</i> {e(x)}</li>" for x in verdict.get("cannot_conclude", [])]
-        parts.append("</ul>")
-    step = _step_line(report)
-    if step:
-        parts.append(f"<h2>Steps</h2><p>{e(step)}</p>")
-    if report["ops"]:
-        header, op_rows = op_table(report, top)
-        parts.append("<h2>Hot ops</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header)
-                     + "</tr>")
-        for op, row in zip(report["ops"][:top], op_rows):
-            kern = "".join(f"<li>{kind} <code>{e(k['name'])}</code> x{k['calls']}, "
-                           f"{k['device_us'] / 1e3:.3f} ms</li>"
-                           for kind, k in [*(("kernel", k) for k in op["kernels"][:10]),
-                                           *((c["kind"], c) for c in (op.get("copies") or [])[:5])])
-            name = (f"<details><summary><code>{e(row[0])}</code></summary><ul>{kern}</ul></details>"
-                    if kern else f"<code>{e(row[0])}</code>")
-            parts.append("<tr><td>" + name + "</td>" + "".join(f"<td>{e(c)}</td>" for c in row[1:])
-                         + "</tr>")
-        parts.append(f"</table><p>{e(MEMORY_NOTE)}</p>")
-    if report.get("device"):
-        dev = report["device"]
-        parts.append(f"<h2>Device</h2><p>Busy {dev['busy_pct']:.1f}% of the measured window, "
-                     f"{dev['kernels']} kernels, attribution {e(_attribution(dev['attribution']))}"
-                     "</p>")
-        early = _early_line(dev)
-        if early:
-            parts.append(f"<p>Launched before the window: {e(early)}</p>")
-        if dev["idle_gaps"]:
-            parts.append("<table><tr><th>device</th><th>gap ms</th><th>at ms</th><th>host was in</th></tr>")
-            parts += [f"<tr><td>{g['device']}</td><td>{g['dur_us'] / 1e3:.3f}</td><td>"
-                      f"{g['start_us'] / 1e3:.3f}</td><td><code>{e(g['host_op'] or 'Python between ops')}"
-                      "</code></td></tr>" for g in dev["idle_gaps"]]
-            parts.append("</table>")
-    if report["sync_points"]:
-        parts.append("<h2>Sync points</h2><table><tr><th>kind</th><th>where</th><th>op</th>"
-                     "<th>count</th><th>counted over</th><th>per step</th><th>host ms</th>"
-                     "<th>GPU idle after ms</th></tr>")
-        parts += [f"<tr><td>{e(p['kind'])}</td><td><code>{e(_where(p))}</code></td><td><code>"
-                  f"{e(p['op'] or '')}</code></td><td>{p['count']}</td><td>{e(p['counted_over'])}"
-                  f"</td><td>{p['per_step']:g}</td><td>{p['host_ms']:.3f}</td><td>"
-                  f"{_ms_or_dash(p.get('gpu_idle_ms'))}</td></tr>" for p in report["sync_points"]]
-        parts.append("</table>")
-    if report["recommendations"]:
-        parts.append("<h2>Recommendations</h2><ol>")
-        parts += [f"<li><b>{e(r['title'])}</b>: {e(r['why'])}. Fix: <code>{e(r['fix'])}</code> "
-                  f"(<a href='{e(r['url'])}'>docs</a>)</li>" for r in report["recommendations"]]
-        parts.append("</ol>")
-    timeline = report.get("timeline")
-    if timeline:
-        parts.append(f"<h2>Timeline (Nsight Systems)</h2><p>{e(_timeline_line(timeline))}</p>")
-        if timeline["ops"]:
-            parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in TIMELINE_HEADER)
-                         + "</tr>")
-            parts += ["<tr><td><code>" + e(r[0]) + "</code></td>"
-                      + "".join(f"<td>{e(c)}</td>" for c in r[1:]) + "</tr>"
-                      for r in _timeline_rows(timeline, top)]
-            parts.append("</table>")
-        if timeline["idle_gaps"]:
-            parts.append("<ul>" + "".join(f"<li>GPU {g['device']} idle {g['dur_us'] / 1e3:.3f} ms"
-                                          f" while the host was in {e(_gap_host(g))}</li>"
-                                          for g in timeline["idle_gaps"]) + "</ul>")
-    ncu = report.get("ncu")
-    if ncu:
-        parts.append(f"<h2>Kernels (Nsight Compute)</h2><p>{e(_ncu_line(ncu))}</p>")
-        findings = _ncu_findings(report)
-        if findings:
-            parts.append("<table><tr><th>op</th><th>finding</th><th>numbers</th></tr>"
-                         + "".join(f"<tr><td><code>{e(o)}</code></td><td>{e(t)}</td><td>{e(d)}"
-                                   "</td></tr>" for o, t, d in findings) + "</table>")
-        parts.append("<table><tr>" + "".join(f"<th>{h}</th>" for h in (
-            "launch", "op", "kernel", "µs", "SM %", "mem %", "occupancy %", "tensor %"))
-            + "</tr>" + "".join(
-            f"<tr><td>{k['launch']}</td><td><code>{e(k.get('op') or '-')}</code></td><td><code>"
-            f"{e(k['kernel'])}</code></td><td>{_cell(_us(k.get('duration_ns')), 'text')}</td>"
-            + "".join(f"<td>{_cell(k.get(c), 'pct')}</td>" for c in (
-                "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct"))
-            + "</tr>" for k in ncu["kernels"][:top]) + "</table>")
-    if report.get("overhead"):
-        parts.append(f"<h2>Profiler overhead</h2><p>{e(report['overhead']['note'])}</p>")
-    if report.get("notes"):
-        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in report["notes"])
-                     + "</ul>")
-    parts.append("<h2>Sources</h2><ul>" + "".join(
-        f"<li>{e(k)}: {e(v)}</li>" for k, v in report.get("sources", {}).items()) + "</ul>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
-
-
-_CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:80em}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;"
-        "text-align:right}td:first-child,th:first-child{text-align:left}"
-        ".verdict{background:#fde68a;padding:0 .3em}.err{color:#b91c1c}code{font-size:90%}")

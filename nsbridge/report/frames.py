@@ -1,0 +1,81 @@
+"""A report dict as DataFrames: what `nsbridge.load(run_dir)` and a RunResult expose."""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Optional
+
+import pandas as pd
+
+from .. import schema as S
+
+
+def ops(report: dict[str, Any]) -> pd.DataFrame:
+    """One row per op: torch.profiler's columns, then ``nsys_*`` and ``ncu_*`` columns
+    (scalars only; lists such as ncu findings stay in the report)."""
+    rows = []
+    for op in report.get("ops", []):
+        row = {c: op.get(c) for c in S.OP_COLUMNS}
+        for key in ("nsys", "ncu"):
+            for name, value in (op.get(key) or {}).items():
+                if not isinstance(value, (list, dict)):
+                    row[f"{key}_{name}"] = value
+        rows.append(row)
+    return pd.DataFrame(rows, columns=None if rows else S.OP_COLUMNS)
+
+
+def kernels(report: dict[str, Any]) -> pd.DataFrame:
+    """One row per (op, kernel or copy): op, kind (kernel, memcpy, memset), name, calls,
+    device_us, bytes."""
+    rows = [{"op": op["name"], "kind": "kernel", "name": k["name"], "calls": k["calls"],
+             "device_us": k["device_us"], "bytes": None}
+            for op in report.get("ops", []) for k in op.get("kernels") or []]
+    rows += [{"op": op["name"], "kind": c["kind"], "name": c["name"], "calls": c["calls"],
+              "device_us": c["device_us"], "bytes": c.get("bytes")}
+             for op in report.get("ops", []) for c in op.get("copies") or []]
+    return pd.DataFrame(rows, columns=["op", "kind", "name", "calls", "device_us", "bytes"])
+
+
+def steps(report: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame((report.get("steps") or {}).get("per_step") or [])
+
+
+def sync_points(report: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame(report.get("sync_points") or [])
+
+
+def gaps(report: dict[str, Any]) -> pd.DataFrame:
+    """GPU idle gaps from the torch trace (empty without a device)."""
+    return pd.DataFrame((report.get("device") or {}).get("idle_gaps") or [])
+
+
+def timeline_ops(report: dict[str, Any]) -> Optional[pd.DataFrame]:
+    timeline = report.get("timeline")
+    return pd.DataFrame(timeline["ops"]) if timeline else None
+
+
+def timeline_gaps(report: dict[str, Any]) -> Optional[pd.DataFrame]:
+    timeline = report.get("timeline")
+    return pd.DataFrame(timeline["idle_gaps"]) if timeline else None
+
+
+def ncu_kernels(report: dict[str, Any]) -> Optional[pd.DataFrame]:
+    ncu = report.get("ncu")
+    return pd.DataFrame(ncu["kernels"]) if ncu else None
+
+
+def summary_html(report: dict[str, Any], run_dir: str, top: int = 10) -> str:
+    """A notebook cell's view: verdict, evidence and the top ops (every string escaped)."""
+    e = lambda s: html.escape(str(s))  # noqa: E731
+    verdict = report.get("verdict") or {}
+    parts = [f"<div><b>nsbridge {e(report.get('command'))}</b>: <code>{e(report.get('target'))}"
+             f"</code> [{e(report.get('status'))}] in <code>{e(run_dir)}</code>"]
+    if verdict:
+        parts.append(f"<p>Verdict: <b>{e(verdict['label'])}</b></p><ul>"
+                     + "".join(f"<li>{e(x)}</li>" for x in verdict.get("evidence", [])) + "</ul>")
+    table = ops(report).head(top)
+    if not table.empty:
+        cols = [c for c in ("name", "calls", "cpu_self_us", "device_self_us", "self_pct")
+                if c in table]
+        parts.append(table[cols].to_html(index=False, escape=True, na_rep="-"))
+    return "".join(parts) + "</div>"

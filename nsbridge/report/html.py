@@ -1,0 +1,409 @@
+"""report.html: one self-contained page (no network) with charts, a sortable and
+filterable op table, and every section of the report.
+
+Charts use Chart.js (MIT, vendored in ``assets/``, inlined into each page, about 210 kB):
+a well-kept canvas library, so no chart is drawn by hand. The page is written server-side
+with every string HTML-escaped, so it reads without JavaScript; the script only draws the
+charts from a JSON blob (``<`` ``>`` ``&`` escaped as unicode, so no trace string can close
+the script element) and sorts and filters the op table through the DOM, never innerHTML.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from functools import lru_cache
+from importlib.resources import files
+from typing import Any, Optional
+
+from .render import (MEMORY_NOTE, TIMELINE_HEADER, _attribution, _early_line, _gap_host,
+                     _ncu_findings, _ncu_line, _step_line, _timeline_line, _timeline_rows,
+                     _where, op_table)
+
+TOP_CHART = 15
+
+
+def html_page(report: dict[str, Any]) -> str:
+    """The whole page."""
+    e = _esc
+    body = [f"<header><h1>nsbridge {e(report['command'])}: <code>{e(report['target'])}</code>"
+            f"</h1><p>Status: <b>{e(report['status'])}</b></p></header>"]
+    if report.get("error"):
+        err = report["error"]
+        body.append(f"<p class='err'>Script error: {e(err.get('type'))}: "
+                    f"{e(err.get('message'))}</p>")
+    body.append(_verdict(report))
+    body.append(_charts(report))
+    body.append(_ops(report))
+    body.append(_syncs(report))
+    body.append(_device(report))
+    body.append(_timeline(report))
+    body.append(_ncu(report))
+    body.append(_notes(report))
+    data = json.dumps(chart_data(report)).replace("<", "\\u003c").replace(
+        ">", "\\u003e").replace("&", "\\u0026")
+    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>nsbridge {e(report['command'])}: {e(report['target'])}</title>"
+            f"<style>{_CSS}</style></head><body>{''.join(body)}"
+            f"<script type='application/json' id='nsbridge-data'>{data}</script>"
+            f"<script>{_chart_js()}</script><script>{_APP_JS}</script></body></html>\n")
+
+
+def chart_data(report: dict[str, Any]) -> dict[str, Any]:
+    """What the charts draw (only what the report has)."""
+    out: dict[str, Any] = {}
+    per_step = (report.get("steps") or {}).get("per_step") or []
+    if per_step:
+        out["steps"] = {"labels": [str(s["step"]) for s in per_step],
+                        "phases": {p[:-3]: [s[p] for s in per_step] for p in
+                                   ("data_ms", "forward_ms", "backward_ms", "optimizer_ms",
+                                    "other_ms")}}
+    ops = [op for op in report.get("ops", []) if op.get("cpu_self_us") is not None][:TOP_CHART]
+    if ops:
+        series = {"torch.profiler self CPU ms": [op["cpu_self_us"] / 1e3 for op in ops]}
+        if report.get("device"):
+            series["torch.profiler self device ms"] = [(op["device_self_us"] or 0) / 1e3
+                                                      for op in ops]
+        if any(op.get("nsys") for op in ops):
+            series["nsys kernel ms"] = [((op.get("nsys") or {}).get("kernel_us") or 0) / 1e3
+                                        for op in ops]
+        out["ops"] = {"labels": [op["name"] for op in ops], "series": series}
+        memory = [op for op in ops if op.get("mem_mib") is not None]
+        if memory and any(op["mem_mib"] or op.get("mem_net_mib") for op in memory):
+            out["memory"] = {"labels": [op["name"] for op in memory],
+                             "gross": [op["mem_mib"] for op in memory],
+                             "net": [op.get("mem_net_mib") for op in memory]}
+    device = report.get("device")
+    if device and device.get("idle_gaps"):
+        steps = report.get("steps") or {}
+        window = (steps.get("mean") or {}).get("wall_ms", 0) * (steps.get("count") or 0)
+        out["gaps"] = {"window_ms": window, "busy_pct": device["busy_pct"],
+                       "labels": [f"{g['dur_us'] / 1e3:.2f} ms idle, host in "
+                                  f"{g['host_op'] or 'Python between ops'}"
+                                  for g in device["idle_gaps"]],
+                       "spans": [[g["start_us"] / 1e3, (g["start_us"] + g["dur_us"]) / 1e3]
+                                 for g in device["idle_gaps"]]}
+    ncu_ops = [op for op in report.get("ops", []) if op.get("ncu")][:8]
+    if ncu_ops:
+        keys = {"SM %": "sm_pct", "memory %": "memory_pct",
+                "achieved occupancy %": "achieved_occupancy_pct", "tensor pipe %": "tensor_pct",
+                "L2 hit %": "l2_hit_pct"}
+        out["ncu"] = {"labels": [op["name"] for op in ncu_ops],
+                      "series": {label: [op["ncu"].get(k) for op in ncu_ops]
+                                 for label, k in keys.items()}}
+    return out
+
+
+def _verdict(report: dict[str, Any]) -> str:
+    verdict = report.get("verdict")
+    if not verdict:
+        return ""
+    e = _esc
+    parts = [f"<section id='verdict' class='card'><h2>Verdict: <span class='verdict'>"
+             f"{e(verdict['label'])}</span></h2><ul>"]
+    parts += [f"<li>{e(x)}</li>" for x in verdict["evidence"]]
+    parts += [f"<li class='muted'>cannot tell {e(x)}</li>" for x in verdict.get("cannot_conclude", [])]
+    parts.append("</ul>")
+    step = _step_line(report)
+    if step:
+        parts.append(f"<p>Steps: {e(step)}</p>")
+    if report["recommendations"]:
+        parts.append("<h3>Recommendations</h3><ol id='recommendations'>")
+        for r in report["recommendations"]:
+            badge = "<span class='badge'>addresses the verdict</span> " if r.get(
+                "addresses_verdict") else ""
+            parts.append(f"<li>{badge}<b>{e(r['title'])}</b>: {e(r['why'])}.<br>Fix: "
+                         f"<code>{e(r['fix'])}</code> (<a href='{e(r['url'])}'>docs</a>)</li>")
+        parts.append("</ol>")
+    return "".join(parts) + "</section>"
+
+
+def _charts(report: dict[str, Any]) -> str:
+    data = chart_data(report)
+    titles = {"steps": "Step time per measured step, by phase (ms)",
+              "ops": "Top ops: time by source (ms)",
+              "gaps": "Longest GPU idle gaps over the measured window (ms from its start)",
+              "memory": "Memory per op: gross vs net (MiB)",
+              "ncu": "Nsight Compute per op (% of peak / hit rate)"}
+    boxes = [f"<figure class='chart'><figcaption>{_esc(titles[k])}</figcaption>"
+             f"<canvas id='chart-{k}'></canvas></figure>" for k in titles if k in data]
+    return f"<section id='charts'>{''.join(boxes)}</section>" if boxes else ""
+
+
+def _ops(report: dict[str, Any]) -> str:
+    if not report["ops"]:
+        return ""
+    e = _esc
+    header, rows = op_table(report, len(report["ops"]))
+    sources = [_source_of(h) for h in header]
+    groups, last = [], None
+    for source in sources:
+        if source == last:
+            groups[-1][1] += 1
+        else:
+            groups.append([source, 1])
+            last = source
+    parts = ["<section id='ops'><h2>Ops</h2><p><input id='op-filter' type='search' "
+             "placeholder='filter ops by name' aria-label='filter ops'> <span id='op-count'>"
+             f"{len(rows)} ops</span></p><table id='op-table'><thead><tr class='sources'>"
+             + "".join(f"<th colspan='{n}'>{e(s)}</th>" for s, n in groups) + "</tr><tr>"]
+    parts += [f"<th data-col='{i}' title='{e(src)}'>{e(h)}</th>"
+              for i, (h, src) in enumerate(zip(header, sources))]
+    parts.append("</tr></thead><tbody>")
+    for op, row in zip(report["ops"], rows):
+        work = [("kernel", k) for k in op.get("kernels") or []][:10] + [
+            (c["kind"], c) for c in op.get("copies") or []][:5]
+        items = "".join(f"<li>{e(kind)} <code>{e(k['name'])}</code> x{k['calls']}, "
+                        f"{k['device_us'] / 1e3:.3f} ms</li>" for kind, k in work)
+        name = (f"<details><summary><code>{e(row[0])}</code></summary><ul>{items}</ul>"
+                f"</details>" if items else f"<code>{e(row[0])}</code>")
+        parts.append(f"<tr data-name='{e(row[0])}'><td>{name}</td>"
+                     + "".join(f"<td data-v='{e(_sort_value(c))}'>{e(c)}</td>" for c in row[1:])
+                     + "</tr>")
+    parts.append(f"</tbody></table><p class='muted'>{e(MEMORY_NOTE)}</p></section>")
+    return "".join(parts)
+
+
+def _syncs(report: dict[str, Any]) -> str:
+    if not report["sync_points"]:
+        return ""
+    e = _esc
+    rows = "".join(
+        f"<tr><td>{e(p['kind'])}</td><td><code>{e(_where(p))}</code></td><td><code>"
+        f"{e(p['op'] or '')}</code></td><td>{p['count']}</td><td>{e(p['counted_over'])}</td>"
+        f"<td>{p['per_step']:g}</td><td>{p['host_ms']:.3f}</td><td>"
+        f"{'-' if p.get('gpu_idle_ms') is None else format(p['gpu_idle_ms'], '.3f')}</td></tr>"
+        for p in report["sync_points"])
+    return ("<section id='syncs'><h2>Sync points (host waits for the device)</h2><table><tr>"
+            "<th>kind</th><th>where</th><th>op</th><th>count</th><th>counted over</th>"
+            "<th>per step</th><th>host ms</th><th>GPU idle after ms</th></tr>"
+            f"{rows}</table></section>")
+
+
+def _device(report: dict[str, Any]) -> str:
+    dev = report.get("device")
+    if not dev:
+        return ""
+    e = _esc
+    parts = [f"<section id='device'><h2>Device</h2><p>Busy {dev['busy_pct']:.1f}% of the "
+             f"measured window, {dev['kernels']} kernels ({dev['kernels_per_step']:g} per "
+             f"step); attribution: {e(_attribution(dev['attribution']))}</p>"]
+    early = _early_line(dev)
+    if early:
+        parts.append(f"<p>Launched before the window: {e(early)}</p>")
+    if dev["idle_gaps"]:
+        parts.append("<table><tr><th>device</th><th>gap ms</th><th>at ms</th>"
+                     "<th>host was in</th></tr>" + "".join(
+                         f"<tr><td>{g['device']}</td><td>{g['dur_us'] / 1e3:.3f}</td><td>"
+                         f"{g['start_us'] / 1e3:.3f}</td><td><code>"
+                         f"{e(g['host_op'] or 'Python between ops')}</code></td></tr>"
+                         for g in dev["idle_gaps"]) + "</table>")
+    return "".join(parts) + "</section>"
+
+
+def _timeline(report: dict[str, Any]) -> str:
+    t = report.get("timeline")
+    if not t:
+        return ""
+    e = _esc
+    parts = [f"<section id='timeline'><h2>Timeline (Nsight Systems)</h2><p>"
+             f"{e(_timeline_line(t))}</p>"]
+    if t["ops"]:
+        parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in TIMELINE_HEADER)
+                     + "</tr>" + "".join("<tr><td><code>" + e(r[0]) + "</code></td>"
+                                         + "".join(f"<td>{e(c)}</td>" for c in r[1:]) + "</tr>"
+                                         for r in _timeline_rows(t, 50)) + "</table>")
+    if t["idle_gaps"]:
+        parts.append("<ul>" + "".join(f"<li>GPU {g['device']} idle {g['dur_us'] / 1e3:.3f} ms "
+                                      f"while the host was in {e(_gap_host(g))}</li>"
+                                      for g in t["idle_gaps"]) + "</ul>")
+    return "".join(parts) + "</section>"
+
+
+def _ncu(report: dict[str, Any]) -> str:
+    ncu = report.get("ncu")
+    if not ncu:
+        return ""
+    e = _esc
+    parts = [f"<section id='ncu'><h2>Kernels (Nsight Compute)</h2><p>{e(_ncu_line(ncu))}</p>"]
+    findings = _ncu_findings(report)
+    if findings:
+        parts.append("<table><tr><th>op</th><th>finding</th><th>numbers</th></tr>" + "".join(
+            f"<tr><td><code>{e(o)}</code></td><td>{e(t)}</td><td>{e(d)}</td></tr>"
+            for o, t, d in findings) + "</table>")
+    cols = [("sm_pct", "SM %"), ("memory_pct", "mem %"),
+            ("achieved_occupancy_pct", "occupancy %"), ("tensor_pct", "tensor %"),
+            ("l2_hit_pct", "L2 hit %")]
+    parts.append("<details><summary>Profiled launches</summary><table><tr><th>launch</th>"
+                 "<th>op</th><th>kernel</th><th>µs</th>" + "".join(f"<th>{h}</th>" for _, h in cols)
+                 + "</tr>" + "".join(
+                     f"<tr><td>{k['launch']}</td><td><code>{e(k.get('op') or '-')}</code></td>"
+                     f"<td><code>{e(k['kernel'])}</code></td><td>{_fmt(_div(k.get('duration_ns'), 1e3))}</td>"
+                     + "".join(f"<td>{_fmt(k.get(c))}</td>" for c, _ in cols) + "</tr>"
+                     for k in ncu["kernels"]) + "</table></details>")
+    return "".join(parts) + "</section>"
+
+
+def _notes(report: dict[str, Any]) -> str:
+    e = _esc
+    parts = []
+    if report.get("overhead"):
+        parts.append(f"<h2>Profiler overhead</h2><p>{e(report['overhead']['note'])}</p>")
+    if report.get("ranks"):
+        parts.append("<h2>Ranks</h2><table><tr><th>rank</th><th>file</th><th>verdict</th>"
+                     "<th>step ms</th><th>device busy %</th></tr>" + "".join(
+                         f"<tr><td>{r['rank']}</td><td><code>{e(r['file'])}</code></td><td>"
+                         f"{e(r['verdict'])}</td><td>{_fmt(r['step_ms'])}</td><td>"
+                         f"{_fmt(r['busy_pct'])}</td></tr>" for r in report["ranks"]) + "</table>")
+    if report.get("notes"):
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in report["notes"])
+                     + "</ul>")
+    parts.append("<h2>Sources</h2><ul>" + "".join(
+        f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in report.get("sources", {}).items()) + "</ul>")
+    return f"<section id='notes'>{''.join(parts)}</section>"
+
+
+def _source_of(header: str) -> str:
+    if header.startswith("nsys "):
+        return "Nsight Systems"
+    if header.startswith("ncu "):
+        return "Nsight Compute"
+    return "torch.profiler"
+
+
+def _sort_value(cell: str) -> str:
+    """A numeric cell sorts by its number; '-' (not measured) sorts last."""
+    try:
+        return repr(float(cell))
+    except ValueError:
+        return "" if cell == "-" else cell
+
+
+def _div(value: Optional[float], by: float) -> Optional[float]:
+    return None if value is None else value / by
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.2f}" if isinstance(value, float) else _esc(value)
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+@lru_cache(maxsize=1)
+def _chart_js() -> str:
+    return files("nsbridge").joinpath("report/assets/chart.umd.min.js").read_text(
+        encoding="utf-8").replace("</script", "<\\/script")
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0 auto;padding:1.5em;
+max-width:96em;color:#1f2937}
+h1{font-size:1.4em}h2{margin-top:1.6em;border-bottom:1px solid #e5e7eb}code{font-size:90%}
+.card{background:#f9fafb;border:1px solid #e5e7eb;border-radius:6px;padding:0 1em 1em}
+.verdict{background:#fde68a;padding:0 .3em}.err{color:#b91c1c}.muted{color:#6b7280}
+.badge{background:#dbeafe;border-radius:3px;padding:0 .3em;font-size:80%}
+#charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(28em,1fr));gap:1em;margin-top:1em}
+.chart{margin:0;border:1px solid #e5e7eb;border-radius:6px;padding:.5em;height:22em;
+display:flex;flex-direction:column}.chart canvas{flex:1;min-height:0}
+figcaption{font-weight:600;margin-bottom:.3em}
+table{border-collapse:collapse;margin:.5em 0;font-size:90%}
+td,th{border:1px solid #d1d5db;padding:2px 6px;text-align:right;vertical-align:top}
+td:first-child,th:first-child{text-align:left}
+#op-table th[data-col]{cursor:pointer;background:#f3f4f6}
+#op-table th[aria-sort=ascending]::after{content:" \\25B2"}
+#op-table th[aria-sort=descending]::after{content:" \\25BC"}
+tr.sources th{background:#e5e7eb;text-align:center}
+"""
+
+_APP_JS = r"""
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("nsbridge-data").textContent);
+  var palette = ["#2563eb", "#f59e0b", "#10b981", "#ef4444", "#8b5cf6", "#6b7280"];
+  function chart(id, config) {
+    var canvas = document.getElementById(id);
+    if (!canvas || typeof Chart === "undefined") { return; }
+    config.options = Object.assign({animation: false, maintainAspectRatio: false,
+                                     responsive: true}, config.options || {});
+    new Chart(canvas, config);
+  }
+  function sets(series, stack) {
+    return Object.keys(series).map(function (name, i) {
+      return {label: name, data: series[name], backgroundColor: palette[i % palette.length],
+              stack: stack ? "s" : undefined};
+    });
+  }
+  if (data.steps) {
+    chart("chart-steps", {type: "bar", data: {labels: data.steps.labels,
+      datasets: sets(data.steps.phases, true)},
+      options: {scales: {x: {stacked: true, title: {display: true, text: "step"}},
+                         y: {stacked: true, title: {display: true, text: "ms"}}}}});
+  }
+  if (data.ops) {
+    chart("chart-ops", {type: "bar", data: {labels: data.ops.labels,
+      datasets: sets(data.ops.series, false)},
+      options: {indexAxis: "y", scales: {x: {title: {display: true, text: "ms"}}}}});
+  }
+  if (data.gaps) {
+    chart("chart-gaps", {type: "bar", data: {labels: data.gaps.labels,
+      datasets: [{label: "GPU idle (busy " + data.gaps.busy_pct.toFixed(1) + "% of the window)",
+                  data: data.gaps.spans, backgroundColor: "#ef4444"}]},
+      options: {indexAxis: "y", scales: {x: {min: 0, max: data.gaps.window_ms || undefined,
+                title: {display: true, text: "ms from the window's start"}}}}});
+  }
+  if (data.memory) {
+    chart("chart-memory", {type: "bar", data: {labels: data.memory.labels,
+      datasets: sets({"gross MiB": data.memory.gross, "net MiB": data.memory.net}, false)},
+      options: {indexAxis: "y"}});
+  }
+  if (data.ncu) {
+    chart("chart-ncu", {type: "bar", data: {labels: data.ncu.labels,
+      datasets: sets(data.ncu.series, false)},
+      options: {indexAxis: "y", scales: {x: {min: 0, max: 100}}}});
+  }
+
+  var table = document.getElementById("op-table");
+  if (!table) { return; }
+  var body = table.tBodies[0];
+  var heads = table.querySelectorAll("th[data-col]");
+  function key(row, col) {
+    var cell = row.cells[col];
+    if (col === 0) { return row.getAttribute("data-name"); }
+    var v = cell.getAttribute("data-v");
+    var n = parseFloat(v);
+    return isNaN(n) ? null : n;
+  }
+  heads.forEach(function (th) {
+    th.addEventListener("click", function () {
+      var col = parseInt(th.getAttribute("data-col"), 10);
+      var ascending = th.getAttribute("aria-sort") !== "ascending";
+      heads.forEach(function (h) { h.removeAttribute("aria-sort"); });
+      th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+      var rows = Array.prototype.slice.call(body.rows);
+      rows.sort(function (a, b) {
+        var x = key(a, col), y = key(b, col);
+        if (x === null && y === null) { return 0; }
+        if (x === null) { return 1; }
+        if (y === null) { return -1; }
+        var order = x < y ? -1 : x > y ? 1 : 0;
+        return ascending ? order : -order;
+      });
+      rows.forEach(function (r) { body.appendChild(r); });
+    });
+  });
+  var filter = document.getElementById("op-filter");
+  var count = document.getElementById("op-count");
+  filter.addEventListener("input", function () {
+    var q = filter.value.toLowerCase(), shown = 0;
+    Array.prototype.forEach.call(body.rows, function (r) {
+      var hit = r.getAttribute("data-name").toLowerCase().indexOf(q) >= 0;
+      r.style.display = hit ? "" : "none";
+      if (hit) { shown += 1; }
+    });
+    count.textContent = shown + " of " + body.rows.length + " ops";
+  });
+})();
+"""

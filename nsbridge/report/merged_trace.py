@@ -1,0 +1,95 @@
+"""merged.json.gz: the run's torch trace with nsbridge's findings on it, for ui.perfetto.dev.
+
+- op slices (``cpu_op``) carry their op's nsys and ncu numbers as args
+  (``nsbridge.nsys``, ``nsbridge.ncu``), and so do the kernels they launched (found by
+  External id, so traces with the newer linking);
+- a process "nsbridge findings" (pid 2000000000) holds three tracks: the verdict with its evidence (an
+  instant at the window's start), the longest GPU idle gaps (slices, with the host op),
+  and every blocking sync call in the window (instants);
+- the runtime's blocking calls themselves get ``nsbridge.sync`` args.
+Pure: a trace dict in, a trace dict out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model.syncs import BLOCKING_CALL
+
+PID = 2_000_000_000          # a pid no real process has: nsbridge's own tracks
+TRACKS = {"verdict": 1, "GPU idle gaps": 2, "sync points": 3}
+_OP_FIELDS = {"nsys": ("kernels", "kernel_us", "copies", "copy_us", "launch_latency_us",
+                       "idle_before_us", "sync_us"),
+              "ncu": ("launches", "duration_ns", "sm_pct", "memory_pct",
+                      "achieved_occupancy_pct", "tensor_pct", "tensor_path", "l2_hit_pct",
+                      "bound", "occupancy_limiter")}
+
+
+def merge_trace(trace: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    """The trace with the report's findings attached (the input is not changed)."""
+    events = [dict(e) for e in trace.get("traceEvents", []) if isinstance(e, dict)]
+    facts = _op_facts(report)
+    ext_to_op = {}
+    for event in events:
+        args = event.get("args") or {}
+        if event.get("cat") == "cpu_op" and "External id" in args:
+            ext_to_op.setdefault(args["External id"], event.get("name"))
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
+             and e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+    lo = min((e["ts"] for e in steps), default=None)
+    hi = max((e["ts"] + e.get("dur", 0) for e in steps), default=None)
+    added: list[dict[str, Any]] = []
+    for event in events:
+        cat, args = event.get("cat"), event.get("args") or {}
+        op = event.get("name") if cat == "cpu_op" else (
+            ext_to_op.get(args.get("External id")) if cat == "kernel" else None)
+        if op in facts:
+            event["args"] = {**args, **facts[op]}
+        elif cat in ("cuda_runtime", "cuda_driver") and BLOCKING_CALL.match(
+                str(event.get("name", ""))) and lo is not None and lo <= event["ts"] < hi:
+            event["args"] = {**args, "nsbridge.sync": "blocking call: the host waits for the "
+                                                      "device here (report: sync_points)"}
+            added.append({"ph": "i", "s": "t", "pid": PID, "tid": TRACKS["sync points"],
+                          "name": f"sync: {event['name']}", "ts": event["ts"]})
+    added += _findings_tracks(report, lo)
+    return {**trace, "traceEvents": events + added}
+
+
+def _op_facts(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    facts: dict[str, dict[str, Any]] = {}
+    for op in report.get("ops", []):
+        for key, fields in _OP_FIELDS.items():
+            if op.get(key):
+                facts.setdefault(op["name"], {})[f"nsbridge.{key}"] = {
+                    f: op[key].get(f) for f in fields if op[key].get(f) is not None}
+        findings = (op.get("ncu") or {}).get("findings")
+        if findings:
+            facts[op["name"]]["nsbridge.ncu_findings"] = "; ".join(
+                f"{f['title']}: {f['detail']}" for f in findings)
+    return facts
+
+
+def _findings_tracks(report: dict[str, Any], lo: Any) -> list[dict[str, Any]]:
+    if lo is None:
+        return []
+    out = [{"ph": "M", "name": "process_name", "pid": PID,
+            "args": {"name": "nsbridge findings"}}]
+    for name, tid in TRACKS.items():
+        out.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid,
+                    "args": {"name": name}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": tid,
+                    "args": {"sort_index": tid}})
+    verdict = report.get("verdict")
+    if verdict:
+        out.append({"ph": "i", "s": "p", "pid": PID, "tid": TRACKS["verdict"], "ts": lo,
+                    "name": f"verdict: {verdict['label']}",
+                    "args": {"evidence": verdict["evidence"],
+                             "recommendations": [r["title"] for r in report.get(
+                                 "recommendations", [])[:3]]}})
+    for gap in (report.get("device") or {}).get("idle_gaps", []):
+        out.append({"ph": "X", "pid": PID, "tid": TRACKS["GPU idle gaps"],
+                    "ts": lo + gap["start_us"],
+                    "dur": gap["dur_us"], "name": f"GPU {gap['device']} idle",
+                    "args": {"host_op": gap["host_op"] or "Python between ops",
+                             "host_top_op": gap["host_top_op"]}})
+    return out

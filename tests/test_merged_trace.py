@@ -1,0 +1,45 @@
+"""merged.json.gz: the torch trace with nsbridge's findings, checked on a real H200 trace."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from nsbridge.api import analyze
+from nsbridge.parse.torch_trace import read_trace
+from nsbridge.report.merged_trace import PID, TRACKS
+
+from conftest import DATA, TORCH_DATA
+
+H200 = TORCH_DATA / "h200" / "train_cnn_h200.json.gz"
+
+
+def test_ops_and_their_kernels_carry_nsys_and_ncu_numbers(tmp_path: Path) -> None:
+    result = analyze([H200, DATA / "ncu" / "train_cnn_nvtx_sections.raw.csv"], out=tmp_path / "r")
+    assert result.report["files"]["merged_trace"] == "merged.json.gz"
+    merged = json.loads(gzip.open(tmp_path / "r" / "merged.json.gz").read())["traceEvents"]
+    original = json.loads(gzip.open(H200).read())["traceEvents"]
+    ours = [e for e in merged if e.get("pid") == PID]
+    assert len(merged) == len(original) + len(ours)          # nothing of the trace lost
+    addmm = [e for e in merged if e.get("cat") == "cpu_op" and e["name"] == "aten::addmm"]
+    assert addmm and all(e["args"]["nsbridge.ncu"]["launches"] == 4 for e in addmm)
+    ext = {e["args"]["External id"] for e in addmm}
+    kernels = [e for e in merged if e.get("cat") == "kernel"
+               and e.get("args", {}).get("External id") in ext]
+    assert kernels and all("nsbridge.ncu" in e["args"] for e in kernels)
+    gaps = [e for e in ours if e.get("tid") == TRACKS["GPU idle gaps"] and e["ph"] == "X"]
+    assert len(gaps) == len(result.report["device"]["idle_gaps"])
+    verdict = next(e for e in ours if e.get("tid") == TRACKS["verdict"] and e["ph"] == "i")
+    assert verdict["name"] == "verdict: cpu-bound" and verdict["args"]["evidence"]
+
+
+def test_sync_calls_are_marked_and_the_file_reads_back(tmp_path: Path) -> None:
+    sync = TORCH_DATA / "h200" / "sync_bound_h200.json.gz"
+    result = analyze([sync], out=tmp_path / "r")
+    merged = tmp_path / "r" / "merged.json.gz"
+    events = json.loads(gzip.open(merged).read())["traceEvents"]
+    marks = [e for e in events if e.get("tid") == TRACKS["sync points"] and e["ph"] == "i"]
+    blocking = sum(p["count"] for p in result.report["sync_points"])
+    assert len(marks) == blocking == 388
+    assert read_trace(merged).events["name"].str.startswith("sync: ").sum() == 388

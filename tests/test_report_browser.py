@@ -1,0 +1,100 @@
+"""report.html in a real browser: headless Chromium (Debian's `chromium`, driven by
+Playwright) loads it from disk with no network, draws the charts, sorts and filters the op
+table, and runs nothing planted in a name. Screenshots go to each test's tmp folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nsbridge.api import analyze
+from nsbridge.model.analysis import analyze_events
+from nsbridge.profiles import load_profile
+from nsbridge.report.build import build_report
+from nsbridge.report.html import html_page
+
+from builders import events, kernel, launch, op
+from conftest import DATA, ROOT, TORCH_DATA, run_nsbridge
+
+sync_api = pytest.importorskip("playwright.sync_api")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield instance
+        instance.close()
+
+
+def _open(browser, path: Path, shot: Path):
+    """The page, its console errors and page errors, offline; a full-page screenshot."""
+    context = browser.new_context(offline=True, viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("dialog", lambda d: errors.append(f"dialog: {d.message}"))
+    page.goto(path.resolve().as_uri())
+    page.screenshot(path=str(shot), full_page=True)
+    return page, errors
+
+
+@pytest.mark.slow
+def test_cnn_report_renders_sorts_and_filters(browser, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = run_nsbridge("triage", "--out", str(run), "examples/train_cnn.py", cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((run / "report.json").read_text())
+    page, errors = _open(browser, run / "report.html", tmp_path / "cnn.png")
+    assert errors == []
+    assert (tmp_path / "cnn.png").stat().st_size > 10_000
+    assert page.evaluate("Object.keys(Chart.instances).length") == 3   # steps, ops, memory
+    rows = page.locator("#op-table tbody tr")
+    assert rows.count() == len(report["ops"])
+    page.locator("#op-table th", has_text="calls").click()
+    calls = [int(v) for v in page.eval_on_selector_all(
+        "#op-table tbody tr", "rows => rows.map(r => r.cells[1].textContent)")]
+    assert calls == sorted(calls) and calls != [op["calls"] for op in report["ops"]]
+    page.locator("#op-table th", has_text="calls").click()
+    calls = [int(v) for v in page.eval_on_selector_all(
+        "#op-table tbody tr", "rows => rows.map(r => r.cells[1].textContent)")]
+    assert calls == sorted(calls, reverse=True)
+    page.fill("#op-filter", "conv")
+    visible = page.eval_on_selector_all("#op-table tbody tr", "rows => rows.filter("
+                                        "r => r.style.display !== 'none').length")
+    assert 0 < visible == sum("conv" in op["name"].lower() for op in report["ops"])
+    assert "Verdict:" in page.locator("#verdict").inner_text()
+
+
+def test_gpu_fixture_report_has_device_and_ncu_charts(browser, tmp_path: Path) -> None:
+    result = analyze([TORCH_DATA / "h200" / "train_cnn_h200.json.gz",
+                      DATA / "ncu" / "train_cnn_nvtx_sections.raw.csv"], out=tmp_path / "r")
+    page, errors = _open(browser, result.run_dir / "report.html", tmp_path / "h200.png")
+    assert errors == []
+    for chart in ("steps", "ops", "gaps", "memory", "ncu"):
+        assert page.locator(f"#chart-{chart}").count() == 1, chart
+    assert page.evaluate("Object.keys(Chart.instances).length") == 5
+    assert page.locator("#op-table tbody tr").count() == len(result.report["ops"])
+    header = page.locator("#op-table thead").inner_text()
+    assert "Nsight Compute" in header and "torch.profiler" in header     # columns by source
+
+
+def test_names_from_a_trace_never_run_as_script(browser, tmp_path: Path) -> None:
+    evil = "aten::<script>window.__pwned=1</script>&<b>x</b>"
+    frame = events(op("ProfilerStep#1", 0, 100, cat="user_annotation"), op(evil, 5, 50),
+                   launch(6, 1), kernel("void k<float, (int)1>(T1) </script><script>alert(1)", 10, 85, 1))
+    analysis = analyze_events(frame, thresholds=load_profile("default").analysis)
+    report = build_report(command="analyze", target="t<script>.json", status="ok",
+                          analysis=analysis, step_source=None, overhead=None, files={},
+                          notes=[], has_memory=False)
+    page_file = tmp_path / "evil.html"
+    page_file.write_text(html_page(report))
+    page, errors = _open(browser, page_file, tmp_path / "evil.png")
+    assert errors == [] and page.evaluate("window.__pwned") is None
+    assert evil in page.locator("#op-table tbody").inner_text()      # shown as text
