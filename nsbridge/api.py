@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 import pandas as pd
 
+from . import progress
 from . import schema as S
 from .errors import DeepError, RunDirError, ScriptError, TraceNotFoundError
 from .model.analysis import TraceAnalysis
@@ -23,11 +25,14 @@ from .model.deep_plan import check_ops, choose, describe, plan as make_plan
 from .collect.ncu import find_ncu
 from .passes.ncu_pass import capture_deep, ncu_from_files, require_gpu
 from .passes.nsys_pass import capture_timeline, nvtx_check, timeline_from_exports
+from .passes.ranks_pass import (launcher_argv, missing_ranks, profile_ranks, read_summaries,
+                                reduce, wait_for)
 from .passes.torch_pass import analyze_traces, profile_script
 from .profiles import Profile, load_profile
 from .report import frames
-from .rundir import DEFAULT_BASE
-from .run import Run
+from .distributed.ranks import detect as detect_rank, job_id
+from .rundir import DEFAULT_BASE, new_run_dir
+from .run import Run, empty_report
 
 __all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "load", "doctor",
            "nvtx_check"]
@@ -37,6 +42,7 @@ _NOT_TRACES = {"report.json", "manifest.json", "child.json", "child-config.json"
 _NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 _NCU_SUFFIXES = (".ncu-rep", ".csv")
 ProfileArg = Union[str, Profile]
+WAIT_S = 600.0   # how long rank 0 waits for the other ranks' summaries (default)
 
 
 @dataclass
@@ -110,6 +116,9 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
            timeout: Optional[float] = None, cwd: Optional[Union[str, Path]] = None,
            nsys: bool = False, deep_top: Optional[int] = None,
            deep_profile: ProfileArg = "deep", on_plan: Optional[Callable[[str], None]] = None,
+           nproc_per_node: Optional[int] = None, nnodes: Optional[str] = None,
+           node_rank: Optional[int] = None, rdzv_endpoint: Optional[str] = None,
+           ranks: Optional[list[int]] = None,
            environ: Mapping[str, str] = os.environ) -> RunResult:
     """Run a script (or ``-m`` module) under torch.profiler and analyse it; with ``nsys``
     also the timeline pass, with ``deep_top`` the ncu pass on that many top ops, all into
@@ -126,6 +135,15 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     prof = _profile(profile)
     workdir = Path(cwd) if cwd else Path.cwd()
     _check_script(target, module, workdir)
+    rank = None if nproc_per_node else detect_rank(environ)
+    if nproc_per_node or rank is not None:
+        return _triage_ranks(target, list(args), module=module, profile=prof, out=out,
+                             timeout=timeout, cwd=workdir, rank=rank, ranks=ranks,
+                             launcher=launcher_argv(nproc_per_node=nproc_per_node,
+                                                    nnodes=nnodes, node_rank=node_rank,
+                                                    rdzv_endpoint=rdzv_endpoint)
+                             if nproc_per_node else [],
+                             world=(nproc_per_node or 0) * int(nnodes or 1), environ=environ)
     if deep_top is not None:   # fail before the script runs, not after
         _profile(deep_profile)
         require_gpu(environ)
@@ -149,6 +167,48 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
              on_plan=on_plan, environ=environ)
         result.report = Run.open(run.dir).report
     return result
+
+
+def _triage_ranks(target: str, args: list[str], *, module: bool, profile: Profile,
+                  out: Optional[Union[str, Path]], timeout: Optional[float], cwd: Path,
+                  rank: Any, ranks: Optional[list[int]], launcher: list[str], world: int,
+                  environ: Mapping[str, str]) -> RunResult:
+    """Every rank profiled into its own folder of one run directory, then merged: by this
+    process after torch.distributed.run returns (``launcher``), or, when a launcher started
+    one nsbridge per rank, by rank 0 once every rank's summary is there."""
+    label = _label(target, module)
+    if launcher:
+        run = Run.create(out=Path(out) if out else None, label=label, command="triage",
+                         target=target, args=args, profile=profile, cwd=cwd, module=module)
+        code = profile_ranks(run.dir, target=target, args=args, module=module,
+                             profile=profile, cwd=cwd, timeout=timeout, ranks=ranks,
+                             launcher=launcher, environ=environ)
+        summaries = read_summaries(run.dir)
+        summaries += missing_ranks(summaries, max(world, len(summaries)), run.dir)
+    else:
+        run_dir = new_run_dir(Path(out) if out else None,
+                              f"{time.strftime('%Y%m%d')}-{job_id(environ)}-{label}", shared=True)
+        code = profile_ranks(run_dir, target=target, args=args, module=module,
+                             profile=profile, cwd=cwd, timeout=timeout, ranks=ranks,
+                             environ=environ)
+        if rank.rank != 0:
+            report = empty_report("triage", " ".join([target, *args]))
+            report.update(status="ok" if code == 0 else "failed", notes=[
+                f"rank {rank.rank} of {rank.world_size} on {rank.host}: its files are in "
+                f"{run_dir / rank.dir_name}; rank 0 writes the merged report in {run_dir}"])
+            return RunResult(run_dir=run_dir, report=report,
+                             ops=pd.DataFrame(columns=S.OP_COLUMNS), steps=pd.DataFrame(),
+                             exit_code=code)
+        with progress.step(f"waiting for the other {rank.world_size - 1} rank(s)"):
+            summaries = wait_for(run_dir, rank.world_size, timeout or WAIT_S)
+        run = Run.create(out=run_dir, label=label, command="triage", target=target,
+                         args=args, profile=profile, cwd=cwd, module=module, shared=True)
+    with progress.step("merging the ranks"):
+        output, analysis = reduce(run.dir, summaries, profile, " ".join([target, *args]))
+    run.add(output)
+    if analysis is not None:
+        _write_ops_csv(run.dir, analysis.ops)
+    return _result(run, analysis, output.exit_code or code)
 
 
 def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = False,
@@ -242,6 +302,9 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
         NcuFormatError: a path is not usable. RunDirError, ProfileError.
     """
     prof = _profile(profile)
+    ranked = [Path(p) for p in paths if Path(p).is_dir() and read_summaries(Path(p))]
+    if ranked:
+        return _analyze_ranks(ranked[0], prof, out)
     files = _input_files([Path(p) for p in paths])
     nsys_files = [f for f in files if f.suffix in _NSYS_SUFFIXES]
     ncu_files = [f for f in files if f.suffix in _NCU_SUFFIXES]
@@ -304,6 +367,26 @@ def _read_report(path: Path) -> dict[str, Any]:
     if not isinstance(report, dict) or "ops" not in report:
         raise RunDirError(f"{file} is JSON but not an nsbridge report (no ops).")
     return report
+
+
+def _analyze_ranks(source: Path, prof: Profile, out: Optional[Union[str, Path]]) -> RunResult:
+    """A distributed run's rank summaries merged again (one rank's trace loaded)."""
+    summaries = read_summaries(source)
+    summaries += missing_ranks(summaries, max(s.get("world_size") or 0 for s in summaries),
+                               source)
+    output, analysis = reduce(source, summaries, prof, str(source), command="analyze")
+    if output.core["files"].get("trace"):
+        output.core["files"]["trace_input"] = str((source / output.core["files"]["trace"])
+                                                  .resolve())
+        output.core["files"]["trace"] = None
+    output.core["files"]["key_averages"] = None
+    run = Run.create(out=Path(out) if out else None, label=f"analyze-{source.name}",
+                     command="analyze", target=str(source), args=[], profile=prof,
+                     cwd=Path.cwd())
+    run.add(output)
+    if analysis is not None:
+        _write_ops_csv(run.dir, analysis.ops)
+    return _result(run, analysis, 0)
 
 
 def doctor() -> list[Any]:

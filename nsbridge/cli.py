@@ -15,6 +15,7 @@ import click
 
 from . import __version__
 from ._options import DEEP_PROFILE, OUT, PROFILE, SCRIPT_COMMAND, TOP, script_options
+from .collect._process import Stopped
 from .errors import NsbridgeError
 
 TRIAGE_EPILOG = """\b
@@ -61,6 +62,9 @@ def _guard(fn: Callable[[], Any]) -> Any:
     except KeyboardInterrupt:
         click.echo("nsbridge: interrupted", err=True)
         sys.exit(130)
+    except Stopped:
+        click.echo("nsbridge: stopped by SIGTERM (the profiled process was ended too)", err=True)
+        sys.exit(143)
     except Exception:  # a bug in nsbridge: say so, show where
         click.echo("nsbridge: unexpected error (a bug in nsbridge; please report it with "
                    "the traceback below):\n" + traceback.format_exc(), err=True)
@@ -73,8 +77,10 @@ def _guard(fn: Callable[[], Any]) -> Any:
 def main(quiet: bool) -> None:
     """nsbridge: torch.profiler triage, Nsight timelines and kernel deep dives in one report."""
     from . import progress
+    from .collect._process import stop_on_sigterm
 
     progress.enable(not quiet)
+    stop_on_sigterm()
 
 
 @main.command(epilog=TRIAGE_EPILOG, context_settings=SCRIPT_COMMAND)
@@ -83,21 +89,46 @@ def main(quiet: bool) -> None:
               metavar="[=N]", help="Also run Nsight Compute on the N hottest ops (default: "
                                    "the deep profile's top).")
 @DEEP_PROFILE
+@click.option("--nproc-per-node", type=int, metavar="N",
+              help="Start N ranks through torch.distributed.run (torchrun), each profiled.")
+@click.option("--nnodes", metavar="M", help="torchrun --nnodes (several machines).")
+@click.option("--node-rank", type=int, help="torchrun --node-rank.")
+@click.option("--rdzv-endpoint", metavar="HOST:PORT", help="torchrun --rdzv-endpoint.")
+@click.option("--ranks", "ranks", metavar="0,3",
+              help="Profile only these ranks (the others run unprofiled).")
 @script_options
 def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
            top: int, nsys: bool, deep_top: Optional[str], deep_profile: str,
+           nproc_per_node: Optional[int], nnodes: Optional[str], node_rank: Optional[int],
+           rdzv_endpoint: Optional[str], ranks: Optional[str],
            target: Optional[str], script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (or -m MODULE) with torch.profiler and say what bounds it.
 
-    Arguments after the script (or after --) go to the script.
+    Arguments after the script (or after --) go to the script. Under torchrun, srun or
+    mpirun (or with --nproc-per-node) every rank is profiled into one run directory and
+    rank 0 merges the cross-rank report.
     """
     from .api import triage as run_triage
 
     deep_n, target, script_args = _split_deep(deep_top, target, script_args)
     name, args = _target(module, target, script_args, required=True)
+    chosen = _rank_list(ranks)
     _guard(lambda: _finish(run_triage(name, args, module=bool(module), profile=profile, out=out,
                                       timeout=timeout, nsys=nsys, deep_top=deep_n,
-                                      deep_profile=deep_profile, on_plan=_echo_plan), top))
+                                      deep_profile=deep_profile, on_plan=_echo_plan,
+                                      nproc_per_node=nproc_per_node, nnodes=nnodes,
+                                      node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
+                                      ranks=chosen), top))
+
+
+def _rank_list(text: Optional[str]) -> Optional[list[int]]:
+    if not text:
+        return None
+    try:
+        return sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of rank numbers "
+                                 "(like 0,3)", param_hint="--ranks") from None
 
 
 @main.command(epilog=DEEP_EPILOG, context_settings=SCRIPT_COMMAND)

@@ -54,6 +54,7 @@ class Analysis:
     sync_calls_per_step: float = 8
     sync_recommend_per_step: float = 1.0
     gpu_bound_busy: float = 0.80
+    straggler_pct: float = 10.0
 
 
 @dataclass(frozen=True)

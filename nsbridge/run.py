@@ -65,9 +65,11 @@ class Run:
 
     @classmethod
     def create(cls, *, out: Optional[Path], label: str, command: str, target: str,
-               args: list[str], profile: Profile, cwd: Path, module: bool = False) -> "Run":
-        """A new run directory with its manifest and an empty report written."""
-        path = new_run_dir(out, label)
+               args: list[str], profile: Profile, cwd: Path, module: bool = False,
+               shared: bool = False) -> "Run":
+        """A new run directory with its manifest and an empty report written (``shared``:
+        the directory of a distributed job's ranks, which may exist already)."""
+        path = new_run_dir(out, label, shared=shared)
         manifest = {"nsbridge_version": __version__, "command": command, "argv": sys.argv,
                     "target": target, "module": module, "args": args, "cwd": str(cwd),
                     "profile": profile.to_dict(), "host": socket.gethostname(),
@@ -168,7 +170,8 @@ def empty_report(command: str, target: str) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "nsbridge_version": __version__,
             "command": command, "target": target, "status": "running", "error": None,
             "verdict": None, "ranked_by": None, "ops": [], "steps": None, "device": None,
-            "sync_points": [], "recommendations": [], "overhead": None, "ranks": [],
+            "sync_points": [], "recommendations": [], "collectives": [], "overhead": None,
+            "ranks": [],
             "files": {}, "notes": [], "sources": {}}
 
 

@@ -13,17 +13,22 @@ from .errors import RunDirError
 DEFAULT_BASE = Path("nsbridge-runs")
 
 
-def new_run_dir(out: Optional[Path], label: str, base: Path = DEFAULT_BASE) -> Path:
+def new_run_dir(out: Optional[Path], label: str, base: Path = DEFAULT_BASE,
+                shared: bool = False) -> Path:
     """Create and return a fresh run directory.
 
     With ``out``: that directory, which must not exist yet (or be empty). Without: ``base/
     <YYYYmmdd-HHMMSS>-<label>``, with ``-2``, ``-3``... when two runs start in one second.
+    ``shared``: the ranks of one job write into one directory (``out``, or ``base/label``),
+    each into its own rank folder, so the directory may already exist.
 
     Raises:
         RunDirError: ``out`` exists with files in it, or the directory cannot be created
             or written.
     """
-    if out is not None:
+    if shared:
+        path = Path(out) if out is not None else base / _safe(label)
+    elif out is not None:
         path = Path(out)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise RunDirError(
@@ -39,7 +44,7 @@ def new_run_dir(out: Optional[Path], label: str, base: Path = DEFAULT_BASE) -> P
             n += 1
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".nsbridge-write-test"
+        probe = path / f".nsbridge-write-test-{os.getpid()}"
         probe.write_text("", encoding="utf-8")
         probe.unlink()
     except OSError as exc:

@@ -10,6 +10,7 @@ EVENTS (parse.torch_trace.read_trace), one row per complete ('X') or instant ('i
     ext_id       float  args "External id" (NaN when absent)
     correlation  float  args "correlation" (NaN when absent)
     input_dims   object args "Input Dims" as text (None when shapes were not recorded)
+    input_types  object args "Input type" as text, e.g. '["float"]' (None when absent)
     bytes        float  memcpy/memset bytes, or allocation size of a memory event
     device       float  GPU index of a GPU event / memory event (NaN otherwise)
 
@@ -29,10 +30,10 @@ from __future__ import annotations
 
 # EVENTS
 CAT, NAME, PH, PID, TID, TS, DUR = "cat", "name", "ph", "pid", "tid", "ts", "dur"
-EXT_ID, CORRELATION, INPUT_DIMS, BYTES, DEVICE = (
-    "ext_id", "correlation", "input_dims", "bytes", "device")
-EVENT_COLUMNS = [CAT, NAME, PH, PID, TID, TS, DUR, EXT_ID, CORRELATION, INPUT_DIMS, BYTES,
-                 DEVICE]
+EXT_ID, CORRELATION, INPUT_DIMS, INPUT_TYPES, BYTES, DEVICE = (
+    "ext_id", "correlation", "input_dims", "input_types", "bytes", "device")
+EVENT_COLUMNS = [CAT, NAME, PH, PID, TID, TS, DUR, EXT_ID, CORRELATION, INPUT_DIMS,
+                 INPUT_TYPES, BYTES, DEVICE]
 
 # Categories (after folding)
 CPU_OP, USER_ANNOTATION, PYTHON_FUNCTION = "cpu_op", "user_annotation", "python_function"

@@ -7,6 +7,11 @@ module and step ranges for nsys; no torch.profiler). Whatever happens to the scr
 pass's record (``child.json`` or ``nvtx-child.json``) is written into the run directory
 with its status, exit code, steps and versions, and a partial trace is kept when one was
 being recorded.
+
+In a distributed job (config ``distributed``; the rank comes from the launcher's
+environment) every rank writes into its own ``rank-NN/`` folder, ranks left out by
+``distributed.ranks`` run unprofiled, and each rank then writes its summary.json there
+(nsbridge.distributed.summary: the map step, in the process that captured the trace).
 """
 
 from __future__ import annotations
@@ -32,7 +37,19 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise _Terminated()
 
 
+def _die_with_parent() -> None:
+    """Linux: get SIGTERM when the nsbridge that started this process dies, even by
+    SIGKILL, so no profiled script is left running behind it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def main(config_path: str) -> int:
+    _die_with_parent()
     config = json.loads(Path(config_path).read_text(encoding="utf-8"))
     run_dir = Path(config["run_dir"])
     started = time.perf_counter()
@@ -44,6 +61,13 @@ def main(config_path: str) -> int:
     from nsbridge.rundir import write_json
 
     pass_name = config.get("pass", "torch")
+    rank = _rank(config)
+    if rank is not None:
+        run_dir = run_dir / rank.dir_name
+        run_dir.mkdir(exist_ok=True)
+        wanted = config["distributed"].get("ranks")
+        if wanted is not None and rank.rank not in wanted:
+            pass_name = "plain"
     instruments = _instruments(pass_name, config, run_dir)
     steps = instruments["steps"]
     for name in ("syncs", "nvtx", "session"):
@@ -94,14 +118,49 @@ def main(config_path: str) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     result.update(env=_environment(), wall_s=round(time.perf_counter() - started, 3))
-    write_json(run_dir / ("child.json" if pass_name == "torch" else "nvtx-child.json"), result)
+    write_json(run_dir / ("nvtx-child.json" if pass_name == "nvtx" else "child.json"), result)
+    if rank is not None:
+        _write_rank_summary(run_dir, config, rank, result)
     return int(result["exit_code"])
+
+
+def _rank(config: dict[str, Any]) -> Any:
+    """This process's rank in a distributed run (None otherwise)."""
+    if config.get("distributed") is None:
+        return None
+    from nsbridge.distributed.ranks import detect
+
+    return detect()
+
+
+def _write_rank_summary(rank_dir: Path, config: dict[str, Any], rank: Any,
+                        result: dict[str, Any]) -> None:
+    """The map step, once the script is done: this rank's trace analysed here."""
+    from nsbridge.distributed.summary import write_summary
+    from nsbridge.profiles import Analysis
+
+    traces = result.get("traces") or []
+    try:
+        write_summary(rank_dir, trace=rank_dir / traces[0] if traces else None,
+                      thresholds=Analysis(**config["analysis"]), rank=rank.rank,
+                      host=rank.host, world_size=rank.world_size, status=result["status"],
+                      exit_code=int(result["exit_code"]), error=result.get("error"))
+    except Exception as exc:  # a failing analysis must not hide the rank's own status
+        from nsbridge.rundir import write_json
+
+        write_json(rank_dir / "summary.json", {
+            "rank": rank.rank, "host": rank.host, "world_size": rank.world_size,
+            "status": result["status"], "exit_code": int(result["exit_code"]),
+            "profiled": False, "trace": None,
+            "error": {"type": type(exc).__name__, "message": f"summary failed: {exc}"}})
 
 
 def _instruments(pass_name: str, config: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """The objects a pass installs, keyed by role; 'steps' drives the others."""
     from nsbridge._bootstrap.steps import StepDetector
 
+    if pass_name == "plain":   # a rank left out of --ranks: the script alone
+        return {"steps": StepDetector(lambda: None)}
     if pass_name == "nvtx":
         from nsbridge._bootstrap.nvtx_ranges import NvtxInstrumentation
 

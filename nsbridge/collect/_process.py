@@ -13,8 +13,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Mapping, Optional, Sequence
 
-# How long a child may take to write its partial results after being asked to stop.
+# How long a child may take to write its partial results after being asked to stop: after
+# --timeout or Ctrl-C, and (shorter: the launcher that sent it will not wait long) SIGTERM.
 STOP_GRACE_S = 60.0
+SIGNAL_GRACE_S = 10.0
+
+
+class Stopped(BaseException):
+    """nsbridge itself got SIGTERM (a launcher or scheduler ending the job)."""
+
+
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into Stopped, so a running pass ends its child before nsbridge exits."""
+    def handler(signum: int, frame: object) -> None:
+        raise Stopped()
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,10 @@ def _supervise(proc: subprocess.Popen, timeout: Optional[float], started: float)
         interrupted = True
         proc.send_signal(signal.SIGINT)
         killed = _wait_or_kill(proc)
+    except Stopped:
+        interrupted = True
+        proc.send_signal(signal.SIGTERM)
+        killed = _wait_or_kill(proc, SIGNAL_GRACE_S)
     return ChildOutcome(returncode=proc.returncode, wall_s=round(time.monotonic() - started, 3),
                         timed_out=timed_out, interrupted=interrupted, killed=killed)
 
@@ -110,8 +128,8 @@ def _pump(stream: IO[bytes], sink: Optional[IO[str]], log_file: IO[str], lock: t
     stream.close()
 
 
-def _wait_or_kill(proc: subprocess.Popen) -> bool:
-    deadline = time.monotonic() + STOP_GRACE_S
+def _wait_or_kill(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> bool:
+    deadline = time.monotonic() + grace
     while True:
         try:
             proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
@@ -120,5 +138,5 @@ def _wait_or_kill(proc: subprocess.Popen) -> bool:
             proc.kill()
             proc.wait()
             return True
-        except KeyboardInterrupt:  # more Ctrl-C while waiting: keep waiting for the files
+        except (KeyboardInterrupt, Stopped):  # more signals while waiting: keep waiting
             continue

@@ -25,11 +25,26 @@ class TorchPass:
 
 def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile: Profile,
                    run_dir: Path, cwd: Path, timeout: Optional[float],
-                   environ: Mapping[str, str] = os.environ) -> TorchPass:
-    """Run the target under torch.profiler and return what it wrote into run_dir."""
-    argv = bootstrap_argv(run_dir, "child-config.json", target=target, is_module=is_module,
+                   environ: Mapping[str, str] = os.environ,
+                   distributed: Optional[dict[str, Any]] = None,
+                   launcher: Sequence[str] = ()) -> TorchPass:
+    """Run the target under torch.profiler and return what it wrote into run_dir.
+
+    ``distributed`` ({"ranks": [...] or None}): every rank writes into its own rank-NN/
+    folder (the record returned is then None: see the rank folders). ``launcher``: options
+    for torch.distributed.run, which starts the ranks (torchrun's own module).
+    """
+    rank = (environ.get("RANK") or environ.get("SLURM_PROCID")
+            or environ.get("OMPI_COMM_WORLD_RANK")) if distributed is not None else None
+    config_name = f"child-config-rank-{rank}.json" if rank and not launcher else "child-config.json"
+    argv = bootstrap_argv(run_dir, config_name, target=target, is_module=is_module,
                           args=args, extra={"capture": profile.to_dict()["capture"],
-                                            "schedule": profile.to_dict()["schedule"]})
+                                            "schedule": profile.to_dict()["schedule"],
+                                            "analysis": profile.to_dict()["analysis"],
+                                            "distributed": distributed})
+    if launcher:
+        argv = [sys.executable, "-m", "torch.distributed.run", *launcher, "-m",
+                "nsbridge._bootstrap.entry", argv[-1]]
     env = dict(environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     outcome = run_passthrough(argv, cwd=cwd, env=env, timeout=timeout)

@@ -11,6 +11,7 @@ import pandas as pd
 from .. import schema as S
 from ..profiles import Analysis as Thresholds
 from .attribution import LAUNCHED_BEFORE_WINDOW, attribute_gpu_events, linking_generation
+from .collectives import collectives, comm_overlap
 from .device import busy_by_device, copies, idle_gaps, launched_before_window
 from .nesting import build_host_tree
 from .ops import op_table
@@ -32,6 +33,7 @@ class TraceAnalysis:
     sync_points: list[dict[str, Any]]  # model.syncs.sync_points
     verdict: dict[str, Any]
     recommendations: list[dict[str, Any]]
+    collectives: list[dict[str, Any]]  # model.collectives.collectives (distributed runs)
 
 
 def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
@@ -78,6 +80,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
             "linking": linking_generation(events),
             "attribution": {k: int(v) for k, v in gpu["rule"].value_counts().items()},
             LAUNCHED_BEFORE_WINDOW: launched_before_window(in_window),
+            "comm": comm_overlap(in_window, lo, hi),
         }
 
     calls = blocking_calls(events, tree, lo, hi)
@@ -117,7 +120,8 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
         sync_recommend_per_step=thresholds.sync_recommend_per_step)
     return TraceAnalysis(ops=ops, steps=steps, has_device=has_device, device=device,
                          sync_points=points, verdict=verdict,
-                         recommendations=recommend(facts))
+                         recommendations=recommend(facts),
+                         collectives=collectives(events, lo, hi, n_steps))
 
 
 def mean_step(steps: pd.DataFrame) -> dict[str, Any]:

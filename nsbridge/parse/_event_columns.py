@@ -23,7 +23,7 @@ CAT_ALIASES = {"runtime": S.CUDA_RUNTIME, "driver": S.CUDA_DRIVER, "memcpy": S.M
 DROP_CATS = {"trace", "overhead", "ac2g", "async_cpu_to_gpu", "async_gpu", "fwdbwd"}
 _ARGS, _CAT, _NAME, _PH, _PID, _TID, _TS = (attrgetter(a) for a in (
     "args", "cat", "name", "ph", "pid", "tid", "ts"))
-_STRING_COLS = (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS)
+_STRING_COLS = (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS, S.INPUT_TYPES)
 _NUMBER_COLS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE)
 
 
@@ -50,6 +50,8 @@ class EventColumns:
             corrs=[a.get("correlation") for a in args],
             dims=[None if a.get("Input Dims") is None
                   else json.dumps(a["Input Dims"], separators=(",", ":")) for a in args],
+            types=[None if a.get("Input type") is None
+                   else json.dumps(a["Input type"], separators=(",", ":")) for a in args],
             nbytes=[a.get("bytes", a.get("Bytes")) for a in args],
             devices=[a.get("device", a.get("Device Id")) for a in args])
 
@@ -64,20 +66,22 @@ class EventColumns:
             exts=[None if a is None else (a.ext_lower if a.ext is None else a.ext) for a in args],
             corrs=[None if a is None else a.correlation for a in args],
             dims=[None if a is None or a.dims is None else _compact(a.dims) for a in args],
+            types=[None if a is None or a.types is None else _compact(a.types) for a in args],
             nbytes=[None if a is None else (a.Bytes if a.nbytes is unset else a.nbytes)
                     for a in args],
             devices=[None if a is None else (a.device_id if a.device is unset else a.device)
                      for a in args])
 
     def _add(self, *, cats: list, names: list, phs: list, pids: list, tids: list, ts: list,
-             durs: list, exts: list, corrs: list, dims: list, nbytes: list,
+             durs: list, exts: list, corrs: list, dims: list, types: list, nbytes: list,
              devices: list) -> None:
         cat_codes = self._encode(cats, self._category)
         keep = cat_codes != self._strings[None]   # dropped categories normalise to None
         encode = self._encode
         batch = {S.CAT: cat_codes, S.NAME: encode(names, _name), S.PH: encode(phs, _same),
                  S.PID: encode(pids, str), S.TID: encode(tids, str),
-                 S.INPUT_DIMS: encode(dims, _same), S.TS: _numeric(ts), S.DUR: _numeric(durs),
+                 S.INPUT_DIMS: encode(dims, _same), S.INPUT_TYPES: encode(types, _same),
+                 S.TS: _numeric(ts), S.DUR: _numeric(durs),
                  S.EXT_ID: _numeric(exts), S.CORRELATION: _numeric(corrs),
                  S.BYTES: _numeric(nbytes), S.DEVICE: _numeric(devices)}
         everything = bool(keep.all())

@@ -52,6 +52,7 @@ class Args(msgspec.Struct, gc=False):
     ext_lower: Optional[int] = msgspec.field(name="external id", default=None)
     correlation: Optional[int] = None
     dims: Optional[msgspec.Raw] = msgspec.field(name="Input Dims", default=None)
+    types: Optional[msgspec.Raw] = msgspec.field(name="Input type", default=None)
     nbytes: Union[int, float, None, msgspec.UnsetType] = msgspec.field(name="bytes",
                                                                        default=msgspec.UNSET)
     Bytes: Union[int, float, None] = None

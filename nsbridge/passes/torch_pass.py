@@ -11,7 +11,9 @@ from .. import schema as S
 from ..collect._process import ChildOutcome
 from ..collect.torch_profiler import TorchPass, run_torch_pass
 from ..errors import TraceError, TraceFormatError, TraceNotFoundError
+from ..distributed.summary import summarize
 from ..model.analysis import TraceAnalysis, analyze_events, profiler_overhead
+from ..model.cross_rank import cross_rank
 from ..model.ranks import combine_ops, slowest
 from ..parse.torch_trace import TorchTrace, read_trace
 from ..profiles import Profile
@@ -92,6 +94,15 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str
                                                                     has_device)})
         notes.append(f"{len(analyses)} traces: ops are summed over all of them; verdict, steps "
                      f"and device figures are those of the slowest (rank {ranks[slowest(ranks)]['rank']})")
+    section, recommendations = None, []
+    if len(analyses) > 1:   # the ranks of one job: the cross-rank report
+        cross = cross_rank([summarize(a, rank=r["rank"], host=None, world_size=len(analyses),
+                                      trace=str(t.path))
+                            for t, a, r in zip(traces, analyses, ranks)],
+                           profile.analysis.straggler_pct)
+        section = ("distributed", cross)
+        rec = (cross.get("straggler") or {}).get("recommendation")
+        recommendations = [rec] if rec else []
     core = build_report(command="analyze", target=target, status="ok", analysis=lead,
                         step_source=None, overhead=None,
                         files={"trace": None, "inputs": [str(t.path) for t in traces],
@@ -99,7 +110,8 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str
                                "ops_csv": "ops.csv"},
                         notes=notes, has_memory=any(has_memory(t) for t in traces),
                         ranks=ranks if len(traces) > 1 else None, version=__version__)
-    return PassOutput(name="analyze", manifest={"inputs": len(traces)}, core=core), lead
+    return PassOutput(name="analyze", manifest={"inputs": len(traces)}, core=core,
+                      section=section, recommendations=recommendations), lead
 
 
 def pass_status(outcome: ChildOutcome,

@@ -22,7 +22,8 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
         "schema_version": SCHEMA_VERSION, "nsbridge_version": version, "command": command,
         "target": target, "status": status, "error": error,
         "verdict": None, "ranked_by": None, "ops": [], "steps": None, "device": None,
-        "sync_points": [], "recommendations": [], "overhead": overhead, "ranks": ranks or [],
+        "sync_points": [], "recommendations": [], "collectives": [], "overhead": overhead,
+        "ranks": ranks or [],
         "files": files, "notes": list(notes), "sources": {},
     }
     if analysis is None:
@@ -40,6 +41,7 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     report["device"] = analysis.device if has_device else None
     report["sync_points"] = analysis.sync_points
     report["recommendations"] = analysis.recommendations
+    report["collectives"] = analysis.collectives
     report["sources"] = _sources(has_device, has_memory, step_source is not None,
                                  overhead is not None)
     return clean(report)

@@ -16,9 +16,9 @@ from functools import lru_cache
 from importlib.resources import files
 from typing import Any, Optional
 
-from .render import (MEMORY_NOTE, TIMELINE_HEADER, _attribution, _early_line, _gap_host,
-                     _ncu_findings, _ncu_line, _step_line, _timeline_line, _timeline_rows,
-                     _where, op_table)
+from .render import (MEMORY_NOTE, RANK_HEADER, TIMELINE_HEADER, _attribution, _early_line,
+                     _gap_host, _ncu_findings, _ncu_line, _step_line, _timeline_line,
+                     _timeline_rows, _where, distributed_lines, op_table, rank_rows)
 
 TOP_CHART = 15
 
@@ -38,6 +38,7 @@ def html_page(report: dict[str, Any]) -> str:
     body.append(_syncs(report))
     body.append(_device(report))
     body.append(_timeline(report))
+    body.append(_ranks(report))
     body.append(_ncu(report))
     body.append(_notes(report))
     data = json.dumps(chart_data(report)).replace("<", "\\u003c").replace(
@@ -219,6 +220,18 @@ def _timeline(report: dict[str, Any]) -> str:
                                       f"while the host was in {e(_gap_host(g))}</li>"
                                       for g in t["idle_gaps"]) + "</ul>")
     return "".join(parts) + "</section>"
+
+
+def _ranks(report: dict[str, Any]) -> str:
+    dist = report.get("distributed")
+    if not dist:
+        return ""
+    e = _esc
+    table = ("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in RANK_HEADER) + "</tr>"
+             + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
+                       for row in rank_rows(dist)) + "</table>")
+    items = "".join(f"<li>{e(line)}</li>" for line in distributed_lines(dist))
+    return f"<section id='ranks'><h2>Ranks</h2>{table}<ul>{items}</ul></section>"
 
 
 def _ncu(report: dict[str, Any]) -> str:

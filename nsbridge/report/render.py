@@ -190,6 +190,50 @@ def _ncu_findings(report: dict[str, Any]) -> list[tuple[str, str, str]]:
             for f in op["ncu"].get("findings", [])]
 
 
+RANK_HEADER = ["rank", "host", "status", "step ms", "collectives ms/step", "work ms/step",
+               "verdict"]
+
+
+def rank_rows(dist: dict[str, Any]) -> list[list[str]]:
+    """One row per rank of the cross-rank section."""
+    def num(v: Any) -> str:
+        return "-" if v is None else f"{v:.2f}"
+    return [[str(r["rank"]), str(r.get("host") or "-"), r["status"], num(r["step_ms"]),
+             num(r["collective_ms_per_step"]), num(r["work_ms_per_step"]),
+             str(r.get("verdict") or "-")] for r in dist["ranks"]]
+
+
+def distributed_lines(dist: dict[str, Any]) -> list[str]:
+    """The cross-rank findings as sentences: steps, straggler, failed ranks, skew, collectives."""
+    lines = []
+    step = dist.get("step")
+    if step:
+        lines.append(f"{dist['world_size']} ranks: step {step['min_ms']:.2f} / "
+                     f"{step['median_ms']:.2f} / {step['max_ms']:.2f} ms (min / median / max); "
+                     f"slowest rank {step['slowest_rank']} (+{step['slowest_over_median_pct']:g}% "
+                     "over the median)")
+    straggler = dist.get("straggler")
+    if straggler:
+        lines.append(f"{straggler['verdict'].upper()}: " + "; ".join(straggler["evidence"]))
+    for f in dist.get("failed", []):
+        err = f.get("error") or {}
+        lines.append(f"rank {f['rank']} {f['status']}" + (f": {err.get('type')}: "
+                                                          f"{err.get('message')}" if err else ""))
+    for s in dist.get("skew", [])[:3]:
+        lines.append(f"skew: {s['op']} on rank {s['max_rank']} {s['max_us'] / 1e3:.2f} ms per "
+                     f"step against a median of {s['median_us'] / 1e3:.2f} ms ({s['source']})")
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for c in dist.get("collectives", []):
+        kinds.setdefault(c["kind"], []).append(c)
+    for kind, rows in kinds.items():
+        times = ", ".join(f"rank {c['rank']} {c['time_per_step_us'] / 1e3:.2f}" for c in rows)
+        size = rows[0]["bytes"]
+        lines.append(f"{kind}: {rows[0]['per_step']:g} per step"
+                     + (f", {size / rows[0]['count'] / 2**20:.2f} MiB each" if size else "")
+                     + f"; ms per step: {times}")
+    return lines
+
+
 def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 10) -> str:
     """The short text printed after a run."""
     lines = [f"nsbridge {report['command']}: {report['target']}  [status: {report['status']}]"]
@@ -234,6 +278,11 @@ def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 
         for g in timeline["idle_gaps"][:3]:
             lines.append(f"  GPU {g['device']} idle {g['dur_us'] / 1e3:.3f} ms while the host "
                          f"was in {_gap_host(g)}")
+    dist = report.get("distributed")
+    if dist:
+        lines.append("\nRanks:")
+        lines.append(_text_table(RANK_HEADER, rank_rows(dist)))
+        lines += [f"  {line}" for line in distributed_lines(dist)]
     ncu = report.get("ncu")
     if ncu:
         lines.append(f"\nNsight Compute: {_ncu_line(ncu)}")
@@ -327,6 +376,12 @@ def markdown(report: dict[str, Any], top: int = 15,
             md += ["", "| device | GPU idle ms | host was in |", "|---|---|---|"]
             md += [f"| {g['device']} | {g['dur_us'] / 1e3:.3f} | {_md_cell(_gap_host(g))} |"
                    for g in timeline["idle_gaps"]]
+    dist = report.get("distributed")
+    if dist:
+        md += ["", "## Ranks", "", "| " + " | ".join(RANK_HEADER) + " |",
+               "|" + "---|" * len(RANK_HEADER)]
+        md += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rank_rows(dist)]
+        md += [""] + [f"- {_md_cell(line)}" for line in distributed_lines(dist)]
     ncu = report.get("ncu")
     if ncu:
         md += ["", "## Kernels (Nsight Compute)", "", _ncu_line(ncu)]

@@ -1,0 +1,137 @@
+"""Several ranks: launched through torch.distributed.run, or under a launcher; per-rank
+folders, summaries merged into the cross-rank report, a planted straggler named."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from nsbridge.api import analyze
+from nsbridge.model.cross_rank import cross_rank
+
+from conftest import ROOT, TORCH_DATA
+
+DDP = str(ROOT / "examples" / "train_ddp.py")
+
+
+def _nsbridge(*args: str, cwd: Path, env: dict | None = None, launcher: bool = False):
+    prefix = ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+               "nsbridge"] if launcher else [sys.executable, "-m", "nsbridge"])
+    return subprocess.run([*prefix, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+
+
+def _check_straggler_run(run: Path) -> dict:
+    report = json.loads((run / "report.json").read_text())
+    for rank in ("rank-00", "rank-01"):
+        for name in ("trace.json.gz", "child.json", "summary.json"):
+            assert (run / rank / name).is_file(), (rank, name)
+    dist = report["distributed"]
+    assert [r["rank"] for r in dist["ranks"]] == [0, 1]
+    assert all(r["step_ms"] > 0 and r["status"] == "ok" for r in dist["ranks"])
+    reduces = [c for c in dist["collectives"] if c["kind"] == "all_reduce"]
+    assert sorted(c["rank"] for c in reduces) == [0, 1]
+    assert all(c["count"] > 0 and c["bytes"] > 0 and c["time_us"] > 0 for c in reduces)
+    assert dist["straggler"]["verdict"] == "straggler" and dist["straggler"]["rank"] == 1
+    assert report["recommendations"][0]["id"] == "straggler"
+    manifest = json.loads((run / "manifest.json").read_text())
+    ranks = manifest["passes"][-1]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["host"] for r in ranks)
+    return report
+
+
+@pytest.mark.slow
+def test_nproc_per_node_names_a_planted_straggler(tmp_path: Path) -> None:
+    proc = _nsbridge("triage", "--nproc-per-node", "2", "--timeout", "120", "--out",
+                     str(tmp_path / "run"), DDP, cwd=tmp_path,
+                     env={"NSBRIDGE_EXAMPLE_SLOW_RANK": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "STRAGGLER: rank 1" in proc.stdout
+    _check_straggler_run(tmp_path / "run")
+    # merged again later from the summaries alone
+    again = analyze([tmp_path / "run"], out=tmp_path / "again").report
+    assert again["distributed"]["straggler"]["rank"] == 1
+
+
+@pytest.mark.slow
+def test_started_under_torchrun_gives_the_same_report(tmp_path: Path) -> None:
+    proc = _nsbridge("-q", "triage", "--timeout", "120", "--out", str(tmp_path / "run"), DDP,
+                     cwd=tmp_path, env={"NSBRIDGE_EXAMPLE_SLOW_RANK": "1"}, launcher=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "rank 0 writes the merged report" in proc.stdout            # rank 1's own line
+    _check_straggler_run(tmp_path / "run")
+
+
+@pytest.mark.slow
+def test_a_failing_rank_is_named_and_the_others_kept(tmp_path: Path) -> None:
+    script = tmp_path / "fail.py"
+    script.write_text(
+        "import os, torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "m = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for step in range(8):\n"
+        "    if dist.get_rank() == 1 and step == 5:\n"
+        "        raise RuntimeError('rank one broke')\n"
+        "    m(torch.randn(2, 4)).sum().backward(); opt.step()\n"
+        "dist.destroy_process_group()\n")
+    proc = _nsbridge("triage", "--nproc-per-node", "2", "--timeout", "120", "--out",
+                     str(tmp_path / "run"), str(script), cwd=tmp_path)
+    assert proc.returncode != 0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    failed = {f["rank"]: f for f in report["distributed"]["failed"]}
+    assert failed[1]["error"]["type"] == "RuntimeError"
+    assert "rank 1" in report["error"]["message"] or 1 in failed
+    assert (tmp_path / "run" / "rank-00" / "child.json").is_file()
+
+
+@pytest.mark.slow
+def test_ranks_option_profiles_only_those(tmp_path: Path) -> None:
+    proc = _nsbridge("-q", "triage", "--nproc-per-node", "2", "--ranks", "1", "--timeout",
+                     "120", "--out", str(tmp_path / "run"), DDP, "--", "--steps", "8",
+                     cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "run" / "rank-00" / "trace.json.gz").exists()
+    assert (tmp_path / "run" / "rank-01" / "trace.json.gz").is_file()
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["distributed"]["profiled"] == [1]
+
+
+def test_two_rank_fixture_folder_gives_the_cross_rank_report(tmp_path: Path) -> None:
+    report = analyze([TORCH_DATA / "two_ranks"], out=tmp_path / "r").report
+    dist = report["distributed"]
+    assert [r["rank"] for r in dist["ranks"]] == [0, 1] and dist["step"]["median_ms"] > 0
+    kinds = {(c["rank"], c["kind"]) for c in dist["collectives"]}
+    assert {(0, "all_reduce"), (1, "all_reduce"), (0, "all_to_all")} <= kinds
+    assert all(r["comm_overlap_pct"] is not None for r in dist["ranks"])   # NCCL on GPUs
+    assert dist["straggler"]["verdict"] == "balanced"
+    assert "## Ranks" in (tmp_path / "r" / "report.md").read_text()
+
+
+def _summary(rank: int, slow: float = 0.0) -> dict:
+    ops = [{"name": f"aten::op{i}", "calls": 10, "cpu_self_us": 100.0 + i + slow * (i == 0),
+            "device_self_us": None} for i in range(300)]
+    return {"rank": rank, "host": f"node{rank // 8}", "world_size": 64, "status": "ok",
+            "exit_code": 0, "profiled": True, "step_ms": [50.0 + slow / 1e3] * 3,
+            "verdict": "cpu-bound", "has_device": False, "device_busy_pct": None, "comm": None,
+            "collectives": [{"kind": "all_reduce", "count": 3, "bytes": 3 << 20,
+                             "time_us": 30000.0 - 3 * slow, "per_step": 1.0,
+                             "time_per_step_us": 10000.0 - slow, "source": "backend ranges"}],
+            "ops": ops}
+
+
+def test_64_rank_summaries_merge_in_little_memory() -> None:
+    summaries = [_summary(r, slow=20000.0 if r == 37 else 0.0) for r in range(64)]
+    tracemalloc.start()
+    cross = cross_rank(summaries)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 20 * 2**20, peak
+    assert len(cross["ranks"]) == 64 and cross["straggler"]["rank"] == 37
+    assert cross["skew"][0]["op"] == "aten::op0" and cross["skew"][0]["max_rank"] == 37

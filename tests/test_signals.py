@@ -1,0 +1,69 @@
+"""Whatever ends nsbridge ends the profiled script too: none left running behind it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = """
+import os, sys, time, torch
+open(sys.argv[1], "w").write(str(os.getpid()))
+while True:
+    torch.ones(4).sum()
+    time.sleep(0.05)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat")
+    return not (state.is_file() and state.read_text().split()[2] == "Z")
+
+
+def _start(tmp_path: Path) -> tuple[subprocess.Popen, int]:
+    script, pid_file = tmp_path / "forever.py", tmp_path / "pid"
+    script.write_text(SCRIPT)
+    proc = subprocess.Popen([sys.executable, "-m", "nsbridge", "-q", "triage", "--out",
+                             str(tmp_path / "run"), str(script), str(pid_file)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not pid_file.is_file() or not pid_file.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    return proc, int(pid_file.read_text())
+
+
+def _gone(pid: int, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not _alive(pid)
+
+
+def test_sigterm_ends_the_script_and_keeps_the_run(tmp_path: Path) -> None:
+    proc, child = _start(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert _gone(child, 30), "the profiled script outlived nsbridge"
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["status"] in ("interrupted", "terminated", "failed")
+
+
+def test_sigkill_of_nsbridge_still_ends_the_script(tmp_path: Path) -> None:
+    proc, child = _start(tmp_path)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert _gone(child, 30), "the profiled script outlived a killed nsbridge"
