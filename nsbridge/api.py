@@ -24,7 +24,7 @@ from .model.analysis import TraceAnalysis
 from .model.deep_plan import check_ops, choose, describe, plan as make_plan
 from .collect.ncu import find_ncu
 from .passes.ncu_pass import capture_deep, ncu_from_files, require_gpu
-from .passes.nsys_pass import capture_timeline, nvtx_check, timeline_from_exports
+from .passes.nsys_pass import capture_timeline, timeline_from_exports
 from .passes.ranks_pass import (launcher_argv, missing_ranks, profile_ranks, read_summaries,
                                 reduce, wait_for)
 from .passes.torch_pass import analyze_traces, profile_script
@@ -34,11 +34,11 @@ from .distributed.ranks import detect as detect_rank, job_id
 from .rundir import DEFAULT_BASE, new_run_dir
 from .run import Run, empty_report
 
-__all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "load", "doctor",
-           "nvtx_check"]
+__all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "load", "doctor"]
 
 _NOT_TRACES = {"report.json", "manifest.json", "child.json", "child-config.json",
-               "nvtx-child.json", "nvtx-child-config.json", "ncu-child-config.json"}
+               "nvtx-child.json", "nvtx-child-config.json", "ncu-child-config.json",
+               "summary.json", "merged.json.gz"}
 _NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 _NCU_SUFFIXES = (".ncu-rep", ".csv")
 ProfileArg = Union[str, Profile]
@@ -136,6 +136,10 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     workdir = Path(cwd) if cwd else Path.cwd()
     _check_script(target, module, workdir)
     rank = None if nproc_per_node else detect_rank(environ)
+    if (nproc_per_node or rank is not None) and (nsys or deep_top is not None):
+        raise ScriptError("--nsys and --deep do not run per rank yet: triage the ranks "
+                          "first, then run `nsbridge timeline` / `nsbridge deep` with one "
+                          "rank's script and environment.")
     if nproc_per_node or rank is not None:
         return _triage_ranks(target, list(args), module=module, profile=prof, out=out,
                              timeout=timeout, cwd=workdir, rank=rank, ranks=ranks,
@@ -143,7 +147,8 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
                                                     nnodes=nnodes, node_rank=node_rank,
                                                     rdzv_endpoint=rdzv_endpoint)
                              if nproc_per_node else [],
-                             world=(nproc_per_node or 0) * int(nnodes or 1), environ=environ)
+                             world=(nproc_per_node or 0) if str(nnodes or "1").split(":")[-1]
+                             == "1" else 0, environ=environ)
     if deep_top is not None:   # fail before the script runs, not after
         _profile(deep_profile)
         require_gpu(environ)
@@ -162,7 +167,7 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
         return result
     if nsys:
         result = timeline(None, run=run.dir, profile=prof, timeout=timeout, environ=environ)
-    if deep_top is not None:
+    if deep_top is not None and result.exit_code == 0:
         deep(run=run.dir, top=deep_top or None, profile=deep_profile, timeout=timeout,
              on_plan=on_plan, environ=environ)
         result.report = Run.open(run.dir).report
@@ -184,10 +189,12 @@ def _triage_ranks(target: str, args: list[str], *, module: bool, profile: Profil
                              profile=profile, cwd=cwd, timeout=timeout, ranks=ranks,
                              launcher=launcher, environ=environ)
         summaries = read_summaries(run.dir)
-        summaries += missing_ranks(summaries, max(world, len(summaries)), run.dir)
+        if world:   # one node: every rank wrote here (several nodes: only this node's)
+            summaries += missing_ranks(summaries, world, run.dir)
     else:
-        run_dir = new_run_dir(Path(out) if out else None,
-                              f"{time.strftime('%Y%m%d')}-{job_id(environ)}-{label}", shared=True)
+        run_dir = new_run_dir(Path(out) if out else None, f"{job_id(environ)}-{label}",
+                              shared=True)
+        started = time.time()
         code = profile_ranks(run_dir, target=target, args=args, module=module,
                              profile=profile, cwd=cwd, timeout=timeout, ranks=ranks,
                              environ=environ)
@@ -200,7 +207,10 @@ def _triage_ranks(target: str, args: list[str], *, module: bool, profile: Profil
                              ops=pd.DataFrame(columns=S.OP_COLUMNS), steps=pd.DataFrame(),
                              exit_code=code)
         with progress.step(f"waiting for the other {rank.world_size - 1} rank(s)"):
-            summaries = wait_for(run_dir, rank.world_size, timeout or WAIT_S)
+            # stopped (timeout, signal): a short wait; summaries older than this launch
+            # (an earlier run into the same --out) never count
+            summaries = wait_for(run_dir, rank.world_size,
+                                 (timeout or WAIT_S) if code == 0 else 10.0, since=started)
         run = Run.create(out=run_dir, label=label, command="triage", target=target,
                          args=args, profile=profile, cwd=cwd, module=module, shared=True)
     with progress.step("merging the ranks"):
@@ -267,6 +277,9 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
         run = triaged.run_dir
     the_run = Run.open(Path(run) if run is not None else _latest_run())
     report, manifest = the_run.report, the_run.manifest
+    if manifest.get("command") == "analyze":
+        raise DeepError(f"The run {the_run.dir} was made by `analyze` and has no script to "
+                        "run under ncu. Give the script: nsbridge deep --kernel OP script.py.")
     if kernels:
         check_ops(kernels, the_run.op_names)
     require_gpu(environ)
@@ -278,9 +291,6 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
         "count", 1), deep_prof, torch_pass.get("wall_s"))
     if on_plan is not None:
         on_plan(describe(the_plan))
-    if manifest.get("command") == "analyze":
-        raise DeepError(f"The run {the_run.dir} was made by `analyze` and has no script to "
-                        "run under ncu. Give the script: nsbridge deep --kernel OP script.py.")
     output = capture_deep(the_run.dir, plan=the_plan, target=manifest["target"],
                           args=manifest.get("args", []), module=bool(manifest.get("module")),
                           deep=deep_prof, cwd=Path(manifest.get("cwd") or Path.cwd()),
@@ -302,6 +312,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
         NcuFormatError: a path is not usable. RunDirError, ProfileError.
     """
     prof = _profile(profile)
+    paths = list(paths)
     ranked = [Path(p) for p in paths if Path(p).is_dir() and read_summaries(Path(p))]
     if ranked:
         return _analyze_ranks(ranked[0], prof, out)
@@ -331,7 +342,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
                                    (run.report.get("verdict") or {}).get("label"),
                                    _shapes(run.report)))
     except Exception:
-        run.manifest["status"] = "failed"
+        run.manifest["status"] = run.report["status"] = "failed"
         run.write()
         raise
     result = _result(run, analysis, 0)
@@ -351,6 +362,11 @@ def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 1
     from .model.diff import compare
 
     reports = [_read_report(Path(p)) for p in (base, new)]
+    known = {op["name"] for report in reports for op in report.get("ops", [])}
+    unknown = [op for op in ops if op not in known]
+    if unknown:
+        raise RunDirError(f"--op {', '.join(unknown)}: neither run has such an op, so the gate "
+                          "would check nothing. Use names as the reports' op tables spell them.")
     result = compare(*reports, fail_above=fail_above, ops=ops)
     result["a_label"], result["b_label"] = str(base), str(new)
     return result
@@ -424,10 +440,8 @@ def _run_for(run: Optional[Union[str, Path]], target: Optional[str], args: Seque
 def _result(run: Run, analysis: Optional[TraceAnalysis], exit_code: int) -> RunResult:
     if analysis is not None:
         ops, steps = analysis.ops, analysis.steps
-    elif (run.dir / "ops.csv").is_file():
-        ops, steps = pd.read_csv(run.dir / "ops.csv"), pd.DataFrame()
-    else:
-        ops, steps = pd.DataFrame(columns=S.OP_COLUMNS), pd.DataFrame()
+    else:   # a pass added to a run: its frames from the report, as nsbridge.load gives them
+        ops, steps = frames.ops(run.report), frames.steps(run.report)
     return RunResult(run_dir=run.dir, report=run.report, ops=ops, steps=steps,
                      exit_code=exit_code)
 
@@ -461,6 +475,7 @@ def _input_files(paths: list[Path]) -> list[Path]:
     for path in paths:
         if path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.is_file() and p.name not in _NOT_TRACES
+                           and not p.name.startswith("child-config")
                            and p.name.endswith(suffixes) and p.suffix != ".csv")
             if not found:
                 raise TraceNotFoundError(f"The folder {path} holds no .json or .json.gz trace "

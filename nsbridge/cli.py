@@ -288,6 +288,8 @@ def _failure_paragraph(report: dict[str, Any], run_dir: Any) -> str:
         return f"The script did not finish within --timeout and was stopped. {kept}"
     if status == "interrupted":
         return f"Interrupted with Ctrl-C. {kept}"
+    if status == "terminated":
+        return f"Stopped by SIGTERM (a launcher or scheduler ending the job); the script was ended too. {kept}"
     if err.get("type") == "SyntaxError":
         return (f"The script has a syntax error at {err.get('file')}:{err.get('line')}: "
                 f"{err.get('message')}. Fix it and run again (plain python shows the same "

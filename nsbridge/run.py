@@ -142,7 +142,10 @@ class Run:
 
     def _write_merged(self, trace: Path) -> None:
         """merged.json.gz: the torch trace with every pass's findings on it."""
-        with gzip.open(trace, "rt", encoding="utf-8") as fh:
+        with trace.open("rb") as raw:
+            gzipped = raw.read(2) == b"\x1f\x8b"
+        with (gzip.open(trace, "rt", encoding="utf-8") if gzipped
+              else trace.open(encoding="utf-8")) as fh:
             data = json.load(fh)
         tmp = self.dir / (MERGED_TRACE + ".tmp")
         with gzip.open(tmp, "wt", encoding="utf-8") as fh:

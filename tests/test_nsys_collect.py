@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nsbridge.api import nvtx_check
+from nsbridge.passes.nsys_pass import nvtx_check
 from nsbridge.collect.nsys import (PROGRESS, capture, find_importer, find_nsys, profile_argv)
 from nsbridge.errors import ToolFailedError, ToolNotFoundError
 

@@ -39,13 +39,19 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 def _die_with_parent() -> None:
     """Linux: get SIGTERM when the nsbridge that started this process dies, even by
-    SIGKILL, so no profiled script is left running behind it."""
+    SIGKILL, so no profiled script is left running behind it. Armed only when nsbridge is
+    the direct parent (not nsys, ncu or torchrun, whose own exits must not end the script)."""
+    parent = os.environ.get("NSBRIDGE_PARENT_PID")
+    if not parent or int(parent) != os.getppid():
+        return
     try:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        pass
+        return
+    if os.getppid() != int(parent):   # nsbridge died before the signal was armed
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def main(config_path: str) -> int:
@@ -85,7 +91,8 @@ def main(config_path: str) -> int:
     except _Terminated:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         result.update(status="terminated", exit_code=124,
-                      error={"type": "Timeout", "message": "stopped by nsbridge (--timeout)"})
+                      error={"type": "Terminated", "message": "stopped by SIGTERM (nsbridge's "
+                             "--timeout, or a launcher ending the job)"})
     except SyntaxError as exc:
         traceback.print_exc()
         result.update(status="failed", exit_code=1,
@@ -145,7 +152,7 @@ def _write_rank_summary(rank_dir: Path, config: dict[str, Any], rank: Any,
                       thresholds=Analysis(**config["analysis"]), rank=rank.rank,
                       host=rank.host, world_size=rank.world_size, status=result["status"],
                       exit_code=int(result["exit_code"]), error=result.get("error"))
-    except Exception as exc:  # a failing analysis must not hide the rank's own status
+    except BaseException as exc:  # a failing (or stopped) analysis must not hide the status
         from nsbridge.rundir import write_json
 
         write_json(rank_dir / "summary.json", {

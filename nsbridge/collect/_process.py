@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -40,6 +41,7 @@ class ChildOutcome:
     timed_out: bool
     interrupted: bool
     killed: bool
+    terminated: bool = False     # nsbridge itself got SIGTERM and ended the child
 
 
 def run_passthrough(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
@@ -51,13 +53,14 @@ def run_passthrough(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
     too; nsbridge forwards one in case the signal reached only nsbridge, then waits.
     """
     started = time.monotonic()
-    proc = subprocess.Popen(list(argv), cwd=str(cwd), env=dict(env))
+    proc = subprocess.Popen(list(argv), cwd=str(cwd),
+                            env={**env, "NSBRIDGE_PARENT_PID": str(os.getpid())})
     return _supervise(proc, timeout, started)
 
 
 def _supervise(proc: subprocess.Popen, timeout: Optional[float], started: float) -> ChildOutcome:
     """Wait for a child; on timeout SIGTERM it, on Ctrl-C forward SIGINT; then wait, or kill."""
-    timed_out = interrupted = killed = False
+    timed_out = interrupted = killed = terminated = False
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -69,11 +72,12 @@ def _supervise(proc: subprocess.Popen, timeout: Optional[float], started: float)
         proc.send_signal(signal.SIGINT)
         killed = _wait_or_kill(proc)
     except Stopped:
-        interrupted = True
+        terminated = True
         proc.send_signal(signal.SIGTERM)
         killed = _wait_or_kill(proc, SIGNAL_GRACE_S)
     return ChildOutcome(returncode=proc.returncode, wall_s=round(time.monotonic() - started, 3),
-                        timed_out=timed_out, interrupted=interrupted, killed=killed)
+                        timed_out=timed_out, interrupted=interrupted, killed=killed,
+                        terminated=terminated)
 
 
 def run_filtered(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],

@@ -178,6 +178,7 @@ def run_nsys_pass(*, target: str, is_module: bool, args: Sequence[str], trace: S
     child_argv = bootstrap_argv(run_dir, "nvtx-child-config.json", target=target,
                                 is_module=is_module, args=args, extra={"pass": "nvtx"})
     log = run_dir / f"{stem}.nsys.log"
+    (run_dir / "nvtx-child.json").unlink(missing_ok=True)   # an earlier pass's record
     env = dict(environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     result = capture(install, trace=trace, output=(run_dir / stem).resolve(),

@@ -26,12 +26,13 @@ class RankEnv:
 
 
 def detect(environ: Mapping[str, str] = os.environ) -> Optional[RankEnv]:
-    """The rank from torchrun (RANK, LOCAL_RANK, WORLD_SIZE), SLURM (SLURM_PROCID,
-    SLURM_LOCALID, SLURM_NTASKS) or Open MPI (OMPI_COMM_WORLD_*); None for one process."""
+    """The rank from torchrun (RANK, LOCAL_RANK, WORLD_SIZE), an srun step (SLURM_PROCID,
+    SLURM_LOCALID, SLURM_STEP_NUM_TASKS: an sbatch script or salloc shell is one process,
+    not a rank) or Open MPI (OMPI_COMM_WORLD_*); None for one process."""
     host = socket.gethostname()
     for launcher, rank, local, size in (
             ("torchrun", "RANK", "LOCAL_RANK", "WORLD_SIZE"),
-            ("slurm", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+            ("slurm", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS"),
             ("mpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
              "OMPI_COMM_WORLD_SIZE")):
         if rank in environ and size in environ:
@@ -47,11 +48,14 @@ def detect(environ: Mapping[str, str] = os.environ) -> Optional[RankEnv]:
 def job_id(environ: Mapping[str, str] = os.environ) -> str:
     """A name every rank of one launch computes alike: the scheduler's job id, else the
     rendezvous port torchrun chose for this launch."""
-    for key in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "OMPI_MCA_orte_jobfam_session_dir"):
-        value = environ.get(key)
-        if value and value != "none":
-            return "".join(c if c.isalnum() else "-" for c in value)[-24:]
-    return f"port{environ.get('MASTER_PORT', '0')}"
+    if environ.get("SLURM_JOB_ID"):
+        value = f"{environ['SLURM_JOB_ID']}.{environ.get('SLURM_STEP_ID', '0')}"
+    else:
+        value = next((environ[k] for k in ("TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid",
+                                           "OMPI_MCA_orte_jobfam_session_dir")
+                      if environ.get(k) and environ[k] != "none"),
+                     f"port{environ.get('MASTER_PORT', '0')}")
+    return "".join(c if c.isalnum() else "-" for c in value)[-24:]
 
 
 def rank_dir_name(rank: int) -> str:

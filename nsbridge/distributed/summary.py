@@ -3,13 +3,13 @@ captured it, so the merge never needs every rank's trace in memory."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
 from ..model.analysis import TraceAnalysis, analyze_events
 from ..parse.torch_trace import read_trace
 from ..profiles import Analysis
+from ..rundir import write_json
 
 SUMMARY = "summary.json"
 
@@ -43,5 +43,5 @@ def write_summary(rank_dir: Path, *, trace: Optional[Path], thresholds: Analysis
     else:
         data = {"rank": rank, "host": host, "world_size": world_size, "status": status,
                 "exit_code": exit_code, "error": error, "profiled": False, "trace": None}
-    (rank_dir / SUMMARY).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    write_json(rank_dir / SUMMARY, data)   # atomic: rank 0 polls for it
     return data

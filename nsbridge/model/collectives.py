@@ -38,10 +38,11 @@ def collectives(events: pd.DataFrame, lo: float, hi: float, n_steps: int) -> lis
     """Per kind, in [lo, hi): count, bytes (None when the trace has no shapes), time_us,
     per_step (calls), time_per_step_us, source."""
     in_window = ((events[S.TS] >= lo) & (events[S.TS] < hi)).to_numpy()
-    names = events[S.NAME].astype(str).to_numpy()
+    codes, uniques = pd.factorize(events[S.NAME].to_numpy())   # regexes per distinct name
     rows = []
     for source, pattern in (("backend ranges", _BACKEND), ("c10d ops", _C10D)):
-        kinds = np.array([_kind(pattern, n) for n in names], dtype=object)
+        per_name = np.array([_kind(pattern, str(u)) for u in uniques] + [None], dtype=object)
+        kinds = per_name[np.where(codes >= 0, codes, len(uniques))]
         hit = in_window & (kinds != None)  # noqa: E711
         if not hit.any():
             continue

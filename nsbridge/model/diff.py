@@ -37,8 +37,10 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, fail_above: float = 10.0,
     total_a = sum(op[key] for op in rows_a.values()) or 1.0
     total_b = sum(op[key] for op in rows_b.values()) or 1.0
     steps_a, steps_b = _steps(a), _steps(b)
-    series = {name: (_per_step(rows_a.get(name), key, steps_a),
-                     _per_step(rows_b.get(name), key, steps_b))
+    # per_step_us holds each run's ranking time: usable only when that is the gate's time
+    spread_a, spread_b = a.get("ranked_by") == key, b.get("ranked_by") == key
+    series = {name: (_per_step(rows_a.get(name), key, steps_a, spread_a),
+                     _per_step(rows_b.get(name), key, steps_b, spread_b))
               for name in sorted(set(rows_a) | set(rows_b))}
     drift = _drift({n: v for n, v in series.items() if n in rows_a and n in rows_b})
     base_step_us = 1e3 * (_mean([s["wall_ms"] for s in (a.get("steps") or {}).get("per_step")
@@ -116,10 +118,11 @@ def _drift(series: dict[str, tuple[list[float], list[float]]]) -> float:
     return 0.0
 
 
-def _per_step(op: Optional[dict[str, Any]], key: str, steps: int) -> list[float]:
+def _per_step(op: Optional[dict[str, Any]], key: str, steps: int,
+              spread: bool = True) -> list[float]:
     if op is None:
         return [0.0] * max(steps, 1)
-    values = op.get("per_step_us") or []
+    values = (op.get("per_step_us") or []) if spread else []
     return values if values else [op[key] / max(steps, 1)] * max(steps, 1)
 
 

@@ -51,6 +51,7 @@ def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequ
     ncu = find_ncu(environ)
     version = ncu_version(ncu)
     ops = [row["op"] for row in plan["ops"]]
+    (run_dir / "nvtx-child.json").unlink(missing_ok=True)   # the nsys pass's record
     child_argv = bootstrap_argv(run_dir, "ncu-child-config.json", target=target,
                                 is_module=module, args=args, extra={"pass": "nvtx"})
     stem = _free_stem(run_dir, "deep")

@@ -64,13 +64,14 @@ def profile_ranks(run_dir: Path, *, target: str, args: Sequence[str], module: bo
     return outcome.returncode
 
 
-def wait_for(run_dir: Path, world_size: int, timeout_s: float) -> list[dict[str, Any]]:
-    """Every rank's summary; a rank whose summary does not come within ``timeout_s`` is
-    reported as hung (its rank folder and what it wrote are kept)."""
+def wait_for(run_dir: Path, world_size: int, timeout_s: float,
+             since: float = 0.0) -> list[dict[str, Any]]:
+    """Every rank's summary written after ``since`` (epoch seconds); a rank whose summary
+    does not come within ``timeout_s`` is reported as hung (what it wrote is kept)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and len(read_summaries(run_dir)) < world_size:
+    while time.monotonic() < deadline and len(read_summaries(run_dir, since)) < world_size:
         time.sleep(POLL_S)
-    found = {s["rank"]: s for s in read_summaries(run_dir)}
+    found = {s["rank"]: s for s in read_summaries(run_dir, since)}
     for rank in range(world_size):
         if rank not in found:
             found[rank] = {"rank": rank, "host": None, "world_size": world_size,
@@ -80,13 +81,13 @@ def wait_for(run_dir: Path, world_size: int, timeout_s: float) -> list[dict[str,
     return [found[r] for r in sorted(found)]
 
 
-def read_summaries(run_dir: Path) -> list[dict[str, Any]]:
-    """The rank summaries written so far (a rank that died before writing one is left
-    out: the caller reports it)."""
+def read_summaries(run_dir: Path, since: float = 0.0) -> list[dict[str, Any]]:
+    """The rank summaries written so far, after ``since`` (a rank that died before writing
+    one is left out: the caller reports it)."""
     out = []
     for folder in rank_dirs(run_dir):
         path = folder / SUMMARY
-        if path.is_file():
+        if path.is_file() and path.stat().st_mtime >= since:
             try:
                 out.append(json.loads(path.read_text(encoding="utf-8")))
             except ValueError:   # being written right now

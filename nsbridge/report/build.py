@@ -99,23 +99,3 @@ def clean(value: Any) -> Any:
     if isinstance(value, float):
         return None if math.isnan(value) or math.isinf(value) else round(value, 3)
     return value
-
-
-def timeline_section(timeline: Any, nvtx: dict[str, Any], files: dict[str, Any]) -> dict[str, Any]:
-    """report["timeline"]: the nsys view (see README) from a model.timeline.Timeline."""
-    return clean({**timeline.summary, "nvtx": nvtx, "files": files,
-                   "ops": timeline.ops.to_dict("records"), "idle_gaps": timeline.gaps})
-
-
-def add_timeline(report: dict[str, Any], section: dict[str, Any]) -> dict[str, Any]:
-    """Put the timeline into a report and each op's ``nsys`` fields next to torch's numbers."""
-    report = dict(report)
-    report["timeline"] = section
-    by_op = {row["op"]: {k: v for k, v in row.items() if k != "op"} for row in section["ops"]}
-    report["ops"] = [{**op, "nsys": by_op.get(op["name"])} for op in report.get("ops", [])]
-    sources = dict(report.get("sources") or {})
-    sources["timeline, ops.nsys"] = (
-        f"Nsight Systems {section.get('nsys_version') or ''} export: NVTX op ranges, kernels "
-        "joined to ops by correlationId and the innermost op range on the launching thread")
-    report["sources"] = sources
-    return report
