@@ -294,7 +294,8 @@ def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 
     for note in report.get("notes", []):
         lines.append(f"Note: {note}")
     if run_dir:
-        trace = (report.get("files") or {}).get("trace")
+        files = report.get("files") or {}
+        trace = files.get("merged_trace") or files.get("trace")
         lines.append(f"\nRun directory: {run_dir}  (report.md, report.html"
                      + (f", {trace} opens in {PERFETTO}" if trace else "") + ")")
     return "\n".join(lines)
