@@ -55,6 +55,16 @@ def new_run_dir(out: Optional[Path], label: str, base: Path = DEFAULT_BASE,
     return path
 
 
+def free_stem(run_dir: Path, stem: str, suffixes: tuple[str, ...]) -> str:
+    """``stem``, or ``stem-2``, ``stem-3``... : the first name no file with these suffixes
+    uses yet (a pass run twice into one run directory keeps both outputs)."""
+    n, name = 1, stem
+    while any((run_dir / f"{name}{ext}").exists() for ext in suffixes):
+        n += 1
+        name = f"{stem}-{n}"
+    return name
+
+
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (a crash never leaves half a file)."""
     tmp = path.with_suffix(path.suffix + ".tmp")

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from ..errors import ToolFailedError, ToolNotFoundError
+from ..rundir import free_stem
 from ._process import ChildOutcome, run_captured, run_filtered, which
 from .torch_profiler import bootstrap_argv
 
@@ -174,7 +175,7 @@ def run_nsys_pass(*, target: str, is_module: bool, args: Sequence[str], trace: S
     """
     install = find_nsys(environ)
     version = nsys_version(install.path)
-    stem = _free_stem(run_dir, "timeline")
+    stem = free_stem(run_dir, "timeline", (".nsys-rep", ".sqlite", ".qdstrm"))
     child_argv = bootstrap_argv(run_dir, "nvtx-child-config.json", target=target,
                                 is_module=is_module, args=args, extra={"pass": "nvtx"})
     log = run_dir / f"{stem}.nsys.log"
@@ -242,14 +243,6 @@ def _import_qdstrm(install: NsysInstall, qdstrm: Path, log: Path) -> str:
             f"status {code}): {why}. Install the missing file or a complete Nsight Systems. "
             f"The raw capture is kept at {qdstrm}; full log: {log}.")
     return install.importer
-
-
-def _free_stem(run_dir: Path, stem: str) -> str:
-    n, name = 1, stem
-    while any((run_dir / f"{name}{ext}").exists() for ext in (".nsys-rep", ".sqlite", ".qdstrm")):
-        n += 1
-        name = f"{stem}-{n}"
-    return name
 
 
 def _failure(argv: Sequence[str], code: int, log: Path, what: str) -> str:

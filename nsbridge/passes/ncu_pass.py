@@ -18,6 +18,7 @@ from ..model.rules import MATMUL_OP
 from ..parse.ncu import NcuData, read_ncu
 from ..profiles import Deep
 from ..report.build import clean
+from ..rundir import free_stem
 from ..run import PassOutput
 
 KERNEL_COLUMNS = ["launch", "kernel", "op", "module", "step", "attribution", "duration_ns",
@@ -54,7 +55,7 @@ def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequ
     (run_dir / "nvtx-child.json").unlink(missing_ok=True)   # the nsys pass's record
     child_argv = bootstrap_argv(run_dir, "ncu-child-config.json", target=target,
                                 is_module=module, args=args, extra={"pass": "nvtx"})
-    stem = _free_stem(run_dir, "deep")
+    stem = free_stem(run_dir, "deep", (".ncu-rep",))
     report = (run_dir / f"{stem}.ncu-rep").resolve()
     argv = profile_argv(ncu, ops=ops, launch_skip=plan["launch_skip"],
                         launch_count=plan["launch_count"], sections=deep.sections,
@@ -164,11 +165,3 @@ def _rec_for(op: str, finding: dict[str, Any], s: dict[str, Any]) -> Optional[di
                        "one trip through DRAM",
                 "url": "https://pytorch.org/docs/stable/torch.compiler.html", "weight": 0.4}
     return None
-
-
-def _free_stem(run_dir: Path, stem: str) -> str:
-    n, name = 1, stem
-    while (run_dir / f"{name}.ncu-rep").exists():
-        n += 1
-        name = f"{stem}-{n}"
-    return name

@@ -194,12 +194,10 @@ def _device(report: dict[str, Any]) -> str:
     if early:
         parts.append(f"<p>Launched before the window: {e(early)}</p>")
     if dev["idle_gaps"]:
-        parts.append("<table><tr><th>device</th><th>gap ms</th><th>at ms</th>"
-                     "<th>host was in</th></tr>" + "".join(
-                         f"<tr><td>{g['device']}</td><td>{g['dur_us'] / 1e3:.3f}</td><td>"
-                         f"{g['start_us'] / 1e3:.3f}</td><td><code>"
-                         f"{e(g['host_op'] or 'Python between ops')}</code></td></tr>"
-                         for g in dev["idle_gaps"]) + "</table>")
+        parts.append(_table(["device", "gap ms", "at ms", "host was in"],
+                            [[g["device"], f"{g['dur_us'] / 1e3:.3f}",
+                              f"{g['start_us'] / 1e3:.3f}", g["host_op"] or "Python between ops"]
+                             for g in dev["idle_gaps"]], code={3}))
     return "".join(parts) + "</section>"
 
 
@@ -211,10 +209,7 @@ def _timeline(report: dict[str, Any]) -> str:
     parts = [f"<section id='timeline'><h2>Timeline (Nsight Systems)</h2><p>"
              f"{e(_timeline_line(t))}</p>"]
     if t["ops"]:
-        parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in TIMELINE_HEADER)
-                     + "</tr>" + "".join("<tr><td><code>" + e(r[0]) + "</code></td>"
-                                         + "".join(f"<td>{e(c)}</td>" for c in r[1:]) + "</tr>"
-                                         for r in _timeline_rows(t, 50)) + "</table>")
+        parts.append(_table(TIMELINE_HEADER, _timeline_rows(t, 50), code={0}))
     if t["idle_gaps"]:
         parts.append("<ul>" + "".join(f"<li>GPU {g['device']} idle {g['dur_us'] / 1e3:.3f} ms "
                                       f"while the host was in {e(_gap_host(g))}</li>"
@@ -226,12 +221,9 @@ def _ranks(report: dict[str, Any]) -> str:
     dist = report.get("distributed")
     if not dist:
         return ""
-    e = _esc
-    table = ("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in RANK_HEADER) + "</tr>"
-             + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
-                       for row in rank_rows(dist)) + "</table>")
-    items = "".join(f"<li>{e(line)}</li>" for line in distributed_lines(dist))
-    return f"<section id='ranks'><h2>Ranks</h2>{table}<ul>{items}</ul></section>"
+    items = "".join(f"<li>{_esc(line)}</li>" for line in distributed_lines(dist))
+    return (f"<section id='ranks'><h2>Ranks</h2>{_table(RANK_HEADER, rank_rows(dist))}"
+            f"<ul>{items}</ul></section>")
 
 
 def _ncu(report: dict[str, Any]) -> str:
@@ -242,9 +234,7 @@ def _ncu(report: dict[str, Any]) -> str:
     parts = [f"<section id='ncu'><h2>Kernels (Nsight Compute)</h2><p>{e(_ncu_line(ncu))}</p>"]
     findings = _ncu_findings(report)
     if findings:
-        parts.append("<table><tr><th>op</th><th>finding</th><th>numbers</th></tr>" + "".join(
-            f"<tr><td><code>{e(o)}</code></td><td>{e(t)}</td><td>{e(d)}</td></tr>"
-            for o, t, d in findings) + "</table>")
+        parts.append(_table(["op", "finding", "numbers"], findings, code={0}))
     cols = [("sm_pct", "SM %"), ("memory_pct", "mem %"),
             ("achieved_occupancy_pct", "occupancy %"), ("tensor_pct", "tensor %"),
             ("l2_hit_pct", "L2 hit %")]
@@ -275,6 +265,16 @@ def _notes(report: dict[str, Any]) -> str:
     parts.append("<h2>Sources</h2><ul>" + "".join(
         f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in report.get("sources", {}).items()) + "</ul>")
     return f"<section id='notes'>{''.join(parts)}</section>"
+
+
+def _table(header: list[str], rows: Any, code: set[int] = frozenset()) -> str:
+    """An escaped table; the columns in ``code`` (names, paths) set as code."""
+    def cell(i: int, value: Any) -> str:
+        text = _esc(value)
+        return f"<td><code>{text}</code></td>" if i in code else f"<td>{text}</td>"
+    return ("<table><tr>" + "".join(f"<th>{_esc(h)}</th>" for h in header) + "</tr>"
+            + "".join("<tr>" + "".join(cell(i, v) for i, v in enumerate(row)) + "</tr>"
+                      for row in rows) + "</table>")
 
 
 def _source_of(header: str) -> str:
