@@ -351,10 +351,11 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
 
 
 def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 10.0,
-         ops: Sequence[str] = ()) -> dict[str, Any]:
+         ops: Sequence[str] = (), min_step_share: float = 0.02) -> dict[str, Any]:
     """Compare two runs (directories or report.json files): per-op deltas judged against
     each run's noise, step time, verdict, sync points; ``regressions`` names what got
-    slower than ``fail_above`` percent (only ``ops`` when given).
+    slower than ``fail_above`` percent (only ``ops`` when given) and added at least
+    ``min_step_share`` of the base step time.
 
     Raises:
         RunDirError: a path is neither a run directory nor a report.json.
@@ -367,7 +368,7 @@ def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 1
     if unknown:
         raise RunDirError(f"--op {', '.join(unknown)}: neither run has such an op, so the gate "
                           "would check nothing. Use names as the reports' op tables spell them.")
-    result = compare(*reports, fail_above=fail_above, ops=ops)
+    result = compare(*reports, fail_above=fail_above, ops=ops, min_step_share=min_step_share)
     result["a_label"], result["b_label"] = str(base), str(new)
     return result
 

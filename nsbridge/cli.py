@@ -231,18 +231,23 @@ def analyze(profile: str, deep_profile: str, out: Optional[str], top: int,
 @click.option("--fail-above", type=float, default=10.0, show_default=True, metavar="PCT",
               help="Exit 1 when an op or the step time got slower by more than PCT percent "
                    "(beyond noise).")
+@click.option("--min-step-share", type=click.FloatRange(0, 100), default=2.0,
+              show_default=True, metavar="PCT",
+              help="Gate an op only when the time it added per step (beyond the run-wide "
+                   "drift) is at least PCT percent of the base step time.")
 @click.option("--op", "ops", multiple=True, metavar="OP", help="Gate only these ops.")
 @click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]), default="text",
               show_default=True)
-def diff_command(base: str, new: str, fail_above: float, ops: tuple[str, ...],
-                 fmt: str) -> None:
+def diff_command(base: str, new: str, fail_above: float, min_step_share: float,
+                 ops: tuple[str, ...], fmt: str) -> None:
     """Compare run NEW against run BASE (directories or report.json files); exit 1 on a
     regression, naming the op and the source of its number."""
     from .api import diff as run_diff
     from .report.diff_render import render_diff
 
     def body() -> None:
-        result = run_diff(base, new, fail_above=fail_above, ops=ops)
+        result = run_diff(base, new, fail_above=fail_above, ops=ops,
+                          min_step_share=min_step_share / 100.0)
         click.echo(render_diff(result, fmt))
         if result["regressions"]:
             sys.exit(1)

@@ -4,7 +4,7 @@
 #     make profile-triage  SCRIPT=train.py ARGS="--epochs 1"
 #     make profile-timeline SCRIPT=train.py ARGS="--epochs 1"
 #     make profile-deep    OP=aten::addmm [RUN=nsbridge-runs/...]   (or TOP=5)
-#     make perf-gate       BASE=runs/main NEW=runs/pr THRESHOLD=10
+#     make perf-gate       BASE=runs/main NEW=runs/pr THRESHOLD=10 [MIN_STEP_SHARE=2]
 # Every variable can be set on the command line or before the include.
 
 NSBRIDGE   ?= nsbridge
@@ -18,6 +18,7 @@ TOP        ?= 5
 BASE       ?=
 NEW        ?=
 THRESHOLD  ?= 10
+MIN_STEP_SHARE ?= 2
 GATE_FORMAT ?= text
 
 nsbridge_out = $(if $(OUT),--out $(OUT),)
@@ -38,4 +39,4 @@ profile-deep:
 
 perf-gate:
 	@test -n "$(BASE)" -a -n "$(NEW)" || { echo "perf-gate: set BASE=run-dir NEW=run-dir"; exit 2; }
-	$(NSBRIDGE) diff $(BASE) $(NEW) --fail-above $(THRESHOLD) --format $(GATE_FORMAT)
+	$(NSBRIDGE) diff $(BASE) $(NEW) --fail-above $(THRESHOLD) --min-step-share $(MIN_STEP_SHARE) --format $(GATE_FORMAT)

@@ -9,9 +9,9 @@ error of the difference of the means; a change within twice that is noise (about
 Between runs, a whole process can run a few percent faster or slower (clocks, caches, a
 busy machine): that drift is the time-weighted median change over all ops, and each op is
 judged by how far it moved beyond it. An op regresses when its change beyond the drift is
-above ``fail_above`` percent and outside its noise, and the time it added per step is at
-least ``min_step_share`` of the base run's step (smaller changes cannot move the step
-time). Ops under ``min_share`` of both runs' time are listed, never gated. Step time is
+above ``fail_above`` percent and outside its noise, and the time it added per step beyond
+the drift is at least ``min_step_share`` of the base run's step (smaller changes cannot
+move the step time). Ops under ``min_share`` of both runs' time are listed, never gated. Step time is
 judged on its own change and spread (steps.per_step), so a slowdown of everything still
 fails the gate. On a machine whose speed varies between processes, use a larger threshold
 or compare runs made back to back.
@@ -50,7 +50,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, fail_above: float = 10.0,
         oa, ob = rows_a.get(name), rows_b.get(name)
         change = _change(va, vb, fail_above, drift)
         if change["status"] == "regressed" and base_step_us and (
-                change["delta_us"] < min_step_share * base_step_us):
+                change["beyond_drift_us"] < min_step_share * base_step_us):
             change["status"] = "too small to matter"
         share = max((oa or {}).get(key, 0.0) / total_a, (ob or {}).get(key, 0.0) / total_b)
         gated = (not ops or name in ops) and share >= min_share
@@ -71,7 +71,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, fail_above: float = 10.0,
     if step and step["status"] == "regressed" and not ops:
         regressions.insert(0, {"what": "step time", "source": "torch.profiler step ranges",
                                "delta_pct": step["delta_pct"], "noise_pct": step["noise_pct"]})
-    return {"source": source, "fail_above_pct": fail_above, "drift_pct": round(drift, 2),
+    return {"source": source, "fail_above_pct": fail_above,
+            "min_step_share_pct": round(100.0 * min_step_share, 3), "drift_pct": round(drift, 2),
             "step": step,
             "verdict": {"a": (a.get("verdict") or {}).get("label"),
                         "b": (b.get("verdict") or {}).get("label")},
@@ -84,14 +85,15 @@ def _change(a: list[float], b: list[float], fail_above: float,
     is judged beyond the run-wide ``drift`` (percent)."""
     if not a or not b:
         return {"a_us": _mean(a), "b_us": _mean(b), "delta_us": None, "delta_pct": None,
-                "noise_pct": None, "status": "not comparable"}
+                "beyond_drift_us": None, "noise_pct": None, "status": "not comparable"}
     ma, mb = _mean(a), _mean(b)
     se = math.sqrt(_var(a) / len(a) + _var(b) / len(b))
     delta = mb - ma
     pct = 100.0 * delta / ma if ma else (math.inf if delta > 0 else 0.0)
     noise = 100.0 * NOISE_SE * se / ma if ma else 0.0
     beyond_drift = pct - drift
-    beyond = abs(delta - drift * ma / 100.0) > NOISE_SE * se
+    beyond_drift_us = delta - drift * ma / 100.0
+    beyond = abs(beyond_drift_us) > NOISE_SE * se
     if beyond_drift > fail_above and beyond:
         status = "regressed"
     elif beyond_drift < -fail_above and beyond:
@@ -102,7 +104,8 @@ def _change(a: list[float], b: list[float], fail_above: float,
         status = "unchanged"
     return {"a_us": round(ma, 3), "b_us": round(mb, 3), "delta_us": round(delta, 3),
             "delta_pct": round(pct, 2) if math.isfinite(pct) else None,
-            "noise_pct": round(noise, 2), "status": status}
+            "beyond_drift_us": round(beyond_drift_us, 3), "noise_pct": round(noise, 2),
+            "status": status}
 
 
 def _drift(series: dict[str, tuple[list[float], list[float]]]) -> float:

@@ -21,7 +21,8 @@ def render_diff(result: dict[str, Any], fmt: str = "text", top: int = 15) -> str
                      f"{step['status']}")
     lines.append(f"Ops compared by {result['source']}; run-wide drift "
                  f"{result['drift_pct']:+.1f}% (each op is judged beyond it); gate: "
-                 f"+{result['fail_above_pct']:g}% outside noise")
+                 f"+{result['fail_above_pct']:g}% outside noise, adding at least "
+                 f"{result['min_step_share_pct']:g}% of the base step")
     header = ["op", "A µs/step", "B µs/step", "change %", "noise ±%", "status"]
     rows = [[r["op"], _num(r["a_us"]), _num(r["b_us"]),
              "-" if r["delta_pct"] is None else f"{r['delta_pct']:+.1f}",
