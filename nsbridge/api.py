@@ -25,6 +25,8 @@ from .model.deep_plan import check_ops, choose, describe, plan as make_plan
 from .collect.ncu import find_ncu
 from .passes.ncu_pass import capture_deep, ncu_from_files, require_gpu
 from .passes.nsys_pass import capture_timeline, timeline_from_exports
+from .passes.rank_passes import (deep_on_ranks, driver, follow, is_ranked, stop_ranks,
+                                 timeline_on_ranks)
 from .passes.ranks_pass import (launcher_argv, missing_ranks, profile_ranks, read_summaries,
                                 reduce, wait_for)
 from .passes.torch_pass import analyze_traces, profile_script
@@ -118,11 +120,13 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
            deep_profile: ProfileArg = "deep", on_plan: Optional[Callable[[str], None]] = None,
            nproc_per_node: Optional[int] = None, nnodes: Optional[str] = None,
            node_rank: Optional[int] = None, rdzv_endpoint: Optional[str] = None,
-           ranks: Optional[list[int]] = None,
+           ranks: Optional[list[int]] = None, deep_ranks: Optional[list[int]] = None,
            environ: Mapping[str, str] = os.environ) -> RunResult:
     """Run a script (or ``-m`` module) under torch.profiler and analyse it; with ``nsys``
     also the timeline pass, with ``deep_top`` the ncu pass on that many top ops, all into
-    one run directory.
+    one run directory. Several ranks (``nproc_per_node``, or started by a launcher): every
+    pass on every rank (``ranks`` limits torch.profiler and nsys), ncu on ``deep_ranks``
+    or on the median and the slowest rank.
 
     Returns:
         RunResult. A script that fails still returns one (status 'failed', its exit code).
@@ -136,23 +140,23 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     workdir = Path(cwd) if cwd else Path.cwd()
     _check_script(target, module, workdir)
     rank = None if nproc_per_node else detect_rank(environ)
-    if (nproc_per_node or rank is not None) and (nsys or deep_top is not None):
-        raise ScriptError("--nsys and --deep do not run per rank yet: triage the ranks "
-                          "first, then run `nsbridge timeline` / `nsbridge deep` with one "
-                          "rank's script and environment.")
-    if nproc_per_node or rank is not None:
-        return _triage_ranks(target, list(args), module=module, profile=prof, out=out,
-                             timeout=timeout, cwd=workdir, rank=rank, ranks=ranks,
-                             launcher=launcher_argv(nproc_per_node=nproc_per_node,
-                                                    nnodes=nnodes, node_rank=node_rank,
-                                                    rdzv_endpoint=rdzv_endpoint)
-                             if nproc_per_node else [],
-                             world=(nproc_per_node or 0) if str(nnodes or "1").split(":")[-1]
-                             == "1" else 0, environ=environ)
     if deep_top is not None:   # fail before the script runs, not after
         _profile(deep_profile)
         require_gpu(environ)
         find_ncu(environ)
+    if nproc_per_node or rank is not None:
+        launcher = launcher_argv(nproc_per_node=nproc_per_node, nnodes=nnodes,
+                                 node_rank=node_rank, rdzv_endpoint=rdzv_endpoint) \
+            if nproc_per_node else []
+        result = _triage_ranks(target, list(args), module=module, profile=prof, out=out,
+                               timeout=timeout, cwd=workdir, rank=rank, ranks=ranks,
+                               launcher=launcher,
+                               world=(nproc_per_node or 0) if str(nnodes or "1").split(":")[-1]
+                               == "1" else 0, environ=environ)
+        return _tool_passes_on_ranks(result, rank=rank, launcher=launcher, nsys=nsys,
+                                     deep_top=deep_top, profile=prof,
+                                     deep_profile=_profile(deep_profile), deep_ranks=deep_ranks,
+                                     timeout=timeout, on_plan=on_plan, environ=environ)
     run = Run.create(out=Path(out) if out else None, label=_label(target, module),
                      command="triage", target=target, args=list(args), profile=prof,
                      cwd=workdir, module=module)
@@ -185,6 +189,7 @@ def _triage_ranks(target: str, args: list[str], *, module: bool, profile: Profil
     if launcher:
         run = Run.create(out=Path(out) if out else None, label=label, command="triage",
                          target=target, args=args, profile=profile, cwd=cwd, module=module)
+        run.manifest["launcher"] = launcher   # `timeline`/`deep --run` start the ranks alike
         code = profile_ranks(run.dir, target=target, args=args, module=module,
                              profile=profile, cwd=cwd, timeout=timeout, ranks=ranks,
                              launcher=launcher, environ=environ)
@@ -199,13 +204,7 @@ def _triage_ranks(target: str, args: list[str], *, module: bool, profile: Profil
                              profile=profile, cwd=cwd, timeout=timeout, ranks=ranks,
                              environ=environ)
         if rank.rank != 0:
-            report = empty_report("triage", " ".join([target, *args]))
-            report.update(status="ok" if code == 0 else "failed", notes=[
-                f"rank {rank.rank} of {rank.world_size} on {rank.host}: its files are in "
-                f"{run_dir / rank.dir_name}; rank 0 writes the merged report in {run_dir}"])
-            return RunResult(run_dir=run_dir, report=report,
-                             ops=pd.DataFrame(columns=S.OP_COLUMNS), steps=pd.DataFrame(),
-                             exit_code=code)
+            return _follower_result(run_dir, rank, code, "triage", " ".join([target, *args]))
         with progress.step(f"waiting for the other {rank.world_size - 1} rank(s)"):
             # stopped (timeout, signal): a short wait; summaries older than this launch
             # (an earlier run into the same --out) never count
@@ -219,6 +218,49 @@ def _triage_ranks(target: str, args: list[str], *, module: bool, profile: Profil
     if analysis is not None:
         _write_ops_csv(run.dir, analysis.ops)
     return _result(run, analysis, output.exit_code or code)
+
+
+def _tool_passes_on_ranks(result: RunResult, *, rank: Any, launcher: list[str], nsys: bool,
+                          deep_top: Optional[int], profile: Profile, deep_profile: Profile,
+                          deep_ranks: Optional[list[int]], timeout: Optional[float],
+                          on_plan: Optional[Callable[[str], None]],
+                          environ: Mapping[str, str]) -> RunResult:
+    """After a distributed triage: the nsys and ncu passes on the ranks (rank 0 or the
+    launching process merges; other ranks run their share when rank 0 says so)."""
+    kinds = [k for k, wanted in (("timeline", nsys), ("deep", deep_top is not None)) if wanted]
+    if rank is not None and rank.rank != 0:
+        for kind in kinds:
+            if result.exit_code == 0:
+                result.exit_code = follow(kind, result.run_dir, rank, timeout, environ)
+        return result
+    run = Run.open(result.run_dir) if kinds else None
+    for kind in kinds:
+        if result.exit_code != 0:
+            if rank is not None:
+                stop_ranks(result.run_dir, kind, f"an earlier pass ended with exit status "
+                           f"{result.exit_code}")
+            continue
+        if kind == "timeline":
+            output = timeline_on_ranks(run, profile=profile, timeout=timeout, rank=rank,
+                                       launcher=launcher, environ=environ)
+        else:
+            output = deep_on_ranks(run, kernels=(), top=deep_top or None, profile=deep_profile,
+                                   ranks=deep_ranks, timeout=timeout, rank=rank,
+                                   launcher=launcher, on_plan=on_plan, environ=environ)
+        run.add(output)
+        result = _result(run, None, output.exit_code)
+    return result
+
+
+def _follower_result(run_dir: Path, rank: Any, code: int, command: str,
+                     target: str) -> RunResult:
+    """What a rank other than 0 returns: where its files are (rank 0 merges)."""
+    report = empty_report(command, target)
+    report.update(status="ok" if code == 0 else "failed", notes=[
+        f"rank {rank.rank} of {rank.world_size} on {rank.host}: its files are in "
+        f"{run_dir / rank.dir_name}; rank 0 writes the merged report in {run_dir}"])
+    return RunResult(run_dir=run_dir, report=report, ops=pd.DataFrame(columns=S.OP_COLUMNS),
+                     steps=pd.DataFrame(), exit_code=code)
 
 
 def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = False,
@@ -236,6 +278,9 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
         install it), ToolFailedError (nsys's own error lines and its log), NsysExportError.
     """
     prof = _profile(profile)
+    if run is not None and target is None and is_ranked(Run.open(Path(run))):
+        return _on_ranks("timeline", Run.open(Path(run)), profile=prof, timeout=timeout,
+                         environ=environ)
     the_run, target, args, module, workdir = _run_for(run, target, args, module, cwd, prof,
                                                       "timeline", out)
     output, joined = capture_timeline(the_run.dir, target=target, args=args, module=module,
@@ -252,8 +297,13 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
          module: bool = False, profile: ProfileArg = "deep",
          out: Optional[Union[str, Path]] = None, timeout: Optional[float] = None,
          cwd: Optional[Union[str, Path]] = None, on_plan: Optional[Callable[[str], None]] = None,
+         ranks: Optional[Sequence[int]] = None,
          environ: Mapping[str, str] = os.environ) -> RunResult:
     """Nsight Compute on the kernels of chosen ops, merged into the run's op rows.
+
+    On a run of several ranks, every rank runs the script again (under the launcher that
+    started nsbridge, or the triage's torch.distributed.run options), ncu on ``ranks`` or
+    on the median and the slowest rank.
 
     Ops are ``kernels`` (checked against the run's op names first, with a did-you-mean) or
     the ``top`` ops by device time. The run is ``run``, else a triage of ``target`` made
@@ -277,6 +327,10 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
         run = triaged.run_dir
     the_run = Run.open(Path(run) if run is not None else _latest_run())
     report, manifest = the_run.report, the_run.manifest
+    if is_ranked(the_run) and manifest.get("command") != "analyze":
+        return _on_ranks("deep", the_run, profile=_profile(profile), timeout=timeout,
+                         kernels=kernels, top=top, ranks=ranks, on_plan=on_plan,
+                         environ=environ)
     if manifest.get("command") == "analyze":
         raise DeepError(f"The run {the_run.dir} was made by `analyze` and has no script to "
                         "run under ncu. Give the script: nsbridge deep --kernel OP script.py.")
@@ -298,6 +352,33 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
                           op_shapes=_shapes(report), environ=environ)
     the_run.add(output)
     return _result(the_run, None, 0)
+
+
+def _on_ranks(kind: str, the_run: Run, *, profile: Profile, timeout: Optional[float],
+              kernels: Sequence[str] = (), top: Optional[int] = None,
+              ranks: Optional[Sequence[int]] = None,
+              on_plan: Optional[Callable[[str], None]] = None,
+              environ: Mapping[str, str] = os.environ) -> RunResult:
+    """`timeline --run` / `deep --run` on a run of several ranks."""
+    rank, launcher = driver(the_run, detect_rank(environ))
+    if kind == "deep":
+        if kernels:
+            check_ops(kernels, the_run.op_names)
+        require_gpu(environ)
+        find_ncu(environ)
+    if rank is not None and rank.rank != 0:   # rank 0 writes the merged report
+        return _follower_result(the_run.dir, rank,
+                                follow(kind, the_run.dir, rank, timeout, environ), kind,
+                                the_run.report.get("target", ""))
+    if kind == "timeline":
+        output = timeline_on_ranks(the_run, profile=profile, timeout=timeout, rank=rank,
+                                   launcher=launcher, environ=environ)
+    else:
+        output = deep_on_ranks(the_run, kernels=kernels, top=top, profile=profile, ranks=ranks,
+                               timeout=timeout, rank=rank, launcher=launcher, on_plan=on_plan,
+                               environ=environ)
+    the_run.add(output)
+    return _result(the_run, None, output.exit_code)
 
 
 def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default",

@@ -26,6 +26,8 @@ Examples:
   nsbridge triage --out runs/baseline --timeout 600 train.py
   nsbridge triage --nsys train.py          (adds the Nsight Systems timeline)
   nsbridge triage --deep=3 train.py        (adds Nsight Compute on the 3 hottest ops)
+  nsbridge triage --nproc-per-node 4 --nsys --deep=3 train.py   (every pass on 4 ranks)
+  torchrun --nproc-per-node 4 -m nsbridge triage --out runs/ddp train.py
 """
 
 DEEP_EPILOG = """\b
@@ -34,6 +36,8 @@ Examples:
   nsbridge deep --top 5 --run nsbridge-runs/20261126-120000-train_cnn
   nsbridge deep --kernel aten::mm --kernel aten::convolution_backward train.py -- --epochs 1
   nsbridge deep --profile deep-tensorcore --top 3
+  nsbridge deep --top 3 --run runs/ddp --ranks 5        (a run of several ranks: ncu on rank 5)
+  srun --ntasks 16 nsbridge deep --top 3 --run-dir /shared/runs/job
 """
 
 TIMELINE_EPILOG = """\b
@@ -95,12 +99,15 @@ def main(quiet: bool) -> None:
 @click.option("--node-rank", type=int, help="torchrun --node-rank.")
 @click.option("--rdzv-endpoint", metavar="HOST:PORT", help="torchrun --rdzv-endpoint.")
 @click.option("--ranks", "ranks", metavar="0,3",
-              help="Profile only these ranks (the others run unprofiled).")
+              help="Profile only these ranks under torch.profiler and nsys (the others run "
+                   "unprofiled).")
+@click.option("--deep-ranks", "deep_ranks", metavar="1,5",
+              help="Run Nsight Compute on these ranks (default: the median and the slowest).")
 @script_options
 def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
            top: int, nsys: bool, deep_top: Optional[str], deep_profile: str,
            nproc_per_node: Optional[int], nnodes: Optional[str], node_rank: Optional[int],
-           rdzv_endpoint: Optional[str], ranks: Optional[str],
+           rdzv_endpoint: Optional[str], ranks: Optional[str], deep_ranks: Optional[str],
            target: Optional[str], script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (or -m MODULE) with torch.profiler and say what bounds it.
 
@@ -112,40 +119,46 @@ def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Opt
 
     deep_n, target, script_args = _split_deep(deep_top, target, script_args)
     name, args = _target(module, target, script_args, required=True)
-    chosen = _rank_list(ranks)
+    chosen = _rank_list(ranks, "--ranks")
+    for_deep = _rank_list(deep_ranks, "--deep-ranks")
     _guard(lambda: _finish(run_triage(name, args, module=bool(module), profile=profile, out=out,
                                       timeout=timeout, nsys=nsys, deep_top=deep_n,
                                       deep_profile=deep_profile, on_plan=_echo_plan,
                                       nproc_per_node=nproc_per_node, nnodes=nnodes,
                                       node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                                      ranks=chosen), top))
+                                      ranks=chosen, deep_ranks=for_deep), top))
 
 
-def _rank_list(text: Optional[str]) -> Optional[list[int]]:
+def _rank_list(text: Optional[str], option: str) -> Optional[list[int]]:
     if not text:
         return None
     try:
         return sorted({int(part) for part in text.split(",") if part.strip()})
     except ValueError:
         raise click.BadParameter(f"{text!r} is not a comma-separated list of rank numbers "
-                                 "(like 0,3)", param_hint="--ranks") from None
+                                 "(like 0,3)", param_hint=option) from None
 
 
 @main.command(epilog=DEEP_EPILOG, context_settings=SCRIPT_COMMAND)
 @click.option("--kernel", "kernels", multiple=True, metavar="OP",
               help="An op whose kernels to profile (as the report spells it); repeatable.")
 @click.option("--top", "deep_n", type=int, help="Profile the N ops with the most device time.")
-@click.option("--run", "run", type=click.Path(), help="The run to add to (default: the latest).")
+@click.option("--run", "--run-dir", "run", type=click.Path(),
+              help="The run to add to (default: the latest). Under torchrun spell it "
+                   "--run-dir: torchrun's parser takes --run for its own --run-path.")
 @click.option("-m", "module", metavar="MODULE", help="Run a module, like python -m MODULE.")
 @click.option("--profile", "profile", default="deep", show_default=True,
               help="Deep profile (deep, deep-tensorcore, deep-memory) or a YAML file.")
 @OUT
 @click.option("--timeout", type=float, help="Stop ncu after SECONDS (what it wrote is kept).")
+@click.option("--ranks", "ranks", metavar="1,5",
+              help="On a run of several ranks: run ncu on these (default: the median and "
+                   "the slowest rank).")
 @click.argument("target", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def deep(kernels: tuple[str, ...], deep_n: Optional[int], run: Optional[str],
          module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
-         target: Optional[str], script_args: tuple[str, ...]) -> None:
+         ranks: Optional[str], target: Optional[str], script_args: tuple[str, ...]) -> None:
     """Nsight Compute on the kernels of chosen ops, merged into the run's report.
 
     Ops come from --kernel or --top N; the run from --run, else a triage of SCRIPT made
@@ -154,13 +167,15 @@ def deep(kernels: tuple[str, ...], deep_n: Optional[int], run: Optional[str],
     from .api import deep as run_deep
 
     name, args = _target(module, target, script_args, required=False)
+    chosen = _rank_list(ranks, "--ranks")
     _guard(lambda: _finish(run_deep(name, args, kernels=kernels, top=deep_n, run=run,
                                     module=bool(module), profile=profile, out=out,
-                                    timeout=timeout, on_plan=_echo_plan), 10))
+                                    timeout=timeout, on_plan=_echo_plan, ranks=chosen), 10))
 
 
 @main.command(epilog=TIMELINE_EPILOG, context_settings=SCRIPT_COMMAND)
-@click.option("--run", "run", type=click.Path(), help="Add the timeline to this triage run.")
+@click.option("--run", "--run-dir", "run", type=click.Path(),
+              help="Add the timeline to this triage run (--run-dir under torchrun).")
 @script_options
 def timeline(module: Optional[str], profile: str, out: Optional[str], run: Optional[str],
              timeout: Optional[float], top: int, target: Optional[str],

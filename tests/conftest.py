@@ -28,6 +28,22 @@ def run_nsbridge(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Comp
                           capture_output=True, text=True, timeout=timeout)
 
 
+def fake_ncu_env(folder: Path) -> dict[str, str]:
+    """Environment with tests/fake_ncu.py first on PATH as `ncu` and `nvidia-smi`, its call
+    log in ``folder``, and the real H200 raw-page CSV its reports are read back from."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    for name in ("ncu", "nvidia-smi"):
+        exe = bin_dir / name
+        exe.write_text(f"#!{sys.executable}\n" + (ROOT / "tests" / "fake_ncu.py").read_text())
+        exe.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "NSBRIDGE_NCU"}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", FAKE_NCU_LOG=str(folder / "calls"),
+               FAKE_NCU_CSV=str(DATA / "ncu" / "train_cnn_nvtx_sections.raw.csv"),
+               PYTHONUNBUFFERED="1")
+    return env
+
+
 def requires_gpu() -> bool:
     try:
         import torch

@@ -96,3 +96,25 @@ def test_triage_deep_on_the_cnn(tmp_path: Path) -> None:
     assert report["ncu"]["attribution"].get("nvtx", 0) > 0
     assert not report["ncu"]["attribution"].get("outside_filter")   # the filter held
     assert (tmp_path / "run" / "deep.ncu-rep").is_file()
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+@pytest.mark.skipif(not requires_gpu() or _gpus() < 2, reason="needs two CUDA GPUs (NCCL)")
+def test_ddp_on_two_gpus_every_pass_per_rank(tmp_path: Path) -> None:
+    """NCCL ranks: nsys on both, ncu on the planned ranks without hanging in a collective."""
+    proc = run_nsbridge("triage", "--nproc-per-node", "2", "--nsys", "--deep", "2",
+                        "--timeout", "900", "--out", str(tmp_path / "run"),
+                        "examples/train_ddp.py", cwd=ROOT, timeout=1200)
+    assert proc.returncode == 0, proc.stderr
+    report = _report(tmp_path / "run")
+    rows = {r["rank"]: r for r in report["timeline"]["ranks"]}
+    assert sorted(rows) == [0, 1] and all(r["kernels"] > 0 for r in rows.values())
+    assert all(r["comm_kernel_us"] > 0 for r in rows.values())       # NCCL kernels joined
+    assert [r["status"] for r in report["ncu"]["ranks"]] == ["ok", "ok"]
+    assert not any(k["kernel"].startswith("nccl") for k in report["ncu"]["kernels"]
+                   if k["attribution"] == "nvtx")

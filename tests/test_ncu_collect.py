@@ -17,7 +17,7 @@ import pytest
 from nsbridge.api import analyze
 from nsbridge.collect.ncu import nvtx_include, profile_argv
 
-from conftest import DATA, ROOT, TORCH_DATA
+from conftest import TORCH_DATA, fake_ncu_env
 
 pytestmark = pytest.mark.slow
 
@@ -64,17 +64,9 @@ def gpu_run(tmp_path: Path) -> dict:
     manifest["passes"] = [{"name": "torch.profiler", "status": "ok", "exit_code": 0,
                            "wall_s": 9.0}]
     (run / "manifest.json").write_text(json.dumps(manifest))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name in ("ncu", "nvidia-smi"):
-        exe = bin_dir / name
-        exe.write_text(f"#!{sys.executable}\n" + (ROOT / "tests" / "fake_ncu.py").read_text())
-        exe.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k != "NSBRIDGE_NCU"}
-    env.update(PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", FAKE_NCU_LOG=str(tmp_path / "calls"),
-               FAKE_NCU_CSV=str(DATA / "ncu" / "train_cnn_nvtx_sections.raw.csv"),
-               PYTHONUNBUFFERED="1")
-    return {"run": run, "env": env, "log": tmp_path / "calls", "bin": bin_dir, "tmp": tmp_path}
+    env = fake_ncu_env(tmp_path)
+    return {"run": run, "env": env, "log": tmp_path / "calls", "bin": tmp_path / "bin",
+            "tmp": tmp_path}
 
 
 def _deep(fake: dict, *args: str, mode: str = "ok", env: dict | None = None):

@@ -67,3 +67,47 @@ def test_sigkill_of_nsbridge_still_ends_the_script(tmp_path: Path) -> None:
     proc.kill()
     proc.communicate(timeout=60)
     assert _gone(child, 30), "the profiled script outlived a killed nsbridge"
+
+
+RANKS_SCRIPT = """
+import os, sys, time, torch, nsbridge
+folder, rank = sys.argv[1], os.environ["RANK"]
+first = not os.path.exists(os.path.join(folder, "first-" + rank))
+open(os.path.join(folder, ("first-" if first else "again-") + rank), "w").write(str(os.getpid()))
+for _ in range(6):
+    torch.ones(4).sum()
+    nsbridge.step()
+while not first:               # the second run (the nsys pass) never ends
+    time.sleep(0.05)
+"""
+
+
+def test_sigterm_during_the_ranks_nsys_pass_ends_every_rank_and_tool(tmp_path: Path) -> None:
+    from nsbridge.collect.nsys import find_nsys
+    from nsbridge.errors import ToolNotFoundError
+
+    try:
+        find_nsys()
+    except ToolNotFoundError:
+        pytest.skip("nsys is not installed")
+    script, pids = tmp_path / "ranks.py", tmp_path / "pids"
+    script.write_text(RANKS_SCRIPT)
+    pids.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "nsbridge", "-q", "triage", "--nsys",
+                             "--nproc-per-node", "2", "--out", str(tmp_path / "run"),
+                             str(script), str(pids)], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    again = [pids / "again-0", pids / "again-1"]
+    deadline = time.monotonic() + 240
+    while not all(p.is_file() and p.read_text() for p in again):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    for path in again:
+        assert _gone(int(path.read_text()), 30), f"{path.name}'s script outlived nsbridge"
+    nsys_left = subprocess.run(["pgrep", "-f", f"nsys profile.*{tmp_path}"],
+                               capture_output=True, text=True).stdout.split()
+    assert not nsys_left, "an nsys outlived nsbridge"

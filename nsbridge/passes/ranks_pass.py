@@ -150,6 +150,7 @@ def reduce(run_dir: Path, summaries: list[dict[str, Any]], profile: Profile, tar
                  f"{lead}'s (" + ("the straggler" if straggler.get("rank") is not None
                                   else "the slowest") + "); the cross-rank numbers are under "
                  "`distributed`" if lead is not None else f"{len(summaries)} ranks, none profiled")
+    cross["shown_rank"] = lead
     folder_name = rank_dir_name(lead) if lead is not None else None
     files = {"trace": f"{folder_name}/{summary['trace']}" if summary else None,
              "key_averages": f"{folder_name}/key_averages.txt" if summary else None,

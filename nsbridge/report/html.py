@@ -16,9 +16,10 @@ from functools import lru_cache
 from importlib.resources import files
 from typing import Any, Optional
 
-from .render import (MEMORY_NOTE, RANK_HEADER, TIMELINE_HEADER, _attribution, _early_line,
-                     _gap_host, _ncu_findings, _ncu_line, _step_line, _timeline_line,
-                     _timeline_rows, _where, distributed_lines, op_table, rank_rows)
+from .render import (MEMORY_NOTE, NCU_RANK_HEADER, RANK_HEADER, TIMELINE_HEADER,
+                     TIMELINE_RANK_HEADER, _attribution, _early_line, _gap_host, _ncu_findings,
+                     _ncu_line, _step_line, _timeline_line, _timeline_rows, _where,
+                     distributed_lines, op_table, rank_rows, tool_rank_rows)
 
 TOP_CHART = 15
 
@@ -214,6 +215,9 @@ def _timeline(report: dict[str, Any]) -> str:
         parts.append("<ul>" + "".join(f"<li>GPU {g['device']} idle {g['dur_us'] / 1e3:.3f} ms "
                                       f"while the host was in {e(_gap_host(g))}</li>"
                                       for g in t["idle_gaps"]) + "</ul>")
+    if t.get("ranks"):
+        parts.append(f"<h3>Per rank</h3><p>The tables above are rank {t['shown_rank']}'s.</p>"
+                     + _table(TIMELINE_RANK_HEADER, tool_rank_rows(t, "timeline"), code={8}))
     return "".join(parts) + "</section>"
 
 
@@ -235,6 +239,9 @@ def _ncu(report: dict[str, Any]) -> str:
     findings = _ncu_findings(report)
     if findings:
         parts.append(_table(["op", "finding", "numbers"], findings, code={0}))
+    if ncu.get("ranks"):
+        parts.append(f"<h3>Per rank</h3><p>The findings are rank {ncu['shown_rank']}'s.</p>"
+                     + _table(NCU_RANK_HEADER, tool_rank_rows(ncu, "ncu"), code={5}))
     cols = [("sm_pct", "SM %"), ("memory_pct", "mem %"),
             ("achieved_occupancy_pct", "occupancy %"), ("tensor_pct", "tensor %"),
             ("l2_hit_pct", "L2 hit %")]

@@ -203,6 +203,36 @@ def rank_rows(dist: dict[str, Any]) -> list[list[str]]:
              str(r.get("verdict") or "-")] for r in dist["ranks"]]
 
 
+TIMELINE_RANK_HEADER = ["rank", "host", "status", "GPU busy %", "kernels", "kernel ms",
+                        "comm kernel ms", "sync calls", "nsys report"]
+NCU_RANK_HEADER = ["rank", "why this rank", "status", "launches", "per op: µs, SM %, "
+                   "occupancy %, tensor %", "ncu report"]
+
+
+def tool_rank_rows(section: dict[str, Any], kind: str) -> list[list[str]]:
+    """One row per rank of the timeline or ncu section of a run of several ranks (the
+    failed ones with their error in the last column)."""
+    def num(v: Any) -> str:
+        return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
+    rows = []
+    for r in section.get("ranks") or []:
+        files = r.get("files") or {}
+        last = r.get("error") or files.get("nsys_rep" if kind == "timeline" else "ncu_rep") or "-"
+        if kind == "timeline":
+            rows.append([str(r["rank"]), str(r.get("host") or "-"), r["status"],
+                         num(r.get("gpu_busy_pct")), num(r.get("kernels")),
+                         _ms(r.get("kernel_us")), _ms(r.get("comm_kernel_us")),
+                         num(r.get("sync_calls")), last])
+        else:
+            ops = "; ".join(
+                f"{op} {_us(c.get('duration_ns')) or '-'}, {num(c.get('sm_pct'))}, "
+                f"{num(c.get('achieved_occupancy_pct'))}, {num(c.get('tensor_pct'))}"
+                for op, c in (r.get("ops") or {}).items())
+            rows.append([str(r["rank"]), str(r.get("reason") or "-"), r["status"],
+                         num(r.get("launches")), ops or "-", last])
+    return rows
+
+
 def distributed_lines(dist: dict[str, Any]) -> list[str]:
     """The cross-rank findings as sentences: steps, straggler, failed ranks, skew, collectives."""
     lines = []
@@ -278,6 +308,9 @@ def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 
         for g in timeline["idle_gaps"][:3]:
             lines.append(f"  GPU {g['device']} idle {g['dur_us'] / 1e3:.3f} ms while the host "
                          f"was in {_gap_host(g)}")
+        if timeline.get("ranks"):
+            lines.append(f"  nsys per rank (the table above is rank {timeline['shown_rank']}'s):")
+            lines.append(_text_table(TIMELINE_RANK_HEADER, tool_rank_rows(timeline, "timeline")))
     dist = report.get("distributed")
     if dist:
         lines.append("\nRanks:")
@@ -288,6 +321,9 @@ def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 
         lines.append(f"\nNsight Compute: {_ncu_line(ncu)}")
         for op, title, detail in _ncu_findings(report)[:12]:
             lines.append(f"  {op}: {title}: {detail}")
+        if ncu.get("ranks"):
+            lines.append(f"  ncu per rank (the findings above are rank {ncu['shown_rank']}'s):")
+            lines.append(_text_table(NCU_RANK_HEADER, tool_rank_rows(ncu, "ncu")))
     overhead = report.get("overhead")
     if overhead and overhead.get("ratio"):
         lines.append(f"\nProfiler overhead: {overhead['note']}")
@@ -377,6 +413,9 @@ def markdown(report: dict[str, Any], top: int = 15,
             md += ["", "| device | GPU idle ms | host was in |", "|---|---|---|"]
             md += [f"| {g['device']} | {g['dur_us'] / 1e3:.3f} | {_md_cell(_gap_host(g))} |"
                    for g in timeline["idle_gaps"]]
+        if timeline.get("ranks"):
+            md += ["", f"Per rank (the tables above are rank {timeline['shown_rank']}'s):"]
+            md += _md_table(TIMELINE_RANK_HEADER, tool_rank_rows(timeline, "timeline"))
     dist = report.get("distributed")
     if dist:
         md += ["", "## Ranks", "", "| " + " | ".join(RANK_HEADER) + " |",
@@ -390,6 +429,9 @@ def markdown(report: dict[str, Any], top: int = 15,
         if findings:
             md += ["", "| op | finding | numbers |", "|---|---|---|"]
             md += [f"| `{_md_cell(o)}` | {t} | {_md_cell(d)} |" for o, t, d in findings]
+        if ncu.get("ranks"):
+            md += ["", f"Per rank (the findings are rank {ncu['shown_rank']}'s):"]
+            md += _md_table(NCU_RANK_HEADER, tool_rank_rows(ncu, "ncu"))
         md += ["", "| launch | op | kernel | µs | SM % | mem % | occupancy % | tensor % |",
                "|---|---|---|---|---|---|---|---|"]
         md += [f"| {k['launch']} | `{_md_cell(k.get('op') or '-')}` | `{_md_cell(str(k['kernel'])[:90])}` "
@@ -411,6 +453,11 @@ def markdown(report: dict[str, Any], top: int = 15,
                fence, key_averages.rstrip().replace(fence, "'" * 3), fence, "", "</details>"]
     md += ["", "## Sources", ""] + [f"- {k}: {v}" for k, v in report.get("sources", {}).items()]
     return "\n".join(md) + "\n"
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return (["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows])
 
 
 def _md_cell(text: str) -> str:

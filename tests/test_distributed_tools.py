@@ -1,0 +1,287 @@
+"""The timeline (nsys) and deep (ncu) passes on several ranks: the rank planner, the merge of
+the ranks' outputs, and the passes run end to end on a two-rank gloo job (real nsys; a fake
+ncu and nvidia-smi at the process boundary, whose report is a real H200 raw-page CSV)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nsbridge.errors import DeepError
+from nsbridge.model.rank_plan import pick_ranks, refuse_communication_ops
+from nsbridge.passes.rank_tools import reduce_outputs, tell_ranks, wait_for_word
+
+from conftest import ROOT, fake_ncu_env
+
+DDP = str(ROOT / "examples" / "train_ddp.py")
+
+
+def _dist(work: dict[int, float], straggler: int | None = None) -> dict:
+    return {"world_size": len(work), "straggler": {"metric": "work_ms_per_step",
+                                                   "rank": straggler},
+            "ranks": [{"rank": r, "status": "ok", "profiled": True, "step_ms": 50.0,
+                       "work_ms_per_step": w} for r, w in work.items()]}
+
+
+def test_planner_picks_the_slowest_and_the_median_rank_with_reasons() -> None:
+    work = {0: 10.0, 1: 11.0, 2: 9.0, 3: 30.0, 4: 10.5, 5: 12.0, 6: 9.5, 7: 10.2}
+    picks = pick_ranks(_dist(work, straggler=3))
+    # by work: 9, 9.5, 10, 10.2 | 10.5, 11, 12, 30 -> the lower median is rank 7 (10.2 ms)
+    assert [p["rank"] for p in picks] == [3, 7]
+    reasons = {p["rank"]: p["reason"] for p in picks}
+    assert reasons[3].startswith("the slowest rank: works outside collectives 30.00 ms")
+    assert "the straggler" in reasons[3] and "(of 8 ranks)" in reasons[3]
+    assert reasons[7].startswith("the median rank: works outside collectives 10.20 ms")
+
+
+def test_planner_without_collectives_uses_step_time_and_skips_failed_ranks() -> None:
+    dist = {"ranks": [{"rank": 0, "status": "ok", "profiled": True, "step_ms": 40.0},
+                      {"rank": 1, "status": "failed", "profiled": True, "step_ms": 99.0},
+                      {"rank": 2, "status": "ok", "profiled": True, "step_ms": 45.0}],
+            "straggler": None}
+    picks = pick_ranks(dist)
+    assert [p["rank"] for p in picks] == [0, 2]
+    assert "takes per step 45.00 ms" in picks[1]["reason"]
+    assert pick_ranks(dist, asked=[1]) == [{"rank": 1, "reason": "asked for with --ranks"}]
+    with pytest.raises(DeepError, match="--ranks 7: the run has ranks 0, 1, 2 only"):
+        pick_ranks(dist, asked=[7])
+    with pytest.raises(DeepError, match="No rank of this run was profiled"):
+        pick_ranks({"ranks": [{**dist["ranks"][1]}]})
+
+
+def test_one_rank_is_both_slowest_and_median() -> None:
+    assert [p["rank"] for p in pick_ranks(_dist({4: 12.0}))] == [4]
+
+
+def test_communication_ops_are_refused_with_the_reason() -> None:
+    refuse_communication_ops(["aten::addmm", "aten::nccl_like_name"])
+    with pytest.raises(DeepError, match="nccl:all_reduce, c10d::allreduce_: communication ops"):
+        refuse_communication_ops(["aten::mm", "nccl:all_reduce", "c10d::allreduce_"])
+
+
+def _timeline_output(ranges: int) -> dict:
+    section = {"nsbridge_ranges": ranges, "kernels": 3, "gpu_busy_pct": 50.0, "sync_calls": 1,
+               "ops": [{"op": "aten::mm", "kernel_us": 30.0},
+                       {"op": "nccl:all_reduce", "kernel_us": 12.5}],
+               "files": {"nsys_rep": "timeline.nsys-rep", "sqlite": "timeline.sqlite"}}
+    return {"name": "nsys", "manifest": {"wall_s": 2.0}, "status": "ok", "exit_code": 0,
+            "error": None, "core": None, "section": ["timeline", section], "op_key": "nsys",
+            "op_columns": {"aten::mm": {"kernels": 3}}, "notes": [], "sources": {"s": "x"},
+            "recommendations": [], "files": {}}
+
+
+def test_merge_shows_one_rank_lists_all_and_names_the_failed_and_the_hung() -> None:
+    failed = {**_timeline_output(0), "status": "failed", "exit_code": 1, "section": None,
+              "error": {"type": "ToolFailedError", "message": "nsys left no report"}}
+    merged = reduce_outputs("timeline", {0: _timeline_output(10), 1: _timeline_output(12),
+                                         2: failed, 3: None},
+                            shown=1, reasons={}, hosts={0: "a", 1: "a", 2: "b", 3: "b"},
+                            timeout_s=30)
+    name, section = merged.section
+    assert name == "timeline" and section["shown_rank"] == 1
+    assert section["nsbridge_ranges"] == 12                           # rank 1's own section
+    assert section["files"]["nsys_rep"] == "rank-01/timeline.nsys-rep"
+    rows = {r["rank"]: r for r in section["ranks"]}
+    assert rows[0]["files"]["sqlite"] == "rank-00/timeline.sqlite"
+    assert rows[0]["kernel_us"] == 42.5 and rows[0]["comm_kernel_us"] == 12.5
+    assert rows[2]["status"] == "failed" and rows[2]["error"] == "nsys left no report"
+    assert rows[3]["status"] == "hung" and "within 30 s" in rows[3]["error"]
+    assert merged.status == "failed" and merged.error["rank"] == 2
+    assert merged.error["message"] == "rank 2 (nsys): nsys left no report"
+    assert "rank 3 (nsys): no nsys output within 30 s (the rank died or still runs)" in merged.notes
+    assert merged.op_columns == {"aten::mm": {"kernels": 3}}
+    # the shown rank failed: another rank's timeline is shown instead
+    fallback = reduce_outputs("timeline", {0: _timeline_output(10), 2: failed}, shown=2,
+                              reasons={}, hosts={}, timeout_s=30)
+    assert fallback.section[1]["shown_rank"] == 0
+
+
+def test_other_ranks_ignore_an_earlier_launchs_word_and_stop_when_told(tmp_path: Path) -> None:
+    tell_ranks(tmp_path, "deep", True, {"ranks": [1]})
+    stale = wait_for_word(tmp_path, "deep", 1.0, since=time.time() + 60)
+    assert stale["go"] is False and "did not say within 1 s" in stale["why"]
+    assert wait_for_word(tmp_path, "timeline", 1.0, since=0)["go"] is False   # other pass
+    tell_ranks(tmp_path, "deep", False, why="rank 0 could not plan it")
+    assert wait_for_word(tmp_path, "deep", 5.0, since=0)["why"] == "rank 0 could not plan it"
+
+
+# --- end to end: two gloo ranks on CPU --------------------------------------------------------
+
+def _nsys_or_skip() -> None:
+    from nsbridge.collect.nsys import find_nsys
+    from nsbridge.errors import ToolNotFoundError
+
+    try:
+        find_nsys()
+    except ToolNotFoundError:
+        pytest.skip("nsys is not installed (.ci/install-nsys.sh installs it)")
+
+
+def _run(args: list[str], cwd: Path, env: dict | None = None, launcher: bool = False):
+    prefix = ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+               "nsbridge"] if launcher else [sys.executable, "-m", "nsbridge"])
+    return subprocess.run([*prefix, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                            "NSBRIDGE_EXAMPLE_SLOW_RANK": "1", **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def nsys_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`triage --nproc-per-node 2 --nsys` of the DDP example with a planted slow rank 1."""
+    _nsys_or_skip()
+    tmp = tmp_path_factory.mktemp("ranks")
+    proc = _run(["triage", "--nproc-per-node", "2", "--nsys", "--timeout", "300", "--out",
+                 str(tmp / "run"), DDP], cwd=tmp)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return tmp / "run"
+
+
+def _nsbridge_ranges(sqlite: Path) -> int:
+    """nsbridge's ranges in one export, counted with SQL (independent of nsbridge's reader)."""
+    with sqlite3.connect(sqlite) as db:
+        domain = db.execute("SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND "
+                            "text = 'nsbridge'").fetchone()[0]
+        return db.execute("SELECT COUNT(*) FROM NVTX_EVENTS WHERE domainId = ? AND "
+                          "eventType IN (59, 60)", (domain,)).fetchone()[0]
+
+
+@pytest.mark.slow
+def test_nsys_runs_on_every_rank_into_its_folder_and_merges(nsys_ranks: Path) -> None:
+    report = json.loads((nsys_ranks / "report.json").read_text())
+    timeline = report["timeline"]
+    assert timeline["shown_rank"] == report["distributed"]["shown_rank"] == 1   # the straggler
+    assert timeline["files"]["nsys_rep"] == "rank-01/timeline.nsys-rep"
+    rows = {r["rank"]: r for r in timeline["ranks"]}
+    assert sorted(rows) == [0, 1] and all(r["status"] == "ok" for r in rows.values())
+    for rank, row in rows.items():
+        folder = nsys_ranks / f"rank-{rank:02d}"
+        assert (folder / "timeline.nsys-rep").is_file()
+        emitted = json.loads((folder / "nvtx-child.json").read_text())["nvtx"]["total"]
+        assert row["nsbridge_ranges"] == emitted == _nsbridge_ranges(folder / "timeline.sqlite")
+    assert timeline["nsbridge_ranges"] == rows[1]["nsbridge_ranges"]
+    ops = {op["name"]: op for op in report["ops"]}
+    assert ops["aten::addmm"]["nsys"]["ranges"] > 0        # rank 1's join, in the op rows
+    passes = json.loads((nsys_ranks / "manifest.json").read_text())["passes"]
+    assert [p["name"] for p in passes] == ["torch.profiler (ranks)", "nsys"]
+    assert [r["rank"] for r in passes[-1]["ranks"]] == [0, 1]
+    assert "Per rank (the tables above are rank 1's)" in (nsys_ranks / "report.md").read_text()
+    assert "rank-00/timeline.nsys-rep" in (nsys_ranks / "report.html").read_text()
+
+
+@pytest.mark.slow
+def test_nsys_per_rank_under_torchrun(tmp_path: Path) -> None:
+    _nsys_or_skip()
+    proc = _run(["-q", "triage", "--nsys", "--timeout", "300", "--out", str(tmp_path / "run"),
+                 DDP, "--", "--steps", "8"], cwd=tmp_path, launcher=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert [r["rank"] for r in report["timeline"]["ranks"]] == [0, 1]
+    assert all((tmp_path / "run" / f"rank-0{r}" / "timeline.nsys-rep").is_file() for r in (0, 1))
+    assert json.loads((tmp_path / "run" / "ranks-next.json").read_text())["pass"] == "timeline"
+
+
+@pytest.fixture
+def fake_ncu(tmp_path: Path) -> dict:
+    return fake_ncu_env(tmp_path)
+
+
+@pytest.fixture
+def ranked_run(nsys_ranks: Path, tmp_path: Path) -> Path:
+    """A copy of the two-rank run (triage and nsys passes done), for a deep pass to add to."""
+    run = tmp_path / "run"
+    shutil.copytree(nsys_ranks, run)
+    return run
+
+
+def _profiled(env: dict) -> list[list[str]]:
+    log = Path(env["FAKE_NCU_LOG"])
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return [c for c in calls if "--nvtx" in c]
+
+
+@pytest.mark.slow
+def test_deep_on_the_planned_ranks_of_an_earlier_run(ranked_run: Path, tmp_path: Path,
+                                                     fake_ncu: dict) -> None:
+    run = ranked_run
+    proc = _run(["deep", "--run", str(run), "--kernel", "aten::relu", "--timeout", "300"],
+                cwd=tmp_path, env=fake_ncu)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plan = proc.stderr[proc.stderr.index("Deep pass plan"):]
+    assert plan.index("rank 1: the slowest rank") < plan.index("Nsight Compute on rank(s) 0, 1")
+    assert "rank 0: the median rank" in plan
+    calls = _profiled(fake_ncu)
+    assert len(calls) == 2                                  # one ncu per rank, each its own
+    assert sorted(c[c.index("--export") + 1] for c in calls) == [
+        str((run / f"rank-0{r}" / "deep").resolve()) for r in (0, 1)]
+    assert all("nsbridge@aten::relu]" in c for c in calls)
+    report = json.loads((run / "report.json").read_text())
+    ncu = report["ncu"]
+    assert ncu["shown_rank"] == 1 and [p["rank"] for p in ncu["plan"]["ranks"]] == [0, 1]
+    rows = {r["rank"]: r for r in ncu["ranks"]}
+    # the CSV holds three aten::relu launches: every rank's row and the op row count them
+    assert rows[0]["ops"]["aten::relu"] == rows[1]["ops"]["aten::relu"]
+    relu = next(op for op in report["ops"] if op["name"] == "aten::relu")
+    assert relu["ncu"]["launches"] == 3 and relu["nsys"] is not None   # both passes, one row
+    assert rows[1]["files"]["ncu_rep"] == "rank-01/deep.ncu-rep"
+    assert [p["name"] for p in json.loads((run / "manifest.json").read_text())["passes"]] == [
+        "torch.profiler (ranks)", "nsys", "ncu"]
+
+
+@pytest.mark.slow
+def test_deep_under_torchrun_on_asked_ranks_others_run_plain(ranked_run: Path, tmp_path: Path,
+                                                             fake_ncu: dict) -> None:
+    run = ranked_run
+    proc = _run(["deep", "--run-dir", str(run), "--kernel", "aten::relu", "--ranks", "1"],
+                cwd=tmp_path, env=fake_ncu, launcher=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(_profiled(fake_ncu)) == 1
+    assert not (run / "rank-00" / "deep.ncu-rep").exists()
+    assert (run / "rank-01" / "deep.ncu-rep").is_file()
+    report = json.loads((run / "report.json").read_text())
+    assert [(r["rank"], r["reason"]) for r in report["ncu"]["ranks"]] == [
+        (1, "asked for with --ranks")]
+    assert "rank 0 writes the merged report" in proc.stdout          # rank 1's own summary
+
+
+@pytest.mark.slow
+def test_communication_op_refused_and_the_other_rank_is_told(ranked_run: Path, tmp_path: Path,
+                                                             fake_ncu: dict) -> None:
+    run = ranked_run
+    before = (run / "report.json").read_text()
+    proc = _run(["deep", "--run-dir", str(run), "--kernel", "c10d::allreduce_"],
+                cwd=tmp_path, env=fake_ncu, launcher=True)
+    assert proc.returncode != 0
+    assert "communication ops' kernels (NCCL) wait for every other rank" in proc.stderr
+    word = json.loads((run / "ranks-next.json").read_text())   # torchrun then ends rank 1
+    assert word["pass"] == "deep" and word["go"] is False
+    assert word["why"].startswith("rank 0 could not plan it: c10d::allreduce_: communication")
+    assert _profiled(fake_ncu) == [] and (run / "report.json").read_text() == before
+
+
+@pytest.mark.slow
+def test_a_rank_whose_ncu_fails_is_named_and_the_other_kept(ranked_run: Path, tmp_path: Path,
+                                                            fake_ncu: dict) -> None:
+    run = ranked_run
+    proc = _run(["deep", "--run", str(run), "--kernel", "aten::relu"], cwd=tmp_path,
+                env={**fake_ncu, "FAKE_NCU_MODE": "fail"})
+    assert proc.returncode != 0
+    report = json.loads((run / "report.json").read_text())
+    assert report["status"] == "failed" and report["error"]["type"] == "RankFailed"
+    # whichever rank fails first is named; torchrun then ends the other (its ncu, too)
+    assert report["error"]["message"].startswith(f"rank {report['error']['rank']} (ncu): ncu "
+                                                 "failed with exit status")
+    assert sorted(n[:13] for n in report["notes"] if "(ncu): ncu failed" in n) == [
+        "rank 0 (ncu):", "rank 1 (ncu):"]
+    assert "ncu" not in report                              # nothing measured, nothing shown
+    ranks = json.loads((run / "manifest.json").read_text())["passes"][-1]["ranks"]
+    assert [(r["rank"], r["status"]) for r in ranks] == [(0, "failed"), (1, "failed")]
+    assert report["timeline"]["ranks"]                      # the earlier passes are kept
+    assert f"rank {report['error']['rank']} (ncu): ncu failed" in proc.stderr
