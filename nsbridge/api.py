@@ -25,8 +25,8 @@ from .model.deep_plan import check_ops, choose, describe, plan as make_plan
 from .collect.ncu import find_ncu
 from .passes.ncu_pass import capture_deep, ncu_from_files, require_gpu
 from .passes.nsys_pass import capture_timeline, timeline_from_exports
-from .passes.rank_passes import (deep_on_ranks, driver, follow, is_ranked, stop_ranks,
-                                 timeline_on_ranks)
+from .passes.rank_passes import (check_one_node, deep_on_ranks, driver, follow, is_ranked,
+                                 tell_stop, timeline_on_ranks)
 from .passes.ranks_pass import (launcher_argv, missing_ranks, profile_ranks, read_summaries,
                                 reduce, wait_for)
 from .passes.torch_pass import analyze_traces, profile_script
@@ -148,6 +148,12 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
         launcher = launcher_argv(nproc_per_node=nproc_per_node, nnodes=nnodes,
                                  node_rank=node_rank, rdzv_endpoint=rdzv_endpoint) \
             if nproc_per_node else []
+        if launcher and (nsys or deep_top is not None):
+            check_one_node(launcher)
+        world = rank.world_size if rank is not None else nproc_per_node
+        if deep_ranks and max(deep_ranks) >= (world or 0) and str(nnodes or "1") == "1":
+            raise DeepError(f"--deep-ranks {','.join(map(str, deep_ranks))}: the job has "
+                            f"ranks 0 to {(world or 1) - 1}.")
         result = _triage_ranks(target, list(args), module=module, profile=prof, out=out,
                                timeout=timeout, cwd=workdir, rank=rank, ranks=ranks,
                                launcher=launcher,
@@ -237,8 +243,8 @@ def _tool_passes_on_ranks(result: RunResult, *, rank: Any, launcher: list[str], 
     for kind in kinds:
         if result.exit_code != 0:
             if rank is not None:
-                stop_ranks(result.run_dir, kind, f"an earlier pass ended with exit status "
-                           f"{result.exit_code}")
+                tell_stop(result.run_dir, kind, f"an earlier pass ended with exit status "
+                          f"{result.exit_code}", rank, environ)
             continue
         if kind == "timeline":
             output = timeline_on_ranks(run, profile=profile, timeout=timeout, rank=rank,
@@ -259,6 +265,10 @@ def _follower_result(run_dir: Path, rank: Any, code: int, command: str,
     report.update(status="ok" if code == 0 else "failed", notes=[
         f"rank {rank.rank} of {rank.world_size} on {rank.host}: its files are in "
         f"{run_dir / rank.dir_name}; rank 0 writes the merged report in {run_dir}"])
+    if code != 0:
+        report["error"] = {"type": "RankStopped", "message": (
+            f"rank {rank.rank} ended with exit status {code} (its messages are above; rank 0's "
+            "report names the rank that failed first)")}
     return RunResult(run_dir=run_dir, report=report, ops=pd.DataFrame(columns=S.OP_COLUMNS),
                      steps=pd.DataFrame(), exit_code=code)
 
@@ -278,9 +288,11 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
         install it), ToolFailedError (nsys's own error lines and its log), NsysExportError.
     """
     prof = _profile(profile)
-    if run is not None and target is None and is_ranked(Run.open(Path(run))):
-        return _on_ranks("timeline", Run.open(Path(run)), profile=prof, timeout=timeout,
-                         environ=environ)
+    if run is not None and target is None:
+        earlier = Run.open(Path(run))
+        if is_ranked(earlier):
+            return _on_ranks("timeline", earlier, profile=prof, timeout=timeout,
+                             environ=environ)
     the_run, target, args, module, workdir = _run_for(run, target, args, module, cwd, prof,
                                                       "timeline", out)
     output, joined = capture_timeline(the_run.dir, target=target, args=args, module=module,
@@ -319,6 +331,9 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
     if not kernels and top is None:
         top = deep_prof.top
     if run is None and target is not None:
+        if detect_rank(environ) is not None:
+            raise ScriptError("Under a launcher, triage and deep run together: nsbridge triage "
+                              "--deep N script.py (or triage first, then deep --run-dir DIR).")
         require_gpu(environ)
         triaged = triage(target, args, module=module, out=out, timeout=timeout, cwd=cwd,
                          environ=environ)

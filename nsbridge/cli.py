@@ -314,6 +314,8 @@ def _failure_paragraph(report: dict[str, Any], run_dir: Any) -> str:
         return (f"The script has a syntax error at {err.get('file')}:{err.get('line')}: "
                 f"{err.get('message')}. Fix it and run again (plain python shows the same "
                 f"error). {kept}")
+    if err.get("type") in ("RankFailed", "RankStopped"):
+        return f"{err.get('message')}. {kept}"
     if err.get("type") == "SystemExit":
         return (f"The script exited with {err.get('message')}, so nsbridge exits non-zero too. "
                 f"{kept}")

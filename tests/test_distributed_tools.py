@@ -17,7 +17,7 @@ import pytest
 
 from nsbridge.errors import DeepError
 from nsbridge.model.rank_plan import pick_ranks, refuse_communication_ops
-from nsbridge.passes.rank_tools import reduce_outputs, tell_ranks, wait_for_word
+from nsbridge.passes.rank_tools import reduce_outputs, retire_word, tell_ranks, wait_for_word
 
 from conftest import ROOT, fake_ncu_env
 
@@ -37,6 +37,7 @@ def test_planner_picks_the_slowest_and_the_median_rank_with_reasons() -> None:
     # by work: 9, 9.5, 10, 10.2 | 10.5, 11, 12, 30 -> the lower median is rank 7 (10.2 ms)
     assert [p["rank"] for p in picks] == [3, 7]
     reasons = {p["rank"]: p["reason"] for p in picks}
+    assert {p["rank"]: p["role"] for p in picks} == {3: "slowest", 7: "median"}
     assert reasons[3].startswith("the slowest rank: works outside collectives 30.00 ms")
     assert "the straggler" in reasons[3] and "(of 8 ranks)" in reasons[3]
     assert reasons[7].startswith("the median rank: works outside collectives 10.20 ms")
@@ -50,7 +51,8 @@ def test_planner_without_collectives_uses_step_time_and_skips_failed_ranks() -> 
     picks = pick_ranks(dist)
     assert [p["rank"] for p in picks] == [0, 2]
     assert "takes per step 45.00 ms" in picks[1]["reason"]
-    assert pick_ranks(dist, asked=[1]) == [{"rank": 1, "reason": "asked for with --ranks"}]
+    assert pick_ranks(dist, asked=[1]) == [{"rank": 1, "role": "asked",
+                                            "reason": "asked for with --ranks"}]
     with pytest.raises(DeepError, match="--ranks 7: the run has ranks 0, 1, 2 only"):
         pick_ranks(dist, asked=[7])
     with pytest.raises(DeepError, match="No rank of this run was profiled"):
@@ -79,12 +81,12 @@ def _timeline_output(ranges: int) -> dict:
 
 
 def test_merge_shows_one_rank_lists_all_and_names_the_failed_and_the_hung() -> None:
-    failed = {**_timeline_output(0), "status": "failed", "exit_code": 1, "section": None,
+    failed = {**_timeline_output(0), "status": "failed", "exit_code": 124, "section": None,
               "error": {"type": "ToolFailedError", "message": "nsys left no report"}}
     merged = reduce_outputs("timeline", {0: _timeline_output(10), 1: _timeline_output(12),
                                          2: failed, 3: None},
                             shown=1, reasons={}, hosts={0: "a", 1: "a", 2: "b", 3: "b"},
-                            timeout_s=30)
+                            missing="none within 30 s")
     name, section = merged.section
     assert name == "timeline" and section["shown_rank"] == 1
     assert section["nsbridge_ranges"] == 12                           # rank 1's own section
@@ -93,24 +95,39 @@ def test_merge_shows_one_rank_lists_all_and_names_the_failed_and_the_hung() -> N
     assert rows[0]["files"]["sqlite"] == "rank-00/timeline.sqlite"
     assert rows[0]["kernel_us"] == 42.5 and rows[0]["comm_kernel_us"] == 12.5
     assert rows[2]["status"] == "failed" and rows[2]["error"] == "nsys left no report"
-    assert rows[3]["status"] == "hung" and "within 30 s" in rows[3]["error"]
+    assert rows[3]["status"] == "hung" and rows[3]["error"] == "no nsys output: none within 30 s"
     assert merged.status == "failed" and merged.error["rank"] == 2
+    assert merged.exit_code == 124                                    # the rank's own status
     assert merged.error["message"] == "rank 2 (nsys): nsys left no report"
-    assert "rank 3 (nsys): no nsys output within 30 s (the rank died or still runs)" in merged.notes
+    assert "rank 3 (nsys): no nsys output: none within 30 s" in merged.notes
     assert merged.op_columns == {"aten::mm": {"kernels": 3}}
-    # the shown rank failed: another rank's timeline is shown instead
+    # the shown rank has no section: another rank's timeline is shown instead
     fallback = reduce_outputs("timeline", {0: _timeline_output(10), 2: failed}, shown=2,
-                              reasons={}, hosts={}, timeout_s=30)
+                              reasons={}, hosts={}, missing="-")
     assert fallback.section[1]["shown_rank"] == 0
+    # a rank whose script failed still measured something: its section counts
+    script_failed = {**_timeline_output(7), "status": "failed", "exit_code": 1}
+    kept = reduce_outputs("timeline", {0: script_failed}, shown=0, reasons={}, hosts={},
+                          missing="-")
+    assert kept.section[1]["nsbridge_ranges"] == 7 and kept.status == "failed"
 
 
-def test_other_ranks_ignore_an_earlier_launchs_word_and_stop_when_told(tmp_path: Path) -> None:
-    tell_ranks(tmp_path, "deep", True, {"ranks": [1]})
-    stale = wait_for_word(tmp_path, "deep", 1.0, since=time.time() + 60)
-    assert stale["go"] is False and "did not say within 1 s" in stale["why"]
-    assert wait_for_word(tmp_path, "timeline", 1.0, since=0)["go"] is False   # other pass
-    tell_ranks(tmp_path, "deep", False, why="rank 0 could not plan it")
-    assert wait_for_word(tmp_path, "deep", 5.0, since=0)["why"] == "rank 0 could not plan it"
+def test_ranks_take_only_this_jobs_word_and_acknowledge_it(tmp_path: Path) -> None:
+    nonce = tell_ranks(tmp_path, "deep", True, job="job-7", spec={"ranks": [1], "pass_id": "p1"})
+    assert nonce == "p1"
+    other_job = wait_for_word(tmp_path, "deep", 1.0, job="job-8", since=0)
+    assert other_job["go"] is False and "did not say within 1 s" in other_job["why"]
+    stale = wait_for_word(tmp_path, "deep", 1.0, job="job-7", since=time.time() + 60)
+    assert stale["go"] is False
+    assert wait_for_word(tmp_path, "timeline", 1.0, job="job-7", since=0)["go"] is False
+    assert not retire_word(tmp_path, "deep", nonce, [1, 2], 0.0)     # nobody read it yet
+    assert wait_for_word(tmp_path, "deep", 5.0, job="job-7", since=0, rank=1)["go"] is True
+    assert wait_for_word(tmp_path, "deep", 5.0, job="job-7", since=0, rank=2)["go"] is True
+    assert retire_word(tmp_path, "deep", nonce, [1, 2], 0.0)
+    assert not (tmp_path / "ranks-next.json").exists()      # a later launch cannot read it
+    tell_ranks(tmp_path, "deep", False, job="job-7", why="rank 0 could not plan it")
+    assert wait_for_word(tmp_path, "deep", 5.0, job="job-7", since=0)["why"] == \
+        "rank 0 could not plan it"
 
 
 # --- end to end: two gloo ranks on CPU --------------------------------------------------------
@@ -185,7 +202,9 @@ def test_nsys_per_rank_under_torchrun(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert [r["rank"] for r in report["timeline"]["ranks"]] == [0, 1]
     assert all((tmp_path / "run" / f"rank-0{r}" / "timeline.nsys-rep").is_file() for r in (0, 1))
-    assert json.loads((tmp_path / "run" / "ranks-next.json").read_text())["pass"] == "timeline"
+    # rank 1 acknowledged rank 0's word, which is then gone (no later launch can read it)
+    assert (tmp_path / "run" / "rank-01" / "timeline-ack.json").is_file()
+    assert not (tmp_path / "run" / "ranks-next.json").exists()
 
 
 @pytest.fixture
@@ -260,9 +279,8 @@ def test_communication_op_refused_and_the_other_rank_is_told(ranked_run: Path, t
                 cwd=tmp_path, env=fake_ncu, launcher=True)
     assert proc.returncode != 0
     assert "communication ops' kernels (NCCL) wait for every other rank" in proc.stderr
-    word = json.loads((run / "ranks-next.json").read_text())   # torchrun then ends rank 1
-    assert word["pass"] == "deep" and word["go"] is False
-    assert word["why"].startswith("rank 0 could not plan it: c10d::allreduce_: communication")
+    assert "rank 1: no deep pass: rank 0 could not plan it: c10d::allreduce_" in proc.stderr
+    assert not (run / "ranks-next.json").exists()
     assert _profiled(fake_ncu) == [] and (run / "report.json").read_text() == before
 
 

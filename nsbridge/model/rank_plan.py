@@ -19,8 +19,8 @@ COMMUNICATION_OP = re.compile(r"^(?:nccl|gloo|mpi|ucc|xccl):|^c10d::|^record_par
 
 def pick_ranks(distributed: dict[str, Any],
                asked: Optional[Sequence[int]] = None) -> list[dict[str, Any]]:
-    """[{rank, reason}]: the ranks named in ``asked``, else the slowest and the median of
-    the ranks that were profiled and ended well.
+    """[{rank, role, reason}]: the ranks named in ``asked`` (role "asked"), else the
+    slowest and the median of the ranks that were profiled and ended well.
 
     Raises:
         DeepError: an asked-for rank the run does not have, or no rank to profile.
@@ -33,7 +33,8 @@ def pick_ranks(distributed: dict[str, Any],
         if unknown:
             raise DeepError(f"--ranks {','.join(map(str, unknown))}: the run has ranks "
                             f"{', '.join(map(str, sorted(rows)))} only.")
-        return [{"rank": r, "reason": "asked for with --ranks"} for r in sorted(set(asked))]
+        return [{"rank": r, "role": "asked", "reason": "asked for with --ranks"}
+                for r in sorted(set(asked))]
     if not usable:
         raise DeepError("No rank of this run was profiled and ended well, so there is no "
                         "rank to choose for the deep pass: triage the ranks again first.")
@@ -46,12 +47,12 @@ def pick_ranks(distributed: dict[str, Any],
     slowest = ordered[-1]
     median = ordered[(len(ordered) - 1) // 2]
     straggler = (distributed.get("straggler") or {}).get("rank")
-    picks = [{"rank": slowest, "reason": (
+    picks = [{"rank": slowest, "role": "slowest", "reason": (
         f"the slowest rank: {what} {value[slowest]:.2f} ms"
         + (", the straggler" if straggler == slowest else "")
         + f" (of {len(usable)} ranks)")}]
     if median != slowest:
-        picks.append({"rank": median, "reason": (
+        picks.append({"rank": median, "role": "median", "reason": (
             f"the median rank: {what} {value[median]:.2f} ms, a typical rank to compare "
             f"rank {slowest} with")})
     return sorted(picks, key=lambda p: p["rank"])

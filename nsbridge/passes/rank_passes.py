@@ -1,11 +1,11 @@
 """The timeline and deep passes of a distributed run, from the process that drives them.
 
 ``launcher`` given: this process starts every local rank through torch.distributed.run
-(``python -m nsbridge.passes.rank_tools SPEC``) and merges once they end. ``rank`` given:
-a launcher started one nsbridge per rank; rank 0 decides and tells the others
-(rank_tools.tell_ranks), every rank runs its share, rank 0 merges. Either way the merged
-PassOutput is returned to the caller that adds it to the run. Ranks other than 0 call
-``follow`` instead.
+(``python -m nsbridge.passes.rank_tools SPEC``) and merges once it returns (one node only).
+``rank`` given: a launcher started one nsbridge per rank; rank 0 plans and tells the others
+(rank_tools.tell_ranks), every rank runs its share, rank 0 merges; whatever stops rank 0
+before it said "go" tells the others to stop. Either way the merged PassOutput is returned
+to the caller that adds it to the run. Ranks other than 0 call ``follow`` instead.
 """
 
 from __future__ import annotations
@@ -14,21 +14,29 @@ import os
 import socket
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from .. import progress
 from ..collect._process import run_passthrough
-from ..distributed.ranks import RankEnv
+from ..distributed.ranks import RankEnv, job_id
 from ..errors import DeepError, ScriptError
 from ..model.deep_plan import choose, describe, plan as make_plan
 from ..model.rank_plan import COMMUNICATION_OP, pick_ranks, refuse_communication_ops
 from ..profiles import Profile
 from ..run import PassOutput, Run
 from ..rundir import write_json
-from .rank_tools import map_pass, pass_spec, reduce_outputs, tell_ranks, wait_for_word, wait_outputs
+from .rank_tools import (map_pass, pass_spec, reduce_outputs, retire_word, tell_ranks,
+                         wait_for_word, wait_outputs)
 
-WAIT_S = 600.0   # how long the merging process waits for the ranks' outputs (default)
+WAIT_S = 600.0      # coordination: how long ranks wait for rank 0's word, beyond --timeout
+GRACE_S = 120.0     # how long the ranks may take to write their outputs after their timeout
+ACK_S = 30.0        # how long rank 0 waits for the other ranks to acknowledge a stop
+_STARTED = time.time()   # rank 0's words older than this (less WORD_SLACK_S) are stale
+WORD_SLACK_S = 300.0     # start skew between ranks, and coarse file times on shared disks
+
+Planner = Callable[[], tuple[dict[str, Any], dict[int, str], Optional[int]]]
 
 
 def is_ranked(run: Run) -> bool:
@@ -47,6 +55,7 @@ def driver(run: Run, rank: Optional[RankEnv]) -> tuple[Optional[RankEnv], list[s
         return rank, []
     launcher = run.manifest.get("launcher")
     if launcher:
+        check_one_node(launcher)
         return None, list(launcher)
     world = (run.report.get("distributed") or {}).get("world_size")
     raise ScriptError(f"The run {run.dir} has {world} ranks, started by a launcher: run this "
@@ -54,16 +63,30 @@ def driver(run: Run, rank: Optional[RankEnv]) -> tuple[Optional[RankEnv], list[s
                       "...) so every rank takes part, or triage with --nproc-per-node.")
 
 
+def check_one_node(launcher: Sequence[str]) -> None:
+    """ScriptError for torch.distributed.run options spanning several machines: each
+    machine's nsbridge would plan and merge on its own."""
+    nnodes = launcher[launcher.index("--nnodes") + 1] if "--nnodes" in launcher else "1"
+    if str(nnodes).split(":")[-1] != "1":
+        raise ScriptError("The timeline and deep passes on several machines need one nsbridge "
+                          "per rank, started by the launcher: srun nsbridge triage --nsys ..., "
+                          "or torchrun ... -m nsbridge triage --nsys ... on every machine.")
+
+
 def timeline_on_ranks(run: Run, *, profile: Profile, timeout: Optional[float],
                       rank: Optional[RankEnv], launcher: Sequence[str],
                       environ: Mapping[str, str] = os.environ) -> PassOutput:
     """nsys on every rank the torch.profiler pass profiled."""
-    dist = run.report["distributed"]
-    ranks = list(dist.get("profiled") or [])
-    spec = _spec(run, timeout, profile.source, ranks)
-    reasons = {r: "profiled by the torch.profiler pass" for r in ranks}
-    return _drive("timeline", run, spec, rank, launcher, reasons, dist.get("shown_rank"),
-                  timeout, environ)
+    def plan() -> tuple[dict[str, Any], dict[int, str], Optional[int]]:
+        dist = run.report["distributed"]
+        ranks = list(dist.get("profiled") or [])
+        if not ranks:
+            raise DeepError("No rank to run Nsight Systems on: the torch.profiler pass "
+                            "measured no step on any rank.")
+        return (_spec(run, timeout, profile.source, ranks),
+                {r: "profiled by the torch.profiler pass" for r in ranks},
+                dist.get("shown_rank"))
+    return _drive("timeline", run, plan, rank, launcher, environ)
 
 
 def deep_on_ranks(run: Run, *, kernels: Sequence[str], top: Optional[int], profile: Profile,
@@ -72,57 +95,57 @@ def deep_on_ranks(run: Run, *, kernels: Sequence[str], top: Optional[int], profi
                   on_plan: Optional[Callable[[str], None]] = None,
                   environ: Mapping[str, str] = os.environ) -> PassOutput:
     """ncu on the ranks the planner picks (or ``ranks``); the others run unprofiled."""
-    report, deep = run.report, profile.deep
-    dist = report["distributed"]
-    try:
+    def plan() -> tuple[dict[str, Any], dict[int, str], Optional[int]]:
+        report, deep = run.report, profile.deep
+        dist = report["distributed"]
         refuse_communication_ops(kernels)
         compute_ops = [op for op in report.get("ops", [])
                        if not COMMUNICATION_OP.search(op["name"])]
-        chosen = choose(compute_ops if not kernels else report.get("ops", []), kernels=kernels,
-                        top=top, min_kernel_us=deep.min_kernel_us)
+        chosen = choose(compute_ops if not kernels else report.get("ops", []),
+                        kernels=kernels, top=top, min_kernel_us=deep.min_kernel_us)
         picks = pick_ranks(dist, ranks)
-    except DeepError as exc:
-        if rank is not None:
-            stop_ranks(run.dir, "deep", f"rank 0 could not plan it: {exc}")
-        raise
-    torch_pass = next((p for p in run.manifest.get("passes", [])
-                       if p["name"].startswith("torch.profiler")), {})
-    the_plan = make_plan(chosen, report.get("ops", []), (report.get("steps") or {}).get(
-        "count", 1), deep, torch_pass.get("wall_s"))
-    the_plan["ranks"] = picks
-    if on_plan is not None:
-        others = int(dist.get("world_size") or 0) - len(picks)
-        on_plan("\n".join([describe(the_plan), *(f"  rank {p['rank']}: {p['reason']}"
-                                                 for p in picks)]
-                          + ([f"  the other {others} rank(s) run the script unprofiled"]
-                             if others > 0 else [])))
-    spec = _spec(run, timeout or deep.timeout_s, profile.source, [p["rank"] for p in picks],
-                 plan=the_plan, verdict=(report.get("verdict") or {}).get("label"),
-                 op_shapes={op["name"]: op.get("shapes") or [] for op in report.get("ops", [])})
-    shown = dist.get("shown_rank")
-    if shown not in spec["ranks"]:
-        shown = max(picks, key=lambda p: p["reason"].startswith("the slowest"))["rank"]
-    return _drive("deep", run, spec, rank, launcher, {p["rank"]: p["reason"] for p in picks},
-                  shown, timeout, environ)
-
-
-def stop_ranks(run_dir: Path, kind: str, why: str) -> None:
-    """Rank 0: the ``kind`` pass will not run (the others stop waiting for it)."""
-    tell_ranks(run_dir, kind, False, why=why)
+        torch_pass = next((p for p in run.manifest.get("passes", [])
+                           if p["name"].startswith("torch.profiler")), {})
+        the_plan = make_plan(chosen, report.get("ops", []), (report.get("steps") or {}).get(
+            "count", 1), deep, torch_pass.get("wall_s"))
+        the_plan["ranks"] = picks
+        if on_plan is not None:
+            others = int(dist.get("world_size") or 0) - len(picks)
+            on_plan("\n".join([describe(the_plan), *(f"  rank {p['rank']}: {p['reason']}"
+                                                     for p in picks)]
+                              + ([f"  the other {others} rank(s) run the script unprofiled"]
+                                 if others > 0 else [])))
+        spec = _spec(run, timeout or deep.timeout_s, profile.source,
+                     [p["rank"] for p in picks], plan=the_plan,
+                     verdict=(report.get("verdict") or {}).get("label"),
+                     op_shapes={op["name"]: op.get("shapes") or [] for op in report.get("ops", [])})
+        shown = dist.get("shown_rank")
+        if shown not in spec["ranks"]:
+            shown = next((p["rank"] for p in picks if p["role"] == "slowest"), picks[0]["rank"])
+        return spec, {p["rank"]: p["reason"] for p in picks}, shown
+    return _drive("deep", run, plan, rank, launcher, environ)
 
 
 def follow(kind: str, run_dir: Path, rank: RankEnv, timeout: Optional[float],
            environ: Mapping[str, str] = os.environ) -> int:
     """A rank other than 0: run its share of the ``kind`` pass when rank 0 says so; the
-    exit status (1 when rank 0 called the pass off)."""
-    word = wait_for_word(run_dir, kind, timeout or WAIT_S, since=_STARTED)
+    exit status (1 when rank 0 called the pass off or said nothing)."""
+    word = wait_for_word(run_dir, kind, WAIT_S + (timeout or 0.0), job=job_id(environ),
+                         since=_STARTED - WORD_SLACK_S, rank=rank.rank)
+    if word.get("nonce"):   # the last rank to read the word removes it
+        retire_word(run_dir, kind, word["nonce"], range(1, rank.world_size), 0.0)
     if not word["go"]:
         print(f"nsbridge: rank {rank.rank}: no {kind} pass: {word['why']}", file=sys.stderr)
         return 1
     return map_pass(kind, run_dir, rank.rank, word["spec"], environ)
 
 
-_STARTED = time.time()   # words from rank 0 older than this nsbridge are an earlier launch's
+def tell_stop(run_dir: Path, kind: str, why: str, rank: RankEnv,
+              environ: Mapping[str, str] = os.environ) -> None:
+    """Rank 0: the ``kind`` pass will not run. The other ranks stop waiting for it; once
+    they have read that (or after ACK_S), the word is removed."""
+    nonce = tell_ranks(run_dir, kind, False, job=job_id(environ), why=why)
+    retire_word(run_dir, kind, nonce, range(1, rank.world_size), ACK_S)
 
 
 def fresh_store_env() -> dict[str, str]:
@@ -143,34 +166,46 @@ def _spec(run: Run, timeout: Optional[float], profile_source: str, ranks: Sequen
     return pass_spec(target=manifest["target"], args=manifest.get("args", []),
                      module=bool(manifest.get("module")),
                      cwd=Path(manifest.get("cwd") or Path.cwd()), timeout=timeout,
-                     profile_source=profile_source, ranks=ranks, **extra)
+                     profile_source=str(Path(profile_source).resolve()), ranks=ranks,
+                     pass_id=uuid.uuid4().hex, **extra)
 
 
-def _drive(kind: str, run: Run, spec: dict[str, Any], rank: Optional[RankEnv],
-           launcher: Sequence[str], reasons: Mapping[int, str], shown: Optional[int],
-           timeout: Optional[float], environ: Mapping[str, str]) -> PassOutput:
+def _drive(kind: str, run: Run, plan: Planner, rank: Optional[RankEnv],
+           launcher: Sequence[str], environ: Mapping[str, str]) -> PassOutput:
+    """Plan, run every rank's share, merge. Under a launcher, rank 0 tells the others to
+    stop when planning fails, and lets its word go once every rank's output is in."""
     tool = "Nsight Systems" if kind == "timeline" else "Nsight Compute"
-    if not spec["ranks"]:
-        raise DeepError(f"No rank to run {tool} on: the torch.profiler pass profiled none.")
-    since = time.time()
+    try:
+        spec, reasons, shown = plan()
+    except BaseException as exc:
+        if rank is not None:
+            tell_stop(run.dir, kind, f"rank 0 could not plan it: {exc}", rank, environ)
+        raise
     label = ", ".join(str(r) for r in spec["ranks"])
+    limit = (spec["timeout"] or WAIT_S) + GRACE_S
     if rank is None:
         spec_path = run.dir / f"{kind}-ranks-spec.json"
         write_json(spec_path, {**spec, "kind": kind, "run_dir": str(run.dir.resolve())})
         argv = [sys.executable, "-m", "torch.distributed.run", *launcher, "-m",
                 "nsbridge.passes.rank_tools", str(spec_path.resolve())]
         with progress.step(f"running the ranks, {tool} on rank(s) {label}", script_output=True):
-            run_passthrough(argv, cwd=Path(spec["cwd"]),
-                            env={**environ, "PYTHONUNBUFFERED": "1"}, timeout=timeout)
+            outcome = run_passthrough(argv, cwd=Path(spec["cwd"]),
+                                      env={**environ, "PYTHONUNBUFFERED": "1"}, timeout=limit)
+        # torch.distributed.run has returned: every local rank has written all it will
+        missing = ("torch.distributed.run was stopped" if outcome.timed_out or
+                   outcome.interrupted or outcome.terminated else "the rank ended without it")
+        outputs = wait_outputs(kind, run.dir, spec["ranks"], 0.0, spec["pass_id"])
     else:
         if environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
             spec["env"] = fresh_store_env()
-        tell_ranks(run.dir, kind, True, spec)
+        nonce = tell_ranks(run.dir, kind, True, job=job_id(environ), spec=spec)
         with progress.step(f"running this rank (rank 0); {tool} on rank(s) {label}",
                            script_output=True):
             map_pass(kind, run.dir, 0, spec, environ)
-    with progress.step(f"merging the ranks' {tool} results"):
-        outputs = wait_outputs(kind, run.dir, spec["ranks"], timeout or WAIT_S, since)
-        hosts = {r["rank"]: r.get("host") for r in run.report["distributed"]["ranks"]}
-        return reduce_outputs(kind, outputs, shown if shown is not None else spec["ranks"][0],
-                              reasons, hosts, timeout or WAIT_S)
+        with progress.step(f"waiting for the ranks' {tool} results"):
+            outputs = wait_outputs(kind, run.dir, spec["ranks"], limit, spec["pass_id"])
+        missing = f"none within {limit:.0f} s (the rank died or still runs)"
+        retire_word(run.dir, kind, nonce, range(1, rank.world_size), 0.0)
+    hosts = {r["rank"]: r.get("host") for r in run.report["distributed"]["ranks"]}
+    return reduce_outputs(kind, outputs, shown if shown is not None else spec["ranks"][0],
+                          reasons, hosts, missing)

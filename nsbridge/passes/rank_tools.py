@@ -25,23 +25,27 @@ import json
 import os
 import sys
 import time
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from ..collect._process import Stopped, run_passthrough, stop_on_sigterm
+from ..collect.ncu import find_ncu
+from ..collect.nsys import find_nsys
 from ..distributed.ranks import RankEnv, detect, rank_dir_name
 from ..errors import NsbridgeError
 from ..model.rank_plan import COMMUNICATION_OP
 from ..profiles import load_profile
 from ..run import PassOutput
 from ..rundir import write_json
-from .ncu_pass import capture_deep
+from .ncu_pass import capture_deep, require_gpu
 from .nsys_pass import capture_timeline
 
 OUTPUT = {"timeline": "timeline-pass.json", "deep": "deep-pass.json"}
 NAMES = {"timeline": "nsys", "deep": "ncu"}
 NEXT = "ranks-next.json"
+ACK = "{kind}-ack.json"
 POLL_S = 0.5
 
 
@@ -49,55 +53,67 @@ def map_pass(kind: str, run_dir: Path, rank: int, spec: Mapping[str, Any],
              environ: Mapping[str, str] = os.environ) -> int:
     """This rank's share of the ``kind`` pass ("timeline" or "deep"), described by
     ``spec`` (see ``pass_spec``): under the tool when the rank is in spec["ranks"], else
-    the script alone. Writes the rank's output; returns its exit status."""
+    the script alone. A chosen rank always writes its output, and runs the script alone
+    when its tool cannot start, so the other ranks' collectives still meet. Returns the
+    exit status."""
     folder = run_dir / rank_dir_name(rank)
     folder.mkdir(exist_ok=True)
     cwd, timeout = Path(spec["cwd"]), spec.get("timeout")
     environ = {**environ, **(spec.get("env") or {})}
+    argv = ([sys.executable, "-m", spec["target"]] if spec["module"]
+            else [sys.executable, spec["target"]]) + list(spec["args"])
     if rank not in spec["ranks"]:
-        argv = ([sys.executable, "-m", spec["target"]] if spec["module"]
-                else [sys.executable, spec["target"]])
-        return run_passthrough([*argv, *spec["args"]], cwd=cwd, env=environ,
-                               timeout=timeout).returncode
+        return run_passthrough(argv, cwd=cwd, env=environ, timeout=timeout).returncode
+    output: Optional[PassOutput] = None
+    try:
+        profile = load_profile(spec["profile"])
+        _check_tool(kind, environ)
+    except NsbridgeError as exc:   # the script has not run yet: run it for the others' sake
+        output = _failed(kind, exc, f"rank {rank} ran the script without {NAMES[kind]}: ")
+        run_passthrough(argv, cwd=cwd, env=environ, timeout=timeout)
     common = dict(target=spec["target"], args=spec["args"], module=spec["module"], cwd=cwd,
                   timeout=timeout, environ=environ)
     try:
-        if kind == "timeline":
-            output, _ = capture_timeline(folder, profile=load_profile(spec["profile"]),
-                                         **common)
-        else:
-            output = capture_deep(folder, plan=spec["plan"],
-                                  deep=load_profile(spec["profile"]).deep,
+        if output is None and kind == "timeline":
+            output, _ = capture_timeline(folder, profile=profile, **common)
+        elif output is None:
+            output = capture_deep(folder, plan=spec["plan"], deep=profile.deep,
                                   verdict=spec.get("verdict"), op_shapes=spec["op_shapes"],
                                   **common)
-    except NsbridgeError as exc:
-        output = PassOutput(name=NAMES[kind], manifest={}, status="failed", exit_code=1,
-                            error={"type": type(exc).__name__,
-                                   "message": _hint(kind, rank, str(exc))})
-    write_json(folder / OUTPUT[kind], asdict(output))
+    except BaseException as exc:   # whatever it was, rank 0 hears of it
+        output = _failed(kind, exc)
+        if not isinstance(exc, Exception):
+            raise
+    finally:
+        if output is not None:
+            write_json(folder / OUTPUT[kind], {**asdict(output), "pass_id": spec["pass_id"]})
     return output.exit_code
 
 
 def pass_spec(*, target: str, args: Sequence[str], module: bool, cwd: Path,
               timeout: Optional[float], profile_source: str, ranks: Sequence[int],
-              plan: Optional[dict[str, Any]] = None, verdict: Optional[str] = None,
+              pass_id: str, plan: Optional[dict[str, Any]] = None,
+              verdict: Optional[str] = None,
               op_shapes: Optional[Mapping[str, list[str]]] = None) -> dict[str, Any]:
-    """What every rank needs to run its share of a pass (JSON-able)."""
+    """What every rank needs to run its share of a pass (JSON-able); ``pass_id`` marks
+    the outputs of this pass apart from an earlier one's."""
     return {"target": target, "args": list(args), "module": module, "cwd": str(cwd),
             "timeout": timeout, "profile": profile_source, "ranks": sorted(ranks),
-            "plan": plan, "verdict": verdict, "op_shapes": dict(op_shapes or {})}
+            "pass_id": pass_id, "plan": plan, "verdict": verdict,
+            "op_shapes": dict(op_shapes or {})}
 
 
 def wait_outputs(kind: str, run_dir: Path, ranks: Sequence[int], timeout_s: float,
-                 since: float) -> dict[int, Optional[dict[str, Any]]]:
-    """Each rank's output written after ``since`` (None for a rank that wrote none within
-    ``timeout_s``)."""
+                 pass_id: str) -> dict[int, Optional[dict[str, Any]]]:
+    """Each rank's output of the pass ``pass_id`` (None for a rank that wrote none within
+    ``timeout_s``; 0 reads once)."""
     deadline = time.monotonic() + timeout_s
     found: dict[int, Optional[dict[str, Any]]] = {}
     while True:
         for rank in ranks:
             if found.get(rank) is None:
-                found[rank] = _read_fresh(run_dir / rank_dir_name(rank) / OUTPUT[kind], since)
+                out = _read(run_dir / rank_dir_name(rank) / OUTPUT[kind])
+                found[rank] = out if out and out.get("pass_id") == pass_id else None
         if all(found.values()) or time.monotonic() >= deadline:
             return found
         time.sleep(POLL_S)
@@ -105,19 +121,23 @@ def wait_outputs(kind: str, run_dir: Path, ranks: Sequence[int], timeout_s: floa
 
 def reduce_outputs(kind: str, outputs: Mapping[int, Optional[dict[str, Any]]],
                    shown: int, reasons: Mapping[int, str], hosts: Mapping[int, Any],
-                   timeout_s: float) -> PassOutput:
+                   missing: str) -> PassOutput:
     """One PassOutput: the shown rank's, its files named by rank folder, and the section's
-    ``ranks`` rows (every rank's status and headline numbers)."""
-    rows = [_rank_row(kind, rank, out, reasons.get(rank), hosts.get(rank), timeout_s)
+    ``ranks`` rows (every rank's status and headline numbers). A rank's section counts
+    even when its script failed; ``missing`` says why a rank has no output."""
+    rows = [_rank_row(kind, rank, out, reasons.get(rank), hosts.get(rank), missing)
             for rank, out in sorted(outputs.items())]
-    good = {rank: out for rank, out in outputs.items() if out and out["status"] == "ok"}
+    good = {rank: out for rank, out in outputs.items() if out and out.get("section")}
     failed = [row for row in rows if row["status"] != "ok"]
+    exit_code = next((out["exit_code"] for out in outputs.values()
+                      if out and out.get("exit_code")), 1 if failed else 0)
     lead = shown if shown in good else next(iter(sorted(good)), None)
     errors = [f"rank {row['rank']} ({NAMES[kind]}): {row['error']}" for row in failed]
+    error = {"type": "RankFailed", "rank": failed[0]["rank"], "message": errors[0]} \
+        if failed else None
     if lead is None:   # no section: nothing was measured; the ranks' errors say why
         return PassOutput(name=NAMES[kind], manifest={"ranks": rows}, status="failed",
-                          exit_code=1, error={"type": "RankFailed", "rank": failed[0]["rank"],
-                                              "message": errors[0]}, notes=errors)
+                          exit_code=exit_code, error=error, notes=errors)
     data = _prefixed(good[lead], rank_dir_name(lead))
     section_name, section = data["section"]
     section = {**section, "ranks": rows, "shown_rank": lead}
@@ -126,45 +146,85 @@ def reduce_outputs(kind: str, outputs: Mapping[int, Optional[dict[str, Any]]],
         f"{'timeline' if kind == 'timeline' else 'Nsight Compute section'} and ops[].{NAMES[kind]}"
         f" are rank {lead}'s; every rank's numbers are under {section_name}.ranks"]
     return PassOutput(name=data["name"], manifest={**data["manifest"], "ranks": rows},
-                      status="ok" if not failed else "failed",
-                      exit_code=0 if not failed else 1,
-                      error=None if not failed else {
-                          "type": "RankFailed", "rank": failed[0]["rank"], "message": errors[0]},
-                      section=(section_name, section), op_key=data["op_key"],
+                      status="ok" if not failed else "failed", exit_code=exit_code,
+                      error=error, section=(section_name, section), op_key=data["op_key"],
                       op_columns=data["op_columns"], notes=notes, sources=data["sources"],
                       recommendations=data["recommendations"], files=data["files"])
 
 
-def tell_ranks(run_dir: Path, kind: str, go: bool, spec: Optional[dict[str, Any]] = None,
-               why: str = "") -> None:
+def tell_ranks(run_dir: Path, kind: str, go: bool, *, job: str,
+               spec: Optional[dict[str, Any]] = None, why: str = "") -> str:
     """Rank 0 to the others (one nsbridge per rank): run the ``kind`` pass with ``spec``,
-    or stop (``why``)."""
-    write_json(run_dir / NEXT, {"pass": kind, "go": go, "spec": spec, "why": why})
+    or stop (``why``). Returns the word's nonce, which the ranks acknowledge."""
+    nonce = (spec or {}).get("pass_id") or uuid.uuid4().hex
+    write_json(run_dir / NEXT, {"pass": kind, "go": go, "job": job, "nonce": nonce,
+                                "spec": spec, "why": why})
+    return nonce
 
 
-def wait_for_word(run_dir: Path, kind: str, timeout_s: float,
-                  since: float) -> dict[str, Any]:
-    """What rank 0 said about the ``kind`` pass (written after ``since``); a stop when it
-    said nothing within ``timeout_s``."""
+def wait_for_word(run_dir: Path, kind: str, timeout_s: float, *, job: str, since: float,
+                  rank: Optional[int] = None) -> dict[str, Any]:
+    """What rank 0 said about the ``kind`` pass in this job (written after ``since``),
+    acknowledged by ``rank``; a stop when it said nothing within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        word = _read_fresh(run_dir / NEXT, since)
-        if word and word.get("pass") == kind:
+        word = _read(run_dir / NEXT, since)
+        if word and word.get("pass") == kind and word.get("job") == job:
+            if rank is not None:
+                folder = run_dir / rank_dir_name(rank)
+                folder.mkdir(exist_ok=True)
+                write_json(folder / ACK.format(kind=kind), {"nonce": word["nonce"]})
             return word
         time.sleep(POLL_S)
     return {"pass": kind, "go": False, "spec": None,
             "why": f"rank 0 did not say within {timeout_s:.0f} s whether the {kind} pass runs"}
 
 
+def retire_word(run_dir: Path, kind: str, nonce: str, ranks: Sequence[int],
+                timeout_s: float) -> bool:
+    """Remove rank 0's word once ``ranks`` acknowledged it (within ``timeout_s``), so a
+    later launch into the same folder never reads it; True when removed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        acked = all((_read(run_dir / rank_dir_name(r) / ACK.format(kind=kind)) or {}).get(
+            "nonce") == nonce for r in ranks)
+        if acked:
+            (run_dir / NEXT).unlink(missing_ok=True)
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)
+
+
+def _check_tool(kind: str, environ: Mapping[str, str]) -> None:
+    """Raise the tool's own error when it cannot start on this rank."""
+    if kind == "timeline":
+        find_nsys(environ)
+    else:
+        require_gpu(environ)
+        find_ncu(environ)
+
+
+def _failed(kind: str, exc: BaseException, prefix: str = "") -> PassOutput:
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    code = 130 if interrupted else 143 if isinstance(exc, Stopped) else 1
+    message = str(exc) or type(exc).__name__
+    if kind == "deep" and "(stopped by --timeout)" in message:
+        message += (" On several ranks the usual cause is a rank waiting in a collective for "
+                    "a peer that ncu's kernel replay holds up: raise --timeout (and the "
+                    "process group's timeout), or profile fewer launches (deep.max_launches).")
+    return PassOutput(name=NAMES[kind], manifest={}, status="failed", exit_code=code,
+                      error={"type": type(exc).__name__, "message": prefix + message})
+
+
 def _rank_row(kind: str, rank: int, out: Optional[dict[str, Any]], reason: Optional[str],
-              host: Any, timeout_s: float) -> dict[str, Any]:
+              host: Any, missing: str) -> dict[str, Any]:
     row: dict[str, Any] = {"rank": rank, "host": host, "reason": reason}
     if out is None:
-        return {**row, "status": "hung", "error": f"no {NAMES[kind]} output within "
-                f"{timeout_s:.0f} s (the rank died or still runs)"}
+        return {**row, "status": "hung", "error": f"no {NAMES[kind]} output: {missing}"}
     row.update(status=out["status"], error=(out.get("error") or {}).get("message"),
                wall_s=(out.get("manifest") or {}).get("wall_s"))
-    if out["status"] != "ok":
+    if not out.get("section"):
         return row
     section = out["section"][1]
     folder = rank_dir_name(rank)
@@ -198,21 +258,13 @@ def _prefixed(out: dict[str, Any], folder: str) -> dict[str, Any]:
             "files": {k: f"{folder}/{v}" for k, v in (out.get("files") or {}).items()}}
 
 
-def _hint(kind: str, rank: int, message: str) -> str:
-    if kind == "deep" and "timeout" in message:
-        return (f"{message} On several ranks the usual cause is a rank waiting in a "
-                "collective for a peer that is stopped by ncu's kernel replay: raise --timeout "
-                "(and the process group's timeout), or profile fewer launches (profile "
-                "deep.max_launches).")
-    return message
-
-
-def _read_fresh(path: Path, since: float) -> Optional[dict[str, Any]]:
+def _read(path: Path, since: float = 0.0) -> Optional[dict[str, Any]]:
+    """A JSON file written after ``since`` (None: absent, older, or being written)."""
     try:
         if path.stat().st_mtime < since:
             return None
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):   # not there yet, or being written
+    except (OSError, ValueError):
         return None
 
 
