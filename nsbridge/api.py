@@ -10,31 +10,25 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
-import pandas as pd
-
-from . import progress
-from . import schema as S
 from .errors import DeepError, RunDirError, ScriptError, TraceNotFoundError
 from .model.analysis import TraceAnalysis
 from .model.deep_plan import check_ops, choose, describe, plan as make_plan
 from .collect.ncu import find_ncu
 from .passes.ncu_pass import capture_deep, ncu_from_files, require_gpu
 from .passes.nsys_pass import capture_timeline, timeline_from_exports
-from .passes.rank_passes import (check_one_node, deep_on_ranks, driver, follow, is_ranked,
-                                 tell_stop, timeline_on_ranks)
-from .passes.ranks_pass import (launcher_argv, missing_ranks, profile_ranks, read_summaries,
-                                reduce, wait_for)
+from .passes.rank_passes import check_one_node, is_ranked
+from .passes.ranks_pass import launcher_argv, read_summaries
 from .passes.torch_pass import analyze_traces, profile_script
 from .profiles import Profile, load_profile
+from .ranked import analyze_ranks, on_ranks, tool_passes_on_ranks, triage_ranks
 from .report import frames
-from .distributed.ranks import detect as detect_rank, job_id
-from .rundir import DEFAULT_BASE, new_run_dir
-from .run import Run, empty_report
+from .result import RunResult, result_of, write_ops_csv
+from .distributed.ranks import detect as detect_rank
+from .rundir import DEFAULT_BASE
+from .run import Run
 
 __all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "load", "doctor"]
 
@@ -44,58 +38,6 @@ _NOT_TRACES = {"report.json", "manifest.json", "child.json", "child-config.json"
 _NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 _NCU_SUFFIXES = (".ncu-rep", ".csv")
 ProfileArg = Union[str, Profile]
-WAIT_S = 600.0   # how long rank 0 waits for the other ranks' summaries (default)
-
-
-@dataclass
-class RunResult:
-    """What a command produced (or ``nsbridge.load`` read back): the run directory, the
-    report dict and its frames. Renders as a summary in Jupyter."""
-
-    run_dir: Path
-    report: dict[str, Any]
-    ops: pd.DataFrame      # OPS frame (schema.OP_COLUMNS), ranked; see frames.ops for load
-    steps: pd.DataFrame    # per step: step, wall_ms, data/forward/backward/optimizer/other_ms
-    exit_code: int         # 0, the script's own non-zero status, 124 timeout, 130 Ctrl-C
-    timeline: Optional[pd.DataFrame] = None  # nsys per-op table (model.timeline.op_summary)
-
-    @property
-    def status(self) -> str:
-        return str(self.report["status"])
-
-    @property
-    def manifest(self) -> dict[str, Any]:
-        return json.loads((self.run_dir / "manifest.json").read_text(encoding="utf-8"))
-
-    @property
-    def kernels(self) -> pd.DataFrame:
-        """Kernels and copies per op (op, kind, name, calls, device_us, bytes)."""
-        return frames.kernels(self.report)
-
-    @property
-    def sync_points(self) -> pd.DataFrame:
-        return frames.sync_points(self.report)
-
-    @property
-    def gaps(self) -> pd.DataFrame:
-        """GPU idle gaps in the torch trace's measured window."""
-        return frames.gaps(self.report)
-
-    @property
-    def timeline_ops(self) -> Optional[pd.DataFrame]:
-        return frames.timeline_ops(self.report)
-
-    @property
-    def timeline_gaps(self) -> Optional[pd.DataFrame]:
-        return frames.timeline_gaps(self.report)
-
-    @property
-    def ncu(self) -> Optional[pd.DataFrame]:
-        """ncu's kernel table (one row per profiled launch), None without the deep pass."""
-        return frames.ncu_kernels(self.report)
-
-    def _repr_html_(self) -> str:
-        return frames.summary_html(self.report, str(self.run_dir))
 
 
 def load(run_dir: Union[str, Path]) -> RunResult:
@@ -154,15 +96,15 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
         if deep_ranks and max(deep_ranks) >= (world or 0) and str(nnodes or "1") == "1":
             raise DeepError(f"--deep-ranks {','.join(map(str, deep_ranks))}: the job has "
                             f"ranks 0 to {(world or 1) - 1}.")
-        result = _triage_ranks(target, list(args), module=module, profile=prof, out=out,
-                               timeout=timeout, cwd=workdir, rank=rank, ranks=ranks,
-                               launcher=launcher,
-                               world=(nproc_per_node or 0) if str(nnodes or "1").split(":")[-1]
-                               == "1" else 0, environ=environ)
-        return _tool_passes_on_ranks(result, rank=rank, launcher=launcher, nsys=nsys,
-                                     deep_top=deep_top, profile=prof,
-                                     deep_profile=_profile(deep_profile), deep_ranks=deep_ranks,
-                                     timeout=timeout, on_plan=on_plan, environ=environ)
+        result = triage_ranks(target, list(args), module=module, profile=prof, out=out,
+                              timeout=timeout, cwd=workdir, rank=rank, ranks=ranks,
+                              launcher=launcher, label=_label(target, module),
+                              world=(nproc_per_node or 0) if str(nnodes or "1").split(":")[-1]
+                              == "1" else 0, environ=environ)
+        return tool_passes_on_ranks(result, rank=rank, launcher=launcher, nsys=nsys,
+                                    deep_top=deep_top, profile=prof,
+                                    deep_profile=_profile(deep_profile), deep_ranks=deep_ranks,
+                                    timeout=timeout, on_plan=on_plan, environ=environ)
     run = Run.create(out=Path(out) if out else None, label=_label(target, module),
                      command="triage", target=target, args=list(args), profile=prof,
                      cwd=workdir, module=module)
@@ -171,8 +113,8 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
                                       environ=environ)
     run.add(output)
     if analysis is not None:
-        _write_ops_csv(run.dir, analysis.ops)
-    result = _result(run, analysis, output.exit_code)
+        write_ops_csv(run.dir, analysis.ops)
+    result = result_of(run, analysis, output.exit_code)
     if output.exit_code != 0:
         return result
     if nsys:
@@ -182,95 +124,6 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
              on_plan=on_plan, environ=environ)
         result.report = Run.open(run.dir).report
     return result
-
-
-def _triage_ranks(target: str, args: list[str], *, module: bool, profile: Profile,
-                  out: Optional[Union[str, Path]], timeout: Optional[float], cwd: Path,
-                  rank: Any, ranks: Optional[list[int]], launcher: list[str], world: int,
-                  environ: Mapping[str, str]) -> RunResult:
-    """Every rank profiled into its own folder of one run directory, then merged: by this
-    process after torch.distributed.run returns (``launcher``), or, when a launcher started
-    one nsbridge per rank, by rank 0 once every rank's summary is there."""
-    label = _label(target, module)
-    if launcher:
-        run = Run.create(out=Path(out) if out else None, label=label, command="triage",
-                         target=target, args=args, profile=profile, cwd=cwd, module=module)
-        run.manifest["launcher"] = launcher   # `timeline`/`deep --run` start the ranks alike
-        code = profile_ranks(run.dir, target=target, args=args, module=module,
-                             profile=profile, cwd=cwd, timeout=timeout, ranks=ranks,
-                             launcher=launcher, environ=environ)
-        summaries = read_summaries(run.dir)
-        if world:   # one node: every rank wrote here (several nodes: only this node's)
-            summaries += missing_ranks(summaries, world, run.dir)
-    else:
-        run_dir = new_run_dir(Path(out) if out else None, f"{job_id(environ)}-{label}",
-                              shared=True)
-        started = time.time()
-        code = profile_ranks(run_dir, target=target, args=args, module=module,
-                             profile=profile, cwd=cwd, timeout=timeout, ranks=ranks,
-                             environ=environ)
-        if rank.rank != 0:
-            return _follower_result(run_dir, rank, code, "triage", " ".join([target, *args]))
-        with progress.step(f"waiting for the other {rank.world_size - 1} rank(s)"):
-            # stopped (timeout, signal): a short wait; summaries older than this launch
-            # (an earlier run into the same --out) never count
-            summaries = wait_for(run_dir, rank.world_size,
-                                 (timeout or WAIT_S) if code == 0 else 10.0, since=started)
-        run = Run.create(out=run_dir, label=label, command="triage", target=target,
-                         args=args, profile=profile, cwd=cwd, module=module, shared=True)
-    with progress.step("merging the ranks"):
-        output, analysis = reduce(run.dir, summaries, profile, " ".join([target, *args]))
-    run.add(output)
-    if analysis is not None:
-        _write_ops_csv(run.dir, analysis.ops)
-    return _result(run, analysis, output.exit_code or code)
-
-
-def _tool_passes_on_ranks(result: RunResult, *, rank: Any, launcher: list[str], nsys: bool,
-                          deep_top: Optional[int], profile: Profile, deep_profile: Profile,
-                          deep_ranks: Optional[list[int]], timeout: Optional[float],
-                          on_plan: Optional[Callable[[str], None]],
-                          environ: Mapping[str, str]) -> RunResult:
-    """After a distributed triage: the nsys and ncu passes on the ranks (rank 0 or the
-    launching process merges; other ranks run their share when rank 0 says so)."""
-    kinds = [k for k, wanted in (("timeline", nsys), ("deep", deep_top is not None)) if wanted]
-    if rank is not None and rank.rank != 0:
-        for kind in kinds:
-            if result.exit_code == 0:
-                result.exit_code = follow(kind, result.run_dir, rank, timeout, environ)
-        return result
-    run = Run.open(result.run_dir) if kinds else None
-    for kind in kinds:
-        if result.exit_code != 0:
-            if rank is not None:
-                tell_stop(result.run_dir, kind, f"an earlier pass ended with exit status "
-                          f"{result.exit_code}", rank, environ)
-            continue
-        if kind == "timeline":
-            output = timeline_on_ranks(run, profile=profile, timeout=timeout, rank=rank,
-                                       launcher=launcher, environ=environ)
-        else:
-            output = deep_on_ranks(run, kernels=(), top=deep_top or None, profile=deep_profile,
-                                   ranks=deep_ranks, timeout=timeout, rank=rank,
-                                   launcher=launcher, on_plan=on_plan, environ=environ)
-        run.add(output)
-        result = _result(run, None, output.exit_code)
-    return result
-
-
-def _follower_result(run_dir: Path, rank: Any, code: int, command: str,
-                     target: str) -> RunResult:
-    """What a rank other than 0 returns: where its files are (rank 0 merges)."""
-    report = empty_report(command, target)
-    report.update(status="ok" if code == 0 else "failed", notes=[
-        f"rank {rank.rank} of {rank.world_size} on {rank.host}: its files are in "
-        f"{run_dir / rank.dir_name}; rank 0 writes the merged report in {run_dir}"])
-    if code != 0:
-        report["error"] = {"type": "RankStopped", "message": (
-            f"rank {rank.rank} ended with exit status {code} (its messages are above; rank 0's "
-            "report names the rank that failed first)")}
-    return RunResult(run_dir=run_dir, report=report, ops=pd.DataFrame(columns=S.OP_COLUMNS),
-                     steps=pd.DataFrame(), exit_code=code)
 
 
 def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = False,
@@ -291,15 +144,15 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
     if run is not None and target is None:
         earlier = Run.open(Path(run))
         if is_ranked(earlier):
-            return _on_ranks("timeline", earlier, profile=prof, timeout=timeout,
-                             environ=environ)
+            return on_ranks("timeline", earlier, profile=prof, timeout=timeout,
+                            environ=environ)
     the_run, target, args, module, workdir = _run_for(run, target, args, module, cwd, prof,
                                                       "timeline", out)
     output, joined = capture_timeline(the_run.dir, target=target, args=args, module=module,
                                       profile=prof, cwd=workdir, timeout=timeout,
                                       environ=environ)
     the_run.add(output)
-    result = _result(the_run, None, output.exit_code)
+    result = result_of(the_run, None, output.exit_code)
     result.timeline = joined.ops
     return result
 
@@ -336,16 +189,16 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
                               "--deep N script.py (or triage first, then deep --run-dir DIR).")
         require_gpu(environ)
         triaged = triage(target, args, module=module, out=out, timeout=timeout, cwd=cwd,
-                         environ=environ)
+                        environ=environ)
         if triaged.exit_code != 0:
             return triaged
         run = triaged.run_dir
     the_run = Run.open(Path(run) if run is not None else _latest_run())
     report, manifest = the_run.report, the_run.manifest
     if is_ranked(the_run) and manifest.get("command") != "analyze":
-        return _on_ranks("deep", the_run, profile=_profile(profile), timeout=timeout,
-                         kernels=kernels, top=top, ranks=ranks, on_plan=on_plan,
-                         environ=environ)
+        return on_ranks("deep", the_run, profile=_profile(profile), timeout=timeout,
+                        kernels=kernels, top=top, ranks=ranks, on_plan=on_plan,
+                        environ=environ)
     if manifest.get("command") == "analyze":
         raise DeepError(f"The run {the_run.dir} was made by `analyze` and has no script to "
                         "run under ncu. Give the script: nsbridge deep --kernel OP script.py.")
@@ -366,34 +219,7 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
                           timeout=timeout, verdict=(report.get("verdict") or {}).get("label"),
                           op_shapes=_shapes(report), environ=environ)
     the_run.add(output)
-    return _result(the_run, None, 0)
-
-
-def _on_ranks(kind: str, the_run: Run, *, profile: Profile, timeout: Optional[float],
-              kernels: Sequence[str] = (), top: Optional[int] = None,
-              ranks: Optional[Sequence[int]] = None,
-              on_plan: Optional[Callable[[str], None]] = None,
-              environ: Mapping[str, str] = os.environ) -> RunResult:
-    """`timeline --run` / `deep --run` on a run of several ranks."""
-    rank, launcher = driver(the_run, detect_rank(environ))
-    if kind == "deep":
-        if kernels:
-            check_ops(kernels, the_run.op_names)
-        require_gpu(environ)
-        find_ncu(environ)
-    if rank is not None and rank.rank != 0:   # rank 0 writes the merged report
-        return _follower_result(the_run.dir, rank,
-                                follow(kind, the_run.dir, rank, timeout, environ), kind,
-                                the_run.report.get("target", ""))
-    if kind == "timeline":
-        output = timeline_on_ranks(the_run, profile=profile, timeout=timeout, rank=rank,
-                                   launcher=launcher, environ=environ)
-    else:
-        output = deep_on_ranks(the_run, kernels=kernels, top=top, profile=profile, ranks=ranks,
-                               timeout=timeout, rank=rank, launcher=launcher, on_plan=on_plan,
-                               environ=environ)
-    the_run.add(output)
-    return _result(the_run, None, output.exit_code)
+    return result_of(the_run, None, 0)
 
 
 def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default",
@@ -411,7 +237,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
     paths = list(paths)
     ranked = [Path(p) for p in paths if Path(p).is_dir() and read_summaries(Path(p))]
     if ranked:
-        return _analyze_ranks(ranked[0], prof, out)
+        return analyze_ranks(ranked[0], prof, out)
     files = _input_files([Path(p) for p in paths])
     nsys_files = [f for f in files if f.suffix in _NSYS_SUFFIXES]
     ncu_files = [f for f in files if f.suffix in _NCU_SUFFIXES]
@@ -426,7 +252,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
                      command="analyze", target=target, args=[], profile=prof, cwd=Path.cwd())
     if first is not None:
         run.add(first)
-        _write_ops_csv(run.dir, analysis.ops)
+        write_ops_csv(run.dir, analysis.ops)
     result_timeline = None
     try:
         if nsys_files:
@@ -441,7 +267,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
         run.manifest["status"] = run.report["status"] = "failed"
         run.write()
         raise
-    result = _result(run, analysis, 0)
+    result = result_of(run, analysis, 0)
     result.timeline = result_timeline
     return result
 
@@ -482,26 +308,6 @@ def _read_report(path: Path) -> dict[str, Any]:
     return report
 
 
-def _analyze_ranks(source: Path, prof: Profile, out: Optional[Union[str, Path]]) -> RunResult:
-    """A distributed run's rank summaries merged again (one rank's trace loaded)."""
-    summaries = read_summaries(source)
-    summaries += missing_ranks(summaries, max(s.get("world_size") or 0 for s in summaries),
-                               source)
-    output, analysis = reduce(source, summaries, prof, str(source), command="analyze")
-    if output.core["files"].get("trace"):
-        output.core["files"]["trace_input"] = str((source / output.core["files"]["trace"])
-                                                  .resolve())
-        output.core["files"]["trace"] = None
-    output.core["files"]["key_averages"] = None
-    run = Run.create(out=Path(out) if out else None, label=f"analyze-{source.name}",
-                     command="analyze", target=str(source), args=[], profile=prof,
-                     cwd=Path.cwd())
-    run.add(output)
-    if analysis is not None:
-        _write_ops_csv(run.dir, analysis.ops)
-    return _result(run, analysis, 0)
-
-
 def doctor() -> list[Any]:
     """Machine checks for `nsbridge doctor` (collect.doctor.Check: level, name, detail, fix)."""
     from .collect.doctor import run_checks
@@ -532,24 +338,6 @@ def _run_for(run: Optional[Union[str, Path]], target: Optional[str], args: Seque
                          f"{_label(target, module)}", command=command, target=target,
                          args=list(args), profile=prof, cwd=workdir, module=module)
     return the_run, target, args, module, workdir
-
-
-def _result(run: Run, analysis: Optional[TraceAnalysis], exit_code: int) -> RunResult:
-    if analysis is not None:
-        ops, steps = analysis.ops, analysis.steps
-    else:   # a pass added to a run: its frames from the report, as nsbridge.load gives them
-        ops, steps = frames.ops(run.report), frames.steps(run.report)
-    return RunResult(run_dir=run.dir, report=run.report, ops=ops, steps=steps,
-                     exit_code=exit_code)
-
-
-def _write_ops_csv(run_dir: Path, ops: pd.DataFrame) -> None:
-    csv = ops.copy()
-    csv["shapes"] = csv["shapes"].map(lambda v: "; ".join(v))
-    for col in ("kernels", "copies"):
-        csv[col] = csv[col].map(lambda ks: json.dumps([k["name"] for k in ks]))
-    csv["per_step_us"] = csv["per_step_us"].map(json.dumps)
-    csv.to_csv(run_dir / "ops.csv", index=False)
 
 
 def _shapes(report: dict[str, Any]) -> dict[str, list[str]]:

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from nsbridge.api import load
 from nsbridge.errors import DeepError
 from nsbridge.model.rank_plan import pick_ranks, refuse_communication_ops
-from nsbridge.passes.rank_tools import reduce_outputs, retire_word, tell_ranks, wait_for_word
+from nsbridge.passes.rank_tools import (map_pass, pass_spec, reduce_outputs, retire_word,
+                                        tell_ranks, wait_for_word)
 
 from conftest import ROOT, fake_ncu_env
 
@@ -130,6 +132,22 @@ def test_ranks_take_only_this_jobs_word_and_acknowledge_it(tmp_path: Path) -> No
         "rank 0 could not plan it"
 
 
+def test_a_rank_whose_tool_cannot_start_still_runs_the_script(tmp_path: Path) -> None:
+    """Its peers wait for it in collectives: it runs the script alone and says why."""
+    script = tmp_path / "job.py"
+    script.write_text("import pathlib, sys\npathlib.Path(sys.argv[1]).write_text('ran')\n")
+    spec = pass_spec(target=str(script), args=[str(tmp_path / "marker")], module=False,
+                     cwd=tmp_path, timeout=60, profile_source="default", ranks=[0],
+                     pass_id="p9")
+    env = {**os.environ, "NSBRIDGE_NSYS": str(tmp_path / "no-nsys")}
+    assert map_pass("timeline", tmp_path, 0, spec, env) == 1
+    assert (tmp_path / "marker").read_text() == "ran"
+    out = json.loads((tmp_path / "rank-00" / "timeline-pass.json").read_text())
+    assert out["pass_id"] == "p9" and out["status"] == "failed" and out["section"] is None
+    assert out["error"]["message"].startswith("rank 0 ran the script without nsys: "
+                                              "NSBRIDGE_NSYS=")
+
+
 # --- end to end: two gloo ranks on CPU --------------------------------------------------------
 
 def _nsys_or_skip() -> None:
@@ -191,6 +209,10 @@ def test_nsys_runs_on_every_rank_into_its_folder_and_merges(nsys_ranks: Path) ->
     assert [r["rank"] for r in passes[-1]["ranks"]] == [0, 1]
     assert "Per rank (the tables above are rank 1's)" in (nsys_ranks / "report.md").read_text()
     assert "rank-00/timeline.nsys-rep" in (nsys_ranks / "report.html").read_text()
+    per_rank = load(nsys_ranks).timeline_ranks                # the same rows as DataFrames
+    assert list(per_rank["rank"]) == [0, 1]
+    assert list(per_rank["nsbridge_ranges"]) == [rows[0]["nsbridge_ranges"],
+                                                 rows[1]["nsbridge_ranges"]]
 
 
 @pytest.mark.slow
@@ -250,6 +272,9 @@ def test_deep_on_the_planned_ranks_of_an_earlier_run(ranked_run: Path, tmp_path:
     relu = next(op for op in report["ops"] if op["name"] == "aten::relu")
     assert relu["ncu"]["launches"] == 3 and relu["nsys"] is not None   # both passes, one row
     assert rows[1]["files"]["ncu_rep"] == "rank-01/deep.ncu-rep"
+    frame = load(run).ncu_ranks
+    assert list(frame["rank"]) == [0, 1]
+    assert list(frame["aten::relu.sm_pct"]) == [rows[0]["ops"]["aten::relu"]["sm_pct"]] * 2
     assert [p["name"] for p in json.loads((run / "manifest.json").read_text())["passes"]] == [
         "torch.profiler (ranks)", "nsys", "ncu"]
 
@@ -296,8 +321,11 @@ def test_a_rank_whose_ncu_fails_is_named_and_the_other_kept(ranked_run: Path, tm
     # whichever rank fails first is named; torchrun then ends the other (its ncu, too)
     assert report["error"]["message"].startswith(f"rank {report['error']['rank']} (ncu): ncu "
                                                  "failed with exit status")
-    assert sorted(n[:13] for n in report["notes"] if "(ncu): ncu failed" in n) == [
-        "rank 0 (ncu):", "rank 1 (ncu):"]
+    # the other rank failed too, or torchrun ended it first: either way it is named
+    notes = sorted(n for n in report["notes"] if n.startswith("rank "))
+    assert [n[:13] for n in notes] == ["rank 0 (ncu):", "rank 1 (ncu):"]
+    assert all(n[14:].startswith(("ncu failed", "stopped by SIGTERM (the launcher ended"))
+               for n in notes)
     assert "ncu" not in report                              # nothing measured, nothing shown
     ranks = json.loads((run / "manifest.json").read_text())["passes"][-1]["ranks"]
     assert [(r["rank"], r["status"]) for r in ranks] == [(0, "failed"), (1, "failed")]

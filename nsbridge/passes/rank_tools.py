@@ -209,6 +209,11 @@ def _failed(kind: str, exc: BaseException, prefix: str = "") -> PassOutput:
     interrupted = isinstance(exc, KeyboardInterrupt)
     code = 130 if interrupted else 143 if isinstance(exc, Stopped) else 1
     message = str(exc) or type(exc).__name__
+    if isinstance(exc, Stopped):
+        message = ("stopped by SIGTERM (the launcher ended this rank, as torchrun does once "
+                   "another rank has failed)")
+    elif interrupted:
+        message = "interrupted (Ctrl-C)"
     if kind == "deep" and "(stopped by --timeout)" in message:
         message += (" On several ranks the usual cause is a rank waiting in a collective for "
                     "a peer that ncu's kernel replay holds up: raise --timeout (and the "

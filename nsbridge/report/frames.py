@@ -64,6 +64,21 @@ def ncu_kernels(report: dict[str, Any]) -> Optional[pd.DataFrame]:
     return pd.DataFrame(ncu["kernels"]) if ncu else None
 
 
+def pass_ranks(report: dict[str, Any], section: str) -> Optional[pd.DataFrame]:
+    """One row per rank of a pass run on several ranks (``section``: "timeline" or "ncu";
+    ncu's per-op numbers flattened to ``OP.metric`` columns); None without one."""
+    rows = (report.get(section) or {}).get("ranks")
+    if not rows:
+        return None
+    flat = []
+    for row in rows:
+        out = {k: v for k, v in row.items() if k not in ("ops", "files", "attribution")}
+        for op, numbers in (row.get("ops") or {}).items():
+            out.update({f"{op}.{k}": v for k, v in numbers.items()})
+        flat.append(out)
+    return pd.DataFrame(flat)
+
+
 def summary_html(report: dict[str, Any], run_dir: str, top: int = 10) -> str:
     """A notebook cell's view: verdict, evidence and the top ops (every string escaped)."""
     e = lambda s: html.escape(str(s))  # noqa: E731

@@ -1,0 +1,112 @@
+"""What a command returns: the run directory, its report and the report's frames."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import pandas as pd
+
+from . import schema as S
+from .model.analysis import TraceAnalysis
+from .report import frames
+from .run import Run, empty_report
+
+
+@dataclass
+class RunResult:
+    """What a command produced (or ``nsbridge.load`` read back): the run directory, the
+    report dict and its frames. Renders as a summary in Jupyter."""
+
+    run_dir: Path
+    report: dict[str, Any]
+    ops: pd.DataFrame      # OPS frame (schema.OP_COLUMNS), ranked; see frames.ops for load
+    steps: pd.DataFrame    # per step: step, wall_ms, data/forward/backward/optimizer/other_ms
+    exit_code: int         # 0, the script's own non-zero status, 124 timeout, 130 Ctrl-C
+    timeline: Optional[pd.DataFrame] = None  # nsys per-op table (model.timeline.op_summary)
+
+    @property
+    def status(self) -> str:
+        return str(self.report["status"])
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return json.loads((self.run_dir / "manifest.json").read_text(encoding="utf-8"))
+
+    @property
+    def kernels(self) -> pd.DataFrame:
+        """Kernels and copies per op (op, kind, name, calls, device_us, bytes)."""
+        return frames.kernels(self.report)
+
+    @property
+    def sync_points(self) -> pd.DataFrame:
+        return frames.sync_points(self.report)
+
+    @property
+    def gaps(self) -> pd.DataFrame:
+        """GPU idle gaps in the torch trace's measured window."""
+        return frames.gaps(self.report)
+
+    @property
+    def timeline_ops(self) -> Optional[pd.DataFrame]:
+        return frames.timeline_ops(self.report)
+
+    @property
+    def timeline_gaps(self) -> Optional[pd.DataFrame]:
+        return frames.timeline_gaps(self.report)
+
+    @property
+    def timeline_ranks(self) -> Optional[pd.DataFrame]:
+        """nsys per rank (a run of several ranks): GPU busy, kernel and comm-kernel time."""
+        return frames.pass_ranks(self.report, "timeline")
+
+    @property
+    def ncu_ranks(self) -> Optional[pd.DataFrame]:
+        """ncu per profiled rank: why that rank, and its per-op numbers (OP.metric)."""
+        return frames.pass_ranks(self.report, "ncu")
+
+    @property
+    def ncu(self) -> Optional[pd.DataFrame]:
+        """ncu's kernel table (one row per profiled launch), None without the deep pass."""
+        return frames.ncu_kernels(self.report)
+
+    def _repr_html_(self) -> str:
+        return frames.summary_html(self.report, str(self.run_dir))
+
+
+def result_of(run: Run, analysis: Optional[TraceAnalysis], exit_code: int) -> RunResult:
+    """The RunResult of a run: frames from the analysis when there is one, else from the
+    report (as nsbridge.load gives them)."""
+    if analysis is not None:
+        ops, steps = analysis.ops, analysis.steps
+    else:
+        ops, steps = frames.ops(run.report), frames.steps(run.report)
+    return RunResult(run_dir=run.dir, report=run.report, ops=ops, steps=steps,
+                     exit_code=exit_code)
+
+
+def write_ops_csv(run_dir: Path, ops: pd.DataFrame) -> None:
+    """ops.csv: the op table, list columns as JSON or '; '-joined text."""
+    csv = ops.copy()
+    csv["shapes"] = csv["shapes"].map(lambda v: "; ".join(v))
+    for col in ("kernels", "copies"):
+        csv[col] = csv[col].map(lambda ks: json.dumps([k["name"] for k in ks]))
+    csv["per_step_us"] = csv["per_step_us"].map(json.dumps)
+    csv.to_csv(run_dir / "ops.csv", index=False)
+
+
+def follower_result(run_dir: Path, rank: Any, code: int, command: str,
+                    target: str) -> RunResult:
+    """What a rank other than 0 returns: where its files are (rank 0 merges)."""
+    report = empty_report(command, target)
+    report.update(status="ok" if code == 0 else "failed", notes=[
+        f"rank {rank.rank} of {rank.world_size} on {rank.host}: its files are in "
+        f"{run_dir / rank.dir_name}; rank 0 writes the merged report in {run_dir}"])
+    if code != 0:
+        report["error"] = {"type": "RankStopped", "message": (
+            f"rank {rank.rank} ended with exit status {code} (its messages are above; rank 0's "
+            "report names the rank that failed first)")}
+    return RunResult(run_dir=run_dir, report=report, ops=pd.DataFrame(columns=S.OP_COLUMNS),
+                     steps=pd.DataFrame(), exit_code=code)
