@@ -321,13 +321,15 @@ def test_a_rank_whose_ncu_fails_is_named_and_the_other_kept(ranked_run: Path, tm
     # whichever rank fails first is named; torchrun then ends the other (its ncu, too)
     assert report["error"]["message"].startswith(f"rank {report['error']['rank']} (ncu): ncu "
                                                  "failed with exit status")
-    # the other rank failed too, or torchrun ended it first: either way it is named
+    # the other rank failed too, or torchrun ended it first (before or after its nsbridge
+    # could write an output): either way it is named with what happened
     notes = sorted(n for n in report["notes"] if n.startswith("rank "))
     assert [n[:13] for n in notes] == ["rank 0 (ncu):", "rank 1 (ncu):"]
-    assert all(n[14:].startswith(("ncu failed", "stopped by SIGTERM (the launcher ended"))
-               for n in notes)
+    assert all(n[14:].startswith(("ncu failed", "stopped by SIGTERM (the launcher ended",
+                                  "no ncu output: the rank ended without it")) for n in notes), notes
     assert "ncu" not in report                              # nothing measured, nothing shown
     ranks = json.loads((run / "manifest.json").read_text())["passes"][-1]["ranks"]
-    assert [(r["rank"], r["status"]) for r in ranks] == [(0, "failed"), (1, "failed")]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["status"] in ("failed", "hung") for r in ranks), ranks
     assert report["timeline"]["ranks"]                      # the earlier passes are kept
     assert f"rank {report['error']['rank']} (ncu): ncu failed" in proc.stderr
