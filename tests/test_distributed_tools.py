@@ -18,8 +18,8 @@ import pytest
 from nsbridge.api import load
 from nsbridge.errors import DeepError
 from nsbridge.model.rank_plan import pick_ranks, refuse_communication_ops
-from nsbridge.passes.rank_tools import (map_pass, pass_spec, reduce_outputs, retire_word,
-                                        tell_ranks, wait_for_word)
+from nsbridge.passes.rank_tools import (acknowledge, map_pass, pass_spec, reduce_outputs,
+                                        retire_word, tell_ranks, wait_for_word)
 
 from conftest import ROOT, fake_ncu_env
 
@@ -123,10 +123,12 @@ def test_ranks_take_only_this_jobs_word_and_acknowledge_it(tmp_path: Path) -> No
     assert stale["go"] is False
     assert wait_for_word(tmp_path, "timeline", 1.0, job="job-7", since=0)["go"] is False
     assert not retire_word(tmp_path, "deep", nonce, [1, 2], 0.0)     # nobody read it yet
-    assert wait_for_word(tmp_path, "deep", 5.0, job="job-7", since=0, rank=1)["go"] is True
-    assert wait_for_word(tmp_path, "deep", 5.0, job="job-7", since=0, rank=2)["go"] is True
-    assert retire_word(tmp_path, "deep", nonce, [1, 2], 0.0)
+    assert wait_for_word(tmp_path, "deep", 5.0, job="job-7", since=0)["go"] is True
+    acknowledge(tmp_path, "deep", nonce, rank=1, world_size=3)
+    assert (tmp_path / "ranks-next.json").exists()          # rank 2 has not read it yet
+    acknowledge(tmp_path, "deep", nonce, rank=2, world_size=3)
     assert not (tmp_path / "ranks-next.json").exists()      # a later launch cannot read it
+    assert retire_word(tmp_path, "deep", nonce, [1, 2], 0.0)  # rank 0 finds it gone
     tell_ranks(tmp_path, "deep", False, job="job-7", why="rank 0 could not plan it")
     assert wait_for_word(tmp_path, "deep", 5.0, job="job-7", since=0)["why"] == \
         "rank 0 could not plan it"

@@ -27,8 +27,8 @@ from ..model.rank_plan import COMMUNICATION_OP, pick_ranks, refuse_communication
 from ..profiles import Profile
 from ..run import PassOutput, Run
 from ..rundir import write_json
-from .rank_tools import (map_pass, pass_spec, reduce_outputs, retire_word, tell_ranks,
-                         wait_for_word, wait_outputs)
+from .rank_tools import (acknowledge, map_pass, pass_spec, reduce_outputs, retire_word,
+                         tell_ranks, wait_for_word, wait_outputs)
 
 WAIT_S = 600.0      # coordination: how long ranks wait for rank 0's word, beyond --timeout
 GRACE_S = 120.0     # how long the ranks may take to write their outputs after their timeout
@@ -131,11 +131,12 @@ def follow(kind: str, run_dir: Path, rank: RankEnv, timeout: Optional[float],
     """A rank other than 0: run its share of the ``kind`` pass when rank 0 says so; the
     exit status (1 when rank 0 called the pass off or said nothing)."""
     word = wait_for_word(run_dir, kind, WAIT_S + (timeout or 0.0), job=job_id(environ),
-                         since=_STARTED - WORD_SLACK_S, rank=rank.rank)
-    if word.get("nonce"):   # the last rank to read the word removes it
-        retire_word(run_dir, kind, word["nonce"], range(1, rank.world_size), 0.0)
+                         since=_STARTED - WORD_SLACK_S)
     if not word["go"]:
         print(f"nsbridge: rank {rank.rank}: no {kind} pass: {word['why']}", file=sys.stderr)
+    if word.get("nonce"):   # said after the message: rank 0 (and the launcher) may end now
+        acknowledge(run_dir, kind, word["nonce"], rank.rank, rank.world_size)
+    if not word["go"]:
         return 1
     return map_pass(kind, run_dir, rank.rank, word["spec"], environ)
 

@@ -162,22 +162,26 @@ def tell_ranks(run_dir: Path, kind: str, go: bool, *, job: str,
     return nonce
 
 
-def wait_for_word(run_dir: Path, kind: str, timeout_s: float, *, job: str, since: float,
-                  rank: Optional[int] = None) -> dict[str, Any]:
-    """What rank 0 said about the ``kind`` pass in this job (written after ``since``),
-    acknowledged by ``rank``; a stop when it said nothing within ``timeout_s``."""
+def wait_for_word(run_dir: Path, kind: str, timeout_s: float, *, job: str,
+                  since: float) -> dict[str, Any]:
+    """What rank 0 said about the ``kind`` pass in this job (written after ``since``); a
+    stop when it said nothing within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         word = _read(run_dir / NEXT, since)
         if word and word.get("pass") == kind and word.get("job") == job:
-            if rank is not None:
-                folder = run_dir / rank_dir_name(rank)
-                folder.mkdir(exist_ok=True)
-                write_json(folder / ACK.format(kind=kind), {"nonce": word["nonce"]})
             return word
         time.sleep(POLL_S)
     return {"pass": kind, "go": False, "spec": None,
             "why": f"rank 0 did not say within {timeout_s:.0f} s whether the {kind} pass runs"}
+
+
+def acknowledge(run_dir: Path, kind: str, nonce: str, rank: int, world_size: int) -> None:
+    """``rank`` has read rank 0's word; the last rank to read it removes it."""
+    folder = run_dir / rank_dir_name(rank)
+    folder.mkdir(exist_ok=True)
+    write_json(folder / ACK.format(kind=kind), {"nonce": nonce})
+    retire_word(run_dir, kind, nonce, range(1, world_size), 0.0)
 
 
 def retire_word(run_dir: Path, kind: str, nonce: str, ranks: Sequence[int],
