@@ -39,7 +39,10 @@ SEARCH_PATTERNS = ("/opt/nvidia/nsight-systems/*/bin/nsys",
                    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
                    "/usr/local/cuda*/nsight-compute*/host/target-linux-x64/nsys")
 IMPORTER = "QdstrmImporter"
-PROGRESS = re.compile(r"\[\d+/\d+\] \[[= ]*\d+%|^Generating '.*\.qdstrm'$|^Generated:$|^\s+/.*\.(nsys-rep|sqlite|qdstrm)$")
+PROGRESS = re.compile(r"\[\d+/\d+\] \[[= ]*\d+%|^Generating '.*\.qdstrm'$|^Generated:$|"
+                      r"^\s+/.*\.(nsys-rep|sqlite|qdstrm)$|"
+                      # nsbridge imports a leftover .qdstrm itself (capture): not an error
+                      r"^Importer error status: |^Unable to retrieve the importer version")
 _VERSION = re.compile(r"(\d{4}\.\d+(?:\.\d+)*)")
 _MISSING_LIB = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
 
