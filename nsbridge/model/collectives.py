@@ -19,7 +19,10 @@ import pandas as pd
 from .. import schema as S
 from .nesting import clipped_union, merge_intervals
 
-_BACKEND = re.compile(r"^(?:nccl|gloo|mpi|ucc|xccl):(?P<kind>[a-z_]+)")
+_BACKENDS = "nccl|gloo|mpi|ucc|xccl"
+_BACKEND = re.compile(rf"^(?:{_BACKENDS}):(?P<kind>[a-z_]+)")
+# an op that communicates: a backend's own range, a c10d op, or PyTorch's comms record
+COMMUNICATION_OP = re.compile(rf"^(?:{_BACKENDS}):|^c10d::|^record_param_comms$")
 _C10D = re.compile(r"^c10d::(?P<kind>[a-z_]+?)_?$")
 KINDS = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "allreduce_coalesced": "all_reduce",
          "all_gather": "all_gather", "allgather": "all_gather", "_allgather_base": "all_gather",

@@ -9,12 +9,10 @@ other), else the step time. Input: report["distributed"]; no I/O.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Optional, Sequence
 
 from ..errors import DeepError
-
-COMMUNICATION_OP = re.compile(r"^(?:nccl|gloo|mpi|ucc|xccl):|^c10d::|^record_param_comms$")
+from .collectives import COMMUNICATION_OP
 
 
 def pick_ranks(distributed: dict[str, Any],

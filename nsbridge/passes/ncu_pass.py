@@ -42,13 +42,13 @@ def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequ
                  module: bool, deep: Deep, cwd: Path, timeout: Optional[float],
                  verdict: Optional[str], op_shapes: Mapping[str, list[str]],
                  environ: Mapping[str, str] = os.environ) -> PassOutput:
-    """Run the target under ncu with the plan's filter and counts; parse and model.
+    """Run the target under ncu with the plan's filter and counts; parse and model. The
+    caller has checked for a GPU (require_gpu) before running anything.
 
     Raises:
-        DeepError (no GPU, counters not permitted, no kernel matched), ToolNotFoundError
+        DeepError (counters not permitted, no kernel matched), ToolNotFoundError
         (no ncu), ToolFailedError (ncu failed or timed out; log kept).
     """
-    require_gpu(environ)
     ncu = find_ncu(environ)
     version = ncu_version(ncu)
     ops = [row["op"] for row in plan["ops"]]

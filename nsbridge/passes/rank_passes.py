@@ -23,7 +23,8 @@ from ..collect._process import run_passthrough
 from ..distributed.ranks import RankEnv, job_id
 from ..errors import DeepError, ScriptError
 from ..model.deep_plan import choose, describe, plan as make_plan
-from ..model.rank_plan import COMMUNICATION_OP, pick_ranks, refuse_communication_ops
+from ..model.collectives import COMMUNICATION_OP
+from ..model.rank_plan import pick_ranks, refuse_communication_ops
 from ..profiles import Profile
 from ..run import PassOutput, Run
 from ..rundir import write_json

@@ -35,18 +35,18 @@ from ..collect.ncu import find_ncu
 from ..collect.nsys import find_nsys
 from ..distributed.ranks import RankEnv, detect, rank_dir_name
 from ..errors import NsbridgeError
-from ..model.rank_plan import COMMUNICATION_OP
+from ..model.collectives import COMMUNICATION_OP
 from ..profiles import load_profile
 from ..run import PassOutput
 from ..rundir import write_json
 from .ncu_pass import capture_deep, require_gpu
 from .nsys_pass import capture_timeline
+from .ranks_pass import POLL_S
 
 OUTPUT = {"timeline": "timeline-pass.json", "deep": "deep-pass.json"}
 NAMES = {"timeline": "nsys", "deep": "ncu"}
 NEXT = "ranks-next.json"
 ACK = "{kind}-ack.json"
-POLL_S = 0.5
 
 
 def map_pass(kind: str, run_dir: Path, rank: int, spec: Mapping[str, Any],

@@ -27,7 +27,7 @@ from ..report.build import build_report
 from ..run import PassOutput
 from .torch_pass import has_memory
 
-POLL_S = 0.5
+POLL_S = 0.5   # how often a waiting rank looks for the others' files
 
 
 def launcher_argv(*, nproc_per_node: int, nnodes: Optional[str], node_rank: Optional[int],
