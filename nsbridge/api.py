@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
-from .errors import DeepError, RunDirError, ScriptError, TraceNotFoundError
+from .errors import DeepError, DiffInputError, RunDirError, ScriptError, TraceNotFoundError
 from .model.analysis import TraceAnalysis
 from .model.deep_plan import check_ops, choose, describe, plan as make_plan
 from .collect.ncu import find_ncu
@@ -63,8 +63,10 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
            nproc_per_node: Optional[int] = None, nnodes: Optional[str] = None,
            node_rank: Optional[int] = None, rdzv_endpoint: Optional[str] = None,
            ranks: Optional[list[int]] = None, deep_ranks: Optional[list[int]] = None,
-           environ: Mapping[str, str] = os.environ) -> RunResult:
-    """Run a script (or ``-m`` module) under torch.profiler and analyse it; with ``nsys``
+           runs: int = 1, environ: Mapping[str, str] = os.environ) -> RunResult:
+    """Run a script (or ``-m`` module) under torch.profiler and analyse it (``runs`` > 1:
+    that many processes, their steps pooled so intervals include the between-process
+    spread); with ``nsys``
     also the timeline pass, with ``deep_top`` the ncu pass on that many top ops, all into
     one run directory. Several ranks (``nproc_per_node``, or started by a launcher): every
     pass on every rank (``ranks`` limits torch.profiler and nsys), ncu on ``deep_ranks``
@@ -86,6 +88,9 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
         _profile(deep_profile)
         require_gpu(environ)
         find_ncu(environ)
+    if runs > 1 and (nproc_per_node or rank is not None):
+        raise ScriptError("--runs pools several processes of a one-process script; a job of "
+                          "several ranks already measures each rank: leave --runs off.")
     if nproc_per_node or rank is not None:
         launcher = launcher_argv(nproc_per_node=nproc_per_node, nnodes=nnodes,
                                  node_rank=node_rank, rdzv_endpoint=rdzv_endpoint) \
@@ -110,7 +115,7 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
                      cwd=workdir, module=module)
     output, analysis = profile_script(run.dir, target=target, args=args, module=module,
                                       profile=prof, cwd=workdir, timeout=timeout,
-                                      environ=environ)
+                                      environ=environ, runs=runs)
     run.add(output)
     if analysis is not None:
         write_ops_csv(run.dir, analysis.ops)
@@ -273,24 +278,36 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
 
 
 def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 10.0,
-         ops: Sequence[str] = (), min_step_share: float = 0.02) -> dict[str, Any]:
-    """Compare two runs (directories or report.json files): per-op deltas judged against
-    each run's noise, step time, verdict, sync points; ``regressions`` names what got
-    slower than ``fail_above`` percent (only ``ops`` when given) and added at least
-    ``min_step_share`` of the base step time.
+         ops: Sequence[str] = (), min_step_share: float = 0.02,
+         allow: Sequence[str] = ()) -> dict[str, Any]:
+    """Compare two runs (directories or report.json files) and gate on the result.
+
+    Returns model.diff.compare's dict: ``outcome`` (pass, regression, inconclusive) with its
+    ``exit_code`` (0, 1, 4), ``reasons`` and ``advice`` when inconclusive, ``regressions``
+    (op or step time, source, change beyond the drift with its 95% interval, ms added per
+    step), the step-time and per-op comparison, the noise figures and both machines.
+    ``ops`` gates only those ops; ``allow`` accepts differences of kind target, args, torch,
+    gpu, threads or cores that would otherwise make the comparison inconclusive.
 
     Raises:
-        RunDirError: a path is neither a run directory nor a report.json.
+        DiffInputError: a path is neither a run directory nor an nsbridge report.json.
     """
+    from .model.comparability import ALLOWABLE
     from .model.diff import compare
 
+    unknown_kinds = [k for k in allow if k not in ALLOWABLE]
+    if unknown_kinds:
+        raise DiffInputError(f"--allow {', '.join(unknown_kinds)}: the differences that can be "
+                             f"accepted are {', '.join(ALLOWABLE)}.")
     reports = [_read_report(Path(p)) for p in (base, new)]
     known = {op["name"] for report in reports for op in report.get("ops", [])}
     unknown = [op for op in ops if op not in known]
     if unknown:
-        raise RunDirError(f"--op {', '.join(unknown)}: neither run has such an op, so the gate "
-                          "would check nothing. Use names as the reports' op tables spell them.")
-    result = compare(*reports, fail_above=fail_above, ops=ops, min_step_share=min_step_share)
+        raise DiffInputError(f"--op {', '.join(unknown)}: neither run has such an op, so the "
+                             "gate would check nothing. Use names as the reports' op tables "
+                             "spell them.")
+    result = compare(*reports, fail_above=fail_above, ops=ops, min_step_share=min_step_share,
+                     allow=allow)
     result["a_label"], result["b_label"] = str(base), str(new)
     return result
 
@@ -300,11 +317,11 @@ def _read_report(path: Path) -> dict[str, Any]:
     try:
         report = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        raise RunDirError(f"{path} is neither an nsbridge run directory nor its report.json "
-                          "(no readable report.json). Pass two run directories or two "
-                          "report.json files.") from None
-    if not isinstance(report, dict) or "ops" not in report:
-        raise RunDirError(f"{file} is JSON but not an nsbridge report (no ops).")
+        raise DiffInputError(f"{path} is neither an nsbridge run directory nor its report.json "
+                             "(no readable report.json). Pass two run directories or two "
+                             "report.json files.") from None
+    if not isinstance(report, dict) or not isinstance(report.get("ops"), list):
+        raise DiffInputError(f"{file} is JSON but not an nsbridge report (no ops list).")
     return report
 
 

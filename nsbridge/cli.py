@@ -2,7 +2,8 @@
 
 Exit codes: 0 ok; the script's own non-zero status when it fails; 1 an nsbridge error
 (bad input, with a one-paragraph message); 2 a usage error; 3 an unexpected crash;
-124 --timeout; 130 Ctrl-C.
+124 --timeout; 130 Ctrl-C. `diff`: 0 no regression, 1 regression, 4 inconclusive, 2 bad
+input.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ Examples:
   nsbridge triage --profile quick train.py --batch-size 64
   nsbridge triage -m mypkg.train -- --config cfg.yaml
   nsbridge triage --out runs/baseline --timeout 600 train.py
+  nsbridge triage --runs 5 train.py        (5 processes pooled: spreads between runs too)
   nsbridge triage --nsys train.py          (adds the Nsight Systems timeline)
   nsbridge triage --deep=3 train.py        (adds Nsight Compute on the 3 hottest ops)
   nsbridge triage --nproc-per-node 4 --nsys --deep=3 train.py   (every pass on 4 ranks)
@@ -103,12 +105,15 @@ def main(quiet: bool) -> None:
                    "unprofiled).")
 @click.option("--deep-ranks", "deep_ranks", metavar="1,5",
               help="Run Nsight Compute on these ranks (default: the median and the slowest).")
+@click.option("--runs", type=click.IntRange(1, 50), default=1, show_default=True, metavar="N",
+              help="Run the script N times and pool the steps: the spread between processes, "
+                   "the largest on a busy machine, then shows in every interval.")
 @script_options
 def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
            top: int, nsys: bool, deep_top: Optional[str], deep_profile: str,
            nproc_per_node: Optional[int], nnodes: Optional[str], node_rank: Optional[int],
            rdzv_endpoint: Optional[str], ranks: Optional[str], deep_ranks: Optional[str],
-           target: Optional[str], script_args: tuple[str, ...]) -> None:
+           runs: int, target: Optional[str], script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (or -m MODULE) with torch.profiler and say what bounds it.
 
     Arguments after the script (or after --) go to the script. Under torchrun, srun or
@@ -126,7 +131,7 @@ def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Opt
                                       deep_profile=deep_profile, on_plan=_echo_plan,
                                       nproc_per_node=nproc_per_node, nnodes=nnodes,
                                       node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                                      ranks=chosen, deep_ranks=for_deep), top))
+                                      ranks=chosen, deep_ranks=for_deep, runs=runs), top))
 
 
 def _rank_list(text: Optional[str], option: str) -> Optional[list[int]]:
@@ -240,32 +245,57 @@ def analyze(profile: str, deep_profile: str, out: Optional[str], top: int,
                                        out=out), top))
 
 
-@main.command(name="diff")
+DIFF_EPILOG = """\b
+Exit codes: 0 no regression; 1 a regression (named, with its source); 4 inconclusive: the
+data cannot decide (why, and what to do, are printed); 2 bad input; 3 a bug in nsbridge.
+\b
+Examples:
+  nsbridge diff runs/main runs/pr
+  nsbridge diff runs/main runs/pr --fail-above 5 --format md > comment.md
+  nsbridge diff runs/main runs/pr --op aten::mm --op aten::addmm
+  nsbridge diff runs/main runs/pr --inconclusive fail          (CI: cannot tell = fail)
+  nsbridge diff runs/main runs/pr --allow args,threads         (accept intended differences)
+"""
+
+
+@main.command(name="diff", epilog=DIFF_EPILOG)
 @click.argument("base", type=click.Path())
 @click.argument("new", type=click.Path())
 @click.option("--fail-above", type=float, default=10.0, show_default=True, metavar="PCT",
-              help="Exit 1 when an op or the step time got slower by more than PCT percent "
-                   "(beyond noise).")
+              help="A regression is a change beyond the run-wide drift of more than PCT "
+                   "percent whose 95% interval lies above no change.")
 @click.option("--min-step-share", type=click.FloatRange(0, 100), default=2.0,
               show_default=True, metavar="PCT",
               help="Gate an op only when the time it added per step (beyond the run-wide "
                    "drift) is at least PCT percent of the base step time.")
 @click.option("--op", "ops", multiple=True, metavar="OP", help="Gate only these ops.")
+@click.option("--allow", "allow", metavar="KIND[,KIND]",
+              help="Accept these differences between the runs instead of calling the "
+                   "comparison inconclusive: target, args, torch, gpu, threads, cores.")
+@click.option("--inconclusive", "when_inconclusive", default="exit", show_default=True,
+              type=click.Choice(["exit", "pass", "fail"]),
+              help="What an inconclusive comparison exits with: its own code 4 (exit), 0 "
+                   "(pass) or 1 (fail).")
 @click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]), default="text",
               show_default=True)
 def diff_command(base: str, new: str, fail_above: float, min_step_share: float,
-                 ops: tuple[str, ...], fmt: str) -> None:
-    """Compare run NEW against run BASE (directories or report.json files); exit 1 on a
-    regression, naming the op and the source of its number."""
+                 ops: tuple[str, ...], allow: Optional[str], when_inconclusive: str,
+                 fmt: str) -> None:
+    """Compare run NEW against run BASE (directories or report.json files): per-op changes
+    beyond the run-wide drift, judged with 95% intervals; exit 1 on a regression, 4 when
+    the data cannot decide."""
     from .api import diff as run_diff
     from .report.diff_render import render_diff
 
     def body() -> None:
         result = run_diff(base, new, fail_above=fail_above, ops=ops,
-                          min_step_share=min_step_share / 100.0)
+                          min_step_share=min_step_share / 100.0,
+                          allow=[k.strip() for k in (allow or "").split(",") if k.strip()])
         click.echo(render_diff(result, fmt))
-        if result["regressions"]:
-            sys.exit(1)
+        code = result["exit_code"]
+        if result["outcome"] == "inconclusive" and when_inconclusive != "exit":
+            code = 0 if when_inconclusive == "pass" else 1
+        sys.exit(code)
 
     _guard(body)
 

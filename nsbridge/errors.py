@@ -17,6 +17,8 @@ Library code raises these; only the CLI turns them into exit codes. The tree:
   - DeepError                   the deep pass cannot run as asked (no GPU, an op the run
                                 does not have, counters not permitted, a filter that
                                 matched no kernel)
+  - DiffInputError              `diff` was given something that is not a run (exit 2, so a
+                                gate never mistakes bad input for a regression's exit 1)
 """
 
 from __future__ import annotations
@@ -74,3 +76,9 @@ class ToolFailedError(NsbridgeError):
 
 class DeepError(NsbridgeError):
     """The Nsight Compute deep pass cannot run as asked."""
+
+
+class DiffInputError(NsbridgeError):
+    """`nsbridge diff` cannot read what it was given as a run."""
+
+    exit_code = 2

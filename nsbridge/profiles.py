@@ -55,6 +55,9 @@ class Analysis:
     sync_recommend_per_step: float = 1.0
     gpu_bound_busy: float = 0.80
     straggler_pct: float = 10.0
+    straggler_min_ms: float = 1.0
+    contention_wait_share: float = 0.10
+    contention_steal_share: float = 0.05
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,7 @@ def empty_report(command: str, target: str) -> dict[str, Any]:
             "command": command, "target": target, "status": "running", "error": None,
             "verdict": None, "ranked_by": None, "ops": [], "steps": None, "device": None,
             "sync_points": [], "recommendations": [], "collectives": [], "overhead": None,
-            "ranks": [],
+            "ranks": [], "machine": None, "environment": None,
             "files": {}, "notes": [], "sources": {}}
 
 

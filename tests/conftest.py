@@ -44,6 +44,26 @@ def fake_ncu_env(folder: Path) -> dict[str, str]:
     return env
 
 
+HOG = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+
+
+@pytest.fixture
+def cpu_hogs():
+    """Busy-loop processes, one per core plus one, for the test's duration: the machine made
+    contended on purpose. Bounded twice: each ends itself after 10 minutes, and the fixture
+    kills them by PID when the test ends. Yields their PIDs."""
+    count = (os.cpu_count() or 2) + 1
+    procs = [subprocess.Popen([sys.executable, "-c", HOG.format(seconds=600)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for _ in range(count)]
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def requires_gpu() -> bool:
     try:
         import torch

@@ -1,4 +1,4 @@
-"""`nsbridge diff`: per-op regressions judged against noise, as a CI gate."""
+"""`nsbridge diff`: a gate with three outcomes, judged with intervals, never on a broken run."""
 
 from __future__ import annotations
 
@@ -11,118 +11,257 @@ from pathlib import Path
 import pytest
 
 from nsbridge.model.diff import compare
+from nsbridge.report.diff_render import render_diff
 
 from conftest import ROOT, run_nsbridge
 
 
-def _report(times: dict[str, list[float]], steps: list[float], syncs: tuple = ()) -> dict:
-    ops = [{"name": n, "calls": 3, "cpu_self_us": sum(v), "device_self_us": None,
-            "mem_mib": 0.0, "kernels": [], "per_step_us": v} for n, v in times.items()]
-    return {"ranked_by": "cpu_self_us", "ops": ops, "verdict": {"label": "cpu-bound"},
-            "steps": {"count": len(steps), "per_step": [{"wall_ms": w} for w in steps]},
-            "sync_points": [{"kind": "item", "file": "t.py", "line": n} for n in syncs]}
+def _report(times: dict[str, list[float]], steps: list[float], syncs: tuple = (), *,
+            runs: list[int] | None = None, calls: dict[str, int] | None = None,
+            contended: bool = False, status: str = "ok", target: str = "train.py",
+            threads: int = 2) -> dict:
+    n = len(steps)
+    ops = [{"name": name, "calls": (calls or {}).get(name, 3 * n), "cpu_self_us": sum(v),
+            "device_self_us": None, "mem_mib": 0.0, "kernels": [], "shapes": ["[[8, 8]]"],
+            "per_step_us": v} for name, v in times.items()]
+    per_step = [{"step": i, "wall_ms": w, **({"run": runs[i]} if runs else {})}
+                for i, w in enumerate(steps)]
+    return {"status": status, "target": target, "ranked_by": "cpu_self_us", "ops": ops,
+            "verdict": {"label": "cpu-bound"}, "environment": {"torch": "2.13.0", "gpus": []},
+            "machine": {"cores": {"usable": 2}, "threads": {"intra_op": threads},
+                        "contention": {"contended": contended}},
+            "steps": {"count": n, "per_step": per_step},
+            "sync_points": [{"kind": "item", "file": "t.py", "line": k} for k in syncs]}
 
 
-BASE = {"aten::mm": [100.0, 102.0, 98.0], "aten::conv": [500.0, 510.0, 490.0],
-        "aten::relu": [50.0, 51.0, 49.0]}
+def _op(result: dict, name: str) -> dict:
+    return next(r for r in result["ops"] if r["op"] == name)
 
 
-def test_a_slower_op_beyond_noise_regresses_and_is_named() -> None:
-    slow = {**BASE, "aten::mm": [200.0, 204.0, 196.0]}
-    result = compare(_report(BASE, [1.0, 1.0, 1.0]), _report(slow, [1.2, 1.2, 1.2], (9,)))
-    assert [r["what"] for r in result["regressions"]] == ["step time", "aten::mm"]
-    mm = next(r for r in result["ops"] if r["op"] == "aten::mm")
-    assert mm["status"] == "regressed" and mm["delta_pct"] == pytest.approx(100.0)
-    assert result["regressions"][1]["source"] == "torch.profiler self CPU time"
+BASE = {"aten::mm": [100.0, 102.0, 98.0, 101.0], "aten::conv": [500.0, 510.0, 490.0, 505.0],
+        "aten::relu": [50.0, 51.0, 49.0, 50.5], "aten::add": [80.0, 81.0, 79.0, 80.0]}
+STEPS = [1.0, 1.01, 0.99, 1.0]
+TWO = [1, 1, 2, 2]          # two processes per side, two steps each
+SLOW_MM = {**BASE, "aten::mm": [200.0, 204.0, 196.0, 202.0]}
+
+
+def test_a_slower_op_beyond_noise_regresses_and_is_named_with_the_value_gated() -> None:
+    result = compare(_report(BASE, STEPS, runs=TWO), _report(SLOW_MM, STEPS, (9,), runs=TWO))
+    assert result["outcome"] == "regression" and result["exit_code"] == 1
+    mm = _op(result, "aten::mm")
+    assert mm["status"] == "regressed" and mm["ci_pct"][0] > 0 and mm["basis"] == "time"
+    named = [r for r in result["regressions"] if r["what"] == "aten::mm"]
+    assert named and named[0]["delta_pct"] == mm["beyond_drift_pct"]   # the value gated
+    assert named[0]["source"] == "torch.profiler self CPU time"
     assert result["syncs"] == {"new": ["item at t.py:9"], "vanished": []}
+    text = render_diff({**result, "a_label": "a", "b_label": "b"})
+    assert f"aten::mm {mm['beyond_drift_pct']:+.1f}% (95% interval" in text
+    assert "Outcome: REGRESSION (exit 1)" in text
 
 
-def test_a_change_inside_the_step_to_step_spread_is_noise() -> None:
-    noisy = {**BASE, "aten::mm": [60.0, 300.0, 90.0]}     # mean +50%, but all over the place
-    result = compare(_report(BASE, [1.0, 1.0, 1.0]), _report(noisy, [1.0, 1.0, 1.0]))
-    mm = next(r for r in result["ops"] if r["op"] == "aten::mm")
-    assert mm["status"] == "within noise" and not result["regressions"]
+def test_with_one_process_per_side_the_same_work_slower_is_inconclusive() -> None:
+    """Single ops vary between processes (2.5x seen on a quiet VM); one process per side
+    cannot tell that from a regression of the same work."""
+    result = compare(_report(BASE, STEPS), _report(SLOW_MM, STEPS))
+    mm = _op(result, "aten::mm")
+    assert mm["ci_pct"][0] > 0 and mm["status"] == "inconclusive" and not mm["work_change"]
+    assert result["outcome"] == "inconclusive" and not result["regressions"]
+    assert any("same calls and shapes" in r and "one process per side" in r
+               for r in result["reasons"])
 
 
-def test_a_whole_process_running_slower_is_drift_not_an_op_regression() -> None:
+def test_more_calls_of_an_op_is_a_regression_whatever_the_timing_noise() -> None:
+    """Twice the calls per step, timed within noise (a busy machine): the work doubled."""
+    noisy = {**BASE, "aten::mm": [60.0, 300.0, 90.0, 160.0]}
+    result = compare(_report(BASE, STEPS, contended=True),
+                     _report(noisy, STEPS, contended=True, calls={"aten::mm": 24}))
+    mm = _op(result, "aten::mm")
+    assert mm["status"] == "regressed" and mm["basis"] == "work"
+    assert mm["more_work"]["calls_a"] == 3 and mm["more_work"]["calls_b"] == 6
+    named = result["regressions"][-1]
+    assert named["what"] == "aten::mm" and named["source"] == "torch.profiler call counts"
+    text = render_diff({**result, "a_label": "a", "b_label": "b"})
+    assert "aten::mm does +100.0% more work: 6 calls per step instead of 3" in text
+
+
+def test_a_change_inside_the_step_to_step_spread_is_inconclusive_not_a_pass() -> None:
+    noisy = {**BASE, "aten::mm": [60.0, 300.0, 90.0, 160.0]}   # mean +50%, all over the place
+    result = compare(_report(BASE, STEPS), _report(noisy, STEPS))
+    mm = _op(result, "aten::mm")
+    assert mm["beyond_drift_pct"] > 10 and mm["ci_pct"][0] <= 0
+    assert mm["status"] == "inconclusive" and not result["regressions"]
+    assert result["outcome"] == "inconclusive" and result["exit_code"] == 4
+    assert any("aten::mm" in reason and "reaches no change" in reason
+               for reason in result["reasons"])
+    assert result["advice"]
+
+
+def test_unchanged_runs_pass() -> None:
+    again = {n: [v * 1.01 for v in vs] for n, vs in BASE.items()}
+    result = compare(_report(BASE, STEPS), _report(again, STEPS))
+    assert result["outcome"] == "pass" and result["exit_code"] == 0 and not result["reasons"]
+
+
+def test_a_whole_process_running_slower_is_inconclusive_with_one_process_per_side() -> None:
     slower = {n: [v * 1.3 for v in vs] for n, vs in BASE.items()}
-    result = compare(_report(BASE, [1.0, 1.01, 0.99]), _report(slower, [1.3, 1.31, 1.29]))
-    assert result["drift_pct"] == pytest.approx(30.0)
+    result = compare(_report(BASE, STEPS), _report(slower, [s * 1.3 for s in STEPS]))
+    assert result["drift_pct"] == pytest.approx(30.0, abs=0.5)
     assert all(r["status"] != "regressed" for r in result["ops"])
-    assert [r["what"] for r in result["regressions"]] == ["step time"]   # still caught
+    assert result["step"]["status"] == "inconclusive" and result["outcome"] == "inconclusive"
+    assert any("between-process drift" in reason for reason in result["reasons"])
+    assert any("--runs" in advice for advice in result["advice"])
 
 
-def test_a_change_too_small_to_move_the_step_is_not_gated() -> None:
-    slow = {**BASE, "aten::relu": [100.0, 102.0, 98.0]}       # +100%, but +50 µs of 10 ms
-    result = compare(_report(BASE, [10.0] * 3), _report(slow, [10.0] * 3))
-    relu = next(r for r in result["ops"] if r["op"] == "aten::relu")
-    assert relu["status"] == "too small to matter" and not result["regressions"]
+def test_pooled_processes_tell_a_uniform_slowdown_from_drift() -> None:
+    """Three processes per side, each a little different, all of B 30% slower."""
+    runs = [1, 1, 2, 2, 3, 3]
+    base_steps = [1.0, 1.01, 0.97, 0.98, 1.03, 1.02]
+    a = {n: [v[0] * f for f in (1.0, 1.01, 0.97, 0.98, 1.03, 1.02)] for n, v in BASE.items()}
+    b = {n: [v[0] * 1.3 * f for f in (1.02, 1.0, 0.99, 0.97, 1.01, 1.03)]
+         for n, v in BASE.items()}
+    result = compare(_report(a, base_steps, runs=runs),
+                     _report(b, [s * 1.3 for s in base_steps], runs=runs))
+    assert result["samples"]["a"] == {"steps": 6, "runs": 3}
+    assert result["step"]["status"] == "regressed" and result["step"]["ci_pct"][0] > 10
+    assert result["outcome"] == "regression"
+    assert [r["what"] for r in result["regressions"]] == ["step time"]
 
 
 def test_what_an_op_added_is_judged_beyond_the_drift() -> None:
     """Everything 70% slower and a small op 3x: its raw delta is over 2% of the step,
-    but what it added beyond the drift is not (the CI failure of 2026-11-26)."""
-    base = {"aten::conv": [5000.0, 5100.0, 4900.0], "aten::addmm": [520.0, 525.0, 515.0]}
-    new = {"aten::conv": [8500.0, 8670.0, 8330.0], "aten::addmm": [1600.0, 1700.0, 1650.0]}
-    result = compare(_report(base, [55.0] * 3), _report(new, [90.0, 91.0, 89.0]),
-                     fail_above=75.0)
-    addmm = next(r for r in result["ops"] if r["op"] == "aten::addmm")
-    assert addmm["delta_us"] > 0.02 * 55e3 > addmm["beyond_drift_us"]
+    but what it added beyond the drift is not."""
+    base = {"aten::conv": [5000.0, 5100.0, 4900.0], "aten::addmm": [520.0, 525.0, 515.0],
+            "aten::bn": [900.0, 910.0, 890.0]}
+    new = {"aten::conv": [8500.0, 8670.0, 8330.0], "aten::addmm": [1600.0, 1700.0, 1650.0],
+           "aten::bn": [1530.0, 1547.0, 1513.0]}
+    runs = [1, 2, 2]
+    result = compare(_report(base, [55.0] * 3, runs=runs),
+                     _report(new, [90.0, 91.0, 89.0], runs=runs), fail_above=75.0)
+    addmm = _op(result, "aten::addmm")
+    assert addmm["b_us"] - addmm["a_us"] > 0.02 * 55e3 > addmm["added_us"]
     assert addmm["status"] == "too small to matter"
-    assert result["min_step_share_pct"] == 2.0
-    strict = compare(_report(base, [55.0] * 3), _report(new, [90.0, 91.0, 89.0]),
-                     fail_above=75.0, min_step_share=0.01)
-    assert [r["what"] for r in strict["regressions"]][-1] == "aten::addmm"
+    strict = compare(_report(base, [55.0] * 3, runs=runs),
+                     _report(new, [90.0, 91.0, 89.0], runs=runs),
+                     fail_above=75.0, min_step_share=0.005)
+    assert _op(strict, "aten::addmm")["status"] == "regressed"
 
 
 def test_a_new_op_that_costs_time_is_a_regression() -> None:
-    new = {**BASE, "aten::extra": [300.0, 300.0, 300.0]}
-    result = compare(_report(BASE, [1.0] * 3), _report(new, [1.0] * 3))
-    extra = next(r for r in result["ops"] if r["op"] == "aten::extra")
+    new = {**BASE, "aten::extra": [300.0, 300.0, 300.0, 300.0]}
+    result = compare(_report(BASE, STEPS), _report(new, STEPS))
+    extra = _op(result, "aten::extra")
     assert extra["new"] and extra["status"] == "regressed"
-    assert "aten::extra" in [r["what"] for r in result["regressions"]]
-    from nsbridge.report.diff_render import render_diff
-
     text = render_diff({**result, "a_label": "a", "b_label": "b"}, "text")
-    assert "REGRESSED: aten::extra (new, torch.profiler self CPU time)" in text
+    assert "aten::extra (new, +0.300 ms per step, torch.profiler self CPU time)" in text
 
 
 def test_op_filter_gates_only_those_ops() -> None:
-    slow = {**BASE, "aten::mm": [200.0, 204.0, 196.0]}
-    result = compare(_report(BASE, [1.0] * 3), _report(slow, [1.0] * 3), ops=["aten::relu"])
-    assert result["regressions"] == []
+    result = compare(_report(BASE, STEPS, runs=TWO), _report(SLOW_MM, STEPS, runs=TWO),
+                     ops=["aten::relu"])
+    assert result["regressions"] == [] and result["outcome"] == "pass"
+
+
+@pytest.mark.parametrize("status", ["failed", "running", "interrupted"])
+def test_a_run_that_did_not_finish_is_never_compared_as_if_fine(status: str) -> None:
+    broken = _report({"aten::mm": [1.0] * 4}, STEPS, status=status)
+    for a, b in ((_report(BASE, STEPS), broken), (broken, _report(BASE, STEPS))):
+        result = compare(a, b)
+        assert result["outcome"] == "inconclusive" and result["exit_code"] == 4
+        assert any(status in reason for reason in result["reasons"])
+
+
+def test_different_scripts_and_threads_are_not_comparable_unless_allowed() -> None:
+    a = _report(BASE, STEPS)
+    b = _report(BASE, STEPS, target="other.py --fast", threads=1)
+    result = compare(a, b)
+    assert result["outcome"] == "inconclusive"
+    kinds = {p["kind"] for p in result["comparability"]}
+    assert kinds == {"target", "args", "threads"}
+    assert any("--allow args,target,threads" in advice for advice in result["advice"])
+    assert compare(a, b, allow=["target", "args", "threads"])["outcome"] == "pass"
+
+
+def test_on_a_contended_machine_the_same_work_taking_longer_is_inconclusive() -> None:
+    result = compare(_report(BASE, STEPS, contended=True, runs=TWO),
+                     _report(SLOW_MM, STEPS, contended=True, runs=TWO))
+    assert _op(result, "aten::mm")["status"] == "inconclusive"
+    assert result["outcome"] == "inconclusive" and result["contended"] == ["A", "B"]
+    assert any("on a contended machine" in reason for reason in result["reasons"])
+    # more calls per step is a change no contention makes: a regression even there
+    calls = {"aten::mm": 12 * 4}
+    changed = compare(_report(BASE, STEPS, contended=True, runs=TWO),
+                      _report(SLOW_MM, STEPS, contended=True, calls=calls, runs=TWO))
+    assert _op(changed, "aten::mm")["work_change"] == "calls per step 3 -> 12"
+    assert changed["outcome"] == "regression"
+
+
+def test_between_process_noise_of_single_ops_widens_every_interval() -> None:
+    """Ops scattered by ±30% between two processes: a +35% op is inside that scatter."""
+    scatter = {"aten::mm": 1.35, "aten::conv": 0.75, "aten::relu": 1.3, "aten::add": 0.7}
+    b = {n: [v * scatter[n] for v in vs] for n, vs in BASE.items()}
+    result = compare(_report(BASE, STEPS), _report(b, STEPS))
+    assert result["op_noise_pct"] > 10
+    mm = _op(result, "aten::mm")
+    assert mm["ci_pct"][0] <= 0 and mm["status"] != "regressed"
+
+
+def _write(tmp_path: Path, name: str, report: dict) -> Path:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(report))
+    return path
+
+
+def test_exit_codes_and_inconclusive_mapping(tmp_path: Path) -> None:
+    base = _write(tmp_path, "base", _report(BASE, STEPS))
+    noisy = _write(tmp_path, "noisy", _report({**BASE, "aten::mm": [60.0, 300.0, 90.0, 160.0]},
+                                              STEPS))
+    slow = _write(tmp_path, "slow", _report(SLOW_MM, STEPS, calls={"aten::mm": 24}))
+    assert run_nsbridge("diff", str(base), str(base), cwd=tmp_path).returncode == 0
+    assert run_nsbridge("diff", str(base), str(slow), cwd=tmp_path).returncode == 1
+    unsure = run_nsbridge("diff", str(base), str(noisy), cwd=tmp_path)
+    assert unsure.returncode == 4 and "INCONCLUSIVE" in unsure.stdout
+    assert "What would settle it:" in unsure.stdout
+    for mapping, code in (("pass", 0), ("fail", 1), ("exit", 4)):
+        proc = run_nsbridge("diff", str(base), str(noisy), "--inconclusive", mapping, cwd=tmp_path)
+        assert proc.returncode == code, (mapping, proc.stdout)
+    bad = run_nsbridge("diff", str(base), str(slow), "--allow", "bogus", cwd=tmp_path)
+    assert bad.returncode == 2 and "--allow bogus" in bad.stderr
+
+
+def test_diff_of_something_that_is_not_a_run(tmp_path: Path) -> None:
+    proc = run_nsbridge("diff", str(tmp_path), str(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2 and "neither an nsbridge run directory" in proc.stderr
+    (tmp_path / "other.json").write_text(json.dumps({"ops": "not a list"}))
+    proc = run_nsbridge("diff", str(tmp_path / "other.json"), str(tmp_path / "other.json"),
+                        cwd=tmp_path)
+    assert proc.returncode == 2 and "not an nsbridge report" in proc.stderr
 
 
 @pytest.mark.slow
 def test_diff_gates_a_planted_slowdown(tmp_path: Path) -> None:
+    """Real runs: unchanged code never exits 1 (pass, or inconclusive on a busy machine);
+    64 extra matmuls per step (more aten::mm calls: a change no contention makes) do."""
     runs = {}
     for name, slow in (("a", "0"), ("b", "0"), ("slow", "64")):
         env = dict(os.environ, NSBRIDGE_EXAMPLE_SLOW_MATMULS=slow, PYTHONUNBUFFERED="1")
         out = tmp_path / name
         proc = subprocess.run([sys.executable, "-m", "nsbridge", "triage", "--out", str(out),
                                "examples/train_cnn.py"], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=600)
+                              text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr
         runs[name] = out
-    # this VM's speed varies by tens of percent between processes, and a small op can
-    # triple: a wide gate here (the planted slowdown adds more than the base step)
-    gate = ("--fail-above", "75", "--min-step-share", "10")
-    same = run_nsbridge("diff", str(runs["a"]), str(runs["b"]), *gate, cwd=ROOT)
-    assert same.returncode == 0, same.stdout
-    assert "No regression above the threshold." in same.stdout
+    same = run_nsbridge("diff", str(runs["a"]), str(runs["b"]), cwd=ROOT)
+    assert same.returncode in (0, 4), same.stdout
+    assert ("PASS:" in same.stdout) == (same.returncode == 0)
     slow = run_nsbridge("diff", str(runs["a"]), str(runs["slow"] / "report.json"), "--format",
-                        "md", *gate, cwd=ROOT)
+                        "md", cwd=ROOT)
     assert slow.returncode == 1, slow.stdout
     assert "REGRESSED:" in slow.stdout and "aten::mm +" in slow.stdout
     assert "torch.profiler self CPU time" in slow.stdout and "| op |" in slow.stdout
     as_json = json.loads(run_nsbridge("diff", str(runs["a"]), str(runs["slow"]), "--format",
                                       "json", cwd=ROOT).stdout)
     assert "aten::mm" in [r["what"] for r in as_json["regressions"]]
-
-
-def test_diff_of_something_that_is_not_a_run(tmp_path: Path) -> None:
-    proc = run_nsbridge("diff", str(tmp_path), str(tmp_path), cwd=tmp_path)
-    assert proc.returncode == 1 and "neither an nsbridge run directory" in proc.stderr
+    assert as_json["machine"]["a"]["cores"]["usable"] >= 1
 
 
 def test_make_fragment_perf_gate(tmp_path: Path) -> None:
@@ -131,9 +270,11 @@ def test_make_fragment_perf_gate(tmp_path: Path) -> None:
 
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    base, new = tmp_path / "base.json", tmp_path / "new.json"
-    base.write_text(json.dumps(_report(BASE, [1.0] * 3)))
-    new.write_text(json.dumps(_report({**BASE, "aten::mm": [300.0, 303.0, 297.0]}, [1.3] * 3)))
+    base = _write(tmp_path, "base", _report(BASE, STEPS))
+    new = _write(tmp_path, "new", _report({**BASE, "aten::mm": [300.0, 303.0, 297.0, 301.0]},
+                                          STEPS, calls={"aten::mm": 36}))
+    noisy = _write(tmp_path, "noisy", _report({**BASE, "aten::mm": [60.0, 300.0, 90.0, 160.0]},
+                                              STEPS))
     fragment = run_nsbridge("make-targets", cwd=tmp_path).stdout
     (tmp_path / "nsbridge.mk").write_text(fragment)
     (tmp_path / "Makefile").write_text("include nsbridge.mk\n")
@@ -145,5 +286,9 @@ def test_make_fragment_perf_gate(tmp_path: Path) -> None:
     assert failed.returncode != 0 and "REGRESSED:" in failed.stdout and "aten::mm" in failed.stdout
     passed = make("perf-gate", f"BASE={base}", f"NEW={base}")
     assert passed.returncode == 0, passed.stdout + passed.stderr
+    unsure = make("perf-gate", f"BASE={base}", f"NEW={noisy}")
+    assert unsure.returncode != 0 and "INCONCLUSIVE" in unsure.stdout
+    waved = make("perf-gate", f"BASE={base}", f"NEW={noisy}", "INCONCLUSIVE=pass")
+    assert waved.returncode == 0, waved.stdout + waved.stderr
     usage = make("profile-triage")
     assert usage.returncode != 0 and "set SCRIPT=" in usage.stdout

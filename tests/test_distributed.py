@@ -135,3 +135,48 @@ def test_64_rank_summaries_merge_in_little_memory() -> None:
     assert peak < 20 * 2**20, peak
     assert len(cross["ranks"]) == 64 and cross["straggler"]["rank"] == 37
     assert cross["skew"][0]["op"] == "aten::op0" and cross["skew"][0]["max_rank"] == 37
+
+
+def _rank(rank: int, steps: list[float], collective: list[float], ops: dict[str, float],
+          sum_of_collectives: float = 0.0) -> dict:
+    return {"rank": rank, "host": "h", "world_size": 2, "status": "ok", "exit_code": 0,
+            "profiled": True, "step_ms": steps, "collective_ms": collective,
+            "verdict": "cpu-bound", "has_device": False, "device_busy_pct": None, "comm": None,
+            "collectives": [{"kind": "all_reduce", "count": 3, "bytes": None,
+                             "time_us": sum_of_collectives, "per_step": 1.0,
+                             "time_per_step_us": sum_of_collectives / 3,
+                             "source": "backend ranges"}],
+            "ops": [{"name": n, "calls": 3, "cpu_self_us": v, "device_self_us": None}
+                    for n, v in ops.items()]}
+
+
+def test_a_small_excess_is_not_a_straggler_and_collectives_never_exceed_the_step() -> None:
+    """The unplanted DDP example: 0.36 ms in a 2.16 ms step, and overlapping collectives
+    whose durations sum to more than the step."""
+    ops = {"aten::mm": 900.0, "aten::addmm": 600.0}
+    cross = cross_rank([
+        _rank(0, [2.2, 2.1, 2.2], [1.0, 0.9, 1.0], ops, sum_of_collectives=44730.0),
+        _rank(1, [2.1, 2.2, 2.1], [0.6, 0.7, 0.5], {**ops, "aten::mm": 1050.0})])
+    assert all(r["collective_ms_per_step"] <= r["step_ms"] for r in cross["ranks"])
+    straggler = cross["straggler"]
+    assert straggler["verdict"] == "balanced" and straggler["rank"] is None
+    assert "below the 1 ms per step" in straggler["evidence"][-1]
+
+
+def test_an_excess_that_does_not_hold_across_steps_is_not_a_straggler() -> None:
+    cross = cross_rank([_rank(0, [20.0] * 4, [10.0, 10.0, 10.0, 10.0], {}),
+                        _rank(1, [20.0] * 4, [7.0, 7.0, 7.0, 15.0], {})])   # one odd step
+    assert cross["straggler"]["verdict"] == "balanced"
+    assert "not steady across the measured steps" in cross["straggler"]["evidence"][-1]
+
+
+def test_a_straggler_whose_excess_is_outside_any_op_is_told_so() -> None:
+    ops = {"aten::mm": 900.0, "aten::addmm": 600.0}
+    cross = cross_rank([_rank(0, [24.2, 24.3, 24.1], [21.0, 20.9, 21.1], ops),
+                        _rank(1, [24.1, 24.2, 24.0], [0.5, 0.6, 0.5], {**ops, "aten::mm": 990.0})])
+    straggler = cross["straggler"]
+    assert straggler["verdict"] == "straggler" and straggler["rank"] == 1
+    low, high = straggler["excess_ci_ms"]
+    assert 19.0 < low <= high < 21.5
+    assert any("lies outside any op torch.profiler recorded" in e for e in straggler["evidence"])
+    assert not any("aten::mm +" in e for e in straggler["evidence"])   # 0.03 ms: not named

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nsbridge import schema as S
-from nsbridge.model.analysis import analyze_events, profiler_overhead
+from nsbridge.model.analysis import analyze_events
 from nsbridge.model.nesting import build_host_tree
 from nsbridge.model.steps import step_breakdown, step_windows
 from nsbridge.profiles import load_profile
@@ -93,12 +93,3 @@ def test_whole_recording_when_there_are_no_steps() -> None:
     result = analyze_events(frame, thresholds=THRESHOLDS)
     assert list(result.steps["step"]) == [-1]
     assert any("no training steps" in c for c in result.verdict["cannot_conclude"])
-
-
-def test_overhead_compares_profiled_and_unprofiled_steps() -> None:
-    steps = [{"phase": "first", "wall_ms": 50}, {"phase": "unprofiled", "wall_ms": 10},
-             {"phase": "warmup", "wall_ms": 11}, {"phase": "active", "wall_ms": 12},
-             {"phase": "active", "wall_ms": 12}, {"phase": "unprofiled", "wall_ms": 10}]
-    result = profiler_overhead(steps)
-    assert result["ratio"] == pytest.approx(1.2)
-    assert profiler_overhead([{"phase": "active", "wall_ms": 1}])["ratio"] is None

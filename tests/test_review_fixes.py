@@ -11,7 +11,7 @@ import pytest
 
 from nsbridge.api import analyze, diff
 from nsbridge.distributed.ranks import detect, job_id
-from nsbridge.errors import RunDirError
+from nsbridge.errors import DiffInputError
 
 from conftest import TORCH_DATA
 
@@ -47,6 +47,6 @@ def test_rank_detection() -> None:
 
 def test_gate_on_an_op_neither_run_has_is_refused(tmp_path: Path) -> None:
     analyze([H200], out=tmp_path / "a")
-    with pytest.raises(RunDirError, match="neither run has such an op"):
+    with pytest.raises(DiffInputError, match="neither run has such an op"):
         diff(tmp_path / "a", tmp_path / "a", ops=["aten::adddmm"])
     assert diff(tmp_path / "a", tmp_path / "a", ops=["aten::addmm"])["regressions"] == []

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -131,12 +130,10 @@ def test_sys_exit_status_is_passed_on(tmp_path: Path) -> None:
 
 
 def test_timeout_stops_the_script_and_keeps_what_it_recorded(tmp_path: Path) -> None:
-    script = write_script(tmp_path, "time.sleep(120)", steps=8, at=3)
-    started = time.monotonic()
+    script = write_script(tmp_path, "time.sleep(600)", steps=8, at=3)
     proc = run_nsbridge("triage", "--profile", fast_profile(tmp_path), "--timeout", "12",
-                        "--out", str(tmp_path / "run"), str(script), cwd=tmp_path)
-    assert time.monotonic() - started < 90
-    assert proc.returncode == 124
+                        "--out", str(tmp_path / "run"), str(script), cwd=tmp_path, timeout=500)
+    assert proc.returncode == 124          # stopped by --timeout, not by its 600 s sleep
     assert "--timeout" in proc.stderr
     report = report_of(tmp_path / "run")
     assert report["status"] == "timeout"
@@ -144,18 +141,18 @@ def test_timeout_stops_the_script_and_keeps_what_it_recorded(tmp_path: Path) -> 
 
 
 def test_ctrl_c_keeps_what_was_recorded(tmp_path: Path) -> None:
-    script = write_script(tmp_path, "print('READY', flush=True)\ntime.sleep(120)", steps=8, at=3)
+    script = write_script(tmp_path, "print('READY', flush=True)\ntime.sleep(600)", steps=8, at=3)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "nsbridge", "triage", "--profile",
                              fast_profile(tmp_path), "--out", str(tmp_path / "run"), str(script)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
     line = ""
-    while "READY" not in line and time.monotonic() < deadline:
+    while "READY" not in line:     # a busy machine can take minutes to get here
         line = proc.stdout.readline()
+        assert line or proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)  # as a terminal would, to nsbridge
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=500)
     assert proc.returncode == 130
     assert "Interrupted" in err
     assert report_of(tmp_path / "run")["status"] == "interrupted"

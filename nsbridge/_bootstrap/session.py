@@ -10,13 +10,14 @@ give the baseline for the profiler-overhead estimate.
 
 from __future__ import annotations
 
-import time
+import os
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule
 
+from nsbridge.collect.machine import ProcessClock, gpu_state, load_average
 from nsbridge.schema import OWN_SYNC_RANGE
 
 _PHASES = {ProfilerAction.NONE: "unprofiled", ProfilerAction.WARMUP: "warmup",
@@ -38,19 +39,26 @@ class ProfilerSession:
         self.steps: list[dict[str, Any]] = []
         self.traces: list[str] = []
         self.table: Optional[str] = None
-        self._last_boundary = 0.0
+        self.machine: dict[str, Any] = {}
+        self._clock: Optional[ProcessClock] = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
+        self.machine = {"threads": _threads(), "load_at_start": load_average(),
+                        "run_wait_measured": None, "gpu": None}
         self._prof = self._new_profiler(None)
         self._prof.start()
-        self._last_boundary = time.perf_counter()
+        self._clock = ProcessClock()
+        self.machine["run_wait_measured"] = self._clock.has_wait
 
     def finish(self) -> Optional[str]:
         """Stop profiling; write the last trace. Returns a note when nothing was measured."""
         prof, self._prof = self._prof, None
         if prof is None:
             return None
+        self.machine["load_at_end"] = load_average()
+        if self._clock is not None:
+            self._clock.close()
         self._synchronize()
         if self.mode == "whole-run":
             prof.stop()
@@ -74,9 +82,9 @@ class ProfilerSession:
         """End of a training step: advance the schedule and time the step."""
         if self._prof is None:
             return
-        wall_ms = (time.perf_counter() - self._last_boundary) * 1e3
+        lap = self._clock.lap() if self._clock is not None else {}
         if self.mode == "whole-run":
-            self.steps.append({"index": 0, "wall_ms": wall_ms, "phase": "first"})
+            self.steps.append({"index": 0, **lap, "phase": "first"})
             self._prof.stop()  # recorded only in case no step ever came: drop it
             s = self._sched
             self._schedule = schedule(skip_first=max(s["skip_first"] - 1, 0), wait=s["wait"],
@@ -87,12 +95,14 @@ class ProfilerSession:
             self._prof.start()
         else:
             action = self._schedule(self._prof.step_num)
-            self.steps.append({"index": len(self.steps), "wall_ms": wall_ms,
-                               "phase": _PHASES[action]})
+            self.steps.append({"index": len(self.steps), **lap, "phase": _PHASES[action]})
             if action == ProfilerAction.RECORD_AND_SAVE:
+                if self.use_cuda and self.machine.get("gpu") is None:
+                    self.machine["gpu"] = gpu_state((os.getpid(),))
                 self._synchronize()
             self._prof.step()
-        self._last_boundary = time.perf_counter()
+        if self._clock is not None:
+            self._clock.lap()   # the profiler's own step work is not the next step's
 
     # -- helpers ---------------------------------------------------------------------------
     def _new_profiler(self, sched: Optional[Callable[[int], ProfilerAction]]) -> profile:
@@ -123,3 +133,10 @@ class ProfilerSession:
         if self.use_cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
             with record_function(OWN_SYNC_RANGE):
                 torch.cuda.synchronize()
+
+
+def _threads() -> dict[str, Any]:
+    """torch's thread pools and the environment variables that size them."""
+    return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
+            "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+                    if k in os.environ}}

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from ..profiles import Profile
+from . import machine
 from ._process import ChildOutcome, run_passthrough
 
 
@@ -21,6 +22,7 @@ class TorchPass:
     child: Optional[dict[str, Any]]   # child.json, None when the child died before writing it
     traces: list[Path]
     table: Optional[Path]
+    machine: dict[str, Any]           # machine.between() the run, and the usable cores
 
 
 def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile: Profile,
@@ -47,7 +49,9 @@ def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile
                 "nsbridge._bootstrap.entry", argv[-1]]
     env = dict(environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    before = machine.snapshot()
     outcome = run_passthrough(argv, cwd=cwd, env=env, timeout=timeout)
+    around = {**machine.between(before, machine.snapshot()), "cores": machine.usable_cores()}
     child_path = run_dir / "child.json"
     child = None
     if child_path.is_file():
@@ -56,7 +60,7 @@ def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile
     if child is None:  # killed before writing its record: keep any trace it managed to write
         traces = sorted(run_dir.glob("trace*.json.gz"))
     table = run_dir / child["table"] if child and child.get("table") else None
-    return TorchPass(outcome=outcome, child=child, traces=traces, table=table)
+    return TorchPass(outcome=outcome, child=child, traces=traces, table=table, machine=around)
 
 
 def bootstrap_argv(run_dir: Path, config_name: str, *, target: str, is_module: bool,

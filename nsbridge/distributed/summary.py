@@ -22,6 +22,7 @@ def summarize(analysis: TraceAnalysis, *, rank: int, host: Optional[str], world_
     return {"rank": rank, "host": host, "world_size": world_size, "status": status,
             "exit_code": exit_code, "error": error, "profiled": True, "trace": trace,
             "step_ms": [round(float(w), 3) for w in analysis.steps["wall_ms"]],
+            "collective_ms": [round(u / 1e3, 3) for u in analysis.comm_per_step_us or []],
             "verdict": analysis.verdict["label"], "numbers": analysis.verdict["numbers"],
             "has_device": analysis.has_device, "device_busy_pct": device.get("busy_pct"),
             "comm": device.get("comm"), "collectives": analysis.collectives,

@@ -5,6 +5,9 @@
 #     make profile-timeline SCRIPT=train.py ARGS="--epochs 1"
 #     make profile-deep    OP=aten::addmm [RUN=nsbridge-runs/...]   (or TOP=5)
 #     make perf-gate       BASE=runs/main NEW=runs/pr THRESHOLD=10 [MIN_STEP_SHARE=2]
+#                          [INCONCLUSIVE=exit|pass|fail] [ALLOW=args,threads]
+#   perf-gate exits 0 (no regression), 1 (regression) or 4 (inconclusive: the data cannot
+#   decide; INCONCLUSIVE=pass or fail maps it to 0 or 1)
 # Every variable can be set on the command line or before the include.
 
 NSBRIDGE   ?= nsbridge
@@ -19,6 +22,8 @@ BASE       ?=
 NEW        ?=
 THRESHOLD  ?= 10
 MIN_STEP_SHARE ?= 2
+INCONCLUSIVE ?= exit
+ALLOW      ?=
 GATE_FORMAT ?= text
 
 nsbridge_out = $(if $(OUT),--out $(OUT),)
@@ -39,4 +44,4 @@ profile-deep:
 
 perf-gate:
 	@test -n "$(BASE)" -a -n "$(NEW)" || { echo "perf-gate: set BASE=run-dir NEW=run-dir"; exit 2; }
-	$(NSBRIDGE) diff $(BASE) $(NEW) --fail-above $(THRESHOLD) --min-step-share $(MIN_STEP_SHARE) --format $(GATE_FORMAT)
+	$(NSBRIDGE) diff $(BASE) $(NEW) --fail-above $(THRESHOLD) --min-step-share $(MIN_STEP_SHARE) --inconclusive $(INCONCLUSIVE) $(if $(ALLOW),--allow $(ALLOW),) --format $(GATE_FORMAT)

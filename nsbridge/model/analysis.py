@@ -11,7 +11,7 @@ import pandas as pd
 from .. import schema as S
 from ..profiles import Analysis as Thresholds
 from .attribution import LAUNCHED_BEFORE_WINDOW, attribute_gpu_events, linking_generation
-from .collectives import collectives, comm_overlap
+from .collectives import collectives, comm_overlap, time_per_step
 from .device import busy_by_device, copies, idle_gaps, launched_before_window
 from .nesting import build_host_tree
 from .ops import op_table
@@ -19,7 +19,7 @@ from .rules import Facts, recommend
 from .steps import PHASES, main_thread, step_breakdown, step_windows
 from .strings import name_mask, starts_with
 from .syncs import blocking_calls, gpu_idle_after, sync_cost, sync_points
-from .verdict import decide
+from .verdict import decide, qualify
 
 
 @dataclass
@@ -34,16 +34,20 @@ class TraceAnalysis:
     verdict: dict[str, Any]
     recommendations: list[dict[str, Any]]
     collectives: list[dict[str, Any]]  # model.collectives.collectives (distributed runs)
+    facts: Optional[Facts] = None      # what the verdict and the rules read (model.pooled)
+    comm_per_step_us: Optional[list[float]] = None   # collectives.time_per_step
 
 
 def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                    process_syncs: Optional[list[dict[str, Any]]] = None,
                    process_steps: Optional[int] = None,
-                   script: Optional[str] = None) -> TraceAnalysis:
+                   script: Optional[str] = None,
+                   machine: Optional[dict[str, Any]] = None) -> TraceAnalysis:
     """Analyse one EVENTS frame (see schema.py).
 
     ``process_syncs`` and ``process_steps`` (steps the script ran) come from triage's
-    profiled process; ``analyze`` has neither.
+    profiled process, and ``machine`` (model.contention.machine_facts) from around it;
+    ``analyze`` has none of them.
     """
     tree = build_host_tree(events)
     gpu = attribute_gpu_events(events, tree)
@@ -96,6 +100,10 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                      ops=ops, has_device=has_device,
                      kernels_per_step=device.get("kernels_per_step", 0.0),
                      median_kernel_us=median_kernel, thresholds=thresholds)
+    contention = (machine or {}).get("contention")
+    verdict = qualify(verdict, breakdown=steps, thresholds=thresholds, contention=contention,
+                      wait_ms_per_step=((machine or {}).get("measured_steps") or {}).get(
+                          "wait_ms_per_step"))
 
     host_names = events.loc[tree.rows, S.NAME].to_numpy()
     loaders = set(host_names[starts_with(host_names, "enumerate(DataLoader)#")])
@@ -117,11 +125,12 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
         host_ops_per_step=float((events.loc[tree.rows, S.CAT] == S.CPU_OP).sum()) / max(n_steps, 1),
         kernels_per_step=device.get("kernels_per_step", 0.0), median_kernel_us=median_kernel,
         busy_pct=device.get("busy_pct"), gaps=gaps, top_kernel=top_kernel, script=script,
-        sync_recommend_per_step=thresholds.sync_recommend_per_step)
+        sync_recommend_per_step=thresholds.sync_recommend_per_step, contention=contention)
     return TraceAnalysis(ops=ops, steps=steps, has_device=has_device, device=device,
                          sync_points=points, verdict=verdict,
                          recommendations=recommend(facts),
-                         collectives=collectives(events, lo, hi, n_steps))
+                         collectives=collectives(events, lo, hi, n_steps), facts=facts,
+                         comm_per_step_us=time_per_step(events, windows))
 
 
 def mean_step(steps: pd.DataFrame) -> dict[str, Any]:
@@ -132,26 +141,3 @@ def mean_step(steps: pd.DataFrame) -> dict[str, Any]:
     wall = means["wall_ms"]
     means["shares"] = {col[:-3]: round(means[col] / wall, 4) if wall else 0.0 for col in PHASES}
     return means
-
-
-def profiler_overhead(child_steps: list[dict[str, Any]]) -> dict[str, Any]:
-    """Measured steps vs unprofiled steps of the same run (median wall time of each)."""
-    profiled = [s["wall_ms"] for s in child_steps if s["phase"] == "active"]
-    bare = [s["wall_ms"] for s in child_steps if s["phase"] == "unprofiled"]
-    result: dict[str, Any] = {"profiled_steps": len(profiled), "unprofiled_steps": len(bare),
-                              "profiled_step_ms": None, "unprofiled_step_ms": None,
-                              "ratio": None, "note": None}
-    if profiled:
-        result["profiled_step_ms"] = round(float(np.median(profiled)), 3)
-    if bare:
-        result["unprofiled_step_ms"] = round(float(np.median(bare)), 3)
-    if profiled and bare and result["unprofiled_step_ms"] > 0:
-        result["ratio"] = round(result["profiled_step_ms"] / result["unprofiled_step_ms"], 3)
-        pct = (result["ratio"] - 1) * 100
-        result["note"] = (f"measured steps took {result['ratio']:.2f}x the unprofiled ones "
-                          f"({pct:+.0f}%): the profile's absolute CPU times are inflated by "
-                          "about that much; shares and rankings are less affected")
-    else:
-        result["note"] = ("not enough unprofiled steps to compare (the schedule's wait steps, "
-                          "or steps after the measured window, give the baseline)")
-    return result

@@ -66,6 +66,20 @@ def collectives(events: pd.DataFrame, lo: float, hi: float, n_steps: int) -> lis
     return rows
 
 
+def time_per_step(events: pd.DataFrame, windows: pd.DataFrame) -> list[float]:
+    """Per step window, the time (µs) some communication op was running, on any thread:
+    the union of their intervals clipped to the step, so overlapping collectives (gloo's
+    and DDP's buckets run concurrently) never add up to more than the step."""
+    names = events[S.NAME].to_numpy()
+    codes, uniques = pd.factorize(names)
+    is_comm = np.array([bool(COMMUNICATION_OP.match(str(u))) for u in uniques] + [False])
+    hit = is_comm[np.where(codes >= 0, codes, len(uniques))]
+    start = events[S.TS].to_numpy(np.float64)[hit]
+    end = start + events[S.DUR].to_numpy(np.float64)[hit]
+    return [round(clipped_union(start, end, lo, hi), 3) if len(start) else 0.0
+            for lo, hi in windows[["start", "end"]].itertuples(index=False)]
+
+
 def comm_overlap(gpu: pd.DataFrame, lo: float, hi: float) -> Optional[dict[str, Any]]:
     """GPU traces: time in NCCL kernels and the share of it that overlaps other kernels."""
     if gpu.empty:

@@ -1,11 +1,17 @@
 """The reduce step: rank summaries (distributed.summary) -> the cross-rank report.
 
-Per rank: step time, time in collectives per step, and the work outside them. With
-collectives the ranks wait for each other, so their step times even out; the straggler is
-the rank that works longest outside collectives (the others wait for it inside them).
-Without collectives it is the rank with the longest step. A straggler is called when its
-excess over the median rank is at least ``straggler_pct`` percent of the median step: a
-small absolute difference between two short stretches of work is noise, not a straggler.
+Per rank and per measured step: the step time, the time some collective was running
+(the union of their intervals in the step, so it never exceeds the step) and the work
+outside collectives. With collectives the ranks wait for each other, so their step
+times even out; the straggler is the rank that works longest outside collectives (the
+others wait for it inside them). Without collectives it is the rank with the longest step.
+
+A straggler is called only when it is real: in the measured steps, the rank's excess over
+the median of the other ranks is at least ``straggler_pct`` percent of the median step and
+at least ``straggler_min_ms``, and the lower end of its 95% interval (bootstrap over steps)
+stays above both that floor and the spread between the other ranks. When the excess lies
+outside any op torch.profiler recorded (Python code, sleeps, data loading), the report says
+so instead of naming ops whose differences are a small part of it.
 """
 
 from __future__ import annotations
@@ -13,9 +19,15 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Optional
 
+import numpy as np
+
+from .stats import LEVEL, resample_indices
+
+OP_SHARE = 0.10     # an op is named when it holds at least this share of the excess
+
 
 def cross_rank(summaries: Iterable[dict[str, Any]], straggler_pct: float = 10.0,
-               top: int = 10) -> dict[str, Any]:
+               top: int = 10, straggler_min_ms: float = 1.0) -> dict[str, Any]:
     """{world_size, ranks[], step, skew[], collectives[], straggler, failed[]}."""
     rows = sorted(summaries, key=lambda s: s["rank"])
     measured = [s for s in rows if s.get("profiled") and s.get("step_ms")]
@@ -40,24 +52,44 @@ def cross_rank(summaries: Iterable[dict[str, Any]], straggler_pct: float = 10.0,
     out["skew"] = _skew(measured, top)
     out["collectives"] = [{**c, "rank": s["rank"]} for s in measured
                           for c in s.get("collectives") or []]
-    out["straggler"] = _straggler(medians, straggler_pct, out["skew"])
+    out["straggler"] = _straggler(medians, {s["rank"]: _work_per_step(s) for s in measured},
+                                  {s["rank"]: list(s["step_ms"]) for s in measured},
+                                  straggler_pct, straggler_min_ms, out["skew"])
     return out
+
+
+def _collective_per_step(s: dict[str, Any]) -> list[float]:
+    """ms per step some collective was running: the summary's per-step union, else (older
+    summaries, GPU traces) the summed time spread evenly, never above the step."""
+    steps = s.get("step_ms") or []
+    union = s.get("collective_ms") or []
+    if len(union) == len(steps) and steps:
+        comm = (s.get("comm") or {}).get("comm_us")   # GPU: NCCL kernels, the waiting
+        if comm is None:
+            return [min(u, w) for u, w in zip(union, steps)]
+    comm = (s.get("comm") or {}).get("comm_us")
+    total = comm if comm is not None else sum(c["time_us"] for c in s.get("collectives") or [])
+    each = total / 1e3 / max(len(steps), 1)
+    return [min(each, w) for w in steps]
+
+
+def _work_per_step(s: dict[str, Any]) -> list[float]:
+    """ms per step outside collectives."""
+    return [max(w - c, 0.0) for w, c in zip(s.get("step_ms") or [], _collective_per_step(s))]
 
 
 def _rank_row(s: dict[str, Any]) -> dict[str, Any]:
     steps = s.get("step_ms") or []
-    n = max(len(steps), 1)
-    comm = (s.get("comm") or {}).get("comm_us")   # GPU: NCCL kernels, where the waiting is
-    coll = (comm if comm is not None else sum(
-        c["time_us"] for c in s.get("collectives") or [])) / 1e3 / n
+    coll = statistics.median(_collective_per_step(s)) if steps else None
+    work = statistics.median(_work_per_step(s)) if steps else None
     step = statistics.median(steps) if steps else None
     return {"rank": s["rank"], "host": s.get("host"), "status": s["status"],
             "exit_code": s["exit_code"], "profiled": bool(s.get("profiled")),
             "step_ms": None if step is None else round(step, 3),
             "min_step_ms": min(steps) if steps else None,
             "max_step_ms": max(steps) if steps else None,
-            "collective_ms_per_step": round(coll, 3) if steps else None,
-            "work_ms_per_step": None if step is None else round(max(step - coll, 0.0), 3),
+            "collective_ms_per_step": None if coll is None else round(coll, 3),
+            "work_ms_per_step": None if work is None else round(work, 3),
             "verdict": s.get("verdict"), "device_busy_pct": s.get("device_busy_pct"),
             "comm_overlap_pct": (s.get("comm") or {}).get("overlap_pct")}
 
@@ -88,22 +120,33 @@ def _skew(measured: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: -r["excess_us"])[:top]
 
 
-def _straggler(ranks: dict[int, dict[str, Any]], threshold: float,
+def _straggler(ranks: dict[int, dict[str, Any]], work: dict[int, list[float]],
+               steps: dict[int, list[float]], threshold: float, min_ms: float,
                skew: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
     if len(ranks) < 2:
         return None
     with_coll = any(r["collective_ms_per_step"] for r in ranks.values())
     metric = "work_ms_per_step" if with_coll else "step_ms"
     what = "works outside collectives" if with_coll else "takes per step"
+    series = {rank: (work if with_coll else steps)[rank] for rank in ranks}
     values = {rank: r[metric] for rank, r in ranks.items()}
     worst = max(values, key=values.get)
-    mid = statistics.median(values.values())
+    others = [rank for rank in ranks if rank != worst]
+    mid = statistics.median(values[rank] for rank in others)
     step = statistics.median(r["step_ms"] for r in ranks.values())
-    excess = 100 * (values[worst] - mid) / step if step else 0.0
-    evidence = [f"rank {worst} {what} {values[worst]:.2f} ms per step, "
-                f"{values[worst] - mid:.2f} ms more than the median rank ({mid:.2f} ms): "
-                f"{excess:.0f}% of the {step:.2f} ms step"]
-    called = excess >= threshold
+    excess_ms = values[worst] - mid
+    excess = 100 * excess_ms / step if step else 0.0
+    low, high = _excess_interval(series, worst, others)
+    spread = _between_ranks(values, others)
+    floor = max(min_ms, threshold / 100 * step, spread)
+    evidence = [f"rank {worst} {what} {values[worst]:.2f} ms per step, {excess_ms:.2f} ms "
+                f"more than the median of the other ranks ({mid:.2f} ms): {excess:.0f}% of the "
+                f"{step:.2f} ms step"
+                + (f" (95% interval {low:.2f} to {high:.2f} ms over the measured steps)"
+                   if low is not None else "")]
+    called = low is not None and excess >= threshold and excess_ms >= min_ms and low >= floor
+    if not called:
+        evidence.append(_why_balanced(excess, excess_ms, low, threshold, min_ms, spread))
     if with_coll and called:
         waits = {rank: r["collective_ms_per_step"] - ranks[worst]["collective_ms_per_step"]
                  for rank, r in ranks.items() if rank != worst}
@@ -112,13 +155,12 @@ def _straggler(ranks: dict[int, dict[str, Any]], threshold: float,
             evidence.append("the other ranks wait for it inside collectives: " + ", ".join(
                 f"rank {rank} {wait:.2f} ms per step more than rank {worst}"
                 for rank, wait in waiting))
-    ops = [s for s in skew if s["max_rank"] == worst][:3]
-    if ops:
-        evidence.append(f"rank {worst}'s ops that take longest against the median rank: "
-                        + ", ".join(f"{s['op']} +{s['excess_us'] / 1e3:.2f} ms per step"
-                                    for s in ops))
+    if called:
+        evidence.append(_where_excess(worst, excess_ms, skew))
     return {"verdict": "straggler" if called else "balanced", "rank": worst if called else None,
-            "excess_pct": round(excess, 1), "metric": metric, "evidence": evidence,
+            "excess_pct": round(excess, 1), "excess_ms": round(excess_ms, 3),
+            "excess_ci_ms": None if low is None else [round(low, 3), round(high, 3)],
+            "floor_ms": round(floor, 3), "metric": metric, "evidence": evidence,
             "recommendation": {
                 "id": "straggler", "title": f"Speed up rank {worst}, the straggler",
                 "why": evidence[0], "impact": round(min(excess / 100, 1.0), 3),
@@ -128,3 +170,58 @@ def _straggler(ranks: dict[int, dict[str, Any]], threshold: float,
                         "profile it alone with --ranks " + str(worst)),
                 "url": "https://pytorch.org/docs/stable/notes/ddp.html",
                 "addresses_verdict": True} if called else None}
+
+
+def _excess_interval(series: dict[int, list[float]], worst: int,
+                     others: list[int]) -> tuple[Optional[float], Optional[float]]:
+    """95% interval (ms) of the mean per-step excess of ``worst`` over the median of the
+    other ranks, step by step (steps aligned by position)."""
+    n = min(len(series[r]) for r in [worst, *others])
+    if n < 2:
+        return None, None
+    mine = np.asarray(series[worst][:n])
+    rest = np.median(np.asarray([series[r][:n] for r in others]), axis=0)
+    diff = mine - rest
+    boot = diff[resample_indices(n)].mean(axis=1)
+    tail = 100 * (1 - LEVEL) / 2
+    low, high = np.percentile(boot, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _between_ranks(values: dict[int, float], others: list[int]) -> float:
+    """How far the other ranks spread around their median (ms): 1.4826 x their MAD, zero
+    with fewer than three of them."""
+    if len(others) < 3:
+        return 0.0
+    rest = [values[r] for r in others]
+    mid = statistics.median(rest)
+    return 1.4826 * statistics.median(abs(v - mid) for v in rest)
+
+
+def _why_balanced(excess: float, excess_ms: float, low: Optional[float], threshold: float,
+                  min_ms: float, spread: float) -> str:
+    if low is None:
+        return "too few measured steps to tell a straggler from noise"
+    if excess < threshold:
+        return f"below the {threshold:g}% of the step that makes a straggler"
+    if excess_ms < min_ms:
+        return f"below the {min_ms:g} ms per step that makes a straggler"
+    return (f"not steady across the measured steps: its 95% interval reaches {low:.2f} ms, "
+            f"under the floor of {max(min_ms, spread):.2f} ms and {threshold:g}% of the step")
+
+
+def _where_excess(worst: int, excess_ms: float, skew: list[dict[str, Any]]) -> str:
+    """Which ops hold the straggler's excess, or that it lies outside any op."""
+    mine = [s for s in skew if s["max_rank"] == worst]
+    in_ops = sum(s["excess_us"] for s in mine) / 1e3
+    named = [s for s in mine if s["excess_us"] / 1e3 >= OP_SHARE * excess_ms][:3]
+    outside = max(excess_ms - in_ops, 0.0)
+    if not named or outside >= 0.5 * excess_ms:
+        text = (f"{outside:.2f} of rank {worst}'s {excess_ms:.2f} ms per step lies outside any "
+                "op torch.profiler recorded: Python code, sleeps, data loading or I/O")
+        if named:
+            text += "; of the ops, " + ", ".join(f"{s['op']} +{s['excess_us'] / 1e3:.2f} ms"
+                                                  for s in named)
+        return text
+    return (f"rank {worst}'s ops that take longest against the median rank: "
+            + ", ".join(f"{s['op']} +{s['excess_us'] / 1e3:.2f} ms per step" for s in named))

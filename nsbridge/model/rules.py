@@ -40,6 +40,7 @@ class Facts:
     top_kernel: Optional[dict[str, Any]] = None   # {name, share}
     script: Optional[str] = None
     sync_recommend_per_step: float = 1.0   # rarer syncs are listed, never recommended away
+    contention: Optional[dict[str, Any]] = None   # model.contention.contention
     notes: list[str] = field(default_factory=list)
 
 
@@ -53,6 +54,15 @@ class Rule:
 
 def _rec(title: str, why: str, fix: str, impact: float) -> dict[str, Any]:
     return {"title": title, "why": why, "fix": fix, "impact": round(min(max(impact, 0.0), 1.0), 3)}
+
+
+def _quiet_machine(f: Facts) -> Optional[dict[str, Any]]:
+    if not (f.contention or {}).get("contended"):
+        return None
+    rec = _rec("Measure on a machine that is not busy", f.contention["evidence"],
+               f.contention["fix"], f.contention.get("share", 0.5))
+    rec["addresses_verdict"] = True   # every number of this run carries the contention
+    return rec
 
 
 def _dataloader_workers(f: Facts) -> Optional[dict[str, Any]]:
@@ -192,6 +202,8 @@ def _short_kernel_name(name: str) -> str:
 
 _INPUT, _GPU, _SYNC, _CPU = "input-bound", "gpu-bound", "sync-bound", "cpu-bound"
 RULES = [
+    Rule("contended-machine", "https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html",
+         _quiet_machine, frozenset()),
     Rule("dataloader-workers", "https://pytorch.org/docs/stable/data.html#multi-process-data-loading",
          _dataloader_workers, frozenset({_INPUT})),
     Rule("dataloader-prefetch", "https://pytorch.org/docs/stable/data.html", _dataloader_prefetch,

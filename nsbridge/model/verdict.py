@@ -11,16 +11,29 @@ Checked in this order, first match wins:
    CPU-only run, the whole step is host time and the report says what it cannot tell.
 
 Syncs that do not decide the verdict are still named as a secondary finding.
+
+``qualify`` then says how sure the verdict is. The data share is judged with its 95%
+interval over the measured steps (hierarchical over processes when ``triage --runs``
+pooled several); every label the ladder above gives anywhere in that interval is an
+alternative. On a contended machine (model.contention) the host's compute is inflated by
+the time its threads waited for a CPU, so the label the ladder gives with that wait taken
+out of the step is an alternative too. Confidence is ``low`` with an alternative or
+contention, ``medium`` with fewer than three measured steps, else ``high``; ``settle``
+says what would decide it.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
 import pandas as pd
 
 from ..profiles import Analysis
+from .stats import LEVEL, resample_indices
 from .syncs import SyncCost
+
+MIN_STEPS = 3
 
 
 def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost,
@@ -44,22 +57,20 @@ def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost
     many_syncs = cost.calls_per_step >= thresholds.sync_calls_per_step
     idle_share = cost.idle_share or 0.0
 
-    if data_share >= thresholds.input_bound_share:
-        label = "input-bound"
+    label = label_for(data_share=data_share, busy=busy, many_syncs=many_syncs,
+                      idle_share=idle_share, thresholds=thresholds)
+    if label == "input-bound":
         evidence.append(f"data loading takes {data_share:.0%} of each step "
                         f"({data:.2f} ms of {wall:.2f} ms on average)")
-    elif busy is not None and busy >= 100 * thresholds.gpu_bound_busy:
-        label = "gpu-bound"
+    elif label == "gpu-bound":
         evidence.append(f"the GPU is busy {busy:.0f}% of the measured window")
         evidence.extend(_top_ops_line(ops, "device_self_us", "of GPU time"))
-    elif many_syncs or idle_share >= thresholds.sync_bound_share:
-        label = "sync-bound"
+    elif label == "sync-bound":
         evidence.extend(_sync_lines(cost, wall))
         if not has_device:
             cannot.append("how long each sync would stall on a GPU: this CPU-only run "
                           "measures only the calls' host cost")
     elif has_device:
-        label = "cpu-bound"
         evidence.append(f"the GPU is busy only {busy or 0:.0f}% of the measured window: "
                         "the host does not issue work fast enough")
         if median_kernel_us is not None:
@@ -67,7 +78,6 @@ def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost
                             f"{median_kernel_us:.1f} µs each: launch overhead dominates "
                             "short kernels")
     else:
-        label = "cpu-bound"
         evidence.append(f"no GPU in this run: all {wall:.2f} ms of a step is host time")
         evidence.extend(_top_ops_line(ops, "cpu_self_us", "of CPU self time"))
         cannot.append("whether the script would be GPU-bound or launch-bound on a GPU: "
@@ -85,6 +95,93 @@ def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost
         cannot.append("per-step figures: no training steps were detected, so the whole "
                       "recording is treated as one step")
     return {"label": label, "evidence": evidence, "numbers": numbers, "cannot_conclude": cannot}
+
+
+def label_for(*, data_share: float, busy: Optional[float], many_syncs: bool, idle_share: float,
+              thresholds: Analysis) -> str:
+    """The ladder of the module docstring: first match wins."""
+    if data_share >= thresholds.input_bound_share:
+        return "input-bound"
+    if busy is not None and busy >= 100 * thresholds.gpu_bound_busy:
+        return "gpu-bound"
+    if many_syncs or idle_share >= thresholds.sync_bound_share:
+        return "sync-bound"
+    return "cpu-bound"
+
+
+def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Analysis,
+            contention: Optional[dict[str, Any]] = None,
+            wait_ms_per_step: Optional[float] = None) -> dict[str, Any]:
+    """The verdict with confidence, confidence_reasons, alternatives[], contention and
+    settle (see the module docstring). ``breakdown`` may carry a ``run`` column (pooled
+    processes)."""
+    numbers, label = verdict["numbers"], verdict["label"]
+    ladder = {"busy": numbers["device_busy_pct"], "idle_share": numbers[
+        "sync_gpu_idle_share"] or 0.0, "many_syncs": numbers["sync_calls_per_step"]
+        >= thresholds.sync_calls_per_step}
+    again = lambda share: label_for(data_share=share, thresholds=thresholds, **ladder)  # noqa: E731
+    n = len(breakdown)
+    whole_run = n == 1 and int(breakdown["step"].iloc[0]) < 0
+    alternatives: list[dict[str, Any]] = []
+    reasons: list[str] = []
+    low, high = data_share_interval(breakdown)
+    if low is not None:
+        verdict["numbers"]["data_share_ci"] = [round(low, 4), round(high, 4)]
+        for end in (low, high):
+            other = again(end)
+            if other != label and other not in [a["label"] for a in alternatives]:
+                alternatives.append({"label": other, "why": (
+                    f"data loading is {verdict['numbers']['data_share']:.0%} of the step, 95% "
+                    f"interval {low:.0%}-{high:.0%} over {n} steps, and the "
+                    f"{thresholds.input_bound_share:.0%} line that separates them lies inside "
+                    "it")})
+    contended = bool(contention and contention.get("contended"))
+    if contended:
+        reasons.append("the machine was contended")
+        step = verdict["numbers"]["step_ms"]
+        data = verdict["numbers"]["data_share"] * step
+        if wait_ms_per_step and step > 0:
+            unwaited = max(step - wait_ms_per_step, data, 1e-9)
+            other = again(data / unwaited)
+            if other != label and other not in [a["label"] for a in alternatives]:
+                alternatives.append({"label": other, "why": (
+                    f"with the {wait_ms_per_step:.1f} ms per step its threads waited for a CPU "
+                    f"taken out, data loading would be {min(data / unwaited, 1.0):.0%} of the "
+                    "step")})
+    if alternatives:
+        reasons.append("the data cannot tell " + " from ".join(
+            [label, *(a["label"] for a in alternatives)]))
+    if whole_run or n < MIN_STEPS:
+        reasons.append(f"only {n} measured step(s)")
+    confidence = ("low" if contended or alternatives else
+                  "medium" if whole_run or n < MIN_STEPS else "high")
+    settle = []
+    if confidence != "high":
+        if n < 10:
+            settle.append("more measured steps (a profile with schedule.active: 10)")
+        settle.append("several processes pooled (nsbridge triage --runs 5)")
+        if contended:
+            settle.append("a quieter machine, or torch.set_num_threads(1) on this one")
+    verdict.update(confidence=confidence, confidence_reasons=reasons, alternatives=alternatives,
+                   contention=(contention or {}).get("evidence") if contended else None,
+                   settle=settle)
+    return verdict
+
+
+def data_share_interval(breakdown: pd.DataFrame) -> tuple[Optional[float], Optional[float]]:
+    """95% bootstrap interval of data time / wall time over the steps (ratio of means, as
+    the verdict computes it); hierarchical over the ``run`` column when present."""
+    if len(breakdown) < 2:
+        return None, None
+    data = breakdown["data_ms"].to_numpy(np.float64)
+    wall = breakdown["wall_ms"].to_numpy(np.float64)
+    groups = breakdown["run"].to_numpy() if "run" in breakdown else None
+    idx = resample_indices(len(data), groups)
+    walls = wall[idx].sum(axis=1)
+    shares = np.divide(data[idx].sum(axis=1), walls, out=np.zeros(len(idx)), where=walls > 0)
+    tail = 100 * (1 - LEVEL) / 2
+    low, high = np.percentile(shares, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 def _sync_lines(cost: SyncCost, wall: float) -> list[str]:

@@ -15,17 +15,19 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from .. import __version__, progress
+from ..collect.machine import usable_cores
 from ..collect.torch_profiler import run_torch_pass
 from ..distributed.ranks import rank_dir_name, rank_dirs
 from ..distributed.summary import SUMMARY
 from ..errors import TraceError
-from ..model.analysis import TraceAnalysis, analyze_events, profiler_overhead
+from ..model.analysis import TraceAnalysis, analyze_events
+from ..model.overhead import profiler_overhead
 from ..model.cross_rank import cross_rank
 from ..parse.torch_trace import read_trace
 from ..profiles import Profile
 from ..report.build import build_report
 from ..run import PassOutput
-from .torch_pass import has_memory
+from .torch_pass import has_memory, process_machine
 
 POLL_S = 0.5   # how often a waiting rank looks for the others' files
 
@@ -117,7 +119,8 @@ def reduce(run_dir: Path, summaries: list[dict[str, Any]], profile: Profile, tar
            command: str = "triage") -> tuple[PassOutput, Optional[TraceAnalysis]]:
     """The cross-rank section from the summaries, and the full report of one rank (the
     straggler, else the slowest): only that rank's trace is loaded."""
-    cross = cross_rank(summaries, profile.analysis.straggler_pct)
+    cross = cross_rank(summaries, profile.analysis.straggler_pct,
+                       straggler_min_ms=profile.analysis.straggler_min_ms)
     straggler = cross.get("straggler") or {}
     lead = straggler.get("rank")
     if lead is None and cross["step"]:
@@ -126,16 +129,18 @@ def reduce(run_dir: Path, summaries: list[dict[str, Any]], profile: Profile, tar
     analysis, trace, notes = None, None, []
     if summary is not None:
         folder = run_dir / rank_dir_name(lead)
+        child_path = folder / "child.json"
+        child = json.loads(child_path.read_text(encoding="utf-8")) if child_path.is_file() else {}
+        steps = child.get("steps", [])
+        machine = process_machine({"cores": usable_cores()}, child, profile) if child else None
         try:
             trace = read_trace(folder / summary["trace"])
-            analysis = analyze_events(trace.events, thresholds=profile.analysis)
+            analysis = analyze_events(trace.events, thresholds=profile.analysis,
+                                      machine=machine)
         except TraceError as exc:
             notes.append(f"rank {lead}'s trace could not be analysed: {exc}")
-        child = folder / "child.json"
-        steps = json.loads(child.read_text(encoding="utf-8")).get("steps", []) \
-            if child.is_file() else []
     else:
-        steps = []
+        steps, machine, child = [], None, {}
     failed = cross["failed"]
     status = "ok" if not failed else ("hung" if all(f["status"] == "hung" for f in failed)
                                       else "failed")
@@ -156,9 +161,12 @@ def reduce(run_dir: Path, summaries: list[dict[str, Any]], profile: Profile, tar
              "key_averages": f"{folder_name}/key_averages.txt" if summary else None,
              "ranks": [p.name for p in rank_dirs(run_dir)]}
     core = build_report(command=command, target=target, status=status, analysis=analysis,
-                        step_source=None, overhead=profiler_overhead(steps) if steps else None,
-                        files=files, notes=notes, has_memory=has_memory(trace), error=error,
-                        version=__version__)
+                        step_source=None, overhead=profiler_overhead(
+                            steps, bool(machine and machine["contention"]["contended"]))
+                        if steps else None, files=files, notes=notes,
+                        has_memory=has_memory(trace), error=error, version=__version__,
+                        machine=machine, child_steps=steps,
+                        environment=child.get("env"))
     recommendation = straggler.get("recommendation")
     manifest = {"ranks": [{k: r[k] for k in ("rank", "host", "status", "exit_code")}
                           for r in cross["ranks"]], "world_size": cross["world_size"]}

@@ -12,7 +12,10 @@ from ..collect._process import ChildOutcome
 from ..collect.torch_profiler import TorchPass, run_torch_pass
 from ..errors import TraceError, TraceFormatError, TraceNotFoundError
 from ..distributed.summary import summarize
-from ..model.analysis import TraceAnalysis, analyze_events, profiler_overhead
+from ..model.analysis import TraceAnalysis, analyze_events
+from ..model.contention import combine_runs, machine_facts
+from ..model.pooled import pool_analyses
+from ..model.overhead import profiler_overhead
 from ..model.cross_rank import cross_rank
 from ..model.ranks import combine_ops, slowest
 from ..parse.torch_trace import TorchTrace, read_trace
@@ -23,43 +26,79 @@ from ..run import PassOutput
 
 def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: bool,
                    profile: Profile, cwd: Path, timeout: Optional[float],
-                   environ: Mapping[str, str] = os.environ
+                   environ: Mapping[str, str] = os.environ, runs: int = 1
                    ) -> tuple[PassOutput, Optional[TraceAnalysis]]:
-    """Run the target under torch.profiler into ``run_dir`` and analyse its trace."""
-    with progress.step(f"running {target} under torch.profiler", script_output=True):
-        torch_pass = run_torch_pass(target=target, is_module=module, args=args,
-                                    profile=profile, run_dir=run_dir, cwd=cwd, timeout=timeout,
-                                    environ=environ)
-    status, exit_code, error = pass_status(torch_pass.outcome, torch_pass.child)
-    child = torch_pass.child or {}
-    notes = _triage_notes(torch_pass, child)
-    analysis, trace = None, None
-    if torch_pass.traces:
+    """Run the target under torch.profiler into ``run_dir`` and analyse its trace; with
+    ``runs`` > 1 the script runs that many times (the later ones into repeat-NN/) and the
+    runs' steps are pooled (model.pooled). A run that fails ends the series."""
+    passes: list[TorchPass] = []
+    for i in range(1, runs + 1):
+        folder = run_dir / repeat_dir_name(i) if i > 1 else run_dir
+        folder.mkdir(exist_ok=True)
+        what = f"running {target} under torch.profiler" + (f" (run {i} of {runs})"
+                                                            if runs > 1 else "")
+        with progress.step(what, script_output=True):
+            passes.append(run_torch_pass(target=target, is_module=module, args=args,
+                                         profile=profile, run_dir=folder, cwd=cwd,
+                                         timeout=timeout, environ=environ))
+        if pass_status(passes[-1].outcome, passes[-1].child)[0] != "ok":
+            break
+    status, exit_code, error = pass_status(passes[-1].outcome, passes[-1].child)
+    children = [tp.child or {} for tp in passes]
+    child = children[0]
+    steps = [{**step, "run": i} for i, c in enumerate(children, 1) for step in c.get("steps", [])]
+    notes = _triage_notes(passes[0], child)
+    if len(passes) > 1:
+        notes.append(f"{len(passes)} runs of the script pooled: ops are totals over the "
+                     "measured steps of every run, intervals resample runs then steps; the "
+                     "trace, key_averages and merged trace are run 1's (the others are in "
+                     "repeat-NN/)")
+    machine = process_machine(combine_runs([tp.machine for tp in passes]),
+                              {**child, "steps": steps}, profile)
+    analyses, trace = [], None
+    for i, (tp, c) in enumerate(zip(passes, children), 1):
+        if not tp.traces:
+            continue
         try:
-            with progress.step("reading the trace"):
-                trace = read_trace(torch_pass.traces[0])
-            with progress.step("analysing the trace"):
-                analysis = analyze_events(trace.events, thresholds=profile.analysis,
-                                          process_syncs=child.get("syncs"),
-                                          process_steps=len(child.get("steps", [])) or None,
-                                          script=target)
+            with progress.step("reading the trace" + (f" of run {i}" if runs > 1 else "")):
+                read = read_trace(tp.traces[0])
+            with progress.step("analysing the trace" + (f" of run {i}" if runs > 1 else "")):
+                analyses.append(analyze_events(read.events, thresholds=profile.analysis,
+                                               process_syncs=c.get("syncs"),
+                                               process_steps=len(c.get("steps", [])) or None,
+                                               script=target, machine=machine))
+            trace = trace or read
         except TraceError as exc:
-            notes.append(f"the trace could not be analysed: {exc}")
+            notes.append(f"the trace of run {i} could not be analysed: {exc}")
+    analysis = pool_analyses(analyses, profile.analysis, machine) if analyses else None
     if analysis is None and status == "ok":
         status = "no-trace"
-    files = {"trace": torch_pass.traces[0].name if torch_pass.traces else None,
-             "traces": [p.name for p in torch_pass.traces],
-             "key_averages": torch_pass.table.name if torch_pass.table else None,
+    lead = passes[0]
+    files = {"trace": lead.traces[0].name if lead.traces else None,
+             "traces": [p.name for p in lead.traces],
+             "key_averages": lead.table.name if lead.table else None,
              "ops_csv": "ops.csv" if analysis else None}
+    if len(passes) > 1:
+        files["repeats"] = [str(tp.traces[0].relative_to(run_dir)) for tp in passes[1:]
+                            if tp.traces]
+    contended = machine["contention"]["contended"]
     core = build_report(command="triage", target=" ".join([target, *args]), status=status,
                         analysis=analysis, step_source=child.get("step_source"),
-                        overhead=profiler_overhead(child.get("steps", [])) if child else None,
+                        overhead=profiler_overhead(steps, contended) if child else None,
                         files=files, notes=notes, has_memory=has_memory(trace), error=error,
-                        version=__version__)
-    manifest = {"wall_s": torch_pass.outcome.wall_s, "steps_seen": len(child.get("steps", [])),
-                "step_source": child.get("step_source"), "environment": child.get("env")}
+                        version=__version__, machine=machine, child_steps=steps,
+                        environment=child.get("env"))
+    manifest = {"wall_s": round(sum(tp.outcome.wall_s for tp in passes), 3),
+                "runs": len(passes), "steps_seen": len(steps),
+                "step_source": child.get("step_source"), "environment": child.get("env"),
+                "machine": machine}
     return PassOutput(name="torch.profiler", manifest=manifest, status=status,
                       exit_code=exit_code, error=error, core=core), analysis
+
+
+def repeat_dir_name(run: int) -> str:
+    """The folder of the ``run``-th process of ``triage --runs`` (run 1 is the run folder)."""
+    return f"repeat-{run:02d}"
 
 
 def analyze_traces(files: Sequence[Path], profile: Profile, target: str
@@ -99,7 +138,8 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str
         cross = cross_rank([summarize(a, rank=r["rank"], host=None, world_size=len(analyses),
                                       trace=str(t.path))
                             for t, a, r in zip(traces, analyses, ranks)],
-                           profile.analysis.straggler_pct)
+                           profile.analysis.straggler_pct,
+                           straggler_min_ms=profile.analysis.straggler_min_ms)
         section = ("distributed", cross)
         rec = (cross.get("straggler") or {}).get("recommendation")
         recommendations = [rec] if rec else []
@@ -112,6 +152,16 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str
                         ranks=ranks if len(traces) > 1 else None, version=__version__)
     return PassOutput(name="analyze", manifest={"inputs": len(traces)}, core=core,
                       section=section, recommendations=recommendations), lead
+
+
+def process_machine(around: dict[str, Any], child: dict[str, Any],
+                    profile: Profile) -> dict[str, Any]:
+    """The machine facts of one profiled process (``around``: collect.machine's snapshots
+    taken by the process that started it)."""
+    return machine_facts(cores=around.get("cores") or {}, run=around,
+                         process=child.get("machine"), steps=child.get("steps") or [],
+                         wait_share=profile.analysis.contention_wait_share,
+                         steal_share=profile.analysis.contention_steal_share)
 
 
 def pass_status(outcome: ChildOutcome,

@@ -8,6 +8,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from ..model.analysis import TraceAnalysis, mean_step
+from ..model.stats import mean_half_widths_pct, summary
 
 SCHEMA_VERSION = 1
 
@@ -16,14 +17,20 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
                  step_source: Optional[str], overhead: Optional[dict[str, Any]],
                  files: dict[str, Any], notes: list[str], has_memory: bool,
                  ranks: Optional[list[dict[str, Any]]] = None,
-                 error: Optional[dict[str, Any]] = None, version: str = "") -> dict[str, Any]:
-    """Assemble the report dict. Device fields are None (null), never 0, without a device."""
+                 error: Optional[dict[str, Any]] = None, version: str = "",
+                 machine: Optional[dict[str, Any]] = None,
+                 child_steps: Optional[list[dict[str, Any]]] = None,
+                 environment: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """Assemble the report dict. Device fields are None (null), never 0, without a device.
+
+    ``machine``: model.contention.machine_facts; ``child_steps``: every step the profiled
+    process timed (its unprofiled ones give ``steps.unprofiled``)."""
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "nsbridge_version": version, "command": command,
         "target": target, "status": status, "error": error,
         "verdict": None, "ranked_by": None, "ops": [], "steps": None, "device": None,
         "sync_points": [], "recommendations": [], "collectives": [], "overhead": overhead,
-        "ranks": ranks or [],
+        "ranks": ranks or [], "machine": machine, "environment": environment,
         "files": files, "notes": list(notes), "sources": {},
     }
     if analysis is None:
@@ -31,12 +38,16 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     has_device = analysis.has_device
     report["verdict"] = analysis.verdict
     report["ranked_by"] = "device_self_us" if has_device else "cpu_self_us"
-    report["ops"] = _records(analysis.ops)
+    report["ops"] = _with_spread(_records(analysis.ops), _runs(analysis.steps))
     report["steps"] = {
         "detected_by": step_source or _step_source(analysis.steps),
         "count": int(len(analysis.steps)),
         "per_step": _records(analysis.steps.round(3)),
         "mean": mean_step(analysis.steps),
+        "spread": summary(analysis.steps["wall_ms"], _runs(analysis.steps)),
+        "unprofiled": summary(*_unprofiled(child_steps)),
+        "unprofiled_ms": _unprofiled(child_steps)[0],
+        "unprofiled_runs": _unprofiled(child_steps)[1],
     }
     report["device"] = analysis.device if has_device else None
     report["sync_points"] = analysis.sync_points
@@ -45,6 +56,27 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     report["sources"] = _sources(has_device, has_memory, step_source is not None,
                                  overhead is not None)
     return clean(report)
+
+
+def _with_spread(ops: list[dict[str, Any]], groups: Optional[list[Any]]) -> list[dict[str, Any]]:
+    """Each op with ``spread_pct``: half the 95% interval of its time per step, in percent
+    of it (None when the steps do not line up, or fewer than two)."""
+    width = max((len(op.get("per_step_us") or []) for op in ops), default=0)
+    aligned = [op for op in ops if len(op.get("per_step_us") or []) == width]
+    spreads = dict(zip((op["name"] for op in aligned), mean_half_widths_pct(
+        [op["per_step_us"] for op in aligned], groups if groups and len(groups) == width
+        else None)))
+    return [{**op, "spread_pct": spreads.get(op["name"])} for op in ops]
+
+
+def _unprofiled(child_steps: Optional[list[dict[str, Any]]]) -> tuple[list[float], list[int]]:
+    """Wall times of the steps the profiler did not record, and the run of each."""
+    bare = [s for s in child_steps or [] if s.get("phase") == "unprofiled"]
+    return [s["wall_ms"] for s in bare], [int(s.get("run", 1)) for s in bare]
+
+
+def _runs(steps: pd.DataFrame) -> Optional[list[Any]]:
+    return steps["run"].tolist() if "run" in steps else None
 
 
 def _step_source(steps: pd.DataFrame) -> str:
@@ -78,6 +110,10 @@ def _sources(has_device: bool, has_memory: bool, in_process: bool,
             "none: in a CPU-only trace nothing waits for a device"),
         "overhead": ("nsbridge step timer in the profiled process (profiled vs unprofiled "
                      "steps)" if has_overhead else "not measured (analyze reads finished traces)"),
+        "machine": ("/proc and cgroup counters read by nsbridge around the run, the profiled "
+                    "process's own per-step CPU time, run-queue wait (/proc/<tid>/schedstat) "
+                    "and context switches, NVML on a GPU" if in_process
+                    else "not measured (analyze reads finished traces)"),
     }
 
 

@@ -11,11 +11,13 @@ from .. import schema as S
 
 
 def ops(report: dict[str, Any]) -> pd.DataFrame:
-    """One row per op: torch.profiler's columns, then ``nsys_*`` and ``ncu_*`` columns
-    (scalars only; lists such as ncu findings stay in the report)."""
+    """One row per op: torch.profiler's columns and ``spread_pct`` (half the 95% interval of
+    its time per step, percent), then ``nsys_*`` and ``ncu_*`` columns (scalars only; lists
+    such as ncu findings stay in the report)."""
     rows = []
     for op in report.get("ops", []):
         row = {c: op.get(c) for c in S.OP_COLUMNS}
+        row["spread_pct"] = op.get("spread_pct")
         for key in ("nsys", "ncu"):
             for name, value in (op.get(key) or {}).items():
                 if not isinstance(value, (list, dict)):

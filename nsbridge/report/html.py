@@ -19,7 +19,8 @@ from typing import Any, Optional
 from .render import (MEMORY_NOTE, NCU_RANK_HEADER, RANK_HEADER, TIMELINE_HEADER,
                      TIMELINE_RANK_HEADER, _attribution, _early_line, _gap_host, _ncu_findings,
                      _ncu_line, _step_line, _timeline_line, _timeline_rows, _where,
-                     distributed_lines, op_table, rank_rows, tool_rank_rows)
+                     distributed_lines, machine_line, op_table, rank_rows, tool_rank_rows,
+                     verdict_headline, verdict_lines)
 
 TOP_CHART = 15
 
@@ -57,7 +58,8 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     per_step = (report.get("steps") or {}).get("per_step") or []
     if per_step:
-        out["steps"] = {"labels": [str(s["step"]) for s in per_step],
+        out["steps"] = {"labels": [f"run {s['run']} step {s['step']}" if "run" in s
+                                   else str(s["step"]) for s in per_step],
                         "phases": {p[:-3]: [s[p] for s in per_step] for p in
                                    ("data_ms", "forward_ms", "backward_ms", "optimizer_ms",
                                     "other_ms")}}
@@ -103,13 +105,16 @@ def _verdict(report: dict[str, Any]) -> str:
         return ""
     e = _esc
     parts = [f"<section id='verdict' class='card'><h2>Verdict: <span class='verdict'>"
-             f"{e(verdict['label'])}</span></h2><ul>"]
-    parts += [f"<li>{e(x)}</li>" for x in verdict["evidence"]]
-    parts += [f"<li class='muted'>cannot tell {e(x)}</li>" for x in verdict.get("cannot_conclude", [])]
+             f"{e(verdict_headline(verdict))}</span></h2><ul>"]
+    css = {"!": " class='err'", "-": "", "~": "", "?": " class='muted'", ">": " class='muted'"}
+    parts += [f"<li{css[kind]}>{e(text)}</li>" for kind, text in verdict_lines(verdict)]
     parts.append("</ul>")
     step = _step_line(report)
     if step:
         parts.append(f"<p>Steps: {e(step)}</p>")
+    machine = machine_line(report.get("machine"))
+    if machine:
+        parts.append(f"<p id='machine'>Machine: {e(machine)}</p>")
     if report["recommendations"]:
         parts.append("<h3>Recommendations</h3><ol id='recommendations'>")
         for r in report["recommendations"]:
@@ -295,7 +300,7 @@ def _source_of(header: str) -> str:
 def _sort_value(cell: str) -> str:
     """A numeric cell sorts by its number; '-' (not measured) sorts last."""
     try:
-        return repr(float(cell))
+        return repr(float(cell.lstrip("±")))
     except ValueError:
         return "" if cell == "-" else cell
 

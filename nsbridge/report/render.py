@@ -38,6 +38,7 @@ def _op_rows(report: dict[str, Any], limit: int) -> list[list[str]]:
                      _ms(op["cpu_total_us"]), _ms(op["device_self_us"]),
                      _ms(op["device_total_us"]), _mib(op["mem_mib"]), _mib(op.get("mem_net_mib")),
                      "-" if op["self_pct"] is None else f"{op['self_pct']:.1f}",
+                     "-" if op.get("spread_pct") is None else f"±{op['spread_pct']:.0f}",
                      str(sum(k["calls"] for k in op["kernels"])),
                      str(sum(c["calls"] for c in copies))])
     return rows
@@ -93,10 +94,11 @@ def _int(value: Optional[int]) -> str:
 
 
 OP_HEADER = ["op", "calls", "self CPU ms", "total CPU ms", "self device ms", "total device ms",
-             "gross MiB", "net MiB", "%", "kernels", "copies+memsets"]
+             "gross MiB", "net MiB", "%", "±% per step", "kernels", "copies+memsets"]
 MEMORY_NOTE = ("gross MiB: allocated inside the op itself, not its children (any device); "
                "net MiB: allocated minus freed during the op and all it calls, on the run's "
-               "device (torch's CUDA Mem / CPU Mem)")
+               "device (torch's CUDA Mem / CPU Mem); ±% per step: half the 95% interval of "
+               "the op's ranking time per step")
 
 
 def _step_line(report: dict[str, Any]) -> Optional[str]:
@@ -106,8 +108,88 @@ def _step_line(report: dict[str, Any]) -> Optional[str]:
         return None
     shares = mean["shares"]
     parts = " | ".join(f"{k} {v:.0%}" for k, v in shares.items())
-    return (f"{mean['wall_ms']:.2f} ms per step (mean of {steps['count']}; steps from "
-            f"{steps['detected_by']}): {parts}")
+    spread = steps.get("spread") or {}
+    text = f"{mean['wall_ms']:.2f} ms per step (mean of {steps['count']}"
+    if spread.get("n", 0) > 1:
+        text += (f"; median {spread['median']:.2f}, 95% interval {spread['ci_low']:.2f}-"
+                 f"{spread['ci_high']:.2f}")
+    text += f"; steps from {steps['detected_by']}): {parts}"
+    bare = steps.get("unprofiled")
+    if bare:
+        text += (f"; {bare['n']} unprofiled step(s): median {bare['median']:.2f} ms"
+                 + (f" (p10-p90 {bare['p10']:.2f}-{bare['p90']:.2f})" if bare["n"] > 1 else ""))
+    return text
+
+
+def machine_line(facts: Optional[dict[str, Any]]) -> Optional[str]:
+    """The machine facts in one line for the reports."""
+    if not facts:
+        return None
+    cores = facts.get("cores") or {}
+    threads = facts.get("threads") or {}
+    parts = [f"{cores.get('usable')} usable cores" + (
+        f" of {cores['logical']}" if cores.get("logical") not in (None, cores.get("usable"))
+        else "")]
+    if threads:
+        parts.append(f"torch {threads.get('intra_op')} intra-op / {threads.get('inter_op')} "
+                     "inter-op threads")
+    load = facts.get("load") or {}
+    if load.get("before") or load.get("after"):
+        parts.append(f"load {_first(load.get('before'))} before, {_first(load.get('after'))} "
+                     "after")
+    laps = facts.get("measured_steps") or {}
+    if laps.get("wait_ms_per_step") is not None:
+        parts.append(f"CPU wait {laps['wait_ms_per_step']:.1f} ms/step "
+                     f"({laps['wait_share']:.0%} of the step)")
+    if laps.get("cpu_per_wall") is not None:
+        parts.append(f"CPU time {laps['cpu_per_wall']:.2f}x wall")
+    if laps.get("nivcsw_per_step") is not None:
+        parts.append(f"{laps['nivcsw_per_step']:g} preemptions/step")
+    if facts.get("steal_share") is not None:
+        parts.append(f"steal {facts['steal_share']:.0%}")
+    throttled = facts.get("cgroup_throttling")
+    if throttled is not None:
+        parts.append(f"cgroup throttled {throttled['throttled']}x")
+    for gpu in facts.get("gpu") or []:
+        parts.append(f"GPU {gpu['index']} SM {gpu.get('sm_clock_mhz')}/"
+                     f"{gpu.get('sm_clock_max_mhz')} MHz"
+                     + (f", throttle: {','.join(gpu['throttle_reasons'])}"
+                        if gpu.get("throttle_reasons") else "")
+                     + (f", {len(gpu['other_processes'])} other process(es)"
+                        if gpu.get("other_processes") else ""))
+    state = "CONTENDED" if (facts.get("contention") or {}).get("contended") else "quiet"
+    return f"{state}: " + "; ".join(parts)
+
+
+def _first(load: Optional[list[float]]) -> str:
+    return "-" if not load else f"{load[0]:.2f}"
+
+
+def verdict_headline(verdict: dict[str, Any]) -> str:
+    """'CPU-BOUND', or with its doubts: 'CPU-BOUND or INPUT-BOUND on a contended machine
+    (confidence: low)'."""
+    labels = [verdict["label"], *(a["label"] for a in verdict.get("alternatives") or [])]
+    text = " or ".join(label.upper() for label in labels)
+    if verdict.get("contention"):
+        text += " on a contended machine"
+    if verdict.get("confidence"):
+        text += f" (confidence: {verdict['confidence']})"
+    return text
+
+
+def verdict_lines(verdict: dict[str, Any]) -> list[tuple[str, str]]:
+    """(kind, sentence): '!' contention, '-' evidence, '~' alternatives, '?' cannot tell,
+    '>' what would settle it."""
+    lines = []
+    if verdict.get("contention"):
+        lines.append(("!", verdict["contention"]))
+    lines += [("-", e) for e in verdict["evidence"]]
+    lines += [("~", f"{a['label']} is possible: {a['why']}")
+              for a in verdict.get("alternatives") or []]
+    lines += [("?", f"cannot tell {c}") for c in verdict.get("cannot_conclude", [])]
+    if verdict.get("settle"):
+        lines.append((">", "what would settle it: " + "; ".join(verdict["settle"])))
+    return lines
 
 
 TIMELINE_HEADER = ["op (nsys)", "ranges", "range ms", "kernels", "kernel ms", "copies",
@@ -273,12 +355,14 @@ def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 
                      + (f" ({err['file']}:{err['line']})" if err.get("file") else ""))
     verdict = report.get("verdict")
     if verdict:
-        lines.append(f"\nVerdict: {verdict['label'].upper()}")
-        lines += [f"  - {e}" for e in verdict["evidence"]]
-        lines += [f"  ? cannot tell {c}" for c in verdict.get("cannot_conclude", [])]
+        lines.append(f"\nVerdict: {verdict_headline(verdict)}")
+        lines += [f"  {kind} {text}" for kind, text in verdict_lines(verdict)]
     step = _step_line(report)
     if step:
         lines.append(f"\nSteps: {step}")
+    machine = machine_line(report.get("machine"))
+    if machine:
+        lines.append(f"Machine: {machine}")
     if report.get("device"):
         dev = report["device"]
         lines.append(f"Device: busy {dev['busy_pct']:.1f}% of the window, {dev['kernels']} kernels "
@@ -359,12 +443,16 @@ def markdown(report: dict[str, Any], top: int = 15,
         md.append(f"\nScript error: `{err.get('type')}`: {err.get('message')}")
     verdict = report.get("verdict")
     if verdict:
-        md += ["", f"## Verdict: {verdict['label']}", ""]
-        md += [f"- {e}" for e in verdict["evidence"]]
-        md += [f"- *cannot tell* {c}" for c in verdict.get("cannot_conclude", [])]
+        md += ["", f"## Verdict: {verdict_headline(verdict)}", ""]
+        marks = {"!": "**contended:** ", "-": "", "~": "", "?": "*", ">": ""}
+        md += [f"- {marks[kind]}{text}" + ("*" if kind == "?" else "")
+               for kind, text in verdict_lines(verdict)]
     step = _step_line(report)
     if step:
         md += ["", "## Steps", "", step]
+    machine = machine_line(report.get("machine"))
+    if machine:
+        md += ["", f"Machine: {machine}"]
     if report["ops"]:
         header, op_rows = op_table(report, top)
         md += ["", "## Hot ops", "", "| " + " | ".join(header) + " |",

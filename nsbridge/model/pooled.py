@@ -1,0 +1,74 @@
+"""Several processes of the same script (``triage --runs N``) pooled into one analysis.
+
+Between-process variance is the largest noise on a shared machine: each process lands on
+its own mix of other load, caches and clocks. Pooling keeps every measured step with the
+run it came from, so intervals resample runs first (model.stats):
+
+- steps: every run's per-step breakdown, with a ``run`` column (1..N);
+- ops: totals summed over all runs (so a total divided by ``steps.count`` is still the time
+  per step), ``per_step_us`` the runs' per-step lists end to end, aligned with the steps
+  (an op a run did not have counts 0 in that run's steps);
+- the verdict: the ladder on the pooled steps and ops; the device, sync and kernel facts
+  are the first run's (``lead``), as are the trace, key_averages and merged trace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import pandas as pd
+
+from .. import schema as S
+from ..profiles import Analysis
+from .analysis import TraceAnalysis
+from .rules import recommend
+from .verdict import decide, qualify
+
+_SUMMED = ["calls", "cpu_self_us", "cpu_total_us", "device_self_us", "device_total_us",
+           "mem_mib", "mem_net_mib"]
+
+
+def pool_ops(tables: list[pd.DataFrame], steps_per_run: list[int],
+             has_device: bool) -> pd.DataFrame:
+    """OPS frames of several runs: totals summed, per-step lists concatenated in run order."""
+    frame = pd.concat(tables, ignore_index=True)
+    table = frame.groupby("name", sort=False)[_SUMMED].sum(min_count=1)
+    firsts = frame.groupby("name", sort=False)[["shapes", "kernels", "copies"]].first()
+    table = table.join(firsts).reset_index()
+    lists = [dict(zip(t["name"], t["per_step_us"])) for t in tables]
+    table["per_step_us"] = [
+        [v for run, n in zip(lists, steps_per_run) for v in (run.get(name) or [0.0] * n)]
+        for name in table["name"]]
+    rank_col = "device_self_us" if has_device else "cpu_self_us"
+    total = table[rank_col].sum()
+    table["self_pct"] = 100.0 * table[rank_col] / total if total > 0 else 0.0
+    table = table.sort_values([rank_col, "cpu_total_us"], ascending=False, kind="stable")
+    return table[S.OP_COLUMNS].reset_index(drop=True)
+
+
+def pool_analyses(analyses: list[TraceAnalysis], thresholds: Analysis,
+                  machine: Optional[dict[str, Any]] = None) -> TraceAnalysis:
+    """One analysis of several runs of one script (see the module docstring)."""
+    lead = analyses[0]
+    if len(analyses) == 1 or lead.facts is None:
+        return lead
+    steps = pd.concat([a.steps.assign(run=i) for i, a in enumerate(analyses, 1)],
+                      ignore_index=True)
+    ops = pool_ops([a.ops for a in analyses], [len(a.steps) for a in analyses],
+                   lead.has_device)
+    facts = lead.facts
+    busy = [a.facts.busy_pct for a in analyses if a.facts and a.facts.busy_pct is not None]
+    verdict = decide(breakdown=steps, busy_pct=sum(busy) / len(busy) if busy else None,
+                     cost=facts.sync_cost, sync_points=lead.sync_points, ops=ops,
+                     has_device=lead.has_device, kernels_per_step=facts.kernels_per_step,
+                     median_kernel_us=facts.median_kernel_us, thresholds=thresholds)
+    contention = (machine or {}).get("contention")
+    verdict = qualify(verdict, breakdown=steps, thresholds=thresholds, contention=contention,
+                      wait_ms_per_step=((machine or {}).get("measured_steps") or {}).get(
+                          "wait_ms_per_step"))
+    pooled_facts = dataclasses.replace(facts, verdict=verdict["label"], ops=ops,
+                                       data_share=verdict["numbers"]["data_share"],
+                                       contention=contention)
+    return dataclasses.replace(lead, ops=ops, steps=steps, verdict=verdict,
+                               recommendations=recommend(pooled_facts), facts=pooled_facts)
