@@ -47,6 +47,7 @@ bench: install
 	$(BIN)/python bench/triage_overhead.py
 	$(BIN)/python bench/nvtx_overhead.py
 	$(BIN)/python bench/deep_cost.py
+	$(BIN)/python bench/gate_quality.py
 
 clean:
 	rm -rf $(VENV) nsbridge-runs .pytest_cache

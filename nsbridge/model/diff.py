@@ -13,7 +13,9 @@ log-ratios, each op a witness of the process's speed weighted by its share of th
 but never more than a quarter of the total (so one heavy op that changed cannot pass its
 own change off as drift), and each op is judged by its change *beyond* the drift. Its 95% interval is a
 bootstrap over steps, resampling the runs first where ``triage --runs`` pooled several
-(model.stats), with the drift recomputed in every resample. With one process on a side the
+(model.stats), with the drift recomputed in every resample; with several processes per
+side it is widened to at least the Welch t interval over the processes' means (a bootstrap
+over a handful of processes is too narrow). With one process on a side the
 between-process spread of single ops is not in those samples, so it is estimated from how
 much the judged ops moved relative to each other (``op_noise_pct``: 1.4826 x the weighted
 median absolute deviation of their log-ratios beyond the drift, the same weights) and added
@@ -39,9 +41,11 @@ two runs' time per call, add ``min_step_share`` of the base step, whatever the t
 noise (``basis`` "work", source "torch.profiler call counts").
 
 Step time (median step, unprofiled steps when both runs have at least three, else the
-measured ones) regresses the same way, except that with one process per side, or on a
-contended machine, a uniform slowdown cannot be told from between-process drift: it is
-then inconclusive unless an op regressed too.
+measured ones) regresses the same way, except that a slowdown no larger than the drift
+(every op slower alike) cannot be told from a slower machine: with one process per side,
+on a contended machine, or when the step's interval reaches down to the drift, it is
+inconclusive unless an op regressed too. (Batches of processes made minutes apart on a
+shared VM differed by 39% with nothing changed.)
 
 The outcome: ``inconclusive`` (exit 4) when the runs are not comparable, whatever the
 numbers; else ``regression`` (exit 1) when anything gated regressed; else ``inconclusive``
@@ -83,15 +87,13 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, fail_above: float = 10.0,
     table, noise = _op_table(side_a, side_b, fail_above=fail_above, min_share=min_share,
                              min_step_share=min_step_share, base_step_us=base_step_us,
                              single_process=single, gate=set(ops), contended=bool(contended))
-    step = _step_change(a, b, fail_above, single, bool(contended))
+    step = _step_change(a, b, fail_above, single, bool(contended),
+                        math.log1p(noise["drift_pct"] / 100.0))
     regressions = [_regression(r, source) for r in table
                    if r["gated"] and r["status"] == "regressed"]
-    if step and step["status"] == "regressed" and not ops:
-        regressions.insert(0, {"what": "step time", "source": step["source"],
-                               "delta_pct": step["delta_pct"], "ci_pct": step["ci_pct"],
-                               "added_ms": _ms(step["b_us"] - step["a_us"]), "basis": "time"})
-    if step and step["status"] == "inconclusive" and regressions and not ops:
-        step["status"] = "regressed"          # corroborated by the ops that regressed
+    if step and not ops and (step["status"] == "regressed" or (
+            step["status"] == "inconclusive" and step["significant"] and regressions)):
+        step["status"] = "regressed"          # on its own, or corroborated by the ops
         regressions.insert(0, {"what": "step time", "source": step["source"],
                                "delta_pct": step["delta_pct"], "ci_pct": step["ci_pct"],
                                "added_ms": _ms(step["b_us"] - step["a_us"]), "basis": "time"})
@@ -290,11 +292,39 @@ def _bootstrap(sa: _Side, sb: _Side, judged: list[str],
         center = _weighted_median(beyond[:, None], weight)[0]
         noise = 1.4826 * float(_weighted_median(np.abs(beyond - center)[:, None], weight)[0])
         out["_noise"] = noise
+    if not single_process:            # few processes: a t interval over their means too
+        half = welch_half_width(_run_means(xa, sa.groups), _run_means(xb, sb.groups))
+        low, high = np.minimum(low, beyond - half), np.maximum(high, beyond + half)
     for i, name in enumerate(judged):
         below = math.hypot(beyond[i] - low[i], Z * noise)
         above = math.hypot(high[i] - beyond[i], Z * noise)
         out[name] = (float(beyond[i]), float(beyond[i] - below), float(beyond[i] + above))
     return out
+
+
+# Student's t, 97.5th percentile, by degrees of freedom 1..30 (two-sided 95%)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def welch_half_width(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Half the 95% Welch t interval of mean(log b) - mean(log a), row by row, for (k, runs)
+    arrays of per-process values: with a handful of processes a bootstrap over them is too
+    narrow, the t interval is not."""
+    la, lb = np.log(np.maximum(a, 1e-9)), np.log(np.maximum(b, 1e-9))
+    va, vb = la.var(axis=1, ddof=1) / la.shape[1], lb.var(axis=1, ddof=1) / lb.shape[1]
+    se = np.sqrt(va + vb)
+    denom = va ** 2 / (la.shape[1] - 1) + vb ** 2 / (lb.shape[1] - 1)
+    df = np.where(denom > 0, (va + vb) ** 2 / np.where(denom > 0, denom, 1.0), 1e9)
+    t = np.array([_T975[min(int(d), 30) - 1] if d < 30 else Z for d in np.maximum(df, 1)])
+    return t * se
+
+
+def _run_means(x: np.ndarray, groups: list[int]) -> np.ndarray:
+    """(k, runs) mean per process of each row's samples."""
+    labels = np.asarray(groups)
+    return np.stack([x[:, labels == g].mean(axis=1) for g in np.unique(labels)], axis=1)
 
 
 def witness_weights(times: np.ndarray, cap: float = WITNESS_CAP) -> np.ndarray:
@@ -343,7 +373,8 @@ def _detectable(rows: list[dict[str, Any]], sa: _Side) -> Optional[float]:
 
 
 def _step_change(a: dict[str, Any], b: dict[str, Any], fail_above: float,
-                 single_process: bool, contended: bool) -> Optional[dict[str, Any]]:
+                 single_process: bool, contended: bool,
+                 drift: float = 0.0) -> Optional[dict[str, Any]]:
     """Median step time of each side (unprofiled steps when both have enough), its change
     and 95% interval, and the status (module docstring)."""
     sa, sb = a.get("steps") or {}, b.get("steps") or {}
@@ -366,7 +397,12 @@ def _step_change(a: dict[str, Any], b: dict[str, Any], fail_above: float,
     tail = 100 * (1 - LEVEL) / 2
     low, high = (np.percentile(boot, [tail, 100 - tail]) if min(va.size, vb.size) > 1
                  else (point, point))
+    if not single_process:            # few processes: a t interval over their medians too
+        half = float(welch_half_width(_run_medians(va, ga)[None, :],
+                                      _run_medians(vb, gb)[None, :])[0])
+        low, high = min(low, point - half), max(high, point + half)
     status = _status(point, float(low), float(high), fail_above, True)
+    significant = status == "regressed"
     why = None
     if status == "regressed" and (single_process or contended):
         status = "inconclusive"
@@ -374,13 +410,24 @@ def _step_change(a: dict[str, Any], b: dict[str, Any], fail_above: float,
                "but " + ("on a contended machine" if contended else "with one process per "
                          "side") + " a whole-process slowdown cannot be told from "
                "between-process drift")
+    elif status == "regressed" and low <= drift:
+        status = "inconclusive"
+        why = (f"step time {_pct(point):+.1f}% (95% interval {_ci([_pct(low), _pct(high)])}), "
+               f"no more than every op moved (drift {_pct(drift):+.1f}%): a slower machine "
+               "and code that got slower everywhere alike look the same; compare runs made "
+               "interleaved (A, B, A, B) on the same machine")
     elif status == "inconclusive":
         why = (f"step time {_pct(point):+.1f}%, but its 95% interval "
                f"{_ci([_pct(low), _pct(high)])} reaches no change")
     return {"source": f"median step time, {what}", "a_us": _r(1e3 * float(np.median(va))),
             "b_us": _r(1e3 * float(np.median(vb))), "delta_pct": _pct(point),
             "ci_pct": [_pct(low), _pct(high)], "samples": [int(va.size), int(vb.size)],
-            "status": status, "why": why}
+            "status": status, "significant": significant, "why": why}
+
+
+def _run_medians(values: np.ndarray, groups: list[int]) -> np.ndarray:
+    labels = np.asarray(groups)
+    return np.array([np.median(values[labels == g]) for g in np.unique(labels)])
 
 
 def _advice(outcome: str, blockers: list[dict[str, str]], single: bool,
