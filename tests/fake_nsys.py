@@ -2,7 +2,9 @@
 
 Behaviour is chosen by environment variables:
   FAKE_NSYS_LOG     file to append each argv to (JSON lines)
-  FAKE_NSYS_MODE    ok (writes .nsys-rep) | qdstrm (leaves only .qdstrm) | fail (exit 1)
+  FAKE_NSYS_MODE    ok (writes .nsys-rep) | qdstrm (leaves only .qdstrm) | fail (exit 1) |
+                    start-race (the first profile fails before starting the program, with
+                    the message a real nsys 2022.4 printed on a busy machine; later ones work)
   FAKE_NSYS_SQLITE  a real export that `nsys export` copies to its --output
 """
 
@@ -28,6 +30,14 @@ def main() -> int:
         mode = os.environ.get("FAKE_NSYS_MODE", "ok")
         if mode == "fail":
             print("ERROR: Failed to create profiling session: fake", file=sys.stderr)
+            return 1
+        marker = os.environ["FAKE_NSYS_LOG"] + ".raced"
+        if mode == "start-race" and not os.path.exists(marker):
+            open(marker, "w").close()
+            print("Dynamic exception type: boost::wrapexcept<QuadDCommon::RuntimeException>\n"
+                  "std::exception::what: RuntimeException\n"
+                  "[QuadDCommon::tag_message*] = Local Endpoint is not available.",
+                  file=sys.stderr)
             return 1
         out = argv[argv.index("--output") + 1]
         child = argv[argv.index("false", argv.index("--stats")) + 1:]

@@ -38,7 +38,7 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen([sys.executable, "-m", "nsbridge", "-q", "triage", "--out",
                              str(tmp_path / "run"), str(script), str(pid_file)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600      # a guard for a stuck start, not a speed check
     while not pid_file.is_file() or not pid_file.read_text():
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.2)
@@ -55,9 +55,9 @@ def _gone(pid: int, within: float) -> bool:
 def test_sigterm_ends_the_script_and_keeps_the_run(tmp_path: Path) -> None:
     proc, child = _start(tmp_path)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=300)
     assert proc.returncode != 0
-    assert _gone(child, 30), "the profiled script outlived nsbridge"
+    assert _gone(child, 120), "the profiled script outlived nsbridge"
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["status"] in ("interrupted", "terminated", "failed")
 
@@ -65,8 +65,8 @@ def test_sigterm_ends_the_script_and_keeps_the_run(tmp_path: Path) -> None:
 def test_sigkill_of_nsbridge_still_ends_the_script(tmp_path: Path) -> None:
     proc, child = _start(tmp_path)
     proc.kill()
-    proc.communicate(timeout=60)
-    assert _gone(child, 30), "the profiled script outlived a killed nsbridge"
+    proc.communicate(timeout=300)
+    assert _gone(child, 120), "the profiled script outlived a killed nsbridge"
 
 
 RANKS_SCRIPT = """
@@ -98,16 +98,16 @@ def test_sigterm_during_the_ranks_nsys_pass_ends_every_rank_and_tool(tmp_path: P
                              str(script), str(pids)], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     again = [pids / "again-0", pids / "again-1"]
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 900
     while not all(p.is_file() and p.read_text() for p in again):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.2)
     time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=600)
     assert proc.returncode != 0
     for path in again:
-        assert _gone(int(path.read_text()), 30), f"{path.name}'s script outlived nsbridge"
+        assert _gone(int(path.read_text()), 120), f"{path.name}'s script outlived nsbridge"
     nsys_left = subprocess.run(["pgrep", "-f", f"nsys profile.*{tmp_path}"],
                                capture_output=True, text=True).stdout.split()
     assert not nsys_left, "an nsys outlived nsbridge"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, run_nsbridge
+from conftest import EXAMPLES, ROOT, first_fix, run_nsbridge
 
 pytestmark = pytest.mark.slow
 
@@ -86,8 +86,7 @@ def test_input_bound_example(tmp_path: Path) -> None:
         return
     assert re.search(r"data loading takes \d+% of each step", verdict["evidence"][0])
     assert report["steps"]["mean"]["shares"]["data"] > 0.3
-    ids = [r["id"] for r in report["recommendations"]]
-    assert ids[0 if not verdict["contention"] else 1] == "dataloader-workers"
+    assert first_fix(report) == "dataloader-workers"
     assert "INPUT-BOUND" in proc.stdout
 
 
@@ -103,4 +102,4 @@ def test_sync_bound_example_names_the_item_line(tmp_path: Path) -> None:
     assert (top["kind"], top["file"], top["line"]) == ("item", "examples/sync_bound.py", line)
     assert top["per_step"] == pytest.approx(128)
     assert f"examples/sync_bound.py:{line}" in proc.stdout
-    assert report["recommendations"][0]["id"] == "remove-syncs"
+    assert first_fix(report) == "remove-syncs"

@@ -158,6 +158,13 @@ def capture(install: NsysInstall, *, trace: Sequence[str], output: Path,
     outcome = run_filtered(argv, cwd=cwd, env=env, timeout=timeout, log=log, hide=PROGRESS,
                            echo=echo)
     report = output.with_suffix(".nsys-rep")
+    if (not report.is_file() and not output.with_suffix(".qdstrm").is_file()
+            and _failed_to_start(log)):   # nsys's own start-up race: the script never ran
+        first = log.read_text(encoding="utf-8", errors="replace")
+        outcome = run_filtered(argv, cwd=cwd, env=env, timeout=timeout, log=log, hide=PROGRESS,
+                               echo=echo)
+        log.write_text(f"{first}\n--- nsys failed to start (above); started it again ---\n"
+                       + log.read_text(encoding="utf-8", errors="replace"), encoding="utf-8")
     imported_with = None
     if not report.is_file() and output.with_suffix(".qdstrm").is_file():
         imported_with = _import_qdstrm(install, output.with_suffix(".qdstrm"), log)
@@ -248,10 +255,24 @@ def _import_qdstrm(install: NsysInstall, qdstrm: Path, log: Path) -> str:
     return install.importer
 
 
+# nsys failing before it starts the program, its agent's connection not up yet: seen with
+# two nsys 2022.4 starting at once on a busy 2-core machine; starting again works
+_START_RACE = re.compile(r"Local Endpoint is not available|^End of file$", re.MULTILINE)
+
+
+def _failed_to_start(log: Path) -> bool:
+    """nsys's log holds nothing but one of its start-up failures (so the program never ran)."""
+    if not log.is_file():
+        return False
+    text = log.read_text(encoding="utf-8", errors="replace")
+    return bool(_START_RACE.search(text)) and len(text.splitlines()) <= 12
+
+
 def _failure(argv: Sequence[str], code: int, log: Path, what: str) -> str:
     text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
     errors = [ln.strip() for ln in text.splitlines()
-              if re.search(r"error|fail|cannot|unable", ln, re.IGNORECASE)][-5:]
+              if re.search(r"error|fail|cannot|unable|exception|not available", ln,
+                           re.IGNORECASE)][-5:]
     said = "; ".join(errors) if errors else "no error message"
     return (f"{what} (exit status {code}). nsys said: {said}. Command: {' '.join(argv)}. "
             f"Full log: {log}.")
