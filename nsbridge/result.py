@@ -94,6 +94,7 @@ def write_ops_csv(run_dir: Path, ops: pd.DataFrame) -> None:
     for col in ("kernels", "copies"):
         csv[col] = csv[col].map(lambda ks: json.dumps([k["name"] for k in ks]))
     csv["per_step_us"] = csv["per_step_us"].map(json.dumps)
+    csv["shape_work"] = csv["shape_work"].map(json.dumps)
     csv.to_csv(run_dir / "ops.csv", index=False)
 
 

@@ -187,7 +187,8 @@ def merge_ops(rows: list[dict[str, Any]], key: str,
     for name, cols in columns.items():
         if name not in known:
             row = {col: None for col in S.OP_COLUMNS}
-            row.update(name=name, shapes=[], kernels=[], copies=[], **{k: None for k in PASS_KEYS})
+            row.update(name=name, shapes=[], kernels=[], copies=[], shape_work=[],
+                       **{k: None for k in PASS_KEYS})
             row[key] = cols
             merged.append(row)
     return merged

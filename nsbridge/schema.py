@@ -18,7 +18,8 @@ OPS (model.ops.op_table), one row per op name, the report's hot-op table:
 
     name, calls, cpu_self_us, cpu_total_us, device_self_us, device_total_us, mem_mib,
     mem_net_mib, self_pct, shapes, kernels, copies, per_step_us (the ranking time in each
-    measured step: what `diff` measures noise with)
+    measured step: what `diff` measures noise with), shape_work (per input shape, up to
+    five: calls and ranking time; what `diff` prices added work with)
 
 Ranges nsbridge itself records in the traces it writes (``nsbridge::`` names) are never
 ops: ``nsbridge::own_sync`` wraps the synchronize that closes a measured window, and
@@ -58,4 +59,7 @@ SYNC_SITE_PREFIX = "nsbridge::sync_site "   # + "KIND DEVICE FILE:LINE"
 # OPS
 OP_COLUMNS = ["name", "calls", "cpu_self_us", "cpu_total_us", "device_self_us",
               "device_total_us", "mem_mib", "mem_net_mib", "self_pct", "shapes", "kernels",
-              "copies", "per_step_us"]
+              "copies", "per_step_us", "shape_work"]
+# the OPS columns that add up when traces (ranks, or runs of one script) are combined
+OP_SUMMED_COLUMNS = ["calls", "cpu_self_us", "cpu_total_us", "device_self_us",
+                     "device_total_us", "mem_mib", "mem_net_mib"]

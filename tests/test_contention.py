@@ -105,7 +105,8 @@ def test_contention_names_itself_and_what_the_wait_could_hide() -> None:
     steps = _breakdown([20.0, 21.0, 19.0, 20.0], [150.0, 152.0, 148.0, 150.0])
     found = {"contended": True, "evidence": "the machine was busy: ..."}
     verdict = qualify(_verdict("cpu-bound", 0.133, 150.0), breakdown=steps,
-                      thresholds=THRESHOLDS, contention=found, wait_ms_per_step=120.0)
+                      thresholds=THRESHOLDS,
+                      machine={"contention": found, "measured_steps": {"wait_ms_per_step": 120.0}})
     assert verdict["confidence"] == "low" and verdict["contention"] == found["evidence"]
     assert [a["label"] for a in verdict["alternatives"]] == ["input-bound"]
     assert "waited for a CPU taken out" in verdict["alternatives"][0]["why"]

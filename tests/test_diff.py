@@ -84,6 +84,24 @@ def test_more_calls_of_an_op_is_a_regression_whatever_the_timing_noise() -> None
     assert "aten::mm does +100.0% more work: 6 calls per step instead of 3" in text
 
 
+def test_new_calls_of_another_shape_are_priced_by_that_shape() -> None:
+    """The planted slowdown under load: 64 extra 256x256 matmuls per step join the model's
+    own small ones; timing says nothing (huge spread), the calls per shape do."""
+    noisy = {**BASE, "aten::mm": [60.0, 3000.0, 90.0, 1600.0]}
+    a = _report(BASE, STEPS, contended=True)
+    b = _report(noisy, STEPS, contended=True, calls={"aten::mm": 4 * 68})
+    small = {"shape": "[[8, 8], [8, 8]]", "calls": 12, "us": 401.0}
+    big = {"shape": "[[256, 256], [256, 256]]", "calls": 256, "us": 4000.0}
+    next(op for op in a["ops"] if op["name"] == "aten::mm")["shape_work"] = [small]
+    mm_b = next(op for op in b["ops"] if op["name"] == "aten::mm")
+    mm_b.update(shape_work=[big, {**small, "us": 750.0}], shapes=[big["shape"], small["shape"]])
+    result = compare(a, b)
+    mm = _op(result, "aten::mm")
+    assert mm["status"] == "regressed" and mm["basis"] == "work"
+    assert mm["more_work"]["added_us"] == pytest.approx(256 / 4 * 4000.0 / 256)   # 64 x 15.6
+    assert mm["more_work"]["priced"] == "per input shape"
+
+
 def test_a_change_inside_the_step_to_step_spread_is_inconclusive_not_a_pass() -> None:
     noisy = {**BASE, "aten::mm": [60.0, 300.0, 90.0, 160.0]}   # mean +50%, all over the place
     result = compare(_report(BASE, STEPS), _report(noisy, STEPS))

@@ -101,9 +101,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                      kernels_per_step=device.get("kernels_per_step", 0.0),
                      median_kernel_us=median_kernel, thresholds=thresholds)
     contention = (machine or {}).get("contention")
-    verdict = qualify(verdict, breakdown=steps, thresholds=thresholds, contention=contention,
-                      wait_ms_per_step=((machine or {}).get("measured_steps") or {}).get(
-                          "wait_ms_per_step"))
+    verdict = qualify(verdict, breakdown=steps, thresholds=thresholds, machine=machine)
 
     host_names = events.loc[tree.rows, S.NAME].to_numpy()
     loaders = set(host_names[starts_with(host_names, "enumerate(DataLoader)#")])

@@ -147,7 +147,9 @@ def contention(facts: dict[str, Any], *, wall_s: Optional[float], wait_share: fl
 
 
 def _load_text(load: dict[str, Any], usable: Optional[int]) -> Optional[str]:
+    """'load 4.10 on 2 usable cores' when the 1-minute load reached the usable cores (a
+    lower one lags behind a short run and would only confuse the evidence)."""
     values = [v[0] for v in (load.get("before"), load.get("at_end"), load.get("after")) if v]
-    if not values:
+    if not values or not usable or max(values) < usable:
         return None
-    return f"load {max(values):.2f}" + (f" on {usable} usable cores" if usable else "")
+    return f"load {max(values):.2f} on {usable} usable cores"

@@ -36,9 +36,10 @@ when the op's work changed too (its calls per step or input shapes differ betwee
 runs, a change no noise makes); the same work taking longer is inconclusive there.
 
 Work itself is gated too: an op whose calls per step rose by more than ``fail_above``
-percent (same input shapes) regressed when those extra calls, priced at the cheaper of the
-two runs' time per call, add ``min_step_share`` of the base step, whatever the timing
-noise (``basis`` "work", source "torch.profiler call counts").
+percent regressed when the change in its calls, priced per input shape at the cheaper of
+the two runs' time per call of that shape (``ops[].shape_work``), adds more than
+``fail_above`` percent of the op's time and ``min_step_share`` of the base step, whatever
+the timing noise (``basis`` "work", source "torch.profiler call counts").
 
 Step time (median step, unprofiled steps when both runs have at least three, else the
 measured ones) regresses the same way, except that a slowdown no larger than the drift
@@ -58,7 +59,7 @@ above ``fail_above``); else ``pass`` (exit 0).
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -137,12 +138,15 @@ class _Side:
         self.total: dict[str, float] = {}
         self.spread: dict[str, bool] = {}
         self.work: dict[str, tuple[float, tuple[str, ...]]] = {}
+        self.shape_work: dict[str, dict[str, tuple[float, float]]] = {}
         for op in report.get("ops") or []:
             value = op.get(key)
             if value is None or not op.get("name"):
                 continue
             self.work[op["name"]] = ((op.get("calls") or 0) / self.n,
                                      tuple(str(x) for x in op.get("shapes") or []))
+            self.shape_work[op["name"]] = {e["shape"]: (e["calls"] / self.n, e["us"] / self.n)
+                                           for e in op.get("shape_work") or []}
             samples = op.get("per_step_us") or []
             known = spread_ok and len(samples) == self.n
             self.ops[op["name"]] = (np.asarray(samples, dtype=np.float64) if known
@@ -183,9 +187,9 @@ def _op_table(sa: _Side, sb: _Side, *, fail_above: float, min_share: float,
             row["delta_pct"] = _r(100.0 * (mb / ma - 1.0)) if ma else None
             row["work_change"] = _work_change(sa.work[name], sb.work[name])
             row["status"] = "not gated"
-            if name in est:
-                point, low, high = est[name]
-                added = mb - ma * math.exp(est["_drift"][0])
+            if name in est.ops:
+                point, low, high = est.ops[name]
+                added = mb - ma * math.exp(est.drift)
                 row.update(beyond_drift_pct=_pct(point), ci_pct=[_pct(low), _pct(high)],
                            added_us=_r(added), basis="time")
                 row["status"] = _status(point, low, high, fail_above, added >= floor)
@@ -194,29 +198,43 @@ def _op_table(sa: _Side, sb: _Side, *, fail_above: float, min_share: float,
                     row["status"] = "inconclusive"
             more = _more_work(sa, sb, name, ma, mb)
             if more and row["gated"] and row["status"] != "regressed" and (
-                    more["pct"] > fail_above and more["added_us"] >= floor):
+                    more["pct"] > fail_above and more["added_us"] >= floor
+                    and more["added_us"] > fail_above / 100.0 * ma):
                 row.update(status="regressed", basis="work", more_work=more)
         rows.append(row)
     rows.sort(key=lambda r: -abs(r["added_us"] or 0.0))
-    drift = est.get("_drift")
     judged_rows = [r for r in rows if r["op"] in judged]
-    return rows, {"drift_pct": _pct(drift[0]) if drift else 0.0,
-                  "op_noise_pct": _pct(est["_noise"]) if "_noise" in est else None,
+    return rows, {"drift_pct": _pct(est.drift), "op_noise_pct": _pct(est.noise),
                   "detectable_pct": _detectable(judged_rows, sa)}
 
 
 def _more_work(sa: _Side, sb: _Side, name: str, ma: float,
                mb: float) -> Optional[dict[str, Any]]:
-    """{calls_a, calls_b, pct, per_call_us, added_us}: the op's calls per step rose (same
-    shapes), priced at the cheaper of the two runs' time per call; None otherwise."""
+    """{calls_a, calls_b, pct, added_us, priced}: the op's calls per step rose, and what the
+    change in calls costs: per input shape, each shape's extra (or fewer) calls priced at
+    the cheaper of the two runs' time per call of that shape (a shape only one run has, at
+    that run's); without shape counts, when the shapes are the same, at the cheaper of the
+    runs' mean time per call. None when the calls did not rise or cannot be priced."""
     (calls_a, shapes_a), (calls_b, shapes_b) = sa.work[name], sb.work[name]
-    if calls_a <= 0 or calls_b <= calls_a or (shapes_a and shapes_b
-                                              and set(shapes_a) != set(shapes_b)):
+    if calls_a <= 0 or calls_b <= calls_a:
         return None
-    per_call = min(ma / calls_a, mb / calls_b)
+    by_a, by_b = sa.shape_work.get(name), sb.shape_work.get(name)
+    if by_a and by_b:
+        added = 0.0
+        for shape in set(by_a) | set(by_b):
+            (ca, ua), (cb, ub) = by_a.get(shape, (0.0, 0.0)), by_b.get(shape, (0.0, 0.0))
+            if cb != ca:
+                added += (cb - ca) * min(u / c for c, u in ((ca, ua), (cb, ub)) if c > 0)
+        priced = "per input shape"
+    elif not shapes_a or not shapes_b or set(shapes_a) == set(shapes_b):
+        per_call = min(ma / calls_a, mb / calls_b)
+        added = per_call * (calls_b - calls_a)
+        priced = f"about {per_call / 1e3:.3f} ms each"
+    else:
+        return None
     return {"calls_a": round(calls_a, 3), "calls_b": round(calls_b, 3),
-            "pct": round(100.0 * (calls_b / calls_a - 1.0), 2), "per_call_us": round(per_call, 3),
-            "added_us": round(per_call * (calls_b - calls_a), 3)}
+            "pct": round(100.0 * (calls_b / calls_a - 1.0), 2), "added_us": round(added, 3),
+            "priced": priced}
 
 
 def _work_change(a: tuple[float, tuple[str, ...]],
@@ -238,7 +256,7 @@ def _regression(row: dict[str, Any], source: str) -> dict[str, Any]:
         return {"what": row["op"], "source": "torch.profiler call counts", "delta_pct": more["pct"],
                 "ci_pct": None, "added_ms": _ms(more["added_us"]), "basis": "work",
                 "detail": f"{more['calls_b']:g} calls per step instead of {more['calls_a']:g}, "
-                          f"about {more['per_call_us'] / 1e3:.3f} ms each"}
+                          f"priced {more['priced']}"}
     return {"what": row["op"], "source": source, "delta_pct": row["beyond_drift_pct"],
             "ci_pct": row["ci_pct"], "added_ms": _ms(row["added_us"]),
             "basis": "time" if not row["new"] else "new"}
@@ -266,12 +284,19 @@ def _status(point: float, low: float, high: float, fail_above: float, material: 
     return "unchanged"
 
 
-def _bootstrap(sa: _Side, sb: _Side, judged: list[str],
-               single_process: bool) -> dict[str, Any]:
-    """Per judged op: (point, low, high) of log(B/A) beyond the drift; '_drift' the drift's
-    (point, low, high); '_noise' the between-process op noise added when single_process."""
+class _Estimates(NamedTuple):
+    """What the bootstrap gives: per judged op (point, low, high) of log(B/A) beyond the
+    drift; the drift (log); the between-process op noise added (log; None when not)."""
+
+    ops: dict[str, tuple[float, float, float]]
+    drift: float
+    noise: Optional[float]
+
+
+def _bootstrap(sa: _Side, sb: _Side, judged: list[str], single_process: bool) -> _Estimates:
+    """The judged ops' changes beyond the drift with their 95% intervals (module docstring)."""
     if not judged:
-        return {}
+        return _Estimates({}, 0.0, None)
     xa = np.stack([sa.ops[n] for n in judged])
     xb = np.stack([sb.ops[n] for n in judged])
     ma, mb = xa.mean(axis=1), xb.mean(axis=1)
@@ -285,21 +310,18 @@ def _bootstrap(sa: _Side, sb: _Side, judged: list[str],
     boot_drift = _weighted_median(boot_logs, np.broadcast_to(weight, boot_logs.shape))
     tail = 100 * (1 - LEVEL) / 2
     low, high = np.percentile(boot_logs - boot_drift, [tail, 100 - tail], axis=1)
-    d_low, d_high = np.percentile(boot_drift, [tail, 100 - tail])
-    out: dict[str, Any] = {"_drift": (float(drift), float(d_low), float(d_high))}
-    noise = 0.0
+    noise = None
     if single_process and len(judged) >= 3:
         center = _weighted_median(beyond[:, None], weight)[0]
         noise = 1.4826 * float(_weighted_median(np.abs(beyond - center)[:, None], weight)[0])
-        out["_noise"] = noise
     if not single_process:            # few processes: a t interval over their means too
         half = welch_half_width(_run_means(xa, sa.groups), _run_means(xb, sb.groups))
         low, high = np.minimum(low, beyond - half), np.maximum(high, beyond + half)
-    for i, name in enumerate(judged):
-        below = math.hypot(beyond[i] - low[i], Z * noise)
-        above = math.hypot(high[i] - beyond[i], Z * noise)
-        out[name] = (float(beyond[i]), float(beyond[i] - below), float(beyond[i] + above))
-    return out
+    extra = Z * (noise or 0.0)
+    ops = {name: (float(beyond[i]), float(beyond[i] - math.hypot(beyond[i] - low[i], extra)),
+                  float(beyond[i] + math.hypot(high[i] - beyond[i], extra)))
+           for i, name in enumerate(judged)}
+    return _Estimates(ops, drift, noise)
 
 
 # Student's t, 97.5th percentile, by degrees of freedom 1..30 (two-sided 95%)

@@ -29,6 +29,7 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     Rows are sorted by self device time when there is a device, else self CPU time.
     ``ProfilerStep#N`` ranges are steps and ``nsbridge::`` ranges nsbridge's own: not ops.
     per_step_us: the ranking column per measured step (``windows``), see per_step_times.
+    shape_work: per input shape (the five with the most ranking time): {shape, calls, us}.
     """
     names = events.loc[tree.rows, S.NAME].to_numpy()
     n = len(tree)
@@ -66,6 +67,8 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     denominator = table[rank_col].sum()
     table["self_pct"] = 100.0 * table[rank_col] / denominator if denominator > 0 else 0.0
     table["shapes"] = table["name"].map(_common_shapes(per_op)).apply(
+        lambda v: v if isinstance(v, list) else [])
+    table["shape_work"] = table["name"].map(_shape_work(per_op, rank_col)).apply(
         lambda v: v if isinstance(v, list) else [])
     spread = per_step_times(events, tree, gpu, windows, has_device)
     table["per_step_us"] = table["name"].map(spread).apply(
@@ -107,6 +110,30 @@ def _common_shapes(per_op: pd.DataFrame, top: int = 3) -> dict[str, list[str]]:
     counts = shaped.groupby(["name", "shape"], sort=False).size().reset_index(name="n")
     counts = counts.sort_values(["name", "n"], ascending=[True, False], kind="stable")
     return {name: group["shape"].head(top).tolist() for name, group in counts.groupby("name")}
+
+
+def _shape_work(per_op: pd.DataFrame, rank_col: str, top: int = 5) -> dict[str, list[dict]]:
+    """Per op name, its calls and ranking time per input shape, the costliest ``top``."""
+    shaped = per_op[per_op["shape"].notna()]
+    if shaped.empty:
+        return {}
+    agg = shaped.groupby(["name", "shape"], sort=False).agg(
+        calls=("shape", "size"), us=(rank_col, "sum")).reset_index()
+    agg = agg.sort_values(["name", "us"], ascending=[True, False], kind="stable")
+    return {name: [{"shape": str(r.shape), "calls": int(r.calls), "us": round(float(r.us), 3)}
+                   for r in group.head(top).itertuples(index=False)]
+            for name, group in agg.groupby("name", sort=False)}
+
+
+def merge_shape_work(lists: pd.Series) -> list[dict]:
+    """shape_work entries of several traces summed by shape, costliest first."""
+    merged: dict[str, dict] = {}
+    for entries in lists:
+        for e in entries if isinstance(entries, list) else []:
+            row = merged.setdefault(e["shape"], {"shape": e["shape"], "calls": 0, "us": 0.0})
+            row["calls"] += e["calls"]
+            row["us"] = round(row["us"] + e["us"], 3)
+    return sorted(merged.values(), key=lambda e: -e["us"])
 
 
 _COPY_KIND = {S.MEMCPY: "memcpy", S.MEMSET: "memset"}

@@ -6,7 +6,7 @@ run it came from, so intervals resample runs first (model.stats):
 
 - steps: every run's per-step breakdown, with a ``run`` column (1..N);
 - ops: totals summed over all runs (so a total divided by ``steps.count`` is still the time
-  per step), ``per_step_us`` the runs' per-step lists end to end, aligned with the steps
+  per step), as are the calls and time per shape, ``per_step_us`` the runs' per-step lists end to end, aligned with the steps
   (an op a run did not have counts 0 in that run's steps);
 - the verdict: the ladder on the pooled steps and ops; the device, sync and kernel facts
   are the first run's (``lead``), as are the trace, key_averages and merged trace.
@@ -22,20 +22,20 @@ import pandas as pd
 from .. import schema as S
 from ..profiles import Analysis
 from .analysis import TraceAnalysis
+from .ops import merge_shape_work
 from .rules import recommend
 from .verdict import decide, qualify
 
-_SUMMED = ["calls", "cpu_self_us", "cpu_total_us", "device_self_us", "device_total_us",
-           "mem_mib", "mem_net_mib"]
 
 
 def pool_ops(tables: list[pd.DataFrame], steps_per_run: list[int],
              has_device: bool) -> pd.DataFrame:
     """OPS frames of several runs: totals summed, per-step lists concatenated in run order."""
     frame = pd.concat(tables, ignore_index=True)
-    table = frame.groupby("name", sort=False)[_SUMMED].sum(min_count=1)
+    table = frame.groupby("name", sort=False)[S.OP_SUMMED_COLUMNS].sum(min_count=1)
     firsts = frame.groupby("name", sort=False)[["shapes", "kernels", "copies"]].first()
-    table = table.join(firsts).reset_index()
+    work = frame.groupby("name", sort=False)["shape_work"].apply(merge_shape_work)
+    table = table.join(firsts).join(work).reset_index()
     lists = [dict(zip(t["name"], t["per_step_us"])) for t in tables]
     table["per_step_us"] = [
         [v for run, n in zip(lists, steps_per_run) for v in (run.get(name) or [0.0] * n)]
@@ -64,9 +64,7 @@ def pool_analyses(analyses: list[TraceAnalysis], thresholds: Analysis,
                      has_device=lead.has_device, kernels_per_step=facts.kernels_per_step,
                      median_kernel_us=facts.median_kernel_us, thresholds=thresholds)
     contention = (machine or {}).get("contention")
-    verdict = qualify(verdict, breakdown=steps, thresholds=thresholds, contention=contention,
-                      wait_ms_per_step=((machine or {}).get("measured_steps") or {}).get(
-                          "wait_ms_per_step"))
+    verdict = qualify(verdict, breakdown=steps, thresholds=thresholds, machine=machine)
     pooled_facts = dataclasses.replace(facts, verdict=verdict["label"], ops=ops,
                                        data_share=verdict["numbers"]["data_share"],
                                        contention=contention)

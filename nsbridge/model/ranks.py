@@ -8,9 +8,8 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
+from .ops import merge_shape_work
 
-_SUMMED = ["calls", "cpu_self_us", "cpu_total_us", "device_self_us", "device_total_us", "mem_mib",
-           "mem_net_mib"]
 
 
 def combine_ops(tables: list[pd.DataFrame], has_device: bool) -> pd.DataFrame:
@@ -18,12 +17,14 @@ def combine_ops(tables: list[pd.DataFrame], has_device: bool) -> pd.DataFrame:
     if len(tables) == 1:
         return tables[0]
     frame = pd.concat(tables, ignore_index=True)
-    numeric = frame.groupby("name", sort=False)[_SUMMED].sum(min_count=1)
+    numeric = frame.groupby("name", sort=False)[S.OP_SUMMED_COLUMNS].sum(min_count=1)
     shapes = frame.groupby("name", sort=False)["shapes"].first()
     kernels = frame.groupby("name", sort=False)["kernels"].apply(_merge_work)
     copies = frame.groupby("name", sort=False)["copies"].apply(_merge_work)
     spread = frame.groupby("name", sort=False)["per_step_us"].apply(_sum_steps)
-    table = numeric.join(shapes).join(kernels).join(copies).join(spread).reset_index()
+    work = frame.groupby("name", sort=False)["shape_work"].apply(merge_shape_work)
+    table = (numeric.join(shapes).join(kernels).join(copies).join(spread).join(work)
+             .reset_index())
     rank_col = "device_self_us" if has_device else "cpu_self_us"
     total = table[rank_col].sum()
     table["self_pct"] = 100.0 * table[rank_col] / total if total > 0 else 0.0

@@ -17,7 +17,8 @@ interval over the measured steps (hierarchical over processes when ``triage --ru
 pooled several); every label the ladder above gives anywhere in that interval is an
 alternative. On a contended machine (model.contention) the host's compute is inflated by
 the time its threads waited for a CPU, so the label the ladder gives with that wait taken
-out of the step is an alternative too. Confidence is ``low`` with an alternative or
+out of the step (the threads' summed wait divided by torch's intra-op threads) is an
+alternative too. Confidence is ``low`` with an alternative or
 contention, ``medium`` with fewer than three measured steps, else ``high``; ``settle``
 says what would decide it.
 """
@@ -110,12 +111,13 @@ def label_for(*, data_share: float, busy: Optional[float], many_syncs: bool, idl
 
 
 def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Analysis,
-            contention: Optional[dict[str, Any]] = None,
-            wait_ms_per_step: Optional[float] = None) -> dict[str, Any]:
+            machine: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The verdict with confidence, confidence_reasons, alternatives[], contention and
     settle (see the module docstring). ``breakdown`` may carry a ``run`` column (pooled
-    processes)."""
+    processes); ``machine`` is model.contention.machine_facts (None: not measured)."""
     numbers, label = verdict["numbers"], verdict["label"]
+    contention = (machine or {}).get("contention")
+    wait_ms_per_step = ((machine or {}).get("measured_steps") or {}).get("wait_ms_per_step")
     ladder = {"busy": numbers["device_busy_pct"], "idle_share": numbers[
         "sync_gpu_idle_share"] or 0.0, "many_syncs": numbers["sync_calls_per_step"]
         >= thresholds.sync_calls_per_step}
@@ -124,30 +126,31 @@ def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Ana
     whole_run = n == 1 and int(breakdown["step"].iloc[0]) < 0
     alternatives: list[dict[str, Any]] = []
     reasons: list[str] = []
+
+    def consider(share: float, why: str) -> None:
+        other = again(share)
+        if other != label and other not in [a["label"] for a in alternatives]:
+            alternatives.append({"label": other, "why": why})
+
     low, high = data_share_interval(breakdown)
     if low is not None:
-        verdict["numbers"]["data_share_ci"] = [round(low, 4), round(high, 4)]
+        numbers["data_share_ci"] = [round(low, 4), round(high, 4)]
         for end in (low, high):
-            other = again(end)
-            if other != label and other not in [a["label"] for a in alternatives]:
-                alternatives.append({"label": other, "why": (
-                    f"data loading is {verdict['numbers']['data_share']:.0%} of the step, 95% "
-                    f"interval {low:.0%}-{high:.0%} over {n} steps, and the "
-                    f"{thresholds.input_bound_share:.0%} line that separates them lies inside "
-                    "it")})
+            consider(end, f"data loading is {numbers['data_share']:.0%} of the step, 95% "
+                          f"interval {low:.0%}-{high:.0%} over {n} steps, and the "
+                          f"{thresholds.input_bound_share:.0%} line that separates them lies "
+                          "inside it")
     contended = bool(contention and contention.get("contended"))
     if contended:
         reasons.append("the machine was contended")
-        step = verdict["numbers"]["step_ms"]
-        data = verdict["numbers"]["data_share"] * step
-        if wait_ms_per_step and step > 0:
-            unwaited = max(step - wait_ms_per_step, data, 1e-9)
-            other = again(data / unwaited)
-            if other != label and other not in [a["label"] for a in alternatives]:
-                alternatives.append({"label": other, "why": (
-                    f"with the {wait_ms_per_step:.1f} ms per step its threads waited for a CPU "
-                    f"taken out, data loading would be {min(data / unwaited, 1.0):.0%} of the "
-                    "step")})
+        step = numbers["step_ms"]
+        data = numbers["data_share"] * step
+        threads = max(int(((machine or {}).get("threads") or {}).get("intra_op") or 1), 1)
+        if wait_ms_per_step and step > 0:   # summed over threads: about 1/threads of it on
+            unwaited = max(step - wait_ms_per_step / threads, data, 1e-9)   # the clock
+            consider(data / unwaited, f"with the {wait_ms_per_step:.1f} ms per step its "
+                                      "threads waited for a CPU taken out, data loading would "
+                                      f"be {min(data / unwaited, 1.0):.0%} of the step")
     if alternatives:
         reasons.append("the data cannot tell " + " from ".join(
             [label, *(a["label"] for a in alternatives)]))

@@ -39,15 +39,16 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     report["verdict"] = analysis.verdict
     report["ranked_by"] = "device_self_us" if has_device else "cpu_self_us"
     report["ops"] = _with_spread(_records(analysis.ops), _runs(analysis.steps))
+    bare_ms, bare_runs = _unprofiled(child_steps)
     report["steps"] = {
         "detected_by": step_source or _step_source(analysis.steps),
         "count": int(len(analysis.steps)),
         "per_step": _records(analysis.steps.round(3)),
         "mean": mean_step(analysis.steps),
         "spread": summary(analysis.steps["wall_ms"], _runs(analysis.steps)),
-        "unprofiled": summary(*_unprofiled(child_steps)),
-        "unprofiled_ms": _unprofiled(child_steps)[0],
-        "unprofiled_runs": _unprofiled(child_steps)[1],
+        "unprofiled": summary(bare_ms, bare_runs),
+        "unprofiled_ms": bare_ms,
+        "unprofiled_runs": bare_runs,
     }
     report["device"] = analysis.device if has_device else None
     report["sync_points"] = analysis.sync_points
