@@ -15,6 +15,10 @@ DEEP_PROFILE = click.option("--deep-profile", "deep_profile", default="deep", sh
                                  "deep-memory) or a YAML file.")
 OUT = click.option("--out", "out", type=click.Path(),
                    help="Run directory to create (must not exist).")
+WINDOW = click.option("--window", "window", type=click.Choice(["steps", "trace"]),
+                      default="steps", show_default=True,
+                      help="What the figures cover: the measured steps, or the whole trace as "
+                           "one window (totals and rates per second).")
 TOP = click.option("--top", type=int, default=10, show_default=True,
                    help="Ops in the summary table.")
 # commands that run the user's script: everything after the script goes to the script
@@ -27,7 +31,8 @@ def script_options(fn: F) -> F:
         click.option("-m", "module", metavar="MODULE", help="Run a module, like python -m MODULE."),
         PROFILE, OUT,
         click.option("--timeout", type=float,
-                     help="Stop the script after SECONDS (what was recorded is kept)."),
+                     help="Stop the script after SECONDS; it then gets a quarter of that "
+                          "(10-60 s) to write what it recorded, and is killed."),
         TOP,
         click.argument("target", required=False),
         click.argument("script_args", nargs=-1, type=click.UNPROCESSED),

@@ -63,7 +63,8 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
            nproc_per_node: Optional[int] = None, nnodes: Optional[str] = None,
            node_rank: Optional[int] = None, rdzv_endpoint: Optional[str] = None,
            ranks: Optional[list[int]] = None, deep_ranks: Optional[list[int]] = None,
-           runs: int = 1, environ: Mapping[str, str] = os.environ) -> RunResult:
+           runs: int = 1, window: str = "steps",
+           environ: Mapping[str, str] = os.environ) -> RunResult:
     """Run a script (or ``-m`` module) under torch.profiler and analyse it (``runs`` > 1:
     that many processes, their steps pooled so intervals include the between-process
     spread); with ``nsys``
@@ -115,7 +116,7 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
                      cwd=workdir, module=module)
     output, analysis = profile_script(run.dir, target=target, args=args, module=module,
                                       profile=prof, cwd=workdir, timeout=timeout,
-                                      environ=environ, runs=runs)
+                                      environ=environ, runs=runs, window=window)
     run.add(output)
     if analysis is not None:
         write_ops_csv(run.dir, analysis.ops)
@@ -229,7 +230,7 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
 
 def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default",
             deep_profile: ProfileArg = "deep",
-            out: Optional[Union[str, Path]] = None) -> RunResult:
+            out: Optional[Union[str, Path]] = None, window: str = "steps") -> RunResult:
     """Analyse files captured elsewhere: torch.profiler traces (several: the ranks of one
     job), nsys exports (.sqlite, .nsys-rep) and Nsight Compute reports (.ncu-rep, CSV),
     merged into one report keyed by op.
@@ -252,7 +253,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
     analysis: Optional[TraceAnalysis] = None
     first = None
     if traces:   # read before the run directory exists: a bad trace leaves nothing behind
-        first, analysis = analyze_traces(traces, prof, target)
+        first, analysis = analyze_traces(traces, prof, target, window)
     run = Run.create(out=Path(out) if out else None, label=f"analyze-{label}",
                      command="analyze", target=target, args=[], profile=prof, cwd=Path.cwd())
     if first is not None:

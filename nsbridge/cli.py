@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 import click
 
 from . import __version__
-from ._options import DEEP_PROFILE, OUT, PROFILE, SCRIPT_COMMAND, TOP, script_options
+from ._options import DEEP_PROFILE, OUT, PROFILE, SCRIPT_COMMAND, TOP, WINDOW, script_options
 from .collect._process import Stopped
 from .errors import NsbridgeError
 
@@ -108,12 +108,13 @@ def main(quiet: bool) -> None:
 @click.option("--runs", type=click.IntRange(1, 50), default=1, show_default=True, metavar="N",
               help="Run the script N times and pool the steps: the spread between processes, "
                    "the largest on a busy machine, then shows in every interval.")
+@WINDOW
 @script_options
 def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
            top: int, nsys: bool, deep_top: Optional[str], deep_profile: str,
            nproc_per_node: Optional[int], nnodes: Optional[str], node_rank: Optional[int],
            rdzv_endpoint: Optional[str], ranks: Optional[str], deep_ranks: Optional[str],
-           runs: int, target: Optional[str], script_args: tuple[str, ...]) -> None:
+           runs: int, window: str, target: Optional[str], script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (or -m MODULE) with torch.profiler and say what bounds it.
 
     Arguments after the script (or after --) go to the script. Under torchrun, srun or
@@ -131,7 +132,8 @@ def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Opt
                                       deep_profile=deep_profile, on_plan=_echo_plan,
                                       nproc_per_node=nproc_per_node, nnodes=nnodes,
                                       node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                                      ranks=chosen, deep_ranks=for_deep, runs=runs), top))
+                                      ranks=chosen, deep_ranks=for_deep, runs=runs,
+                                      window=window), top))
 
 
 def _rank_list(text: Optional[str], option: str) -> Optional[list[int]]:
@@ -234,15 +236,16 @@ def _finish(result: Any, top: int) -> None:
 @DEEP_PROFILE
 @OUT
 @TOP
+@WINDOW
 @click.argument("paths", nargs=-1, required=True)
-def analyze(profile: str, deep_profile: str, out: Optional[str], top: int,
+def analyze(profile: str, deep_profile: str, out: Optional[str], top: int, window: str,
             paths: tuple[str, ...]) -> None:
     """Analyse files captured elsewhere: torch.profiler traces (.json/.json.gz or folders),
     nsys exports (.sqlite, .nsys-rep), Nsight Compute reports (.ncu-rep, CSV)."""
     from .api import analyze as run_analyze
 
     _guard(lambda: _finish(run_analyze(paths, profile=profile, deep_profile=deep_profile,
-                                       out=out), top))
+                                       out=out, window=window), top))
 
 
 DIFF_EPILOG = """\b

@@ -41,6 +41,9 @@ class Schedule:
     warmup: int = 1
     active: int = 3
     repeat: int = 1
+    wait_for_step_s: float = 20.0   # recording while no step has come yet, at most this long
+    window_s: float = 5.0           # then (no steps) a time window of this length instead
+    max_record_mib: float = 512.0  # any recording stops once the process grew this much
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,9 @@ def _check_schedule(schedule: Schedule, path: str) -> None:
     for key in ("skip_first", "wait", "warmup", "repeat"):
         if getattr(schedule, key) < 0:
             raise ProfileError(f"'schedule.{key}' in profile {path} must be >= 0.")
+    for key in ("wait_for_step_s", "window_s", "max_record_mib"):
+        if not getattr(schedule, key) > 0:
+            raise ProfileError(f"'schedule.{key}' in profile {path} must be > 0.")
     if schedule.active < 1:
         raise ProfileError(f"'schedule.active' in profile {path} must be >= 1: nothing "
                            "would be measured.")

@@ -9,6 +9,7 @@ from nsbridge.model.analysis import analyze_events
 from nsbridge.profiles import load_profile
 
 from builders import events, kernel, launch, op
+from conftest import ROOT
 
 EVIL = "void gemm<float, (int)1><script>alert(1)</script>|x&y"
 
@@ -48,3 +49,16 @@ def test_device_fields_are_null_without_a_device() -> None:
                           step_source=None, overhead=None, files={}, notes=[], has_memory=False)
     assert report["device"] is None
     assert report["ops"][0]["device_self_us"] is None and report["ops"][0]["mem_mib"] is None
+
+
+def test_report_md_ends_with_the_definitions_the_readme_gives() -> None:
+    from nsbridge.report.definitions import DEFINITIONS
+
+    text = markdown(_report())
+    block = text[text.index("What each number means"):]
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## What each number means"):]
+    section = section[:section.index("\n## ", 5)]
+    for term in DEFINITIONS:
+        assert f"**{term}**" in block
+        assert f"**{term}**" in section, f"README has no definition of {term}"

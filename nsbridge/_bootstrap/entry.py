@@ -119,7 +119,8 @@ def main(config_path: str) -> int:
             note = f"the profiler could not write its trace: {type(exc).__name__}: {exc}"
         result.update(mode=session.mode, steps=session.steps, traces=session.traces,
                       table=session.table, schedule_note=note, use_cuda=session.use_cuda,
-                      syncs=instruments["syncs"].records(), machine=session.machine)
+                      syncs=instruments["syncs"].records(), machine=session.machine,
+                      window=session.window)
     if "nvtx" in instruments:
         result["nvtx"] = instruments["nvtx"].summary()
     sys.stdout.flush()

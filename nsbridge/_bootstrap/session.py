@@ -1,33 +1,50 @@
 """The profiler inside the user's process: the measured window, driven by step boundaries.
 
 Until the first step nsbridge records everything, so a script without steps still gets a
-whole-run profile; at the first step that recording is dropped and the profile's schedule
-(skip_first, wait, warmup, active, repeat) takes over. The device is synchronized before a
-measured window closes, inside a ``nsbridge::own_sync`` range so no analysis charges that
+profile; at the first step that recording is dropped and the profile's schedule
+(skip_first, wait, warmup, active, repeat) takes over. Every recording is bounded
+(``budget.py``): waiting for a first step it may last ``schedule.wait_for_step_s``; when no
+step has come by then, the recording so far (start-up) is dropped as warm-up and a time
+window of ``schedule.window_s`` is profiled instead, and the script runs on unprofiled
+(a step that comes later still starts the schedule). Any recording that grows the process
+by ``schedule.max_record_mib`` is stopped there and kept. The device is synchronized
+before a window closes, inside a ``nsbridge::own_sync`` range so no analysis charges that
 wait to the script. Every step's wall time is kept with its phase, so unprofiled steps
-give the baseline for the profiler-overhead estimate.
+give the baseline for the profiler-overhead estimate, and ``window`` says what the saved
+trace holds.
 """
 
 from __future__ import annotations
 
+import gzip
 import os
+import shutil
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule
 
+from nsbridge._bootstrap.budget import MIB, RecordingBudget, memory_limit_bytes
 from nsbridge.collect.machine import ProcessClock, gpu_state, load_average
 from nsbridge.schema import OWN_SYNC_RANGE
 
 _PHASES = {ProfilerAction.NONE: "unprofiled", ProfilerAction.WARMUP: "warmup",
            ProfilerAction.RECORD: "active", ProfilerAction.RECORD_AND_SAVE: "active"}
+TABLE_LIMIT_MIB = 128   # key_averages() of a bigger recording is left out (minutes, GiBs)
+_RECORDING = (ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+
+# modes: whole-run (recording, no step yet) -> scheduled (steps drive the schedule);
+# whole-run -> time-window (no step in time: a window after the start-up) -> bounded
+# (window saved, script runs on unprofiled) -> scheduled when a step comes after all;
+# scheduled -> stopped (a window hit the memory budget: saved as far as it got)
 
 
 class ProfilerSession:
     """Drives torch.profiler from step boundaries and writes traces into the run directory."""
 
-    def __init__(self, capture: dict[str, Any], sched: dict[str, int], run_dir: Path) -> None:
+    def __init__(self, capture: dict[str, Any], sched: dict[str, Any], run_dir: Path) -> None:
         self._capture = capture
         self._sched = sched
         self._run_dir = run_dir
@@ -35,12 +52,19 @@ class ProfilerSession:
                                                     and torch.cuda.is_available())
         self._schedule: Optional[Callable[[int], ProfilerAction]] = None
         self._prof: Optional[profile] = None
-        self.mode = "whole-run"          # whole-run -> scheduled
+        self.mode = "whole-run"
         self.steps: list[dict[str, Any]] = []
         self.traces: list[str] = []
         self.table: Optional[str] = None
         self.machine: dict[str, Any] = {}
+        self.window: dict[str, Any] = {"kind": "whole-run", "stopped_by": None}
         self._clock: Optional[ProcessClock] = None
+        self._budget = RecordingBudget(memory_limit_bytes(float(sched.get("max_record_mib",
+                                                                          512))),
+                                       self._over_budget)
+        self._in_session = False
+        self._deferred: Optional[str] = None
+        self._recording_since = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -48,23 +72,31 @@ class ProfilerSession:
                         "run_wait_measured": None, "gpu": None}
         self._prof = self._new_profiler(None)
         self._prof.start()
+        self._recording_since = time.monotonic()
+        self._budget.watch(float(self._sched.get("wait_for_step_s", 20.0)))
+        self._budget.start()
         self._clock = ProcessClock()
         self.machine["run_wait_measured"] = self._clock.has_wait
 
     def finish(self) -> Optional[str]:
         """Stop profiling; write the last trace. Returns a note when nothing was measured."""
+        self._in_session = True
+        self._budget.close()
         prof, self._prof = self._prof, None
-        if prof is None:
-            return None
         self.machine["load_at_end"] = load_average()
         if self._clock is not None:
             self._clock.close()
-        self._synchronize()
-        if self.mode == "whole-run":
-            prof.stop()
-            self._save(prof)
+        if prof is None:
+            if self.mode == "stopped" and not self.traces:
+                return ("The memory budget (schedule.max_record_mib) stopped the profiler "
+                        "before a measured step was recorded; nothing was measured.")
             return None
-        prof.stop()  # a window still recording is saved by on_trace_ready
+        self._synchronize()
+        recorded_s = time.monotonic() - self._recording_since
+        prof.stop()  # a scheduled window still recording is saved by on_trace_ready
+        if self.mode in ("whole-run", "time-window"):
+            self._keep(prof, stopped_by=None, seconds=recorded_s)
+            return None
         if self.traces:
             return None
         s = self._sched
@@ -80,29 +112,112 @@ class ProfilerSession:
 
     def boundary(self) -> None:
         """End of a training step: advance the schedule and time the step."""
-        if self._prof is None:
+        if self._prof is None and self.mode not in ("bounded", "stopped"):
             return
-        lap = self._clock.lap() if self._clock is not None else {}
-        if self.mode == "whole-run":
-            self.steps.append({"index": 0, **lap, "phase": "first"})
-            self._prof.stop()  # recorded only in case no step ever came: drop it
-            s = self._sched
-            self._schedule = schedule(skip_first=max(s["skip_first"] - 1, 0), wait=s["wait"],
-                                      warmup=s["warmup"], active=s["active"],
-                                      repeat=s["repeat"])
-            self._prof = self._new_profiler(self._schedule)
-            self.mode = "scheduled"
-            self._prof.start()
-        else:
-            action = self._schedule(self._prof.step_num)
-            self.steps.append({"index": len(self.steps), **lap, "phase": _PHASES[action]})
-            if action == ProfilerAction.RECORD_AND_SAVE:
-                if self.use_cuda and self.machine.get("gpu") is None:
-                    self.machine["gpu"] = gpu_state((os.getpid(),))
-                self._synchronize()
-            self._prof.step()
-        if self._clock is not None:
-            self._clock.lap()   # the profiler's own step work is not the next step's
+        self._in_session = True
+        try:
+            lap = self._clock.lap() if self._clock is not None else {}
+            if self.mode in ("whole-run", "time-window", "bounded"):
+                self.steps.append({"index": len(self.steps), **lap, "phase": "first"})
+                self._start_schedule()
+            else:
+                self._advance(lap)
+            if self._clock is not None:
+                self._clock.lap()   # the profiler's own step work is not the next step's
+        finally:
+            self._in_session = False
+        reason, self._deferred = self._deferred, None
+        if reason is not None:
+            self._over_budget(reason)
+
+    def _start_schedule(self) -> None:
+        """The first step: whatever was recorded (or kept) while waiting is dropped."""
+        if self._prof is not None:
+            self._prof.stop()
+        if self.mode == "bounded":
+            self.traces.clear()   # a step came after all: the schedule's window replaces it
+            self.table = None
+        s = self._sched
+        self._schedule = schedule(skip_first=max(s["skip_first"] - 1, 0), wait=s["wait"],
+                                  warmup=s["warmup"], active=s["active"], repeat=s["repeat"])
+        self._prof = self._new_profiler(self._schedule)
+        self.mode = "scheduled"
+        self.window = {"kind": "steps", "stopped_by": None}
+        self._prof.start()
+        self._budget.idle()
+        self._watch_scheduled()
+
+    def _advance(self, lap: dict[str, Any]) -> None:
+        if self.mode == "stopped" or self._prof is None:
+            self.steps.append({"index": len(self.steps), **lap, "phase": "unprofiled"})
+            return
+        action = self._schedule(self._prof.step_num)
+        self.steps.append({"index": len(self.steps), **lap, "phase": _PHASES[action]})
+        if action == ProfilerAction.RECORD_AND_SAVE:
+            if self.use_cuda and self.machine.get("gpu") is None:
+                self.machine["gpu"] = gpu_state((os.getpid(),))
+            self._synchronize()
+        self._prof.step()
+        self._watch_scheduled()
+
+    def _watch_scheduled(self) -> None:
+        """In scheduled mode only the memory of a recording step is watched."""
+        recording = self._schedule(self._prof.step_num) in _RECORDING
+        if recording and not self._budget.watching:
+            self._budget.watch(None)
+        elif not recording:
+            self._budget.idle()
+
+    # -- the budget ------------------------------------------------------------------------
+    def _over_budget(self, reason: str) -> None:
+        """The current recording is over its budget (called on the main thread)."""
+        if self._in_session:   # inside nsbridge's own step work: finish that first
+            self._deferred = reason
+            return
+        prof = self._prof
+        if prof is None:
+            return
+        self._in_session = True
+        try:
+            grew = round(self._budget.peak_growth / MIB, 1)
+            self._budget.idle()
+            if self.mode == "whole-run" and reason == "time":
+                prof.stop()          # start-up only: dropped, it counts as warm-up
+                self._prof = self._new_profiler(None)
+                self._prof.start()
+                self.mode = "time-window"
+                self._recording_since = time.monotonic()
+                self._budget.watch(float(self._sched.get("window_s", 5.0)))
+                return
+            self._prof = None
+            self._synchronize()
+            recorded_s = time.monotonic() - self._recording_since
+            prof.stop()              # a scheduled window in RECORD is saved as far as it got
+            if self.mode == "scheduled":
+                self.mode = "stopped"
+                self.window.update(stopped_by="memory", grew_mib=grew,
+                                   limit_mib=round(self._budget.memory_limit / MIB, 1),
+                                   after_steps=len(self.steps))
+                return
+            self._keep(prof, stopped_by=reason, seconds=recorded_s, grew_mib=grew)
+            self.mode = "bounded"
+        finally:
+            self._in_session = False
+
+    def _keep(self, prof: profile, *, stopped_by: Optional[str], seconds: float,
+              grew_mib: Optional[float] = None) -> None:
+        """Save a stepless recording, saying what it covers (``seconds`` recorded); the
+        description is written first, so a save cut short still says what was recorded."""
+        if grew_mib is None:
+            self._budget.over()   # the latest growth, for the record
+            grew_mib = round(self._budget.peak_growth / MIB, 1)
+        self.window = {"kind": self.mode, "stopped_by": stopped_by,
+                       "seconds": round(seconds, 3),
+                       "grew_mib": grew_mib,
+                       "limit_mib": round(self._budget.memory_limit / MIB, 1),
+                       "wait_for_step_s": self._sched.get("wait_for_step_s"),
+                       "window_s": self._sched.get("window_s")}
+        self._save(prof)
 
     # -- helpers ---------------------------------------------------------------------------
     def _new_profiler(self, sched: Optional[Callable[[int], ProfilerAction]]) -> profile:
@@ -119,9 +234,14 @@ class ProfilerSession:
     def _save(self, prof: profile) -> None:
         n = len(self.traces) + 1
         name = "trace.json.gz" if n == 1 else f"trace.{n}.json.gz"
-        path = self._run_dir / name
-        prof.export_chrome_trace(str(path))
+        export_gzipped(prof, self._run_dir / name)
         self.traces.append(name)
+        if self.table is None and self._budget.peak_growth > TABLE_LIMIT_MIB * MIB:
+            (self._run_dir / "key_averages.txt").write_text(
+                f"not written: the recording grew the process by "
+                f"{self._budget.peak_growth / MIB:.0f} MiB, and torch's key_averages() of that "
+                "many events takes minutes and several times that memory\n", encoding="utf-8")
+            self.table = "key_averages.txt"
         if self.table is None:
             sort = "self_device_time_total" if self.use_cuda else "self_cpu_time_total"
             table = prof.key_averages().table(sort_by=sort, row_limit=40)
@@ -133,6 +253,19 @@ class ProfilerSession:
         if self.use_cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
             with record_function(OWN_SYNC_RANGE):
                 torch.cuda.synchronize()
+
+
+def export_gzipped(prof: profile, path: Path) -> None:
+    """The chrome trace as ``path`` (.json.gz): exported beside it, then compressed at
+    level 1 in large blocks (torch's own .gz export compresses line by line at level 9,
+    minutes for a big recording)."""
+    plain = path.with_name(path.name[:-len(".gz")] + ".partial")
+    try:
+        prof.export_chrome_trace(str(plain))
+        with plain.open("rb") as source, gzip.open(path, "wb", compresslevel=1) as target:
+            shutil.copyfileobj(source, target, 1 << 20)
+    finally:
+        plain.unlink(missing_ok=True)
 
 
 def _threads() -> dict[str, Any]:

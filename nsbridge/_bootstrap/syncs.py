@@ -1,20 +1,48 @@
 """Host-device sync points with the exact Python file:line that caused them.
 
-torch.profiler's stacks only give a function's first line (facts.md), so the call site of
-`.item()`, `.tolist()`, `.cpu()`, `.to("cpu")` and `torch.cuda.synchronize()` is taken here,
-in the profiled process, by wrapping those few methods. Only these Python entry points pay
-a wrapper; ordinary ops are untouched.
+torch.profiler's stacks only give a function's first line (facts.md), so the call site of a
+host-device sync is taken here, in the profiled process, by wrapping the few Python entry
+points that reach one. Only these entry points pay a wrapper; ordinary ops are untouched.
 
-What is recorded:
+Entry points (kind: what the script wrote):
 
-- calls made by the script or a library it uses, with the tensor's device;
-- not calls made by torch itself or by nsbridge (closing a measured window), and not
-  library calls on CPU tensors, which never wait for a device.
+- ``item``, ``tolist``, ``cpu``, ``to_cpu``: ``t.item()``, ``t.tolist()``, ``t.cpu()``,
+  ``t.to("cpu")``; ``cuda_synchronize``: ``torch.cuda.synchronize()``;
+- relayed through Python's formatting and conversions, whose inner ``.item()`` or copy runs
+  in torch's own code: ``format`` (``f"{t:.2f}"``, ``"{}".format(t)``; the 0-dim path ends
+  in ``aten::_local_scalar_dense``), ``repr`` (``print(t)``, ``str(t)``, ``repr(t)``; the
+  copy to the host, ``aten::_to_copy``), ``float``, ``int``, ``bool`` (``if t:``) and
+  ``index`` (``range(t)``, ``x[:t]``), each an ``aten::_local_scalar_dense``. A conversion
+  that runs inside another recorded call (``.item()`` inside ``__format__``) is not counted
+  again, and a call that torch refuses (``bool`` of a many-element tensor) is not counted.
+
+What is recorded, per (kind, file, line):
+
+- calls made by the script or a library it uses, with the tensor's device (a meta
+  tensor, which holds no data, never syncs);
+- not calls made by torch itself or by nsbridge (a repr built for torch's own error
+  message, closing a measured window), and not library calls on CPU tensors, which never
+  wait for a device (``library`` is True when the innermost frame outside torch and
+  nsbridge is a library's: an installed package's or the standard library's);
+- the line is the script's: a call made inside a library helper is attributed to the
+  script line that led into the library (the first frame outward that is neither torch,
+  nsbridge nor a library), and ``via`` names the library frame (``path:line in function``;
+  None for a direct call, and when no script frame exists, as in a library's own thread,
+  where the library's line is kept); a site's device, function, library and via are
+  those of its first call, so one script line that reaches several library lines is one
+  record;
+- count, host time in the calls, and the steps it ran in (``current_step()``: the step
+  boundaries seen so far): ``steps`` (how many distinct steps), ``first_step``,
+  ``last_step`` and ``max_in_one_step`` (most calls within one step), so the analysis can
+  tell calls in the training steps from those outside them (evaluation, a final test).
+  Kept in O(1) per site: step indices only grow.
 
 While the profiler records, each recorded call on a device tensor also runs inside a
 ``nsbridge::sync_site KIND DEVICE FILE:LINE`` range, so the trace ties the runtime's
 blocking call to the line that asked for it (and a later ``analyze`` reads it back). CPU
 tensors get no range: nothing there waits, and the records alone serve CPU-only runs.
+`uninstall()` restores the wrapped attributes exactly: one inherited before (``float`` and
+the other C-level methods live on ``torch._C.TensorBase``) is deleted again.
 """
 
 from __future__ import annotations
@@ -30,21 +58,33 @@ import torch
 
 from nsbridge.schema import SYNC_SITE_PREFIX
 
+_ITEM_OP = "aten::_local_scalar_dense"
+_COPY_OP = "aten::_to_copy"
 # kind -> (owner, attribute, aten op that performs the sync on a CUDA tensor)
 _TARGETS = {
-    "item": (torch.Tensor, "item", "aten::_local_scalar_dense"),
-    "tolist": (torch.Tensor, "tolist", "aten::_local_scalar_dense"),
-    "cpu": (torch.Tensor, "cpu", "aten::_to_copy"),
-    "to_cpu": (torch.Tensor, "to", "aten::_to_copy"),
+    "item": (torch.Tensor, "item", _ITEM_OP),
+    "tolist": (torch.Tensor, "tolist", _ITEM_OP),
+    "cpu": (torch.Tensor, "cpu", _COPY_OP),
+    "to_cpu": (torch.Tensor, "to", _COPY_OP),
+    "format": (torch.Tensor, "__format__", _ITEM_OP),
+    "repr": (torch.Tensor, "__repr__", _COPY_OP),
+    "float": (torch.Tensor, "__float__", _ITEM_OP),
+    "int": (torch.Tensor, "__int__", _ITEM_OP),
+    "bool": (torch.Tensor, "__bool__", _ITEM_OP),
+    "index": (torch.Tensor, "__index__", _ITEM_OP),
 }
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _NSBRIDGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _INTERNAL = (_TORCH_DIR, _NSBRIDGE_DIR)
 _LIBRARY_DIRS = tuple(sorted({os.path.join(sysconfig.get_paths()[k], "")
                               for k in ("stdlib", "purelib", "platlib")}))
+_MISSING = object()
 # a named range in the trace: the C++ fast path (about 2 µs) where torch has it (>= 2.2),
 # else the Python one (about 20 µs)
 _RANGE = getattr(torch._C._profiler, "_RecordFunctionFast", None) or torch.profiler.record_function
+
+# (file, line, function, library, via)
+Site = tuple[str, int, str, bool, Optional[str]]
 
 
 class SyncRecorder:
@@ -53,6 +93,7 @@ class SyncRecorder:
     def __init__(self, current_step: Callable[[], int]) -> None:
         self._current_step = current_step
         self._records: dict[tuple[str, str, int], dict[str, Any]] = {}
+        # (owner, attribute, what owner.__dict__ held before, or _MISSING if inherited)
         self._originals: list[tuple[Any, str, Any]] = []
         self._local = threading.local()
 
@@ -63,22 +104,26 @@ class SyncRecorder:
             self._patch(torch.cuda, "synchronize", "cuda_synchronize", "cudaDeviceSynchronize")
 
     def uninstall(self) -> None:
-        for owner, attr, original in reversed(self._originals):
-            setattr(owner, attr, original)
+        for owner, attr, own in reversed(self._originals):
+            if own is _MISSING:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, own)
         self._originals.clear()
 
     def records(self) -> list[dict[str, Any]]:
-        """One dict per call site: kind, op, device, file, line, function, library, count,
-        cost_ms (host time in the calls), steps (distinct steps it ran in)."""
+        """One dict per call site: kind, op, device, file, line, function, library, via,
+        count, cost_ms (host time in the calls), steps (distinct steps it ran in),
+        first_step, last_step, max_in_one_step."""
         out = []
         for rec in self._records.values():
-            row = dict(rec)
-            row["steps"] = len(rec["steps"])
+            row = {k: v for k, v in rec.items() if not k.startswith("_")}
             row["cost_ms"] = round(rec["cost_ms"], 4)
             out.append(row)
         return sorted(out, key=lambda r: -r["count"])
 
     def _patch(self, owner: Any, attr: str, kind: str, op: str) -> None:
+        own = vars(owner).get(attr, _MISSING)
         original = getattr(owner, attr)
         recorder = self
 
@@ -90,6 +135,7 @@ class SyncRecorder:
             if site is None or (device == "cpu" and site[3]):
                 return original(*args, **kwargs)
             recorder._local.busy = True
+            refused = False
             start = time.perf_counter()
             try:
                 if device != "cpu" and torch.autograd._profiler_enabled():
@@ -97,28 +143,40 @@ class SyncRecorder:
                     with _RANGE(name):
                         return original(*args, **kwargs)
                 return original(*args, **kwargs)
+            except Exception:  # torch refused the call (bool of many values): no sync
+                refused = True
+                raise
             finally:
                 recorder._local.busy = False
-                recorder._add(kind, op, device, site, (time.perf_counter() - start) * 1e3)
+                if not refused:
+                    recorder._add(kind, op, device, site, (time.perf_counter() - start) * 1e3)
 
         wrapper.__name__ = getattr(original, "__name__", attr)
+        wrapper.__qualname__ = getattr(original, "__qualname__", attr)
         wrapper.__doc__ = getattr(original, "__doc__", None)
         setattr(owner, attr, wrapper)
-        self._originals.append((owner, attr, original))
+        self._originals.append((owner, attr, own))
 
-    def _add(self, kind: str, op: str, device: str, site: tuple[str, int, str, bool],
-             cost_ms: float) -> None:
-        file, line, function, library = site
+    def _add(self, kind: str, op: str, device: str, site: Site, cost_ms: float) -> None:
+        file, line, function, library, via = site
         key = (kind, file, line)
+        step = self._current_step()
         rec = self._records.get(key)
         if rec is None:
-            rec = self._records[key] = {"kind": kind, "op": op, "device": device, "file": file,
-                                        "line": line, "function": function,
-                                        "library": library, "count": 0,
-                                        "cost_ms": 0.0, "steps": set()}
+            rec = self._records[key] = {
+                "kind": kind, "op": op, "device": device, "file": file, "line": line,
+                "function": function, "library": library, "via": via, "count": 0,
+                "cost_ms": 0.0, "steps": 1, "first_step": step, "last_step": step,
+                "max_in_one_step": 0, "_step": step, "_in_step": 0}
+        elif step != rec["_step"]:  # a later step (indices only grow): O(1), no step set
+            rec["steps"] += 1
+            rec["_step"], rec["_in_step"] = step, 0
+            rec["first_step"] = min(rec["first_step"], step)
+            rec["last_step"] = max(rec["last_step"], step)
         rec["count"] += 1
         rec["cost_ms"] += cost_ms
-        rec["steps"].add(self._current_step())
+        rec["_in_step"] += 1
+        rec["max_in_one_step"] = max(rec["max_in_one_step"], rec["_in_step"])
 
 
 def _device_of(kind: str, args: tuple, kwargs: dict) -> Optional[str]:
@@ -128,8 +186,11 @@ def _device_of(kind: str, args: tuple, kwargs: dict) -> Optional[str]:
     tensor = args[0] if args else None
     if not isinstance(tensor, torch.Tensor):
         return None
-    device = tensor.device.type
-    if kind == "cpu" and device == "cpu":
+    try:
+        device = tensor.device.type
+    except Exception:  # a subclass without a device: leave the call to torch
+        return None
+    if device == "meta" or (kind == "cpu" and device == "cpu"):  # a meta tensor has no data
         return None
     if kind == "to_cpu":
         try:
@@ -142,29 +203,63 @@ def _device_of(kind: str, args: tuple, kwargs: dict) -> Optional[str]:
 
 
 def _called_internally() -> bool:
-    """True when torch (a sampler's randperm().tolist()) or nsbridge itself made the call."""
-    return sys._getframe(2).f_code.co_filename.startswith(_INTERNAL)
+    """True when torch (a sampler's randperm().tolist(), a repr in torch's own error
+    message) or nsbridge itself made the call, or no Python frame did."""
+    try:
+        return sys._getframe(2).f_code.co_filename.startswith(_INTERNAL)
+    except ValueError:  # called straight from C with no Python caller
+        return True
 
 
 def _is_library(path: str) -> bool:
     """A file of an installed package or of the standard library, not the user's code."""
+    if path.startswith("<frozen "):  # a frozen stdlib module (runpy, importlib)
+        return True
+    path = os.path.abspath(path)
     return path.startswith(_LIBRARY_DIRS) or any(
         part in ("site-packages", "dist-packages") for part in path.split(os.sep))
 
 
-def _call_site() -> tuple[str, int, str, bool]:
-    """The innermost frame outside torch and nsbridge: (file, line, function, is_library).
-    The file is relative to the working directory when it lies below it."""
+def _shown(path: str) -> str:
+    """The path relative to the working directory when it lies below it."""
+    try:
+        rel = os.path.relpath(path)
+        return path if rel.startswith("..") else rel
+    except ValueError:
+        return path
+
+
+# code file -> (as shown, is a library's), worked out once per file (relpath alone costs
+# about 5 µs): a file keeps one name for the whole run even if the script changes directory
+_FILES: dict[str, tuple[str, bool]] = {}
+
+
+def _file(path: str) -> tuple[str, bool]:
+    known = _FILES.get(path)
+    if known is None:
+        known = _FILES[path] = (_shown(path), _is_library(path))
+    return known
+
+
+def _call_site() -> Site:
+    """(file, line, function, library, via): the innermost frame outside torch and nsbridge,
+    or, when that frame is a library's (``library`` True), the first frame outward that is
+    neither torch, nsbridge nor a library, with ``via`` naming the library frame
+    ("path:line in function"); the library frame itself when no such frame exists."""
     frame = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
         frame = frame.f_back
     if frame is None:
-        return ("<unknown>", 0, "", False)
-    path = frame.f_code.co_filename
-    library = _is_library(os.path.abspath(path))
-    try:
-        rel = os.path.relpath(path)
-        path = path if rel.startswith("..") else rel
-    except ValueError:
-        pass
-    return (path, frame.f_lineno, frame.f_code.co_name, library)
+        return ("<unknown>", 0, "", False, None)
+    shown, library = _file(frame.f_code.co_filename)
+    via = None
+    if library:
+        outer = frame.f_back
+        while outer is not None and (outer.f_code.co_filename.startswith(_INTERNAL)
+                                     or _file(outer.f_code.co_filename)[1]):
+            outer = outer.f_back
+        if outer is not None:
+            via = f"{shown}:{frame.f_lineno} in {frame.f_code.co_name}"
+            frame = outer
+            shown = _file(frame.f_code.co_filename)[0]
+    return (shown, frame.f_lineno, frame.f_code.co_name, library, via)

@@ -15,9 +15,15 @@ from pathlib import Path
 from typing import IO, Mapping, Optional, Sequence
 
 # How long a child may take to write its partial results after being asked to stop: after
-# --timeout or Ctrl-C, and (shorter: the launcher that sent it will not wait long) SIGTERM.
+# Ctrl-C, after --timeout (a quarter of the timeout, 10 to 60 s: --timeout bounds the whole
+# command), and (shorter: the launcher that sent it will not wait long) SIGTERM.
 STOP_GRACE_S = 60.0
 SIGNAL_GRACE_S = 10.0
+
+
+def timeout_grace(timeout: float) -> float:
+    """Seconds a timed-out child gets to write what it recorded before it is killed."""
+    return min(STOP_GRACE_S, max(SIGNAL_GRACE_S, timeout / 4))
 
 
 class Stopped(BaseException):
@@ -66,7 +72,7 @@ def _supervise(proc: subprocess.Popen, timeout: Optional[float], started: float)
     except subprocess.TimeoutExpired:
         timed_out = True
         proc.send_signal(signal.SIGTERM)
-        killed = _wait_or_kill(proc)
+        killed = _wait_or_kill(proc, timeout_grace(timeout or 0.0))
     except KeyboardInterrupt:
         interrupted = True
         proc.send_signal(signal.SIGINT)

@@ -12,14 +12,17 @@ from .. import schema as S
 from ..profiles import Analysis as Thresholds
 from .attribution import LAUNCHED_BEFORE_WINDOW, attribute_gpu_events, linking_generation
 from .collectives import collectives, comm_overlap, time_per_step
-from .device import busy_by_device, copies, idle_gaps, launched_before_window
+from .device import busy_by_device, copies, gpu_work, idle_gaps, launched_before_window
 from .nesting import build_host_tree
 from .ops import op_table
 from .rules import Facts, recommend
-from .steps import PHASES, main_thread, step_breakdown, step_windows
+from .steps import PHASES, drop_partial_steps, main_thread, step_breakdown, step_windows
 from .strings import name_mask, starts_with
 from .syncs import blocking_calls, gpu_idle_after, sync_cost, sync_points
 from .verdict import decide, qualify
+
+
+WINDOWS = ("steps", "trace")
 
 
 @dataclass
@@ -27,6 +30,7 @@ class TraceAnalysis:
     """Everything the report says about one trace."""
 
     ops: pd.DataFrame                  # OPS frame (schema.OP_COLUMNS)
+    window: dict[str, Any]             # what every figure covers: window_facts
     steps: pd.DataFrame                # per step: step, wall_ms, data/forward/backward/optimizer/other_ms
     has_device: bool
     device: dict[str, Any]             # busy, gaps, copies, attribution counts (GPU runs)
@@ -42,64 +46,77 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                    process_syncs: Optional[list[dict[str, Any]]] = None,
                    process_steps: Optional[int] = None,
                    script: Optional[str] = None,
-                   machine: Optional[dict[str, Any]] = None) -> TraceAnalysis:
+                   machine: Optional[dict[str, Any]] = None,
+                   window: str = "steps") -> TraceAnalysis:
     """Analyse one EVENTS frame (see schema.py).
 
     ``process_syncs`` and ``process_steps`` (steps the script ran) come from triage's
     profiled process, and ``machine`` (model.contention.machine_facts) from around it;
-    ``analyze`` has none of them.
+    ``analyze`` has none of them. ``window``: "steps" (the measured steps, the default) or
+    "trace" (the whole trace as one window, in totals and rates per second); see
+    ``measured_window``.
     """
     tree = build_host_tree(events)
     gpu = attribute_gpu_events(events, tree)
     has_device = not gpu.empty
-    windows = step_windows(events, tree)
+    windows, notes = measured_window(events, tree, window)
     lo, hi = float(windows["start"].min()), float(windows["end"].max())
+    stepless = int(windows["step"].iloc[0]) < 0
+    ops_in = (tree.start >= lo) & (tree.start < hi)
+    launched = gpu["op_pos"].to_numpy() >= 0
+    in_window = gpu[np.where(launched, ops_in[np.maximum(gpu["op_pos"].to_numpy(), 0)]
+                             if len(tree) else False,
+                             (gpu["ts"] >= lo).to_numpy() & (gpu["ts"] < hi).to_numpy())]
     steps = step_breakdown(events, tree, windows)
-    ops = op_table(events, tree, gpu, has_device, windows)
+    ops = op_table(events, tree, in_window, has_device, windows, in_window=ops_in)
     n_steps = len(windows)
-
-    in_window = gpu[(gpu["ts"] >= lo) & (gpu["ts"] <= hi)]
+    seconds = (hi - lo) / 1e6
+    kernels = in_window[in_window["cat"] == S.KERNEL]
     device: dict[str, Any] = {}
     busy = pd.DataFrame(columns=["device", "busy_us", "busy_pct", "kernels"])
     gaps: list[dict[str, Any]] = []
-    kernels = in_window[in_window["cat"] == S.KERNEL]
-    if has_device:
-        whole_run = int(windows["step"].iloc[0]) < 0
-        dlo, dhi = lo, hi
-        if whole_run:  # no steps: judge the device over the span it had work
-            dlo, dhi = float(gpu["ts"].min()), float((gpu["ts"] + gpu["dur"]).max())
+    if has_device and len(in_window):
+        ends = (in_window["ts"] + in_window["dur"]).to_numpy(np.float64)
+        dlo, dhi = lo, max(hi, float(ends.max()))   # work launched inside counts to its end
+        if stepless:  # no steps: judge the device over the span it had work
+            dlo, dhi = float(in_window["ts"].min()), float(ends.max())
         busy = busy_by_device(in_window, dlo, dhi)
         gaps = idle_gaps(in_window, dlo, dhi, events, tree, main_thread(tree, windows),
                          thresholds.top_gaps)
         device = {
-            "window": ("first to last GPU activity (no steps in the trace)" if whole_run
-                       else "the measured steps"),
+            "window": ("first to last GPU activity (no steps)" if stepless
+                       else "the measured steps, and the GPU work launched in them to its end"),
+            "window_us": [round(dlo, 3), round(dhi, 3)],
             "busy_pct": round(float(busy["busy_pct"].mean()), 2) if len(busy) else 0.0,
             "per_device": busy.round(3).to_dict("records"),
             "idle_gaps": gaps,
             "copies": copies(in_window),
             "kernels": int(len(kernels)),
-            "kernels_per_step": round(len(kernels) / max(n_steps, 1), 2),
+            "kernels_per_step": None if stepless else round(len(kernels) / max(n_steps, 1), 2),
+            "kernels_per_s": round(len(kernels) / seconds, 1) if seconds > 0 else None,
             "median_kernel_us": round(float(kernels["dur"].median()), 3) if len(kernels) else None,
             "linking": linking_generation(events),
-            "attribution": {k: int(v) for k, v in gpu["rule"].value_counts().items()},
+            "attribution": {k: int(v) for k, v in in_window["rule"].value_counts().items()},
             LAUNCHED_BEFORE_WINDOW: launched_before_window(in_window),
-            "comm": comm_overlap(in_window, lo, hi),
+            "comm": comm_overlap(in_window, dlo, dhi),
+            "work": gpu_work(in_window, events.loc[tree.rows, S.NAME].to_numpy()),
         }
 
     calls = blocking_calls(events, tree, lo, hi)
     idle_us = gpu_idle_after(calls, in_window, hi)
     points = sync_points(calls=calls, idle_us=idle_us, process_records=process_syncs,
-                         n_steps=n_steps, run_steps=process_steps, device_run=has_device)
+                         n_steps=n_steps, run_steps=process_steps, device_run=has_device,
+                         seconds=seconds if stepless else None)
     step_ms = float(steps["wall_ms"].mean()) if len(steps) else 0.0
     cost = sync_cost(calls=calls, idle_us=idle_us, points=points, n_steps=n_steps,
                      step_ms=step_ms, device_run=has_device)
     median_kernel = device.get("median_kernel_us")
     busy_pct = float(busy["busy_pct"].mean()) if has_device and len(busy) else None
+    per_step_kernels = (device.get("kernels_per_step") or 0.0) if not stepless else 0.0
     verdict = decide(breakdown=steps, busy_pct=busy_pct, cost=cost, sync_points=points,
-                     ops=ops, has_device=has_device,
-                     kernels_per_step=device.get("kernels_per_step", 0.0),
-                     median_kernel_us=median_kernel, thresholds=thresholds)
+                     ops=ops, has_device=has_device, kernels_per_step=per_step_kernels,
+                     median_kernel_us=median_kernel, thresholds=thresholds,
+                     seconds=seconds if stepless else None)
     contention = (machine or {}).get("contention")
     verdict = qualify(verdict, breakdown=steps, thresholds=thresholds, machine=machine)
 
@@ -110,6 +127,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
         loader_kind = ("multi-process" if any("MultiProcessing" in n for n in loaders)
                        else "single-process")
     top_kernel = None
+    host_ops = float((events.loc[tree.rows, S.CAT].to_numpy() == S.CPU_OP)[ops_in].sum())
     if len(kernels):
         by_name = kernels.groupby("name")["dur"].sum().sort_values(ascending=False)
         top_kernel = {"name": str(by_name.index[0]),
@@ -120,15 +138,41 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
         pageable_h2d=int(name_mask(in_window["name"].to_numpy(),
                                    lambda n: "HtoD" in n and "Pageable" in n).sum()),
         sync_points=points, sync_cost=cost, ops=ops,
-        host_ops_per_step=float((events.loc[tree.rows, S.CAT] == S.CPU_OP).sum()) / max(n_steps, 1),
-        kernels_per_step=device.get("kernels_per_step", 0.0), median_kernel_us=median_kernel,
+        host_ops_per_step=None if stepless else host_ops / max(n_steps, 1),
+        host_ops_per_s=host_ops / seconds if seconds > 0 else 0.0,
+        kernels_per_step=per_step_kernels, median_kernel_us=median_kernel,
         busy_pct=device.get("busy_pct"), gaps=gaps, top_kernel=top_kernel, script=script,
         sync_recommend_per_step=thresholds.sync_recommend_per_step, contention=contention)
     return TraceAnalysis(ops=ops, steps=steps, has_device=has_device, device=device,
+                         window=window_facts(windows, window, seconds, notes),
                          sync_points=points, verdict=verdict,
                          recommendations=recommend(facts),
-                         collectives=collectives(events, lo, hi, n_steps), facts=facts,
+                         collectives=collectives(events, tree, gpu, lo, hi, n_steps), facts=facts,
                          comm_per_step_us=time_per_step(events, windows))
+
+
+def measured_window(events: pd.DataFrame, tree: Any, window: str
+                    ) -> tuple[pd.DataFrame, list[str]]:
+    """The steps every per-step figure covers (partial ones left out), or with
+    ``window="trace"`` (and in a trace without steps) one window over the whole trace."""
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {', '.join(WINDOWS)}, not {window!r}")
+    if window == "trace":
+        start, end = events[S.TS], events[S.TS] + events[S.DUR]
+        return pd.DataFrame({"step": [-1], "start": [float(start.min())],
+                             "end": [float(end.max())], "pos": [-1]}), []
+    return drop_partial_steps(step_windows(events, tree), events)
+
+
+def window_facts(windows: pd.DataFrame, asked: str, seconds: float,
+                 notes: list[str]) -> dict[str, Any]:
+    """report.window: what the figures cover (README, "What each number means")."""
+    stepless = int(windows["step"].iloc[0]) < 0
+    return {"kind": "trace" if stepless else "steps", "asked": asked,
+            "steps": 0 if stepless else int(len(windows)),
+            "start_us": round(float(windows["start"].min()), 3),
+            "end_us": round(float(windows["end"].max()), 3), "seconds": round(seconds, 6),
+            "per": "second" if stepless else "step", "notes": notes}
 
 
 def mean_step(steps: pd.DataFrame) -> dict[str, Any]:

@@ -85,3 +85,31 @@ def launched_before_window(gpu: pd.DataFrame) -> dict[str, Any]:
         "runs behind the host, so work queued in the previous step still runs inside the "
         "window. Counted in the device's busy time, left out of every op's totals.")
     return out
+
+
+_KINDS = {S.KERNEL: "kernel", S.MEMCPY: "memcpy", S.MEMSET: "memset"}
+
+
+def gpu_work(gpu: pd.DataFrame, op_names: np.ndarray) -> list[dict[str, Any]]:
+    """Every kernel, copy and memset of the window by (name, op): kind, name, op (None when
+    no op launched it), attribution (the rule: external_id, launch_containment,
+    outside_ops, launched_before_window), calls, device_us, bytes (copies and memsets)."""
+    if gpu.empty:
+        return []
+    pos = gpu["op_pos"].to_numpy()
+    frame = pd.DataFrame({
+        "kind": [_KINDS.get(c, c) for c in gpu["cat"].to_numpy()],
+        "name": gpu["name"].astype(str).to_numpy(),
+        "op": np.where(pos >= 0, op_names[np.maximum(pos, 0)] if len(op_names) else None,
+                       None),
+        "attribution": gpu["rule"].to_numpy(), "dur": gpu["dur"].to_numpy(np.float64),
+        "bytes": gpu["bytes"].to_numpy(np.float64)})
+    frame["op"] = frame["op"].astype(object).where(frame["op"].notna(), "")
+    agg = frame.groupby(["kind", "name", "op", "attribution"], sort=False).agg(
+        calls=("dur", "size"), device_us=("dur", "sum"), bytes=("bytes", "sum"),
+        has_bytes=("bytes", "count")).reset_index()
+    agg = agg.sort_values("device_us", ascending=False, kind="stable")
+    return [{"kind": r.kind, "name": r.name, "op": r.op or None, "attribution": r.attribution,
+             "calls": int(r.calls), "device_us": round(float(r.device_us), 3),
+             "bytes": int(r.bytes) if r.has_bytes and r.kind != "kernel" else None}
+            for r in agg.itertuples(index=False)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import pandas as pd
 
@@ -13,7 +15,7 @@ MIB = 1024.0 * 1024.0
 
 
 def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device: bool,
-             windows: pd.DataFrame) -> pd.DataFrame:
+             windows: pd.DataFrame, in_window: Optional[np.ndarray] = None) -> pd.DataFrame:
     """Aggregate host ops by name into the OPS frame (schema.OP_COLUMNS).
 
     Columns (times in microseconds): calls; cpu_self_us / cpu_total_us (host time without /
@@ -30,6 +32,8 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     ``ProfilerStep#N`` ranges are steps and ``nsbridge::`` ranges nsbridge's own: not ops.
     per_step_us: the ranking column per measured step (``windows``), see per_step_times.
     shape_work: per input shape (the five with the most ranking time): {shape, calls, us}.
+    ``in_window`` (a flag per tree position): only those ops count, and only the GPU work
+    they launched (the measured window; None: every op of the trace).
     """
     names = events.loc[tree.rows, S.NAME].to_numpy()
     n = len(tree)
@@ -49,6 +53,8 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
 
     not_ops = starts_with(per_op["name"].to_numpy(),
                           (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
+    if in_window is not None:
+        not_ops |= ~in_window
     per_op = per_op[~not_ops]
     grouped = per_op.groupby("name", sort=False)
     table = grouped.agg(calls=("name", "size"), cpu_self_us=("cpu_self_us", "sum"),

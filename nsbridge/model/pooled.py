@@ -62,7 +62,8 @@ def pool_analyses(analyses: list[TraceAnalysis], thresholds: Analysis,
     verdict = decide(breakdown=steps, busy_pct=sum(busy) / len(busy) if busy else None,
                      cost=facts.sync_cost, sync_points=lead.sync_points, ops=ops,
                      has_device=lead.has_device, kernels_per_step=facts.kernels_per_step,
-                     median_kernel_us=facts.median_kernel_us, thresholds=thresholds)
+                     median_kernel_us=facts.median_kernel_us, thresholds=thresholds,
+                     seconds=lead.window["seconds"] if lead.window["kind"] == "trace" else None)
     contention = (machine or {}).get("contention")
     verdict = qualify(verdict, breakdown=steps, thresholds=thresholds, machine=machine)
     pooled_facts = dataclasses.replace(facts, verdict=verdict["label"], ops=ops,

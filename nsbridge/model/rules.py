@@ -8,6 +8,7 @@ orders them within each group. The terminal summary shows the first three.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -32,7 +33,7 @@ class Facts:
     sync_points: list[dict[str, Any]]
     sync_cost: SyncCost
     ops: pd.DataFrame
-    host_ops_per_step: float
+    host_ops_per_step: Optional[float]   # None in a window without steps
     kernels_per_step: float
     median_kernel_us: Optional[float]
     busy_pct: Optional[float]
@@ -41,6 +42,7 @@ class Facts:
     script: Optional[str] = None
     sync_recommend_per_step: float = 1.0   # rarer syncs are listed, never recommended away
     contention: Optional[dict[str, Any]] = None   # model.contention.contention
+    host_ops_per_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
 
@@ -97,7 +99,8 @@ def _pin_memory(f: Facts) -> Optional[dict[str, Any]]:
 
 
 def _remove_syncs(f: Facts) -> Optional[dict[str, Any]]:
-    in_loop = [p for p in f.sync_points if p["per_step"] >= f.sync_recommend_per_step]
+    in_loop = [p for p in f.sync_points if p["placement"] == "steps"
+               and (p["per_step"] or 0.0) >= f.sync_recommend_per_step]
     if not in_loop:
         return None  # an occasional sync (after the loop, once per epoch) is not worth a change
     per_step = sum(p["per_step"] for p in in_loop)
@@ -120,12 +123,13 @@ def _remove_syncs(f: Facts) -> Optional[dict[str, Any]]:
 
 def _torch_compile(f: Facts) -> Optional[dict[str, Any]]:
     launch_bound = f.has_device and f.verdict == "cpu-bound"
-    many_small = f.host_ops_per_step >= 200
+    many_small = f.host_ops_per_step is not None and f.host_ops_per_step >= 200
     if not (launch_bound or many_small or (not f.has_device and f.verdict == "cpu-bound")):
         return None
+    count = (f"{f.host_ops_per_step:.0f} host ops per step" if f.host_ops_per_step is not None
+             else f"{f.host_ops_per_s:.0f} host ops per second")
     return _rec("Fuse ops with torch.compile",
-                f"{f.host_ops_per_step:.0f} host ops per step"
-                + ("; the GPU waits on the host" if launch_bound else ""),
+                count + ("; the GPU waits on the host" if launch_bound else ""),
                 "model = torch.compile(model) (try mode='max-autotune' for GEMM-heavy models); "
                 "it fuses elementwise ops and cuts per-op dispatch overhead",
                 0.3 if launch_bound else 0.15)
@@ -142,28 +146,58 @@ def _cuda_graphs(f: Facts) -> Optional[dict[str, Any]]:
                 "shapes", 0.3)
 
 
+PRECISION_SHARE = 0.5     # matmul/conv must clearly dominate...
+PRECISION_MIN_DIM = {True: 64, False: 128}   # ...on operands this wide (GPU, CPU) at least
+_TENSOR_CORE_KERNEL = re.compile(r"bf16|fp16|f16f16|tf32|hmma|gmma|h884|h1688|h16816|s1688"
+                                 r"|hgemm|bgemm", re.IGNORECASE)
+
+
 def _amp_tf32(f: Facts) -> Optional[dict[str, Any]]:
+    """Lower precision, only where it can pay: matmul/conv at least PRECISION_SHARE of the
+    ranking time, their costliest input shapes at least PRECISION_MIN_DIM wide in every
+    matrix dimension, and on a GPU not already on Tensor Core kernels."""
     if f.ops.empty:
         return None
     col = "device_self_us" if f.has_device else "cpu_self_us"
     total = f.ops[col].sum()
-    share = f.ops.loc[f.ops["name"].str.match(MATMUL_OP), col].sum() / total if total else 0.0
-    if share < 0.25:
+    matmul = f.ops[f.ops["name"].str.match(MATMUL_OP)]
+    share = matmul[col].sum() / total if total else 0.0
+    if share < PRECISION_SHARE or not _wide_enough(matmul, PRECISION_MIN_DIM[f.has_device]):
+        return None
+    kernels = [k["name"] for ks in matmul["kernels"] for k in (ks or [])[:3]]
+    if f.has_device and kernels and all(_TENSOR_CORE_KERNEL.search(k) for k in kernels):
         return None
     where = "GPU" if f.has_device else "CPU"
     fix = ("torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss, and "
            "torch.backends.cuda.matmul.allow_tf32 = True / "
            "torch.set_float32_matmul_precision('high') for the rest"
            if f.has_device else
-           "on a GPU: autocast to bfloat16 and allow TF32; on CPU: torch.autocast('cpu', "
-           "dtype=torch.bfloat16) where the CPU supports it")
+           "torch.autocast('cpu', dtype=torch.bfloat16) around forward and loss, on a CPU "
+           "with bf16 units (AMX or AVX512-BF16: see lscpu); elsewhere it is slower")
     title = ("Use Tensor Cores: mixed precision / TF32" if f.has_device
-             else "Matmul and convolution dominate: use lower precision")
-    rec = _rec(title, f"matmul and convolution ops take {share:.0%} of {where} self time", fix,
-               share * 0.5)
+             else "Matmul and convolution dominate: try bfloat16 autocast")
+    rec = _rec(title, f"matmul and convolution ops take {share:.0%} of {where} self time",
+               fix, share * 0.5)
     if not f.has_device:  # a CPU-only run is bound by this very compute
         rec["addresses_verdict"] = f.verdict == "cpu-bound"
     return rec
+
+
+def _wide_enough(matmul: pd.DataFrame, min_dim: int) -> bool:
+    """Whether the costliest input shape of the costliest matmul/conv op has every matrix
+    dimension (the last two of each input of 2 or more dims) at least ``min_dim``; True
+    when no shapes were recorded (nothing says otherwise)."""
+    for work in matmul["shape_work"].head(1):
+        if not work:
+            return True
+        try:
+            inputs = json.loads(work[0]["shape"])
+        except (ValueError, TypeError, KeyError):
+            return True
+        dims = [d for t in inputs if isinstance(t, list) and len(t) >= 2
+                and all(isinstance(x, int) for x in t) for d in t[-2:]]
+        return bool(dims) and min(dims) >= min_dim
+    return True
 
 
 def _next_nsys(f: Facts) -> Optional[dict[str, Any]]:

@@ -1,14 +1,25 @@
 """Steps and where their time goes: data loading, forward, backward, optimizer, other.
 
-Steps are the ``ProfilerStep#N`` ranges torch.profiler writes; a trace without them is
-one window over the whole recording. Within a step, phases are unions of host intervals:
+Steps are the ``ProfilerStep#N`` ranges torch.profiler writes; a trace without them (or
+``window="trace"``) is one window over the whole recording, judged in totals and rates per
+second. A step the recording ended inside is not a step: the last step is dropped when it
+is shorter than half the median of the others and holds fewer than half their median
+number of events (a complete but fast step has as many); a lone step whose recorded
+activity (host ops and runtime calls on any thread, GPU work) ends before half its span is
+clipped to that activity.
 
-- data: ``enumerate(DataLoader)#...`` ranges (DataLoader ``__next__``);
-- optimizer: ``Optimizer.step#...`` and ``Optimizer.zero_grad#...`` ranges;
-- backward: ``autograd::engine::evaluate_function: ...`` ranges on any thread;
-- forward: top-level ops of the step's thread that start before the first backward op,
-  minus the three above;
-- other: the rest of the step's wall time (Python between ops, logging, idle waits).
+Phases are defined so they add up to the step for any loop. Each instant of the step
+belongs to the first of these that covers it (unions of host intervals, clipped to the
+step):
+
+1. data: ``enumerate(DataLoader)#...`` ranges (DataLoader ``__next__``);
+2. backward: ``autograd::engine::evaluate_function: ...`` ranges on any thread;
+3. forward: the step's top-level ops on its thread that start before the step's last
+   backward range (every forward of a GAN's two models, not only the first), and the ops
+   an optimizer range runs before its own last backward (the closures of LBFGS);
+4. optimizer: ``Optimizer.step#...`` and ``Optimizer.zero_grad#...`` ranges;
+5. other: the rest (ops after the last backward such as gradient clipping or metrics,
+   Python between ops, logging, idle waits).
 """
 
 from __future__ import annotations
@@ -45,6 +56,55 @@ def step_windows(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
                          "pos": [-1]})
 
 
+def drop_partial_steps(windows: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.DataFrame,
+                                                                          list[str]]:
+    """The steps without the one the recording ended inside (see the module docstring),
+    with a note for each step dropped or clipped."""
+    if windows.empty or int(windows["step"].iloc[0]) < 0:
+        return windows, []
+    last = windows.iloc[-1]
+    busy_end = _activity_end(events, float(last["start"]), float(last["end"]))
+    span = float(last["end"] - last["start"])
+    idle_tail = busy_end - float(last["start"]) < 0.5 * span
+    if len(windows) == 1:
+        if not idle_tail or busy_end <= float(last["start"]):
+            return windows, []
+        clipped = windows.copy()
+        clipped.loc[clipped.index[-1], "end"] = busy_end
+        return clipped, [f"step {int(last['step'])} spans {span / 1e3:.2f} ms but its recorded "
+                         f"activity ends after {(busy_end - last['start']) / 1e3:.2f} ms (the "
+                         "recording ended inside it): it is clipped to its activity"]
+    others = (windows["end"] - windows["start"]).iloc[:-1]
+    counts = _event_counts(events, windows)
+    if span >= 0.5 * float(others.median()) or counts[-1] >= 0.5 * float(np.median(counts[:-1])):
+        return windows, []
+    return windows.iloc[:-1].reset_index(drop=True), [
+        f"the last step ({int(last['step'])}) is partial ({span / 1e3:.2f} ms and {counts[-1]} "
+        f"events against a median of {others.median() / 1e3:.2f} ms and "
+        f"{np.median(counts[:-1]):.0f}: the recording ended inside it) and is left out"]
+
+
+def _event_counts(events: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
+    """Events (step ranges aside) starting in each step."""
+    start = np.sort(events[S.TS].to_numpy(np.float64)[~starts_with(
+        events[S.NAME].to_numpy(), S.PROFILER_STEP_PREFIX)])
+    lo = np.searchsorted(start, windows["start"].to_numpy(np.float64), side="left")
+    hi = np.searchsorted(start, windows["end"].to_numpy(np.float64), side="left")
+    return hi - lo
+
+
+def _activity_end(events: pd.DataFrame, lo: float, hi: float) -> float:
+    """End of the last event (host op, runtime call, GPU work; step ranges aside) that
+    starts in [lo, hi), clipped to hi."""
+    start = events[S.TS].to_numpy(np.float64)
+    inside = (start >= lo) & (start < hi) & ~starts_with(events[S.NAME].to_numpy(),
+                                                        S.PROFILER_STEP_PREFIX)
+    if not inside.any():
+        return lo
+    return float(np.minimum(start[inside] + events[S.DUR].to_numpy(np.float64)[inside],
+                            hi).max())
+
+
 def main_thread(tree: HostTree, windows: pd.DataFrame) -> int:
     """Thread code of the training loop: the one holding the steps, else the busiest."""
     if (windows["pos"] >= 0).any():
@@ -71,18 +131,39 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
         else:
             top = inside & (tree.depth == 0) & (tree.thread == thread)
         bwd = inside & backward
-        first_bwd = tree.start[bwd].min() if bwd.any() else np.inf
-        fwd = top & (tree.start < first_bwd) & ~data & ~optim
-        spans = {"data": inside & data, "optimizer": inside & optim, "backward": bwd}
-        lengths = {k: _union(tree, m, lo, hi) for k, m in spans.items()}
-        claimed = inside & (data | optim | backward)
-        forward = _union(tree, claimed | fwd, lo, hi) - _union(tree, claimed, lo, hi)
+        last_bwd = tree.start[bwd].max() if bwd.any() else -np.inf
+        fwd = top & (tree.start < last_bwd) & ~data & ~optim & ~backward
+        fwd |= _closure_ops(tree, inside, optim, backward)
+        covered, lengths = np.zeros(len(tree), dtype=bool), {}
+        done = 0.0
+        for phase, mask in (("data", inside & data), ("backward", bwd), ("forward", fwd),
+                            ("optimizer", inside & optim)):
+            covered |= mask
+            union = _union(tree, covered, lo, hi)
+            lengths[phase], done = union - done, union
         wall = hi - lo
-        other = max(wall - forward - sum(lengths.values()), 0.0)
         rows.append({"step": int(step), "wall_ms": wall / 1e3, "data_ms": lengths["data"] / 1e3,
-                     "forward_ms": forward / 1e3, "backward_ms": lengths["backward"] / 1e3,
-                     "optimizer_ms": lengths["optimizer"] / 1e3, "other_ms": other / 1e3})
+                     "forward_ms": lengths["forward"] / 1e3,
+                     "backward_ms": lengths["backward"] / 1e3,
+                     "optimizer_ms": lengths["optimizer"] / 1e3,
+                     "other_ms": max(wall - done, 0.0) / 1e3})
     return pd.DataFrame(rows, columns=["step", "wall_ms", *PHASES])
+
+
+def _closure_ops(tree: HostTree, inside: np.ndarray, optim: np.ndarray,
+                 backward: np.ndarray) -> np.ndarray:
+    """Direct children of an optimizer range that start before the last backward range
+    (any thread: on GPUs autograd has its own) within that range's span: the model
+    forward of a closure the optimizer calls (LBFGS)."""
+    out = np.zeros(len(tree), dtype=bool)
+    bwd_start = tree.start[inside & backward]
+    if not len(bwd_start):
+        return out
+    for owner in np.nonzero(inside & optim)[0]:
+        within = bwd_start[(bwd_start >= tree.start[owner]) & (bwd_start < tree.end[owner])]
+        if len(within):
+            out |= inside & (tree.parent == owner) & (tree.start < within.max()) & ~backward
+    return out
 
 
 def _union(tree: HostTree, mask: np.ndarray, lo: float, hi: float) -> float:

@@ -39,7 +39,8 @@ ITEM_OP = "aten::_local_scalar_dense"
 COPY_OPS = {"aten::_to_copy", "aten::copy_", "aten::to"}
 _SITE = re.compile(r"^(?P<kind>\S+) (?P<device>\S+) (?P<file>.+):(?P<line>\d+)$")
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
-WINDOW, WHOLE_RUN = "measured steps", "whole run"
+WINDOW, WHOLE_RUN, OUTSIDE = "measured steps", "whole run", "outside the steps"
+TRACE_WINDOW = "window"
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,10 @@ def blocking_calls(events: pd.DataFrame, tree: HostTree, lo: float, hi: float) -
     if not frame.empty and not frame["site"].all():
         files, lines = _python_lines(events, kept, probe[keep])
         no_site = ~frame["site"].to_numpy(dtype=bool)
-        frame.loc[no_site, "file"] = np.asarray(files, dtype=object)[no_site]
-        frame.loc[no_site, "line"] = np.asarray(lines, dtype=object)[no_site]
+        for column, values in (("file", files), ("line", lines)):   # object: None stays None
+            merged = frame[column].to_numpy(dtype=object).copy()
+            merged[no_site] = np.asarray(values, dtype=object)[no_site]
+            frame[column] = merged
     return frame[columns]
 
 
@@ -142,16 +145,25 @@ def gpu_idle_after(calls: pd.DataFrame, gpu: pd.DataFrame, hi: float) -> np.ndar
 
 def sync_points(*, calls: pd.DataFrame, idle_us: np.ndarray,
                 process_records: Optional[list[dict[str, Any]]], n_steps: int,
-                run_steps: Optional[int], device_run: bool) -> list[dict[str, Any]]:
+                run_steps: Optional[int], device_run: bool,
+                seconds: Optional[float] = None) -> list[dict[str, Any]]:
     """The report's ``sync_points``: one dict per call site, costliest first.
 
-    Each: kind, call, op, file, line, device, count, per_step, counted_over (``measured
-    steps`` or ``whole run``), host_ms, gpu_idle_ms (GPU runs), run_count (calls over the
-    whole run, from the profiled process), library, source.
+    Each: kind, call, op, file, line, device, count, per_step, per_s, counted_over, placement,
+    host_ms, gpu_idle_ms (GPU runs), run_count (calls over the whole run, from the profiled
+    process), library, via, source.
+
+    ``counted_over``: ``measured steps`` (in the trace's window), ``whole run`` (the profiled
+    process's records of a site that runs in the training steps) or ``outside the steps``.
+    ``placement``: ``steps`` when the site runs in the training steps, else ``outside``
+    (see ``placement``); only ``steps`` sites have a ``per_step`` and count toward the
+    verdict. ``seconds`` (a window without steps): no site has a ``per_step``; a trace's
+    sites (placement ``window``) have ``per_s``, their rate over the window, and the
+    process's records (placement ``run``) only their count over the whole run.
     """
     records = process_records or []
     if device_run:
-        points = _trace_points(calls, idle_us, n_steps)
+        points = _trace_points(calls, idle_us, n_steps, seconds)
         records = [r for r in records if r["device"] != "cpu"]  # a CPU tensor never waits
     else:
         points = []
@@ -162,16 +174,45 @@ def sync_points(*, calls: pd.DataFrame, idle_us: np.ndarray,
         if point is not None:
             point["run_count"] = rec["count"]
             point["source"] += " + nsbridge (in-process)"
+            point["via"] = rec.get("via")
             continue
         steps = max(run_steps or rec["steps"], 1)
+        where, why = placement(rec, run_steps) if seconds is None else ("run", None)
+        inside = where == "steps"
         points.append({"kind": rec["kind"], "call": None, "op": rec["op"], "file": rec["file"],
-                       "line": rec["line"], "device": rec["device"], "count": rec["count"],
-                       "per_step": round(rec["count"] / steps, 2), "counted_over": WHOLE_RUN,
+                       "line": rec["line"], "function": rec.get("function"),
+                       "device": rec["device"], "count": rec["count"],
+                       "per_step": round(rec["count"] / steps, 2) if inside else None,
+                       "per_s": None,
+                       "counted_over": OUTSIDE if where == "outside" else WHOLE_RUN,
+                       "placement": where, "placement_why": why,
                        "host_ms": round(rec["cost_ms"], 3), "gpu_idle_ms": None,
                        "run_count": rec["count"], "library": bool(rec.get("library")),
-                       "source": "nsbridge (in-process)"})
-    return sorted(points, key=lambda p: (-(p["host_ms"] + (p["gpu_idle_ms"] or 0.0)),
+                       "via": rec.get("via"), "source": "nsbridge (in-process)"})
+    return sorted(points, key=lambda p: (p["placement"] != "steps",
+                                         -(p["host_ms"] + (p["gpu_idle_ms"] or 0.0)),
                                          -p["count"]))
+
+
+def placement(record: dict[str, Any], run_steps: Optional[int]) -> tuple[str, str]:
+    """Whether a call site recorded in the profiled process runs in the training steps:
+    ("steps" | "outside", why). A site runs in the steps when it ran in at least half of
+    the steps the script ran; one that ran only after the last step, before the first, or
+    in fewer steps (evaluation between epochs, a periodic checkpoint) is outside them."""
+    n = int(run_steps or 0)
+    if n == 0:
+        return "outside", "the script ran no training step"
+    first, last = record.get("first_step"), record.get("last_step")
+    if first is not None and first >= n:
+        return "outside", "after the last training step"
+    if last is not None and last == 0 and n > 1:
+        return "outside", "before the first training step ended"
+    seen = int(record.get("steps") or 0)
+    if seen * 2 >= n:
+        return "steps", f"in {seen} of {n} steps"
+    most = record.get("max_in_one_step")
+    return "outside", (f"in {seen} of {n} steps" + (f", up to {most} calls in one"
+                                                     if most else ""))
 
 
 def sync_cost(*, calls: pd.DataFrame, idle_us: np.ndarray, points: list[dict[str, Any]],
@@ -183,11 +224,13 @@ def sync_cost(*, calls: pd.DataFrame, idle_us: np.ndarray, points: list[dict[str
         dur = (calls["end"] - calls["start"]).sum() if len(calls) else 0.0
         return SyncCost(calls_per_step=len(calls) / steps, blocked_ms=float(dur) / 1e3 / steps,
                         gpu_idle_ms=float(idle_us.sum()) / 1e3 / steps, step_ms=step_ms)
-    return SyncCost(calls_per_step=float(sum(p["per_step"] for p in points)), blocked_ms=None,
-                    gpu_idle_ms=None, step_ms=step_ms)
+    return SyncCost(calls_per_step=float(sum(p["per_step"] or 0.0 for p in points
+                                             if p["placement"] == "steps")),
+                    blocked_ms=None, gpu_idle_ms=None, step_ms=step_ms)
 
 
-def _trace_points(calls: pd.DataFrame, idle_us: np.ndarray, n_steps: int) -> list[dict]:
+def _trace_points(calls: pd.DataFrame, idle_us: np.ndarray, n_steps: int,
+                  seconds: Optional[float]) -> list[dict]:
     if calls.empty:
         return []
     frame = calls.assign(dur=calls["end"] - calls["start"], idle=idle_us)
@@ -198,10 +241,14 @@ def _trace_points(calls: pd.DataFrame, idle_us: np.ndarray, n_steps: int) -> lis
         idle_us=("idle", "sum"), site=("site", "any")).reset_index()
     return [{"kind": r.kind, "call": r.call, "op": r.op or None, "file": r.file or None,
              "line": None if r.line == "" else int(r.line), "device": r.device or "cuda",
-             "count": int(r.count), "per_step": round(r.count / max(n_steps, 1), 2),
-             "counted_over": WINDOW, "host_ms": round(float(r.host_us) / 1e3, 3),
+             "function": None, "count": int(r.count),
+             "per_step": None if seconds else round(r.count / max(n_steps, 1), 2),
+             "per_s": round(r.count / seconds, 3) if seconds else None,
+             "counted_over": WINDOW if not seconds else TRACE_WINDOW,
+             "placement": "steps" if not seconds else "window", "placement_why": None,
+             "host_ms": round(float(r.host_us) / 1e3, 3),
              "gpu_idle_ms": round(float(r.idle_us) / 1e3, 3), "run_count": None,
-             "library": False, "source": "torch.profiler trace"}
+             "library": False, "via": None, "source": "torch.profiler trace"}
             for r in agg.itertuples(index=False)]
 
 

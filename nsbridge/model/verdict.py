@@ -5,8 +5,12 @@ Checked in this order, first match wins:
 1. ``input-bound``: data loading takes >= ``input_bound_share`` of step time.
 2. ``gpu-bound``: the device is busy >= ``gpu_bound_busy`` of the window, whatever syncs
    there are (on a GPU-bound run the host always waits somewhere: waiting is the symptom).
-3. ``sync-bound``: >= ``sync_calls_per_step`` syncs per step, or (GPU runs) the GPU idles
-   after syncs for >= ``sync_bound_share`` of the step (model.syncs defines the cost).
+3. ``sync-bound``: on GPU runs, where the cost is measured, the GPU idles after syncs for
+   >= ``sync_bound_share`` of the step and that is at least half of all its idle time
+   (model.syncs defines the cost; a GPU idle for other reasons is not starved by syncs);
+   on CPU-only runs, which cannot measure it, >= ``sync_calls_per_step`` syncs per step.
+   A window without steps is judged on shares only (data, busy, idle after syncs): a
+   count of calls over a whole window says nothing per iteration.
 4. ``cpu-bound``: the host cannot feed the device (launch or Python overhead); on a
    CPU-only run, the whole step is host time and the report says what it cannot tell.
 
@@ -40,8 +44,10 @@ MIN_STEPS = 3
 def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost,
            sync_points: list[dict[str, Any]], ops: pd.DataFrame, has_device: bool,
            kernels_per_step: float, median_kernel_us: Optional[float],
-           thresholds: Analysis) -> dict[str, Any]:
-    """Return {label, evidence: [str], numbers: {...}, cannot_conclude: [str]}."""
+           thresholds: Analysis, seconds: Optional[float] = None) -> dict[str, Any]:
+    """Return {label, evidence: [str], numbers: {...}, cannot_conclude: [str]}.
+
+    ``seconds``: the length of a window without steps (None when there are steps)."""
     wall = float(breakdown["wall_ms"].mean()) if len(breakdown) else 0.0
     data = float(breakdown["data_ms"].mean()) if len(breakdown) else 0.0
     data_share = data / wall if wall > 0 else 0.0
@@ -55,47 +61,71 @@ def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost
     evidence: list[str] = []
     cannot: list[str] = []
     busy = busy_pct if has_device and busy_pct is not None else None
-    many_syncs = cost.calls_per_step >= thresholds.sync_calls_per_step
-    idle_share = cost.idle_share or 0.0
+    stepless = seconds is not None
+    many_syncs = (not stepless and not has_device
+                  and cost.calls_per_step >= thresholds.sync_calls_per_step)
+    idle_share = sync_idle_share(cost.idle_share, busy)
+    unit = "of the window" if stepless else "of each step"
+    if stepless:
+        numbers.update(sync_calls_per_step=None, sync_blocked_ms_per_step=None,
+                       sync_gpu_idle_ms_per_step=None, window_s=round(seconds, 3),
+                       sync_calls=round(cost.calls_per_step, 0))
 
     label = label_for(data_share=data_share, busy=busy, many_syncs=many_syncs,
                       idle_share=idle_share, thresholds=thresholds)
     if label == "input-bound":
-        evidence.append(f"data loading takes {data_share:.0%} of each step "
-                        f"({data:.2f} ms of {wall:.2f} ms on average)")
+        evidence.append(f"data loading takes {data_share:.0%} {unit} "
+                        f"({data:.2f} ms of {wall:.2f} ms"
+                        + (")" if stepless else " on average)"))
     elif label == "gpu-bound":
         evidence.append(f"the GPU is busy {busy:.0f}% of the measured window")
         evidence.extend(_top_ops_line(ops, "device_self_us", "of GPU time"))
     elif label == "sync-bound":
-        evidence.extend(_sync_lines(cost, wall))
+        evidence.extend(_sync_lines(cost, wall, seconds))
         if not has_device:
             cannot.append("how long each sync would stall on a GPU: this CPU-only run "
                           "measures only the calls' host cost")
     elif has_device:
         evidence.append(f"the GPU is busy only {busy or 0:.0f}% of the measured window: "
                         "the host does not issue work fast enough")
-        if median_kernel_us is not None:
+        if median_kernel_us is not None and not stepless:
             evidence.append(f"{kernels_per_step:.0f} kernels per step, median "
                             f"{median_kernel_us:.1f} µs each: launch overhead dominates "
                             "short kernels")
     else:
-        evidence.append(f"no GPU in this run: all {wall:.2f} ms of a step is host time")
+        evidence.append(f"no GPU in this run: all {wall:.2f} ms of "
+                        + ("the window" if stepless else "a step") + " is host time")
         evidence.extend(_top_ops_line(ops, "cpu_self_us", "of CPU self time"))
         cannot.append("whether the script would be GPU-bound or launch-bound on a GPU: "
                       "run it on one (nsbridge triage picks CUDA up automatically)")
     top = sync_points[0] if sync_points else None
     if top and label == "sync-bound":
         evidence.append(f"costliest: {_describe(top)}")
+    elif top and stepless:
+        evidence.append(f"secondary: {len(sync_points)} sync point(s) in the window"
+                        + (f" (GPU idle after them {cost.idle_share or 0.0:.0%} of it)"
+                           if cost.gpu_idle_ms is not None else "")
+                        + f"; the costliest is {_describe(top)}")
     elif top:
         evidence.append(f"secondary: {len(sync_points)} sync point(s), "
                         f"{cost.calls_per_step:.2g} per step"
-                        + (f" (GPU idle after them {idle_share:.0%} of the step)"
+                        + (f" (GPU idle after them {cost.idle_share or 0.0:.0%} of the step)"
                            if cost.gpu_idle_ms is not None else "")
                         + f"; the costliest is {_describe(top)}")
-    if len(breakdown) == 1 and int(breakdown["step"].iloc[0]) < 0:
-        cannot.append("per-step figures: no training steps were detected, so the whole "
-                      "recording is treated as one step")
+    if stepless:
+        cannot.append(f"per-step figures: no training steps in this window ({seconds:.2f} s); "
+                      "figures are totals and rates per second, and syncs are judged by the "
+                      "GPU idle time they cause, never by their count (mark steps with "
+                      "nsbridge.step())")
     return {"label": label, "evidence": evidence, "numbers": numbers, "cannot_conclude": cannot}
+
+
+def sync_idle_share(idle_share: Optional[float], busy_pct: Optional[float]) -> float:
+    """The GPU idle share after syncs that can make a run sync-bound: all of it when it is
+    at least half of the GPU's idle time in the window, else none."""
+    share = idle_share or 0.0
+    idle = 1.0 - (busy_pct or 0.0) / 100.0
+    return share if share >= 0.5 * idle else 0.0
 
 
 def label_for(*, data_share: float, busy: Optional[float], many_syncs: bool, idle_share: float,
@@ -118,9 +148,10 @@ def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Ana
     numbers, label = verdict["numbers"], verdict["label"]
     contention = (machine or {}).get("contention")
     wait_ms_per_step = ((machine or {}).get("measured_steps") or {}).get("wait_ms_per_step")
-    ladder = {"busy": numbers["device_busy_pct"], "idle_share": numbers[
-        "sync_gpu_idle_share"] or 0.0, "many_syncs": numbers["sync_calls_per_step"]
-        >= thresholds.sync_calls_per_step}
+    busy = numbers["device_busy_pct"]
+    ladder = {"busy": busy, "idle_share": sync_idle_share(numbers["sync_gpu_idle_share"], busy),
+              "many_syncs": busy is None and (numbers["sync_calls_per_step"] or 0.0)
+              >= thresholds.sync_calls_per_step}
     again = lambda share: label_for(data_share=share, thresholds=thresholds, **ladder)  # noqa: E731
     n = len(breakdown)
     whole_run = n == 1 and int(breakdown["step"].iloc[0]) < 0
@@ -154,13 +185,17 @@ def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Ana
     if alternatives:
         reasons.append("the data cannot tell " + " from ".join(
             [label, *(a["label"] for a in alternatives)]))
-    if whole_run or n < MIN_STEPS:
+    if whole_run:
+        reasons.append("no training steps: one window without per-step spread")
+    elif n < MIN_STEPS:
         reasons.append(f"only {n} measured step(s)")
     confidence = ("low" if contended or alternatives else
                   "medium" if whole_run or n < MIN_STEPS else "high")
     settle = []
     if confidence != "high":
-        if n < 10:
+        if whole_run:
+            settle.append("steps marked with nsbridge.step() at the end of each iteration")
+        elif n < 10:
             settle.append("more measured steps (a profile with schedule.active: 10)")
         settle.append("several processes pooled (nsbridge triage --runs 5)")
         if contended:
@@ -187,7 +222,12 @@ def data_share_interval(breakdown: pd.DataFrame) -> tuple[Optional[float], Optio
     return float(low), float(high)
 
 
-def _sync_lines(cost: SyncCost, wall: float) -> list[str]:
+def _sync_lines(cost: SyncCost, wall: float, seconds: Optional[float] = None) -> list[str]:
+    if seconds is not None:
+        return [f"{cost.calls_per_step:.0f} host-device syncs in the {seconds:.2f} s window "
+                f"({cost.calls_per_step / seconds:.1f} per second); the GPU sits idle after "
+                f"them {cost.gpu_idle_ms or 0:.2f} ms ({cost.idle_share or 0:.0%} of the "
+                f"window) and the host is blocked in them {cost.blocked_ms or 0:.2f} ms"]
     if cost.gpu_idle_ms is None:
         return [f"{cost.calls_per_step:.0f} host-device sync calls per step; on a GPU each one "
                 "blocks the host until every queued kernel has finished"]
@@ -201,13 +241,26 @@ def _sync_lines(cost: SyncCost, wall: float) -> list[str]:
 def _describe(point: dict[str, Any]) -> str:
     where = (f"at {point['file']}:{point['line']}" if point.get("file")
              else f"in {point['op']}" if point.get("op") else "outside any op")
-    text = f"{point['kind']} {where}, {point['per_step']:g} per step"
-    if point["counted_over"] == "whole run":
+    text = f"{point['kind']} {where}, " + rate(point)
+    if point.get("per_step") is not None and point["counted_over"] == "whole run":
         text += f" ({point['count']} over the whole run)"
     if point.get("gpu_idle_ms") is not None:
         text += (f", host blocked {point['host_ms']:.2f} ms and GPU idle "
-                 f"{point['gpu_idle_ms']:.2f} ms over the measured steps")
+                 f"{point['gpu_idle_ms']:.2f} ms over the "
+                 + ("window" if point.get("per_s") is not None else "measured steps"))
     return text
+
+
+def rate(point: dict[str, Any]) -> str:
+    """How often a sync site runs, in the unit its window has."""
+    if point.get("per_step") is not None:
+        return f"{point['per_step']:g} per step"
+    if point.get("per_s") is not None:
+        return f"{point['count']} in the window ({point['per_s']:g}/s)"
+    if point.get("placement") == "outside":
+        return (f"{point['count']} outside the training steps"
+                + (f" ({point['placement_why']})" if point.get("placement_why") else ""))
+    return f"{point['count']} over the whole run"
 
 
 def _top_ops_line(ops: pd.DataFrame, col: str, what: str) -> list[str]:

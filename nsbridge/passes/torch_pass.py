@@ -26,8 +26,8 @@ from ..run import PassOutput
 
 def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: bool,
                    profile: Profile, cwd: Path, timeout: Optional[float],
-                   environ: Mapping[str, str] = os.environ, runs: int = 1
-                   ) -> tuple[PassOutput, Optional[TraceAnalysis]]:
+                   environ: Mapping[str, str] = os.environ, runs: int = 1,
+                   window: str = "steps") -> tuple[PassOutput, Optional[TraceAnalysis]]:
     """Run the target under torch.profiler into ``run_dir`` and analyse its trace; with
     ``runs`` > 1 the script runs that many times (the later ones into repeat-NN/) and the
     runs' steps are pooled (model.pooled). A run that fails ends the series."""
@@ -66,7 +66,8 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
                 analyses.append(analyze_events(read.events, thresholds=profile.analysis,
                                                process_syncs=c.get("syncs"),
                                                process_steps=len(c.get("steps", [])) or None,
-                                               script=target, machine=machine))
+                                               script=target, machine=machine,
+                                               window=window))
             trace = trace or read
         except TraceError as exc:
             notes.append(f"the trace of run {i} could not be analysed: {exc}")
@@ -101,8 +102,8 @@ def repeat_dir_name(run: int) -> str:
     return f"repeat-{run:02d}"
 
 
-def analyze_traces(files: Sequence[Path], profile: Profile, target: str
-                   ) -> tuple[PassOutput, TraceAnalysis]:
+def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
+                   window: str = "steps") -> tuple[PassOutput, TraceAnalysis]:
     """Analyse torch.profiler traces captured elsewhere (the ranks of one job: ops summed,
     the slowest rank's verdict, a per-rank table).
 
@@ -123,7 +124,8 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str
         raise TraceNotFoundError("None of the files given is a torch.profiler trace.")
     traces.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, str(t.path)))
     with progress.step(f"analysing {len(traces)} trace(s)"):
-        analyses = [analyze_events(t.events, thresholds=profile.analysis) for t in traces]
+        analyses = [analyze_events(t.events, thresholds=profile.analysis, window=window)
+                    for t in traces]
     ranks = [_rank_summary(i, t, a) for i, (t, a) in enumerate(zip(traces, analyses))]
     lead = analyses[slowest(ranks)] if len(analyses) > 1 else analyses[0]
     lead_path = traces[slowest(ranks) if len(analyses) > 1 else 0].path
@@ -192,15 +194,49 @@ def _rank_summary(index: int, trace: TorchTrace, analysis: TraceAnalysis) -> dic
             "busy_pct": numbers["device_busy_pct"], "ops": int(len(analysis.ops))}
 
 
+def recording_note(window: dict[str, Any], steps_seen: int) -> Optional[str]:
+    """What the saved trace holds when it is not the schedule's steps, or was cut short."""
+    kind, stopped = window.get("kind"), window.get("stopped_by")
+    if kind != "steps" and window.get("seconds") is None:
+        return None   # nothing was saved (the schedule note says why)
+    seconds = float(window.get("seconds") or 0.0)
+    mark = ("Call nsbridge.step() at the end of each iteration (or use torch.optim) to "
+            "measure steady-state steps.")
+    if kind == "whole-run" and stopped is None:
+        return ("no training step was detected (no optimizer.step() and no nsbridge.step()): "
+                f"the whole run ({seconds:.1f} s) was profiled as one window, start-up "
+                f"included; figures are totals and rates per second. {mark}")
+    if kind == "time-window":
+        cut = (f"stopped after {seconds:.1f} s by the memory budget (the process grew "
+               f"{window.get('grew_mib')} MiB; schedule.max_record_mib, at most half the free "
+               "memory)" if stopped == "memory" else
+               f"{seconds:.1f} s" + ("" if stopped else ", cut short by the script's end"))
+        return (f"no training step came within the first {window.get('wait_for_step_s'):g} s "
+                "(schedule.wait_for_step_s): that start-up was dropped as warm-up and a time "
+                f"window after it was profiled ({cut}); the script then ran on unprofiled. "
+                f"Figures are totals and rates per second. {mark}")
+    if kind == "whole-run" and stopped == "memory":
+        return (f"no training step came before the recording grew the process by "
+                f"{window.get('grew_mib')} MiB (schedule.max_record_mib, at most half the free "
+                f"memory): the first {seconds:.1f} s of the run, start-up included, were kept "
+                f"and the script ran on unprofiled. Figures are totals and rates per second. "
+                f"{mark}")
+    if kind == "steps" and stopped == "memory":
+        return (f"the measured window was stopped early, after step {window.get('after_steps')}"
+                f" of {steps_seen}: the process grew {window.get('grew_mib')} MiB while it "
+                "recorded (schedule.max_record_mib); the steps recorded until then are "
+                "analysed. Use a shorter schedule (schedule.active) or --profile quick (no "
+                "shapes or memory) for steps this large.")
+    return None
+
+
 def _triage_notes(torch_pass: TorchPass, child: dict[str, Any]) -> list[str]:
     notes = []
     if child.get("schedule_note"):
         notes.append(child["schedule_note"])
-    if child.get("mode") == "whole-run":
-        notes.append("no training step was detected (no optimizer.step() and no "
-                     "nsbridge.step()): the whole run was profiled as one window, warm-up "
-                     "included. Call nsbridge.step() at the end of each iteration to measure "
-                     "steady-state steps.")
+    window_note = recording_note(child.get("window") or {}, len(child.get("steps") or []))
+    if window_note:
+        notes.append(window_note)
     if torch_pass.outcome.killed:
         notes.append("the profiled process did not stop in time and was killed; its trace "
                      "may be missing")

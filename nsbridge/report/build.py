@@ -28,7 +28,8 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "nsbridge_version": version, "command": command,
         "target": target, "status": status, "error": error,
-        "verdict": None, "ranked_by": None, "ops": [], "steps": None, "device": None,
+        "verdict": None, "ranked_by": None, "window": None, "ops": [], "steps": None,
+        "device": None,
         "sync_points": [], "recommendations": [], "collectives": [], "overhead": overhead,
         "ranks": ranks or [], "machine": machine, "environment": environment,
         "files": files, "notes": list(notes), "sources": {},
@@ -37,6 +38,7 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
         return clean(report)
     has_device = analysis.has_device
     report["verdict"] = analysis.verdict
+    report["window"] = analysis.window
     report["ranked_by"] = "device_self_us" if has_device else "cpu_self_us"
     report["ops"] = _with_spread(_records(analysis.ops), _runs(analysis.steps))
     bare_ms, bare_runs = _unprofiled(child_steps)

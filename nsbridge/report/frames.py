@@ -27,15 +27,22 @@ def ops(report: dict[str, Any]) -> pd.DataFrame:
 
 
 def kernels(report: dict[str, Any]) -> pd.DataFrame:
-    """One row per (op, kernel or copy): op, kind (kernel, memcpy, memset), name, calls,
-    device_us, bytes."""
+    """One row per (kernel, copy or memset name, op) in the measured window: op (None when
+    no op launched it), kind (kernel, memcpy, memset), name, calls, device_us, bytes, and
+    attribution: how it was tied to its op (external_id, launch_containment), or why not
+    (outside_ops: launched between ops; launched_before_window: queued before the window
+    opened). Every kernel of the window is here, attributed or not."""
+    columns = ["op", "kind", "name", "calls", "device_us", "bytes", "attribution"]
+    work = (report.get("device") or {}).get("work")
+    if work is not None:
+        return pd.DataFrame([{c: w.get(c) for c in columns} for w in work], columns=columns)
     rows = [{"op": op["name"], "kind": "kernel", "name": k["name"], "calls": k["calls"],
-             "device_us": k["device_us"], "bytes": None}
+             "device_us": k["device_us"], "bytes": None, "attribution": None}
             for op in report.get("ops", []) for k in op.get("kernels") or []]
     rows += [{"op": op["name"], "kind": c["kind"], "name": c["name"], "calls": c["calls"],
-              "device_us": c["device_us"], "bytes": c.get("bytes")}
+              "device_us": c["device_us"], "bytes": c.get("bytes"), "attribution": None}
              for op in report.get("ops", []) for c in op.get("copies") or []]
-    return pd.DataFrame(rows, columns=["op", "kind", "name", "calls", "device_us", "bytes"])
+    return pd.DataFrame(rows, columns=columns)
 
 
 def steps(report: dict[str, Any]) -> pd.DataFrame:

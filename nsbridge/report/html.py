@@ -19,7 +19,8 @@ from typing import Any, Optional
 from .render import (MEMORY_NOTE, NCU_RANK_HEADER, RANK_HEADER, TIMELINE_HEADER,
                      TIMELINE_RANK_HEADER, _attribution, _early_line, _gap_host, _ncu_findings,
                      _ncu_line, _step_line, _timeline_line, _timeline_rows, _where,
-                     distributed_lines, machine_line, op_table, rank_rows, tool_rank_rows,
+                     distributed_lines, kernel_rate, machine_line, op_table, per_step_cell,
+                     rank_rows, tool_rank_rows, window_line,
                      verdict_headline, verdict_lines)
 
 TOP_CHART = 15
@@ -112,6 +113,9 @@ def _verdict(report: dict[str, Any]) -> str:
     step = _step_line(report)
     if step:
         parts.append(f"<p>Steps: {e(step)}</p>")
+    window = window_line(report)
+    if window:
+        parts.append(f"<p id='window'>Window: {e(window)}</p>")
     machine = machine_line(report.get("machine"))
     if machine:
         parts.append(f"<p id='machine'>Machine: {e(machine)}</p>")
@@ -179,7 +183,7 @@ def _syncs(report: dict[str, Any]) -> str:
     rows = "".join(
         f"<tr><td>{e(p['kind'])}</td><td><code>{e(_where(p))}</code></td><td><code>"
         f"{e(p['op'] or '')}</code></td><td>{p['count']}</td><td>{e(p['counted_over'])}</td>"
-        f"<td>{p['per_step']:g}</td><td>{p['host_ms']:.3f}</td><td>"
+        f"<td>{e(per_step_cell(p))}</td><td>{p['host_ms']:.3f}</td><td>"
         f"{'-' if p.get('gpu_idle_ms') is None else format(p['gpu_idle_ms'], '.3f')}</td></tr>"
         for p in report["sync_points"])
     return ("<section id='syncs'><h2>Sync points (host waits for the device)</h2><table><tr>"
@@ -194,8 +198,8 @@ def _device(report: dict[str, Any]) -> str:
         return ""
     e = _esc
     parts = [f"<section id='device'><h2>Device</h2><p>Busy {dev['busy_pct']:.1f}% of the "
-             f"measured window, {dev['kernels']} kernels ({dev['kernels_per_step']:g} per "
-             f"step); attribution: {e(_attribution(dev['attribution']))}</p>"]
+             f"measured window, {dev['kernels']} kernels ({e(kernel_rate(dev))}); "
+             f"attribution: {e(_attribution(dev['attribution']))}</p>"]
     early = _early_line(dev)
     if early:
         parts.append(f"<p>Launched before the window: {e(early)}</p>")

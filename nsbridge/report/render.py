@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from .definitions import markdown_block
+
 PERFETTO = "https://ui.perfetto.dev"
 
 
@@ -26,8 +28,32 @@ def _ms_or_dash(ms: Optional[float]) -> str:
 
 def _where(point: dict[str, Any]) -> str:
     if point.get("file"):
-        return f"{point['file']}:{point['line']}"
+        text = f"{point['file']}:{point['line']}"
+        if point.get("function") and point.get("placement") == "outside":
+            text = f"{point['function']}() at {text}"
+        return text + (f" (via {point['via']})" if point.get("via") else "")
     return f"in {point['op']}" if point.get("op") else "(no Python line in the trace)"
+
+
+def per_step_cell(point: dict[str, Any]) -> str:
+    """A sync site's rate for a table cell: per step, per second, or '-' (outside)."""
+    if point.get("per_step") is not None:
+        return f"{point['per_step']:g}"
+    return f"{point['per_s']:g}/s" if point.get("per_s") is not None else "-"
+
+
+def window_line(report: dict[str, Any]) -> Optional[str]:
+    """What the figures cover, when that is not simply the measured steps."""
+    window = report.get("window") or {}
+    if not window:
+        return None
+    notes = "; ".join(window.get("notes") or [])
+    if window.get("kind") == "trace":
+        return (f"one window of {window['seconds']:.3f} s without steps ("
+                + ("--window trace" if window.get("asked") == "trace" else "no step ranges in "
+                   "the trace") + "): figures are totals over it and rates per second"
+                + (f"; {notes}" if notes else ""))
+    return notes or None
 
 
 def _op_rows(report: dict[str, Any], limit: int) -> list[list[str]]:
@@ -108,6 +134,8 @@ def _step_line(report: dict[str, Any]) -> Optional[str]:
         return None
     shares = mean["shares"]
     parts = " | ".join(f"{k} {v:.0%}" for k, v in shares.items())
+    if (report.get("window") or {}).get("kind") == "trace":
+        return f"none; the {mean['wall_ms']:.2f} ms window: {parts}"
     spread = steps.get("spread") or {}
     text = f"{mean['wall_ms']:.2f} ms per step (mean of {steps['count']}"
     if spread.get("n", 0) > 1:
@@ -228,6 +256,20 @@ def _timeline_line(t: dict[str, Any]) -> str:
             f"{t.get('memsets', 0)} memsets, GPU busy {busy}; attribution "
             f"{_attribution(t['attribution'])}; NVTX ranges emitted "
             f"{t['nvtx'].get('emitted')}, recorded {t['nvtx'].get('recorded')}")
+
+
+def kernel_rate(dev: dict[str, Any]) -> str:
+    if dev.get("kernels_per_step") is not None:
+        return f"{dev['kernels_per_step']:g} per step"
+    return f"{dev.get('kernels_per_s') or 0:g} per second"
+
+
+def _rate_text(point: dict[str, Any]) -> str:
+    if point.get("per_step") is not None:
+        return f"{point['per_step']:g}/step"
+    if point.get("per_s") is not None:
+        return f"{point['per_s']:g}/s"
+    return point.get("placement_why") or "no per-step rate without steps"
 
 
 def _sync_cost(point: dict[str, Any]) -> str:
@@ -360,13 +402,16 @@ def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 
     step = _step_line(report)
     if step:
         lines.append(f"\nSteps: {step}")
+    window = window_line(report)
+    if window:
+        lines.append(f"Window: {window}")
     machine = machine_line(report.get("machine"))
     if machine:
         lines.append(f"Machine: {machine}")
     if report.get("device"):
         dev = report["device"]
         lines.append(f"Device: busy {dev['busy_pct']:.1f}% of the window, {dev['kernels']} kernels "
-                     f"({dev['kernels_per_step']:g} per step)")
+                     f"({kernel_rate(dev)})")
         early = _early_line(dev)
         if early:
             lines.append(f"  {early}")
@@ -378,8 +423,10 @@ def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 
     if report["sync_points"]:
         lines.append("\nSync points (host waits for the device):")
         for p in report["sync_points"][:5]:
-            lines.append(f"  {p['kind']:<22} {_where(p)}  x{p['count']} over the "
-                         f"{p['counted_over']} ({p['per_step']:g}/step; {_sync_cost(p)})")
+            over = ("outside the training steps" if p.get("placement") == "outside"
+                    else f"over the {p['counted_over']}")
+            lines.append(f"  {p['kind']:<22} {_where(p)}  x{p['count']} {over} "
+                         f"({_rate_text(p)}; {_sync_cost(p)})")
     if report["recommendations"]:
         lines.append("\nRecommendations:")
         for i, r in enumerate(report["recommendations"][:3], 1):
@@ -450,6 +497,9 @@ def markdown(report: dict[str, Any], top: int = 15,
     step = _step_line(report)
     if step:
         md += ["", "## Steps", "", step]
+    window = window_line(report)
+    if window:
+        md += ["", f"Window: {window}"]
     machine = machine_line(report.get("machine"))
     if machine:
         md += ["", f"Machine: {machine}"]
@@ -484,7 +534,7 @@ def markdown(report: dict[str, Any], top: int = 15,
         md += ["", "## Sync points", "", "| kind | where | op | count | counted over | per step "
                "| host ms | GPU idle after ms |", "|---|---|---|---|---|---|---|---|"]
         md += [f"| {p['kind']} | {_md_cell(_where(p))} | `{_md_cell(p['op'] or '')}` | {p['count']} "
-               f"| {p['counted_over']} | {p['per_step']:g} | {p['host_ms']:.3f} | "
+               f"| {p['counted_over']} | {per_step_cell(p)} | {p['host_ms']:.3f} | "
                f"{_ms_or_dash(p.get('gpu_idle_ms'))} |" for p in report["sync_points"]]
     if report["recommendations"]:
         md += ["", "## Recommendations", ""]
@@ -540,6 +590,7 @@ def markdown(report: dict[str, Any], top: int = 15,
         md += ["", "<details><summary>torch.profiler's own key_averages() table</summary>", "",
                fence, key_averages.rstrip().replace(fence, "'" * 3), fence, "", "</details>"]
     md += ["", "## Sources", ""] + [f"- {k}: {v}" for k, v in report.get("sources", {}).items()]
+    md += ["", *markdown_block()]
     return "\n".join(md) + "\n"
 
 

@@ -1,0 +1,286 @@
+"""The in-process sync recorder (nsbridge._bootstrap.syncs), installed in this process.
+
+This file counts as the script's code (it is not in site-packages), so its calls on CPU
+tensors are recorded. No assert may look at a tensor while a recorder is installed: pytest's
+assert would call ``bool()`` on it from this file and be recorded too.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import torch
+
+from nsbridge._bootstrap import syncs
+from nsbridge._bootstrap.syncs import SyncRecorder
+
+HERE = os.path.relpath(__file__) if not os.path.relpath(__file__).startswith("..") else __file__
+
+
+def _line() -> int:
+    """The line this is called from: ``value, line = f(t), _line()`` names f's line, and
+    ``line = _line() + 1`` the next one."""
+    return inspect.currentframe().f_back.f_lineno
+
+
+@pytest.fixture
+def step() -> list[int]:
+    return [0]
+
+
+@pytest.fixture
+def recorder(step: list[int]) -> Iterator[SyncRecorder]:
+    rec = SyncRecorder(lambda: step[0])
+    rec.install()
+    try:
+        yield rec
+    finally:
+        rec.uninstall()
+
+
+def _only(rec: SyncRecorder, **match: Any) -> dict[str, Any]:
+    rows = [r for r in rec.records() if all(r[k] == v for k, v in match.items())]
+    assert len(rows) == 1, (match, rec.records())
+    return rows[0]
+
+
+def _at(rec: SyncRecorder, line: int) -> list[dict[str, Any]]:
+    return [r for r in rec.records() if r["file"] == HERE and r["line"] == line]
+
+
+# -- entry points relayed through Python's formatting and conversions -----------------------
+
+def test_format_records_the_scripts_line_once_not_the_inner_item(recorder: SyncRecorder) -> None:
+    t = torch.tensor(1.2345)
+    text, line = f"{t:.2f}", _line()
+    recorder.uninstall()
+    assert text == "1.23"
+    rows = _at(recorder, line)
+    assert [(r["kind"], r["count"]) for r in rows] == [("format", 1)]   # no extra "item"
+    assert rows[0]["op"] == "aten::_local_scalar_dense"
+    assert rows[0]["device"] == "cpu" and rows[0]["library"] is False and rows[0]["via"] is None
+    assert rows[0]["function"] == "test_format_records_the_scripts_line_once_not_the_inner_item"
+    assert not [r for r in recorder.records() if r["kind"] == "item"]
+
+
+def test_str_format_of_a_tensor_attribute(recorder: SyncRecorder) -> None:
+    class Meter:  # pytorch/examples imagenet's AverageMeter.__str__
+        def __init__(self, val: torch.Tensor) -> None:
+            self.name, self.val = "Acc", val
+
+        def __str__(self) -> str:
+            return "{name} {val:.1f}".format(**self.__dict__), _line()
+
+    text, line = Meter(torch.tensor(97.25)).__str__()
+    plain, line2 = "{}".format(torch.tensor(3)), _line()
+    recorder.uninstall()
+    assert (text, plain) == ("Acc 97.2", "3")
+    assert [(r["kind"], r["count"], r["function"]) for r in _at(recorder, line)] == [
+        ("format", 1, "__str__")]
+    assert [(r["kind"], r["count"]) for r in _at(recorder, line2)] == [("format", 1)]
+
+
+@pytest.mark.parametrize("convert,kind", [(float, "float"), (int, "int"), (bool, "bool")])
+def test_conversions_are_recorded_at_the_scripts_line(recorder: SyncRecorder,
+                                                      convert: Callable, kind: str) -> None:
+    value, line = convert(torch.tensor(2.0)), _line()
+    recorder.uninstall()
+    assert value == convert(2.0)
+    assert [(r["kind"], r["count"], r["op"]) for r in _at(recorder, line)] == [
+        (kind, 1, "aten::_local_scalar_dense")]
+
+
+def test_if_tensor_and_index_are_recorded(recorder: SyncRecorder) -> None:
+    t = torch.tensor(3)
+    taken = 0
+    if t:
+        line = _line() - 1
+        taken, line2 = len(range(t)), _line()
+    recorder.uninstall()
+    assert taken == 3
+    assert [r["kind"] for r in _at(recorder, line)] == ["bool"]
+    assert [r["kind"] for r in _at(recorder, line2)] == ["index"]
+
+
+def test_print_and_str_are_recorded_as_repr(recorder: SyncRecorder,
+                                            capsys: pytest.CaptureFixture) -> None:
+    t = torch.ones(2)
+    line = _line() + 1
+    print(t)
+    text, line2 = str(torch.tensor([1.5])), _line()
+    recorder.uninstall()
+    assert capsys.readouterr().out == "tensor([1., 1.])\n" and text == "tensor([1.5000])"
+    assert [(r["kind"], r["count"], r["op"]) for r in _at(recorder, line)] == [
+        ("repr", 1, "aten::_to_copy")]
+    assert [(r["kind"], r["count"]) for r in _at(recorder, line2)] == [("repr", 1)]
+    assert {r["kind"] for r in recorder.records()} == {"repr"}   # nothing inside _tensor_str
+
+
+def test_repr_and_bool_made_inside_torch_are_left_out(recorder: SyncRecorder) -> None:
+    # code whose file lies in torch's own folder, as an error message torch builds would be
+    torch_file = os.path.join(os.path.dirname(torch.__file__), "_nsbridge_test_internal.py")
+    namespace: dict[str, Any] = {}
+    exec(compile("def message(t):\n    return f'bad value {t!r} {t:.1f}' if t else ''\n",
+                 torch_file, "exec"), namespace)
+    text = namespace["message"](torch.tensor(1.0))
+    recorder.uninstall()
+    assert text == "bad value tensor(1.) 1.0"
+    assert recorder.records() == []
+
+
+def test_a_refused_call_is_not_a_sync(recorder: SyncRecorder) -> None:
+    with pytest.raises(RuntimeError):
+        bool(torch.ones(3))     # ambiguous: torch raises before reading any value
+    with pytest.raises(TypeError):
+        [1, 2][torch.tensor(0.5)]
+    recorder.uninstall()
+    assert recorder.records() == []
+
+
+def test_subclasses_and_parameters_still_work(recorder: SyncRecorder) -> None:
+    class Sub(torch.Tensor):   # default __torch_function__: relays to the wrapped dunder
+        pass
+
+    sub = torch.tensor(2.5).as_subclass(Sub)
+    param = torch.nn.Parameter(torch.tensor(1.0))
+    line = _line() + 1
+    values = (f"{sub}", float(sub), bool(param), int(param), repr(param))
+    recorder.uninstall()
+    assert values[:4] == ("Sub(2.5000)", 2.5, True, 1)
+    assert values[4].startswith("Parameter containing")
+    kinds = sorted((r["kind"], r["count"]) for r in _at(recorder, line) if r["kind"] != "repr")
+    assert kinds == [("bool", 1), ("float", 1), ("format", 1), ("int", 1)]   # once each
+
+
+def test_a_conversion_relayed_by_the_scripts_torch_function_counts_once(
+        recorder: SyncRecorder) -> None:
+    class Relayed(torch.Tensor):   # the script's own __torch_function__ calls the dunder again
+        @classmethod
+        def __torch_function__(cls, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **(kwargs or {}))
+
+    value, line = float(torch.tensor(2.5).as_subclass(Relayed)), _line()
+    recorder.uninstall()
+    assert value == 2.5
+    assert [(r["kind"], r["line"], r["count"]) for r in recorder.records()] == [
+        ("float", line, 1)]
+
+
+# -- a sync made inside a library helper ------------------------------------------------------
+
+@pytest.fixture
+def fakelib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    package = tmp_path / "site-packages" / "fakelib"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "helper.py").write_text(
+        "def scalar(t):\n"
+        "    return t.item()\n"        # line 2
+        "\n"
+        "def via_callback(fn, t):\n"
+        "    return fn(t)\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    sys.modules.pop("fakelib.helper", None)
+    sys.modules.pop("fakelib", None)
+    yield importlib.import_module("fakelib.helper")
+    sys.modules.pop("fakelib.helper", None)
+    sys.modules.pop("fakelib", None)
+
+
+def test_a_librarys_call_on_a_cpu_tensor_is_not_recorded(recorder: SyncRecorder,
+                                                          fakelib: Any) -> None:
+    value = fakelib.scalar(torch.tensor(4.0))
+    recorder.uninstall()
+    assert value == 4.0
+    assert recorder.records() == []
+
+
+def test_a_librarys_call_is_attributed_to_the_scripts_line(
+        recorder: SyncRecorder, fakelib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(syncs, "_device_of", lambda kind, args, kwargs: "cuda")
+    value, line = fakelib.scalar(torch.tensor(4.0)), _line()
+    recorder.uninstall()
+    assert value == 4.0
+    rec = _only(recorder, kind="item")
+    assert (rec["file"], rec["line"], rec["device"], rec["library"]) == (HERE, line, "cuda", True)
+    assert rec["function"] == "test_a_librarys_call_is_attributed_to_the_scripts_line"
+    helper = os.path.join("site-packages", "fakelib", "helper.py")
+    assert rec["via"].endswith(f"{helper}:2 in scalar"), rec["via"]
+
+
+def test_a_script_callback_inside_a_library_is_the_scripts_own_call(
+        recorder: SyncRecorder, fakelib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(syncs, "_device_of", lambda kind, args, kwargs: "cuda")
+
+    def callback(t: torch.Tensor) -> tuple[float, int]:
+        return t.item(), _line()
+
+    value, line = fakelib.via_callback(callback, torch.tensor(4.0))
+    recorder.uninstall()
+    rec = _only(recorder, kind="item")
+    assert (rec["file"], rec["line"], rec["library"], rec["via"]) == (HERE, line, False, None)
+
+
+def test_a_library_thread_without_a_script_frame_keeps_the_library_line(
+        recorder: SyncRecorder, fakelib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(syncs, "_device_of", lambda kind, args, kwargs: "cuda")
+    thread = threading.Thread(target=fakelib.scalar, args=(torch.tensor(4.0),))
+    thread.start()
+    thread.join()
+    recorder.uninstall()
+    rec = _only(recorder, kind="item")
+    assert rec["file"].endswith(os.path.join("site-packages", "fakelib", "helper.py"))
+    assert (rec["line"], rec["function"], rec["library"], rec["via"]) == (2, "scalar", True, None)
+
+
+# -- steps -----------------------------------------------------------------------------------
+
+def test_first_last_and_most_calls_in_one_step(recorder: SyncRecorder, step: list[int]) -> None:
+    t = torch.tensor(1.0)
+    step[0] = 1
+    for i in range(6):                       # steps 1, 2, 3: twice each
+        value, train = t.item(), _line()
+        if i % 2:
+            step[0] += 1
+    step[0] = 7
+    for _ in range(5):                       # an evaluation after the training steps
+        value, evaluate = t.item(), _line()
+    recorder.uninstall()
+    rows = {r["line"]: r for r in recorder.records()}
+    fields = ("count", "steps", "first_step", "last_step", "max_in_one_step")
+    assert tuple(rows[train][k] for k in fields) == (6, 3, 1, 3, 2)
+    assert tuple(rows[evaluate][k] for k in fields) == (5, 1, 7, 7, 5)
+    assert set(rows[train]) == {"kind", "op", "device", "file", "line", "function", "library",
+                                "via", "count", "cost_ms", "steps", "first_step", "last_step",
+                                "max_in_one_step"}
+
+
+# -- uninstall --------------------------------------------------------------------------------
+
+def test_uninstall_restores_tensor_exactly() -> None:
+    before = dict(vars(torch.Tensor))
+    sync_before = torch.cuda.synchronize
+    assert "__bool__" not in before and "__format__" in before and "item" not in before
+    rec = SyncRecorder(lambda: 0)
+    rec.install()
+    try:
+        installed = dict(vars(torch.Tensor))
+        assert {"__bool__", "__float__", "__int__", "__index__", "item"} <= set(installed)
+        assert installed["__format__"] is not before["__format__"]
+    finally:
+        rec.uninstall()
+    after = dict(vars(torch.Tensor))
+    assert after.keys() == before.keys()
+    assert all(after[k] is before[k] for k in before)
+    assert torch.cuda.synchronize is sync_before
+    assert torch.Tensor.__bool__ is torch._C.TensorBase.__bool__
+    assert bool(torch.tensor(1)) and rec.records() == []

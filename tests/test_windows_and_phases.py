@@ -1,0 +1,202 @@
+"""One measured window, steps as the loop has them, phases that add up, syncs in their
+place: synthetic loops of the shapes real scripts have, and real traces from tests/data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nsbridge import schema as S
+from nsbridge.model.analysis import analyze_events
+from nsbridge.model.nesting import build_host_tree
+from nsbridge.model.steps import PHASES, drop_partial_steps, step_breakdown, step_windows
+from nsbridge.model.syncs import placement
+from nsbridge.parse.torch_trace import read_trace
+from nsbridge.profiles import load_profile
+
+from builders import events, kernel, launch, op
+from conftest import TORCH_DATA
+
+THRESHOLDS = load_profile("default").analysis
+BWD = "autograd::engine::evaluate_function: AddmmBackward0"
+
+
+def _phases(rows: list[dict]) -> dict[str, float]:
+    frame = events(*rows)
+    tree = build_host_tree(frame)
+    steps = step_breakdown(frame, tree, step_windows(frame, tree))
+    assert len(steps) == 1
+    row = steps.iloc[0]
+    assert sum(row[p] for p in PHASES) == pytest.approx(row["wall_ms"])   # they add up
+    return {p[:-3]: round(row[p] * 1e3, 3) for p in PHASES}
+
+
+def test_gan_forwards_after_the_first_backward_are_forward() -> None:
+    """D forward, D backward, D step, G forward, G backward, G step (two optimizers)."""
+    rows = [op("ProfilerStep#1", 0, 100, cat=S.USER_ANNOTATION),
+            op("aten::conv2d", 0, 10), op(BWD, 10, 10),
+            op("Optimizer.step#Adam.step", 20, 5, cat=S.USER_ANNOTATION),
+            op("aten::conv_transpose2d", 30, 20), op(BWD, 50, 20),
+            op("Optimizer.step#Adam.step", 70, 5, cat=S.USER_ANNOTATION)]
+    assert _phases(rows) == {"data": 0, "forward": 30, "backward": 30, "optimizer": 10,
+                             "other": 30}
+
+
+def test_lbfgs_closures_inside_the_optimizer_step_add_up() -> None:
+    """One LBFGS step running two closures (forward + backward each), then its update."""
+    rows = [op("ProfilerStep#1", 0, 100, cat=S.USER_ANNOTATION),
+            op("Optimizer.step#LBFGS.step", 0, 90, cat=S.USER_ANNOTATION),
+            op("aten::linear", 1, 10), op(BWD, 12, 10),       # closure 1
+            op("aten::linear", 30, 10), op(BWD, 41, 10),      # closure 2
+            op("aten::dot", 60, 20)]                          # LBFGS's own update
+    got = _phases(rows)
+    # not 0 + 20 + 20 + 90 = 130 % of the step: every instant counted once
+    assert got == {"data": 0, "forward": 20, "backward": 20, "optimizer": 50, "other": 10}
+
+
+def test_ops_after_the_last_backward_are_not_forward() -> None:
+    rows = [op("ProfilerStep#1", 0, 100, cat=S.USER_ANNOTATION),
+            op("aten::linear", 0, 20), op(BWD, 20, 20),
+            op("aten::norm", 45, 10),                          # clip_grad_norm_
+            op("Optimizer.step#SGD.step", 60, 10, cat=S.USER_ANNOTATION)]
+    assert _phases(rows) == {"data": 0, "forward": 20, "backward": 20, "optimizer": 10,
+                             "other": 50}
+
+
+def test_a_last_step_cut_by_the_recording_is_dropped() -> None:
+    rows = []
+    for i, t0 in enumerate((0, 100, 200), 1):
+        rows += [op(f"ProfilerStep#{i}", t0, 100, cat=S.USER_ANNOTATION),
+                 op("aten::mm", t0 + 1, 60), op("aten::relu", t0 + 62, 10),
+                 op("aten::add", t0 + 75, 20)]
+    rows += [op("ProfilerStep#4", 300, 4, cat=S.USER_ANNOTATION), op("aten::mm", 301, 2)]
+    result = analyze_events(events(*rows), thresholds=THRESHOLDS)
+    assert list(result.steps["step"]) == [1, 2, 3]
+    assert "last step (4) is partial" in result.window["notes"][0]
+    assert result.ops.set_index("name").loc["aten::mm", "calls"] == 3   # its ops left out too
+
+
+def test_a_short_but_complete_last_step_is_kept() -> None:
+    """Fast steps jitter: a last step half as long with as many ops is a step."""
+    rows = []
+    for i, (t0, length) in enumerate(((0, 200), (200, 220), (420, 80)), 1):
+        rows += [op(f"ProfilerStep#{i}", t0, length, cat=S.USER_ANNOTATION),
+                 op("aten::mm", t0 + 1, length / 2), op("aten::relu", t0 + 2 + length / 2, 5)]
+    result = analyze_events(events(*rows), thresholds=THRESHOLDS)
+    assert list(result.steps["step"]) == [1, 2, 3] and result.window["notes"] == []
+
+
+def test_a_lone_step_is_clipped_to_its_activity() -> None:
+    frame = events(op("ProfilerStep#7", 0, 10_000, cat=S.USER_ANNOTATION),
+                   op("aten::mm", 1, 50), launch(60, 5, name="cudaDeviceSynchronize", dur=40))
+    windows, notes = drop_partial_steps(step_windows(frame, build_host_tree(frame)), frame)
+    assert float(windows["end"].iloc[0]) == 100.0 and "clipped to its activity" in notes[0]
+
+
+def test_triton_trace_has_no_multi_second_step_and_is_not_sync_bound() -> None:
+    """A real A100 trace whose only step range lasts 13.3 s while its events end 1.8 ms in."""
+    trace = read_trace(TORCH_DATA / "triton_example_a100_2024-10.json.gz")
+    result = analyze_events(trace.events, thresholds=THRESHOLDS)
+    assert result.steps["wall_ms"].max() < 10
+    assert result.verdict["label"] != "sync-bound"
+    # the one sync's GPU idle is a fraction of a GPU that is idle 99.9 % of the step
+    assert result.device["busy_pct"] < 1
+
+
+def test_whole_trace_window_reports_rates_not_per_step() -> None:
+    """--window trace: one window, syncs judged by the idle they cause, not their count."""
+    rows = []
+    for i in range(4):
+        t0 = 100 * i
+        rows += [op(f"ProfilerStep#{i + 1}", t0, 100, cat=S.USER_ANNOTATION),
+                 op("aten::mm", t0 + 1, 60), launch(t0 + 2, 10 * i),
+                 kernel("gemm", t0 + 5, 80, 10 * i)]
+        rows += [launch(t0 + 70 + j, 10 * i + 1 + j, name="cudaStreamSynchronize", dur=0.5)
+                 for j in range(10)]
+    stepped = analyze_events(events(*rows), thresholds=THRESHOLDS)
+    whole = analyze_events(events(*rows), thresholds=THRESHOLDS, window="trace")
+    assert stepped.window["kind"] == "steps" and whole.window["kind"] == "trace"
+    assert whole.window["per"] == "second" and whole.window["seconds"] == pytest.approx(400e-6)
+    point = whole.sync_points[0]
+    assert point["per_step"] is None and point["per_s"] == pytest.approx(40 / 400e-6)
+    assert whole.verdict["numbers"]["sync_calls_per_step"] is None
+    assert any("per-step figures" in c for c in whole.verdict["cannot_conclude"])
+    with pytest.raises(ValueError):
+        analyze_events(events(*rows), thresholds=THRESHOLDS, window="epoch")
+
+
+def test_many_counted_syncs_on_a_gpu_that_they_do_not_starve_are_not_sync_bound() -> None:
+    """The GPU is busy 60 % and idle after syncs 1 %: the count alone decides nothing."""
+    rows = []
+    for i in range(3):
+        t0 = 100 * i
+        rows += [op(f"ProfilerStep#{i + 1}", t0, 100, cat=S.USER_ANNOTATION),
+                 op("aten::mm", t0 + 1, 90), launch(t0 + 2, 100 * i),
+                 kernel("gemm", t0 + 5, 60, 100 * i)]
+        rows += [launch(t0 + 10 + j, 100 * i + 1 + j, name="cudaEventSynchronize", dur=0.2)
+                 for j in range(12)]
+    result = analyze_events(events(*rows), thresholds=THRESHOLDS)
+    assert result.verdict["numbers"]["sync_calls_per_step"] == 12
+    assert result.verdict["label"] == "cpu-bound"
+
+
+def test_kernels_launched_in_the_window_count_to_their_end() -> None:
+    rows = []
+    for i in range(3):
+        t0 = 100 * i
+        rows += [op(f"ProfilerStep#{i + 1}", t0, 100, cat=S.USER_ANNOTATION),
+                 op("aten::mm", t0 + 80, 10), launch(t0 + 82, i)]
+    rows += [kernel("gemm", 100 * i + 85, 40, i) for i in range(3)]    # the last ends at 325
+    rows += [op("aten::mm", 400, 10), launch(401, 9), kernel("gemm", 402, 5, 9)]  # after
+    result = analyze_events(events(*rows), thresholds=THRESHOLDS)
+    assert result.device["window_us"] == [0.0, 325.0]
+    assert result.device["kernels"] == 3                     # the one after is left out
+    assert result.ops.set_index("name").loc["aten::mm", "calls"] == 3
+    work = result.device["work"]
+    assert [(w["name"], w["op"], w["attribution"], w["calls"]) for w in work] == [
+        ("gemm", "aten::mm", "launch_containment", 3)]
+
+
+@pytest.mark.parametrize("record, expected", [
+    ({"count": 311, "steps": 311, "first_step": 0, "last_step": 310}, "steps"),
+    ({"count": 1324, "steps": 3, "first_step": 104, "last_step": 311, "max_in_one_step": 441},
+     "outside"),
+    ({"count": 50, "steps": 1, "first_step": 312, "last_step": 312}, "outside"),
+    ({"count": 32, "steps": 32, "first_step": 0, "last_step": 310}, "outside"),
+])
+def test_placement_of_a_call_site(record: dict, expected: str) -> None:
+    where, why = placement(record, 312)
+    assert where == expected, why
+    if record.get("first_step") == 312:
+        assert why == "after the last training step"
+    if record.get("max_in_one_step"):
+        assert why == "in 3 of 312 steps, up to 441 calls in one"
+
+
+def test_precision_advice_needs_wide_matmuls() -> None:
+    """64-wide matmuls on a CPU: no bf16 advice however much of the time they take."""
+    def run(width: int) -> list[str]:
+        dims = f"[[{width}, {width}], [{width}, {width}]]"
+        rows = []
+        for i in range(3):
+            t0 = 100 * i
+            rows += [op(f"ProfilerStep#{i + 1}", t0, 100, cat=S.USER_ANNOTATION),
+                     op("aten::mm", t0 + 1, 80, **{S.INPUT_DIMS: dims}),
+                     op("aten::relu", t0 + 85, 5)]
+        result = analyze_events(events(*rows), thresholds=THRESHOLDS)
+        return [r["id"] for r in result.recommendations]
+    assert "amp-tf32" not in run(64)
+    assert "amp-tf32" in run(512)
+
+
+def test_independent_window_of_a_real_trace(torch_data: Path) -> None:
+    """ops[] covers the measured steps only: recomputed from the frame by start time."""
+    trace = read_trace(torch_data / "h100_bert-small_2025-07.json.gz")
+    result = analyze_events(trace.events, thresholds=THRESHOLDS)
+    ev = trace.events
+    lo, hi = result.window["start_us"], result.window["end_us"]
+    host = ev[ev[S.CAT].isin(S.HOST_OP_CATS) & (ev[S.PH] == "X")
+              & ~ev[S.NAME].astype(str).str.startswith((S.PROFILER_STEP_PREFIX, "nsbridge::"))]
+    inside = host[(host[S.TS] >= lo) & (host[S.TS] < hi)]
+    assert int(result.ops["calls"].sum()) == len(inside)
