@@ -21,6 +21,7 @@ H100 = NSYS / "h100_2gpu_1s.sqlite"
 T4 = NSYS / "power_iteration__baseline.sqlite"
 V100 = NSYS / "MW_baseline_trimmed.sqlite"
 OURS = NSYS / "nsbridge_cnn_cpu_nsys2022.4.sqlite"
+OURS_GPU = NSYS / "nsbridge_sync_bound_h100_nsys2025.3.sqlite"
 
 
 def _count(path: Path, sql: str) -> int:
@@ -30,7 +31,8 @@ def _count(path: Path, sql: str) -> int:
 
 @pytest.mark.parametrize("path, version, schema", [
     (H100, "2026.2.1.210", "3.25.0"), (T4, "2025.3.1.90", "3.20.2"),
-    (V100, "2022.4.2.1", "3.0.0"), (OURS, "2022.4.2.1", "3.0.0")])
+    (V100, "2022.4.2.1", "3.0.0"), (OURS, "2022.4.2.1", "3.0.0"),
+    (OURS_GPU, "2025.3.2.0", "3.20.3")])
 def test_versions_and_row_counts_across_schema_generations(path: Path, version: str,
                                                            schema: str) -> None:
     export = read_nsys_sqlite(path)
@@ -92,10 +94,10 @@ SELECT gpu.kind,
 """
 
 
-def test_kernels_copies_and_memsets_per_op_match_an_independent_sql_join() -> None:
-    """Each op's kernels, copies and memsets apart, against a join written in SQL alone:
-    launch by correlationId, then the latest-starting aten:: range containing it."""
-    with sqlite3.connect(f"file:{H100}?mode=ro", uri=True) as conn:
+def _independent_join(path: Path) -> dict:
+    """(op, kind) -> (count, µs) by SQL alone: launch by correlationId, then the
+    latest-starting aten:: push/pop range containing it on the launching thread."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
         conn.execute("""CREATE TEMP TABLE op_ranges AS
             SELECT n.globalTid AS gtid, n.start, n."end",
                    rtrim(substr(coalesce(n.text, s.value) || ',', 1,
@@ -103,13 +105,24 @@ def test_kernels_copies_and_memsets_per_op_match_an_independent_sql_join() -> No
               FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
              WHERE n.eventType = 59 AND coalesce(n.text, s.value) LIKE 'aten::%'""")
         conn.execute("CREATE INDEX temp.op_ranges_at ON op_ranges (gtid, start)")
-        expected = {(op, kind): (n, ns / 1e3) for kind, op, n, ns in
-                    conn.execute(_INDEPENDENT_JOIN) if op is not None}
-    ops = join(read_nsys_sqlite(H100)).ops.set_index("op")
+        return {(op, kind): (n, ns / 1e3) for kind, op, n, ns in
+                conn.execute(_INDEPENDENT_JOIN) if op is not None}
+
+
+@pytest.mark.parametrize("path", [H100, OURS_GPU])
+def test_kernels_copies_and_memsets_per_op_match_an_independent_sql_join(path: Path) -> None:
+    """Each op's kernels, copies and memsets apart, against a join written in SQL alone."""
+    expected = _independent_join(path)
+    assert expected
+    ops = join(read_nsys_sqlite(path)).ops.set_index("op")
     time_of = {"kernels": "kernel_us", "copies": "copy_us", "memsets": "memset_us"}
     for (op, kind), (count, us) in expected.items():
         assert ops.loc[op, kind] == count, (op, kind)
         assert ops.loc[op, time_of[kind]] == pytest.approx(us), (op, kind)
+
+
+def test_the_h100_copy_op_keeps_kernels_and_copies_apart() -> None:
+    ops = join(read_nsys_sqlite(H100)).ops.set_index("op")
     # the case that was wrong: aten::copy_ is 136 kernels (0.38 ms) and 432 memcpys
     copy = ops.loc["aten::copy_"]
     assert (copy["kernels"], copy["copies"]) == (136, 432)
@@ -149,6 +162,23 @@ def test_our_cpu_export_has_forward_and_backward_ops_and_modules() -> None:
     modules = set(ranges.loc[ranges["kind"] == "module", "name"])
     assert "model.features.0" in modules and "model.features.0 [backward]" in modules
     assert set(ranges.loc[ranges["kind"] == "step", "name"]) >= {"step 0", "step 1"}
+
+
+def test_our_gpu_export_ties_every_kernel_to_an_op_and_names_the_syncs() -> None:
+    """nsbridge's own NVTX ranges on a real H100 (nsys 2025.3): every kernel, copy and memset
+    launched inside an op range, the .item() copies under aten::_local_scalar_dense."""
+    timeline = join(read_nsys_sqlite(OURS_GPU))
+    summary = timeline.summary
+    kernels = _count(OURS_GPU, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    assert summary["kernels"] == kernels > 0
+    assert summary["attribution"] == {NVTX_PUSH_POP: {"kernels": kernels,
+                                                      "copies": summary["copies"],
+                                                      "memsets": summary["memsets"]}}
+    assert summary["nsbridge_ranges"] > summary["op_ranges"] > 0
+    ops = timeline.ops.set_index("op")
+    assert ops.loc["aten::_local_scalar_dense", "copies"] > 0
+    assert ops.loc["aten::_local_scalar_dense", "sync_us"] > 0
+    assert {"aten::addmm", "aten::mm"} <= set(ops.index)
 
 
 def _ranges(*rows: tuple) -> pd.DataFrame:

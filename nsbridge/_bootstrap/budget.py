@@ -4,10 +4,11 @@ torch.profiler keeps every event in the process's memory until the trace is writ
 recording that runs on (a script whose first step never comes, a step of 20 LBFGS closures)
 grows until the OOM killer ends the script. A watchdog thread checks the budget a few times
 a second: elapsed seconds (only while waiting for a first step, or in a time window) and the
-process's resident memory grown since the recording started, capped at half the memory the
-machine had available. The profiler can only be stopped on the thread that started it, so
-the watchdog never touches it: it asks the main thread, through a Python signal handler run
-between bytecodes (``_thread.interrupt_main``), and the session's own step hook asks too.
+process's resident anonymous memory grown since the recording started (the library code
+CUDA maps is not events), capped at half the memory the machine had available. The
+profiler can only be stopped on the thread that started it, so the watchdog never touches
+it: it asks the main thread, through a Python signal handler run between bytecodes
+(``_thread.interrupt_main``), and the session's own step hook asks too.
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def resident_bytes() -> Optional[int]:
-    """This process's resident memory (Linux /proc), None elsewhere."""
+    """This process's resident anonymous memory (resident minus file-backed and shared
+    pages, Linux /proc), None elsewhere. The profiler's events live there; the code pages
+    CUDA's libraries map when the context starts (hundreds of MiB) do not."""
     try:
         with open("/proc/self/statm", encoding="ascii") as statm:
-            return int(statm.read().split()[1]) * _PAGE
+            fields = statm.read().split()
+        return (int(fields[1]) - int(fields[2])) * _PAGE
     except (OSError, ValueError, IndexError):
         return None
 
