@@ -55,6 +55,7 @@ class Analysis:
     input_bound_share: float = 0.30
     sync_bound_share: float = 0.15
     sync_calls_per_step: float = 8
+    sync_max_ops_between: float = 500
     sync_recommend_per_step: float = 1.0
     gpu_bound_busy: float = 0.80
     straggler_pct: float = 10.0

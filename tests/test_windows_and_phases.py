@@ -200,3 +200,24 @@ def test_independent_window_of_a_real_trace(torch_data: Path) -> None:
               & ~ev[S.NAME].astype(str).str.startswith((S.PROFILER_STEP_PREFIX, "nsbridge::"))]
     inside = host[(host[S.TS] >= lo) & (host[S.TS] < hi)]
     assert int(result.ops["calls"].sum()) == len(inside)
+
+
+@pytest.mark.parametrize("ops_per_step, label", [(30, "sync-bound"), (12000, "cpu-bound")])
+def test_cpu_only_syncs_decide_only_with_little_work_between(ops_per_step: int,
+                                                             label: str) -> None:
+    """20 .item() per step (one per LBFGS closure): sync-bound only when few ops run
+    between them; with thousands, a GPU would stay busy through them."""
+    rows = []
+    for i in range(3):
+        t0 = 10_000 * i
+        rows.append(op(f"ProfilerStep#{i + 1}", t0, 10_000, cat=S.USER_ANNOTATION))
+        rows += [op("aten::add", t0 + 1 + j * (9000 / ops_per_step), 1)
+                 for j in range(ops_per_step)]
+    records = [{"kind": "item", "op": "aten::_local_scalar_dense", "device": "cpu",
+                "file": "train.py", "line": 65, "count": 60, "cost_ms": 1.0, "steps": 3,
+                "first_step": 0, "last_step": 2, "max_in_one_step": 20}]
+    result = analyze_events(events(*rows), thresholds=THRESHOLDS, process_syncs=records,
+                            process_steps=3)
+    assert result.verdict["numbers"]["sync_calls_per_step"] == 20
+    assert result.verdict["numbers"]["host_ops_per_sync"] == pytest.approx(ops_per_step / 20)
+    assert result.verdict["label"] == label

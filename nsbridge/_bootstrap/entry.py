@@ -207,12 +207,25 @@ def _exit_status(code: Any) -> dict[str, Any]:
 
 
 def _innermost_user_frame(exc: BaseException) -> tuple[str | None, int | None]:
+    """The failing line in the script's own code: the innermost frame outside nsbridge,
+    runpy and installed libraries (torch included), else the innermost outside nsbridge."""
     entries = traceback.extract_tb(exc.__traceback__)
     here = os.path.dirname(os.path.dirname(__file__))
     user = [e for e in entries if not e.filename.startswith(here) and "runpy" not in e.filename]
-    if not user:
+    script = [e for e in user if not _in_library(e.filename)]
+    chosen = script or user
+    if not chosen:
         return None, None
-    return user[-1].filename, user[-1].lineno
+    return chosen[-1].filename, chosen[-1].lineno
+
+
+def _in_library(path: str) -> bool:
+    """A file of an installed package or the standard library."""
+    import sysconfig
+
+    roots = {os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "purelib", "platlib")}
+    return path.startswith(tuple(roots)) or any(
+        part in ("site-packages", "dist-packages") for part in path.split(os.sep))
 
 
 def _environment() -> dict[str, Any]:

@@ -65,6 +65,7 @@ class ProfilerSession:
         self._in_session = False
         self._deferred: Optional[str] = None
         self._recording_since = 0.0
+        self._own_s = 0.0   # nsbridge's own work inside the current step (a budget stop)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -116,7 +117,7 @@ class ProfilerSession:
             return
         self._in_session = True
         try:
-            lap = self._clock.lap() if self._clock is not None else {}
+            lap = self._lap()
             if self.mode in ("whole-run", "time-window", "bounded"):
                 self.steps.append({"index": len(self.steps), **lap, "phase": "first"})
                 self._start_schedule()
@@ -129,6 +130,15 @@ class ProfilerSession:
         reason, self._deferred = self._deferred, None
         if reason is not None:
             self._over_budget(reason)
+
+    def _lap(self) -> dict[str, Any]:
+        """The step's clock lap, without the time nsbridge spent stopping a recording in it."""
+        lap = self._clock.lap() if self._clock is not None else {}
+        own, self._own_s = self._own_s * 1e3, 0.0
+        if own and "wall_ms" in lap:
+            lap["wall_ms"] = max(lap["wall_ms"] - own, 0.0)
+            lap["nsbridge_ms"] = round(own, 3)
+        return lap
 
     def _start_schedule(self) -> None:
         """The first step: whatever was recorded (or kept) while waiting is dropped."""
@@ -178,6 +188,7 @@ class ProfilerSession:
         if prof is None:
             return
         self._in_session = True
+        began = time.monotonic()
         try:
             grew = round(self._budget.peak_growth / MIB, 1)
             self._budget.idle()
@@ -203,6 +214,7 @@ class ProfilerSession:
             self.mode = "bounded"
         finally:
             self._in_session = False
+            self._own_s += time.monotonic() - began
 
     def _keep(self, prof: profile, *, stopped_by: Optional[str], seconds: float,
               grew_mib: Optional[float] = None) -> None:

@@ -113,10 +113,12 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     median_kernel = device.get("median_kernel_us")
     busy_pct = float(busy["busy_pct"].mean()) if has_device and len(busy) else None
     per_step_kernels = (device.get("kernels_per_step") or 0.0) if not stepless else 0.0
+    host_ops = float((events.loc[tree.rows, S.CAT].to_numpy() == S.CPU_OP)[ops_in].sum())
     verdict = decide(breakdown=steps, busy_pct=busy_pct, cost=cost, sync_points=points,
                      ops=ops, has_device=has_device, kernels_per_step=per_step_kernels,
                      median_kernel_us=median_kernel, thresholds=thresholds,
-                     seconds=seconds if stepless else None)
+                     seconds=seconds if stepless else None,
+                     host_ops_per_step=host_ops / max(n_steps, 1))
     contention = (machine or {}).get("contention")
     verdict = qualify(verdict, breakdown=steps, thresholds=thresholds, machine=machine)
 
@@ -127,7 +129,6 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
         loader_kind = ("multi-process" if any("MultiProcessing" in n for n in loaders)
                        else "single-process")
     top_kernel = None
-    host_ops = float((events.loc[tree.rows, S.CAT].to_numpy() == S.CPU_OP)[ops_in].sum())
     if len(kernels):
         by_name = kernels.groupby("name")["dur"].sum().sort_values(ascending=False)
         top_kernel = {"name": str(by_name.index[0]),

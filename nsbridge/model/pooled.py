@@ -63,7 +63,8 @@ def pool_analyses(analyses: list[TraceAnalysis], thresholds: Analysis,
                      cost=facts.sync_cost, sync_points=lead.sync_points, ops=ops,
                      has_device=lead.has_device, kernels_per_step=facts.kernels_per_step,
                      median_kernel_us=facts.median_kernel_us, thresholds=thresholds,
-                     seconds=lead.window["seconds"] if lead.window["kind"] == "trace" else None)
+                     seconds=lead.window["seconds"] if lead.window["kind"] == "trace" else None,
+                     host_ops_per_step=facts.host_ops_per_step)
     contention = (machine or {}).get("contention")
     verdict = qualify(verdict, breakdown=steps, thresholds=thresholds, machine=machine)
     pooled_facts = dataclasses.replace(facts, verdict=verdict["label"], ops=ops,

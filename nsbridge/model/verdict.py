@@ -8,7 +8,10 @@ Checked in this order, first match wins:
 3. ``sync-bound``: on GPU runs, where the cost is measured, the GPU idles after syncs for
    >= ``sync_bound_share`` of the step and that is at least half of all its idle time
    (model.syncs defines the cost; a GPU idle for other reasons is not starved by syncs);
-   on CPU-only runs, which cannot measure it, >= ``sync_calls_per_step`` syncs per step.
+   on CPU-only runs, which cannot measure it, >= ``sync_calls_per_step`` syncs per step
+   with at most ``sync_max_ops_between`` host ops between two of them on average (an LBFGS
+   step printing the loss in each of its 20 closures runs thousands of ops between
+   syncs: a GPU would stay busy through them).
    A window without steps is judged on shares only (data, busy, idle after syncs): a
    count of calls over a whole window says nothing per iteration.
 4. ``cpu-bound``: the host cannot feed the device (launch or Python overhead); on a
@@ -44,10 +47,12 @@ MIN_STEPS = 3
 def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost,
            sync_points: list[dict[str, Any]], ops: pd.DataFrame, has_device: bool,
            kernels_per_step: float, median_kernel_us: Optional[float],
-           thresholds: Analysis, seconds: Optional[float] = None) -> dict[str, Any]:
+           thresholds: Analysis, seconds: Optional[float] = None,
+           host_ops_per_step: Optional[float] = None) -> dict[str, Any]:
     """Return {label, evidence: [str], numbers: {...}, cannot_conclude: [str]}.
 
-    ``seconds``: the length of a window without steps (None when there are steps)."""
+    ``seconds``: the length of a window without steps (None when there are steps);
+    ``host_ops_per_step``: the host ops of a step, against which CPU-only syncs are counted."""
     wall = float(breakdown["wall_ms"].mean()) if len(breakdown) else 0.0
     data = float(breakdown["data_ms"].mean()) if len(breakdown) else 0.0
     data_share = data / wall if wall > 0 else 0.0
@@ -62,8 +67,13 @@ def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost
     cannot: list[str] = []
     busy = busy_pct if has_device and busy_pct is not None else None
     stepless = seconds is not None
+    ops_between = (host_ops_per_step / cost.calls_per_step
+                   if host_ops_per_step is not None and cost.calls_per_step else None)
     many_syncs = (not stepless and not has_device
-                  and cost.calls_per_step >= thresholds.sync_calls_per_step)
+                  and cost.calls_per_step >= thresholds.sync_calls_per_step
+                  and (ops_between is None or ops_between <= thresholds.sync_max_ops_between))
+    numbers["host_ops_per_sync"] = _round(ops_between, 1)
+    numbers["syncs_decide"] = many_syncs
     idle_share = sync_idle_share(cost.idle_share, busy)
     unit = "of the window" if stepless else "of each step"
     if stepless:
@@ -150,8 +160,7 @@ def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Ana
     wait_ms_per_step = ((machine or {}).get("measured_steps") or {}).get("wait_ms_per_step")
     busy = numbers["device_busy_pct"]
     ladder = {"busy": busy, "idle_share": sync_idle_share(numbers["sync_gpu_idle_share"], busy),
-              "many_syncs": busy is None and (numbers["sync_calls_per_step"] or 0.0)
-              >= thresholds.sync_calls_per_step}
+              "many_syncs": bool(numbers.get("syncs_decide"))}
     again = lambda share: label_for(data_share=share, thresholds=thresholds, **ladder)  # noqa: E731
     n = len(breakdown)
     whole_run = n == 1 and int(breakdown["step"].iloc[0]) < 0
