@@ -193,6 +193,17 @@ def test_a_run_that_did_not_finish_is_never_compared_as_if_fine(status: str) -> 
         assert any(status in reason for reason in result["reasons"])
 
 
+def test_windows_without_steps_are_not_compared() -> None:
+    """Two time windows of a loop without steps need not hold the same work."""
+    a, b = _report(BASE, [1.0]), _report(SLOW_MM, [1.0])
+    for report, seconds in ((a, 5.0), (b, 5.2)):
+        report["window"] = {"kind": "trace", "seconds": seconds}
+    result = compare(a, b)
+    assert result["outcome"] == "inconclusive" and result["exit_code"] == 4
+    assert not result["regressions"]
+    assert any("no training steps" in reason for reason in result["reasons"])
+
+
 def test_different_scripts_and_threads_are_not_comparable_unless_allowed() -> None:
     a = _report(BASE, STEPS)
     b = _report(BASE, STEPS, target="other.py --fast", threads=1)

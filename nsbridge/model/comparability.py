@@ -2,7 +2,7 @@
 
 Each check yields a problem with a ``kind``. Two kinds can never be waved through: a run
 that did not finish cleanly (failed, stopped, still running or cut off, no steps or no
-ops) and one measured on the device while the other was not. The others (a different
+ops, a window without steps: totals over windows that need not hold the same work) and one measured on the device while the other was not. The others (a different
 script, arguments, torch version, device model, torch thread count or usable cores) are
 real differences a user may want to compare across: ``allow`` names the kinds to accept.
 Contended runs are not a problem here: the comparison widens its noise for them and says
@@ -56,6 +56,12 @@ def _finished(report: dict[str, Any], which: str) -> list[dict[str, str]]:
         return [{"kind": "status", "text": f"{which} has no ops to compare"}]
     if not (report.get("steps") or {}).get("count"):
         return [{"kind": "status", "text": f"{which} has no measured steps"}]
+    window = report.get("window") or {}
+    if window.get("kind") == "trace":
+        return [{"kind": "status", "text": f"{which} has no training steps: its figures are "
+                 f"totals over a {window.get('seconds', 0):.2f} s window, and two windows do "
+                 "not hold the same work (mark steps with nsbridge.step(), or compare "
+                 "--window steps reports)"}]
     return []
 
 

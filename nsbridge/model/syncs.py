@@ -211,8 +211,8 @@ def placement(record: dict[str, Any], run_steps: Optional[int]) -> tuple[str, st
     if seen * 2 >= n:
         return "steps", f"in {seen} of {n} steps"
     most = record.get("max_in_one_step")
-    return "outside", (f"in {seen} of {n} steps" + (f", up to {most} calls in one"
-                                                     if most else ""))
+    calls = f", up to {most} calls in one step" if most and most > 1 else ""
+    return "outside", f"in {seen} of {n} steps{calls}"
 
 
 def sync_cost(*, calls: pd.DataFrame, idle_us: np.ndarray, points: list[dict[str, Any]],
