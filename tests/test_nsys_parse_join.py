@@ -11,7 +11,7 @@ import pytest
 
 from nsbridge.errors import NsysExportError, TraceNotFoundError
 from nsbridge.model.timeline import (NO_LAUNCH, NVTX_PUSH_POP, OUTSIDE_OPS, classify_ranges,
-                                     join)
+                                     join, window_to_steps)
 from nsbridge.parse.nsys_sqlite import read_nsys_sqlite
 
 from conftest import DATA
@@ -238,3 +238,28 @@ def test_not_sqlite_and_missing_tables(tmp_path: Path) -> None:
         read_nsys_sqlite(other)
     with pytest.raises(TraceNotFoundError):
         read_nsys_sqlite(tmp_path / "missing.sqlite")
+
+
+def test_the_join_covers_the_measured_steps_like_the_torch_pass() -> None:
+    """Only the GPU work launched in nsbridge's step ranges 3-5 (the default profile's
+    measured steps), against SQL: launches by correlationId whose runtime call starts
+    between the first of those ranges' start and the last one's end."""
+    export = read_nsys_sqlite(OURS_GPU)
+    cut, window = window_to_steps(export, [3, 4, 5])
+    assert window["kind"] == "steps" and window["steps"] == [3, 4, 5]
+    with sqlite3.connect(f"file:{OURS_GPU}?mode=ro", uri=True) as conn:
+        lo, hi = conn.execute("""SELECT min(n.start), max(n."end") FROM NVTX_EVENTS n
+            LEFT JOIN StringIds s ON s.id = n.textId
+            WHERE coalesce(n.text, s.value) IN ('step 3', 'step 4', 'step 5')""").fetchone()
+        count = lambda table: conn.execute(f"""SELECT count(*) FROM {table} k
+            JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
+             AND (r.globalTid & ~16777215) = k.globalPid
+            WHERE r.start >= ? AND r.start < ?""", (lo, hi)).fetchone()[0]
+        kernels, copies = count("CUPTI_ACTIVITY_KIND_KERNEL"), count("CUPTI_ACTIVITY_KIND_MEMCPY")
+    assert (window["start_ns"], window["end_ns"]) == (lo, hi)
+    summary = join(cut).summary
+    assert (summary["kernels"], summary["copies"]) == (kernels, copies)
+    assert copies == 3 * 129            # sync_bound.py: 129 .item() copies per step
+    assert summary["kernels"] < join(export).summary["kernels"]
+    whole, why = window_to_steps(export, [3, 4, 99])
+    assert whole is export and "step 99" in why["why"]

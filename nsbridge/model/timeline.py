@@ -16,12 +16,17 @@ time alone across threads.
 
 Kernels, copies (memcpy, with bytes by direction) and memsets are counted apart
 everywhere: a copy is never called a kernel.
+
+The window (``window_to_steps``): with nsbridge's ``step N`` ranges in the capture, only
+the measured steps count, as in the torch.profiler pass: ranges and runtime calls that
+start in them, and the GPU work those calls launched (to its end) or, without a launch in
+the capture, that starts in them. Without step ranges the whole capture is the window.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import numpy as np
@@ -82,6 +87,47 @@ def _codes(column: pd.Series) -> tuple[np.ndarray, list]:
         return column.cat.codes.to_numpy(), list(column.cat.categories)
     codes, uniques = pd.factorize(column.to_numpy())
     return codes, list(uniques)
+
+
+def window_to_steps(export: Any, steps: Optional[list[int]]) -> tuple[Any, dict[str, Any]]:
+    """The export cut to the time of nsbridge's ``step N`` ranges for N in ``steps``, and
+    what the window is (``{"kind": "steps", "steps", "start_ns", "end_ns"}`` or ``{"kind":
+    "capture", "why"}``). The whole capture when a step is missing from it."""
+    if not steps:
+        return export, {"kind": "capture", "why": "no measured steps were asked for"}
+    ranges = export.ranges
+    wanted = {f"{S.NVTX_STEP_PREFIX}{n}" for n in steps}
+    names = ranges["name"].astype(str).to_numpy()
+    is_step = np.isin(names, list(wanted)) & (ranges["domain"].astype(str).to_numpy()
+                                              == S.NVTX_DOMAIN)
+    found = set(names[is_step])
+    if found != wanted:
+        return export, {"kind": "capture", "why": f"the capture lacks {len(wanted - found)} "
+                        f"of the measured steps ({', '.join(sorted(wanted - found))})"}
+    lo = float(ranges["start"].to_numpy(np.float64)[is_step].min())
+    hi = float(ranges["end"].to_numpy(np.float64)[is_step].max())
+    inside = lambda frame: frame[((frame["start"] >= lo) & (frame["start"] < hi)).to_numpy()]  # noqa: E731
+    runtime = inside(export.runtime)
+    launched, every_launch = _launch_keys(runtime), _launch_keys(export.runtime)
+
+    def gpu(frame: pd.DataFrame) -> pd.DataFrame:
+        keys = pd.MultiIndex.from_arrays([frame["correlation"].to_numpy(),
+                                          frame["global_pid"].to_numpy().astype(np.int64)])
+        start = frame["start"].to_numpy(np.float64)
+        orphan = ~keys.isin(every_launch)
+        return frame[keys.isin(launched) | (orphan & (start >= lo) & (start < hi))]
+
+    cut = replace(export, ranges=inside(ranges), runtime=runtime, kernels=gpu(export.kernels),
+                  memcpy=gpu(export.memcpy), memset=gpu(export.memset),
+                  osrt=inside(export.osrt))
+    return cut, {"kind": "steps", "steps": sorted(steps), "start_ns": lo, "end_ns": hi}
+
+
+def _launch_keys(runtime: pd.DataFrame) -> pd.MultiIndex:
+    """(correlationId, globalPid) of runtime calls: what a GPU event's launch is found by."""
+    return pd.MultiIndex.from_arrays([runtime["correlation"].to_numpy(),
+                                      runtime["global_tid"].to_numpy().astype(np.int64)
+                                      & _PID_MASK])
 
 
 def join(export: Any, top_gaps: int = 10) -> Timeline:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from .. import progress
+from .. import schema as S
 from ..collect.nsys import export_sqlite, find_nsys, run_nsys_pass
-from ..model.timeline import Timeline, join
+from ..model.timeline import Timeline, join, window_to_steps
 from ..parse.nsys_sqlite import read_nsys_sqlite
 from ..profiles import Profile
 from ..report.build import clean
@@ -33,7 +35,8 @@ def capture_timeline(run_dir: Path, *, target: str, args: Sequence[str], module:
     capture = nsys_pass.capture
     status, exit_code, error = pass_status(capture.outcome, nsys_pass.child)
     with progress.step("joining kernels to ops in the nsys export"):
-        joined = join(read_nsys_sqlite(nsys_pass.sqlite), profile.timeline.top_gaps)
+        joined = _join_window(read_nsys_sqlite(nsys_pass.sqlite),
+                              measured_steps(run_dir, profile), profile.timeline.top_gaps)
     emitted = ((nsys_pass.child or {}).get("nvtx") or {}).get("total", 0)
     check = nvtx_check(emitted, joined.summary["nsbridge_ranges"], nsys_pass.version)
     section = timeline_section(joined, check, {"nsys_rep": capture.report.name,
@@ -58,13 +61,39 @@ def timeline_from_exports(files: Sequence[Path], profile: Profile,
             sqlite = export_sqlite(find_nsys().path, source, run_dir / "nsys-export.log",
                                    run_dir / f"{source.stem}.sqlite")
     with progress.step(f"joining kernels to ops in {sqlite.name}"):
-        joined = join(read_nsys_sqlite(sqlite), profile.timeline.top_gaps)
-    section = timeline_section(joined, {"emitted": None, "recorded": joined.summary[
-        "nsbridge_ranges"], "warning": None}, {"input": str(source), "sqlite": str(sqlite)})
+        joined = _join_window(read_nsys_sqlite(sqlite), measured_steps(None, profile),
+                              profile.timeline.top_gaps)
+    nvtx = {"emitted": None, "recorded": joined.summary["nsbridge_ranges"], "warning": None}
+    section = timeline_section(joined, nvtx, {"input": str(source), "sqlite": str(sqlite)})
     if len(files) > 1:
         section["note"] = f"{len(files)} nsys files given; the timeline shows {source.name}"
     return _output(section, joined, {"inputs": [str(f) for f in files]}, "ok", 0, None,
                    []), joined
+
+
+def measured_steps(run_dir: Optional[Path], profile: Profile) -> list[int]:
+    """Indices of the steps the torch.profiler pass measured (its child.json in
+    ``run_dir``), else those the profile's schedule measures: nsbridge's NVTX ``step N``
+    range N is the same step."""
+    child = run_dir / "child.json" if run_dir is not None else None
+    if child is not None and child.is_file():
+        steps = json.loads(child.read_text(encoding="utf-8")).get("steps") or []
+        active = [int(s["index"]) for s in steps if s.get("phase") == "active"]
+        if active:
+            return active
+    s = profile.schedule
+    first = max(s.skip_first, 1) + s.wait + s.warmup
+    return list(range(first, first + s.active))
+
+
+def _join_window(export: Any, steps: list[int], top_gaps: int) -> Timeline:
+    """The join over the measured steps (or the whole capture), saying which."""
+    cut, window = window_to_steps(export, steps)
+    joined = join(cut, top_gaps)
+    joined.summary["window"] = window
+    joined.summary["nsbridge_ranges"] = int(   # in the whole capture: the NVTX check's count
+        (export.ranges["domain"].astype(str).to_numpy() == S.NVTX_DOMAIN).sum())
+    return joined
 
 
 def nvtx_check(emitted: int, recorded: int, nsys_version: Optional[str]) -> dict[str, Any]:

@@ -255,7 +255,16 @@ def _timeline_line(t: dict[str, Any]) -> str:
             f"{t['module_ranges']} module ranges, {t['kernels']} kernels, {t['copies']} copies, "
             f"{t.get('memsets', 0)} memsets, GPU busy {busy}; attribution "
             f"{_attribution(t['attribution'])}; NVTX ranges emitted "
-            f"{t['nvtx'].get('emitted')}, recorded {t['nvtx'].get('recorded')}")
+            f"{t['nvtx'].get('emitted')}, recorded {t['nvtx'].get('recorded')}; "
+            + _timeline_window(t.get("window") or {}))
+
+
+def _timeline_window(window: dict[str, Any]) -> str:
+    if window.get("kind") == "steps":
+        steps = window["steps"]
+        return (f"over the measured steps (nsbridge's step ranges {steps[0]}-{steps[-1]}), as "
+                "the torch.profiler figures")
+    return "over the whole capture" + (f" ({window['why']})" if window.get("why") else "")
 
 
 def kernel_rate(dev: dict[str, Any]) -> str:
