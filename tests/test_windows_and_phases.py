@@ -55,6 +55,13 @@ def test_lbfgs_closures_inside_the_optimizer_step_add_up() -> None:
     assert got == {"data": 0, "forward": 20, "backward": 20, "optimizer": 50, "other": 10}
 
 
+def test_an_inference_step_without_backward_is_forward() -> None:
+    rows = [op("ProfilerStep#1", 0, 100, cat=S.USER_ANNOTATION),
+            op("aten::linear", 0, 30), op("aten::relu", 40, 10)]
+    assert _phases(rows) == {"data": 0, "forward": 40, "backward": 0, "optimizer": 0,
+                             "other": 60}
+
+
 def test_ops_after_the_last_backward_are_not_forward() -> None:
     rows = [op("ProfilerStep#1", 0, 100, cat=S.USER_ANNOTATION),
             op("aten::linear", 0, 20), op(BWD, 20, 20),

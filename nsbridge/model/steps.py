@@ -15,8 +15,9 @@ step):
 1. data: ``enumerate(DataLoader)#...`` ranges (DataLoader ``__next__``);
 2. backward: ``autograd::engine::evaluate_function: ...`` ranges on any thread;
 3. forward: the step's top-level ops on its thread that start before the step's last
-   backward range (every forward of a GAN's two models, not only the first), and the ops
-   an optimizer range runs before its own last backward (the closures of LBFGS);
+   backward range (every forward of a GAN's two models, not only the first; all of them
+   in a step without backward, as in inference), and the ops an optimizer range runs
+   before its own last backward (the closures of LBFGS);
 4. optimizer: ``Optimizer.step#...`` and ``Optimizer.zero_grad#...`` ranges;
 5. other: the rest (ops after the last backward such as gradient clipping or metrics,
    Python between ops, logging, idle waits).
@@ -122,16 +123,20 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
     data = starts_with(names, DATA_PREFIX)
     optim = starts_with(names, OPTIMIZER_PREFIXES)
     backward = starts_with(names, BACKWARD_PREFIX)
+    is_step = starts_with(names, S.PROFILER_STEP_PREFIX)
     thread = main_thread(tree, windows)
     rows = []
     for step, lo, hi, pos in windows[["step", "start", "end", "pos"]].itertuples(index=False):
         inside = (tree.start >= lo) & (tree.start < hi)
         if pos >= 0:
             top = inside & (tree.parent == pos)
-        else:
-            top = inside & (tree.depth == 0) & (tree.thread == thread)
+        else:   # one window: top-level ops of the loop's thread, or the children of steps
+            under_step = np.zeros(len(tree), dtype=bool)
+            under_step[tree.parent >= 0] = is_step[tree.parent[tree.parent >= 0]]
+            top = inside & (tree.thread == thread) & (((tree.depth == 0) & ~is_step)
+                                                       | under_step)
         bwd = inside & backward
-        last_bwd = tree.start[bwd].max() if bwd.any() else -np.inf
+        last_bwd = tree.start[bwd].max() if bwd.any() else np.inf   # no backward: inference
         fwd = top & (tree.start < last_bwd) & ~data & ~optim & ~backward
         fwd |= _closure_ops(tree, inside, optim, backward)
         covered, lengths = np.zeros(len(tree), dtype=bool), {}
