@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from .errors import DeepError, DiffInputError, RunDirError, ScriptError, TraceNotFoundError
-from .model.analysis import TraceAnalysis
+from .model.analysis import TraceAnalysis, check_window
 from .model.deep_plan import check_ops, choose, describe, plan as make_plan
 from .collect.ncu import find_ncu
 from .passes.ncu_pass import capture_deep, ncu_from_files, require_gpu
@@ -71,16 +71,19 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     also the timeline pass, with ``deep_top`` the ncu pass on that many top ops, all into
     one run directory. Several ranks (``nproc_per_node``, or started by a launcher): every
     pass on every rank (``ranks`` limits torch.profiler and nsys), ncu on ``deep_ranks``
-    or on the median and the slowest rank.
+    or on the median and the slowest rank. ``window``: ``steps`` (the measured steps) or
+    ``trace`` (the whole trace as one window, totals and rates per second).
 
     Returns:
         RunResult. A script that fails still returns one (status 'failed', its exit code).
 
     Raises:
-        ScriptError, RunDirError, ProfileError; with ``nsys``: ToolNotFoundError,
-        ToolFailedError, NsysExportError; with ``deep_top``: DeepError, ToolNotFoundError,
-        ToolFailedError (each after the earlier passes' outputs are written).
+        ValueError (an unknown ``window``, before the script runs), ScriptError,
+        RunDirError, ProfileError; with ``nsys``: ToolNotFoundError, ToolFailedError,
+        NsysExportError; with ``deep_top``: DeepError, ToolNotFoundError, ToolFailedError
+        (each after the earlier passes' outputs are written).
     """
+    check_window(window)
     prof = _profile(profile)
     workdir = Path(cwd) if cwd else Path.cwd()
     _check_script(target, module, workdir)
@@ -233,12 +236,16 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
             out: Optional[Union[str, Path]] = None, window: str = "steps") -> RunResult:
     """Analyse files captured elsewhere: torch.profiler traces (several: the ranks of one
     job), nsys exports (.sqlite, .nsys-rep) and Nsight Compute reports (.ncu-rep, CSV),
-    merged into one report keyed by op.
+    merged into one report keyed by op. ``window``: ``steps`` (the measured steps, in the
+    torch trace and, by nsbridge's step ranges, in an nsys export) or ``trace`` (each file
+    whole).
 
     Raises:
+        ValueError: an unknown ``window``.
         TraceNotFoundError, TraceFormatError, EmptyTraceError, NsysExportError,
         NcuFormatError: a path is not usable. RunDirError, ProfileError.
     """
+    check_window(window)
     prof = _profile(profile)
     paths = list(paths)
     ranked = [Path(p) for p in paths if Path(p).is_dir() and read_summaries(Path(p))]
@@ -262,7 +269,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
     result_timeline = None
     try:
         if nsys_files:
-            output, joined = timeline_from_exports(nsys_files, prof, run.dir)
+            output, joined = timeline_from_exports(nsys_files, prof, run.dir, window)
             run.add(output)
             result_timeline = joined.ops
         if ncu_files:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -263,3 +264,16 @@ def test_the_join_covers_the_measured_steps_like_the_torch_pass() -> None:
     assert summary["kernels"] < join(export).summary["kernels"]
     whole, why = window_to_steps(export, [3, 4, 99])
     assert whole is export and "step 99" in why["why"]
+
+
+def test_measured_steps_are_the_first_window_the_torch_pass_saved(tmp_path: Path) -> None:
+    from nsbridge.passes.nsys_pass import measured_steps
+    from nsbridge.profiles import load_profile
+
+    phases = ["first", "unprofiled", "warmup", "active", "active", "active", "unprofiled",
+              "warmup", "active", "active", "active"]
+    (tmp_path / "child.json").write_text(json.dumps({"steps": [
+        {"index": i, "phase": p} for i, p in enumerate(phases)]}))
+    profile = load_profile("default")
+    assert measured_steps(tmp_path, profile) == [3, 4, 5]     # repeat 2: the first window
+    assert measured_steps(None, profile) == [3, 4, 5]         # the schedule's own rule

@@ -47,12 +47,14 @@ def test_lbfgs_closures_inside_the_optimizer_step_add_up() -> None:
     """One LBFGS step running two closures (forward + backward each), then its update."""
     rows = [op("ProfilerStep#1", 0, 100, cat=S.USER_ANNOTATION),
             op("Optimizer.step#LBFGS.step", 0, 90, cat=S.USER_ANNOTATION),
-            op("aten::linear", 1, 10), op(BWD, 12, 10),       # closure 1
+            op("Optimizer.zero_grad#LBFGS.zero_grad", 1, 1, cat=S.USER_ANNOTATION),
+            op("aten::linear", 2, 9), op(BWD, 12, 10),        # closure 1
             op("aten::linear", 30, 10), op(BWD, 41, 10),      # closure 2
             op("aten::dot", 60, 20)]                          # LBFGS's own update
     got = _phases(rows)
-    # not 0 + 20 + 20 + 90 = 130 % of the step: every instant counted once
-    assert got == {"data": 0, "forward": 20, "backward": 20, "optimizer": 50, "other": 10}
+    # not 0 + 20 + 20 + 90 = 130 % of the step: every instant counted once, and the
+    # closure's zero_grad is the optimizer's
+    assert got == {"data": 0, "forward": 19, "backward": 20, "optimizer": 51, "other": 10}
 
 
 def test_an_inference_step_without_backward_is_forward() -> None:
@@ -92,6 +94,24 @@ def test_a_short_but_complete_last_step_is_kept() -> None:
                  op("aten::mm", t0 + 1, length / 2), op("aten::relu", t0 + 2 + length / 2, 5)]
     result = analyze_events(events(*rows), thresholds=THRESHOLDS)
     assert list(result.steps["step"]) == [1, 2, 3] and result.window["notes"] == []
+
+
+def test_a_lone_step_with_python_after_its_ops_is_kept_whole() -> None:
+    """A 59 ms step whose last 50 ms are Python (logging, a checkpoint) is a step."""
+    frame = events(op("ProfilerStep#1", 0, 59_000, cat=S.USER_ANNOTATION),
+                   op("aten::mm", 1, 9_000))
+    windows, notes = drop_partial_steps(step_windows(frame, build_host_tree(frame)), frame)
+    assert float(windows["end"].iloc[0]) == 59_000 and notes == []
+
+
+def test_steps_nsbridge_closed_itself_are_never_dropped() -> None:
+    rows = []
+    for i, t0 in enumerate((0, 100, 200), 1):
+        rows += [op(f"ProfilerStep#{i}", t0, 100, cat=S.USER_ANNOTATION),
+                 op("aten::mm", t0 + 1, 60), op("aten::relu", t0 + 62, 10)]
+    rows += [op("ProfilerStep#4", 300, 4, cat=S.USER_ANNOTATION), op("aten::mm", 301, 2)]
+    result = analyze_events(events(*rows), thresholds=THRESHOLDS, complete_steps=True)
+    assert list(result.steps["step"]) == [1, 2, 3, 4] and result.window["notes"] == []
 
 
 def test_a_lone_step_is_clipped_to_its_activity() -> None:
@@ -195,6 +215,18 @@ def test_precision_advice_needs_wide_matmuls() -> None:
         return [r["id"] for r in result.recommendations]
     assert "amp-tf32" not in run(64)
     assert "amp-tf32" in run(512)
+
+
+def test_convolutions_are_judged_by_their_share_not_their_kernel_size() -> None:
+    dims = "[[8, 32, 56, 56], [64, 32, 3, 3]]"
+    rows = []
+    for i in range(3):
+        t0 = 100 * i
+        rows += [op(f"ProfilerStep#{i + 1}", t0, 100, cat=S.USER_ANNOTATION),
+                 op("aten::mkldnn_convolution", t0 + 1, 80, **{S.INPUT_DIMS: dims}),
+                 op("aten::relu", t0 + 85, 5)]
+    result = analyze_events(events(*rows), thresholds=THRESHOLDS)
+    assert "amp-tf32" in [r["id"] for r in result.recommendations]
 
 
 def test_independent_window_of_a_real_trace(torch_data: Path) -> None:

@@ -6,21 +6,21 @@ grows until the OOM killer ends the script. A watchdog thread checks the budget 
 a second: elapsed seconds (only while waiting for a first step, or in a time window) and the
 process's resident anonymous memory grown since the recording started (the library code
 CUDA maps is not events), capped at half the memory the machine had available. The
-profiler can only be stopped on the thread that started it, so the watchdog never touches
-it: it asks the main thread, through a Python signal handler run between bytecodes
-(``_thread.interrupt_main``), and the session's own step hook asks too.
+profiler can only be stopped on the thread that started it (the main thread), so the
+watchdog never touches it: it sends SIGURG to the main thread, whose Python handler runs
+between bytecodes (and wakes a main thread blocked in a system call). A stop that fails
+is recorded in ``error``, never raised into the script.
 """
 
 from __future__ import annotations
 
-import _thread
 import os
 import signal
 import threading
 import time
 from typing import Any, Callable, Optional
 
-# signal whose Python handler the watchdog runs on the main thread; no real signal is sent
+# the signal the watchdog sends the main thread (ignored by default, rarely used by scripts)
 BUDGET_SIGNAL = signal.SIGURG
 MIB = 1024 * 1024
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -74,6 +74,7 @@ class RecordingBudget:
         self._previous: Any = None
         self._thread: Optional[threading.Thread] = None
         self.peak_growth = 0
+        self.error: Optional[str] = None
 
     def start(self) -> None:
         """Install the handler (main thread only) and start the watchdog."""
@@ -84,10 +85,12 @@ class RecordingBudget:
         self._thread.start()
 
     def close(self) -> None:
+        """Stop the watchdog; give the signal back unless the script took it meanwhile."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
-            signal.signal(BUDGET_SIGNAL, self._previous or signal.SIG_DFL)
+            if signal.getsignal(BUDGET_SIGNAL) == self._handler:
+                signal.signal(BUDGET_SIGNAL, self._previous or signal.SIG_DFL)
             self._thread = None
 
     def watch(self, seconds: Optional[float]) -> None:
@@ -103,9 +106,11 @@ class RecordingBudget:
 
     @property
     def watching(self) -> bool:
+        """Whether a recording is being watched."""
         return self._since is not None
 
     def elapsed(self) -> float:
+        """Seconds since the watched recording started (0 when none is)."""
         return 0.0 if self._since is None else time.monotonic() - self._since
 
     def over(self) -> Optional[str]:
@@ -122,15 +127,19 @@ class RecordingBudget:
         return None
 
     def _watch(self) -> None:
+        main = threading.main_thread().ident
         while not self._stop.wait(self._poll_s):
-            if not self._fired and self.over() is not None:
+            if not self._fired and self.over() is not None and main is not None:
                 self._fired = True
-                _thread.interrupt_main(BUDGET_SIGNAL)
+                signal.pthread_kill(main, BUDGET_SIGNAL)
 
     def _handler(self, signum: int, frame: Any) -> None:
         reason = self.over()
         if reason is not None:
-            self._on_over(reason)
+            try:
+                self._on_over(reason)
+            except Exception as exc:   # never into the script: the report says it
+                self.error = f"stopping the recording failed: {type(exc).__name__}: {exc}"
         elif self._fired:   # the watchdog's own request: the budget is no longer over
             self._fired = False
         elif callable(self._previous):   # a real signal the script may handle

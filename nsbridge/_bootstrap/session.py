@@ -63,9 +63,9 @@ class ProfilerSession:
                                                                           512))),
                                        self._over_budget)
         self._in_session = False
-        self._deferred: Optional[str] = None
         self._recording_since = 0.0
         self._own_s = 0.0   # nsbridge's own work inside the current step (a budget stop)
+        self._kept: Optional[dict[str, Any]] = None   # a time window a late step may replace
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -87,6 +87,8 @@ class ProfilerSession:
         self.machine["load_at_end"] = load_average()
         if self._clock is not None:
             self._clock.close()
+        if self._budget.error:
+            self.window["budget_error"] = self._budget.error
         if prof is None:
             if self.mode == "stopped" and not self.traces:
                 return ("The memory budget (schedule.max_record_mib) stopped the profiler "
@@ -98,6 +100,8 @@ class ProfilerSession:
         if self.mode in ("whole-run", "time-window"):
             self._keep(prof, stopped_by=None, seconds=recorded_s)
             return None
+        if self._kept is not None:   # the late steps saved nothing: the time window stands
+            self.window, self._kept = self._kept, None
         if self.traces:
             return None
         s = self._sched
@@ -127,7 +131,7 @@ class ProfilerSession:
                 self._clock.lap()   # the profiler's own step work is not the next step's
         finally:
             self._in_session = False
-        reason, self._deferred = self._deferred, None
+        reason = self._budget.over()   # asked during nsbridge's own work: still over?
         if reason is not None:
             self._over_budget(reason)
 
@@ -141,12 +145,13 @@ class ProfilerSession:
         return lap
 
     def _start_schedule(self) -> None:
-        """The first step: whatever was recorded (or kept) while waiting is dropped."""
+        """The first step: whatever was recorded while waiting is dropped; a time window
+        already kept stays until the schedule's first window replaces it."""
+        self._budget.idle()
         if self._prof is not None:
             self._prof.stop()
         if self.mode == "bounded":
-            self.traces.clear()   # a step came after all: the schedule's window replaces it
-            self.table = None
+            self._kept = self.window
         s = self._sched
         self._schedule = schedule(skip_first=max(s["skip_first"] - 1, 0), wait=s["wait"],
                                   warmup=s["warmup"], active=s["active"], repeat=s["repeat"])
@@ -167,6 +172,7 @@ class ProfilerSession:
             if self.use_cuda and self.machine.get("gpu") is None:
                 self.machine["gpu"] = gpu_state((os.getpid(),))
             self._synchronize()
+            self._budget.idle()   # the export's own memory is not the window's
         self._prof.step()
         self._watch_scheduled()
 
@@ -181,8 +187,7 @@ class ProfilerSession:
     # -- the budget ------------------------------------------------------------------------
     def _over_budget(self, reason: str) -> None:
         """The current recording is over its budget (called on the main thread)."""
-        if self._in_session:   # inside nsbridge's own step work: finish that first
-            self._deferred = reason
+        if self._in_session:   # inside nsbridge's own step work: boundary() asks again after
             return
         prof = self._prof
         if prof is None:
@@ -206,7 +211,7 @@ class ProfilerSession:
             prof.stop()              # a scheduled window in RECORD is saved as far as it got
             if self.mode == "scheduled":
                 self.mode = "stopped"
-                self.window.update(stopped_by="memory", grew_mib=grew,
+                self.window.update(stopped_by=reason, grew_mib=grew,
                                    limit_mib=round(self._budget.memory_limit / MIB, 1),
                                    after_steps=len(self.steps))
                 return
@@ -244,6 +249,10 @@ class ProfilerSession:
                        with_modules=c["with_modules"])
 
     def _save(self, prof: profile) -> None:
+        if self._kept is not None and self.mode != "bounded":   # the schedule's first window
+            self.traces.clear()
+            self.table = None
+            self._kept = None
         n = len(self.traces) + 1
         name = "trace.json.gz" if n == 1 else f"trace.{n}.json.gz"
         export_gzipped(prof, self._run_dir / name)

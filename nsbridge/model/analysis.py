@@ -47,19 +47,20 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                    process_steps: Optional[int] = None,
                    script: Optional[str] = None,
                    machine: Optional[dict[str, Any]] = None,
-                   window: str = "steps") -> TraceAnalysis:
+                   window: str = "steps", complete_steps: bool = False) -> TraceAnalysis:
     """Analyse one EVENTS frame (see schema.py).
 
     ``process_syncs`` and ``process_steps`` (steps the script ran) come from triage's
     profiled process, and ``machine`` (model.contention.machine_facts) from around it;
     ``analyze`` has none of them. ``window``: "steps" (the measured steps, the default) or
     "trace" (the whole trace as one window, in totals and rates per second); see
-    ``measured_window``.
+    ``measured_window``. ``complete_steps``: the trace's steps were closed at real step
+    boundaries (nsbridge's own recording), so none is partial.
     """
     tree = build_host_tree(events)
     gpu = attribute_gpu_events(events, tree)
     has_device = not gpu.empty
-    windows, notes = measured_window(events, tree, window)
+    windows, notes = measured_window(events, tree, window, complete_steps)
     lo, hi = float(windows["start"].min()), float(windows["end"].max())
     stepless = int(windows["step"].iloc[0]) < 0
     ops_in = (tree.start >= lo) & (tree.start < hi)
@@ -84,7 +85,8 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
         gaps = idle_gaps(in_window, dlo, dhi, events, tree, main_thread(tree, windows),
                          thresholds.top_gaps)
         device = {
-            "window": ("first to last GPU activity (no steps)" if stepless
+            "window": ("first to last GPU activity (" + ("--window trace" if window == "trace"
+                                                         else "no steps") + ")" if stepless
                        else "the measured steps, and the GPU work launched in them to its end"),
             "window_us": [round(dlo, 3), round(dhi, 3)],
             "busy_pct": round(float(busy["busy_pct"].mean()), 2) if len(busy) else 0.0,
@@ -152,17 +154,24 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                          comm_per_step_us=time_per_step(events, windows))
 
 
-def measured_window(events: pd.DataFrame, tree: Any, window: str
-                    ) -> tuple[pd.DataFrame, list[str]]:
-    """The steps every per-step figure covers (partial ones left out), or with
-    ``window="trace"`` (and in a trace without steps) one window over the whole trace."""
-    if window not in WINDOWS:
-        raise ValueError(f"window must be one of {', '.join(WINDOWS)}, not {window!r}")
+def measured_window(events: pd.DataFrame, tree: Any, window: str,
+                    complete_steps: bool = False) -> tuple[pd.DataFrame, list[str]]:
+    """The steps every per-step figure covers (partial ones left out unless
+    ``complete_steps``), or with ``window="trace"`` (and in a trace without steps) one
+    window over the whole trace."""
+    check_window(window)
     if window == "trace":
         start, end = events[S.TS], events[S.TS] + events[S.DUR]
         return pd.DataFrame({"step": [-1], "start": [float(start.min())],
                              "end": [float(end.max())], "pos": [-1]}), []
-    return drop_partial_steps(step_windows(events, tree), events)
+    steps = step_windows(events, tree)
+    return (steps, []) if complete_steps else drop_partial_steps(steps, events)
+
+
+def check_window(window: str) -> None:
+    """Raise ValueError unless ``window`` is one of WINDOWS."""
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {', '.join(WINDOWS)}, not {window!r}")
 
 
 def window_facts(windows: pd.DataFrame, asked: str, seconds: float,

@@ -2,7 +2,8 @@
 
 Each check yields a problem with a ``kind``. Two kinds can never be waved through: a run
 that did not finish cleanly (failed, stopped, still running or cut off, no steps or no
-ops, a window without steps: totals over windows that need not hold the same work) and one measured on the device while the other was not. The others (a different
+ops, a window without steps: totals over windows that need not hold the same work) and
+one measured on the device while the other was not. The others (a different
 script, arguments, torch version, device model, torch thread count or usable cores) are
 real differences a user may want to compare across: ``allow`` names the kinds to accept.
 Contended runs are not a problem here: the comparison widens its noise for them and says

@@ -17,6 +17,7 @@ import pandas as pd
 
 from .syncs import SyncCost
 
+CONV_OP = re.compile(r"conv", re.IGNORECASE)
 MATMUL_OP = re.compile(r"aten::(addmm|mm|bmm|matmul|linear|baddbmm|_scaled_mm|conv|cudnn_conv"
                        r"|convolution|_convolution|mkldnn_convolution|conv2d|conv1d|conv3d)")
 
@@ -186,9 +187,12 @@ def _amp_tf32(f: Facts) -> Optional[dict[str, Any]]:
 
 
 def _wide_enough(matmul: pd.DataFrame, min_dim: int) -> bool:
-    """Whether the costliest input shape of the costliest matmul/conv op has every matrix
-    dimension (the last two of each input of 2 or more dims) at least ``min_dim``; True
-    when no shapes were recorded (nothing says otherwise)."""
+    """Whether the costliest input shape of the costliest matmul op has every matrix
+    dimension (the last two of each input of 2 or more dims) at least ``min_dim``; True for
+    convolutions (their last dims are the kernel's, not the work's width) and when no
+    shapes were recorded (nothing says otherwise)."""
+    if matmul.empty or CONV_OP.search(str(matmul["name"].iloc[0])):
+        return True
     for work in matmul["shape_work"].head(1):
         if not work:
             return True

@@ -5,8 +5,9 @@ Steps are the ``ProfilerStep#N`` ranges torch.profiler writes; a trace without t
 second. A step the recording ended inside is not a step: the last step is dropped when it
 is shorter than half the median of the others and holds fewer than half their median
 number of events (a complete but fast step has as many); a lone step whose recorded
-activity (host ops and runtime calls on any thread, GPU work) ends before half its span is
-clipped to that activity.
+activity (host ops and runtime calls on any thread, GPU work) ends before a tenth of its
+span is clipped to that activity. Steps nsbridge closed itself at step boundaries (triage,
+unless a budget stopped the window) are complete and kept as they are.
 
 Phases are defined so they add up to the step for any loop. Each instant of the step
 belongs to the first of these that covers it (unions of host intervals, clipped to the
@@ -57,6 +58,9 @@ def step_windows(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
                          "pos": [-1]})
 
 
+LONE_STEP_ACTIVE = 0.10   # a lone step whose activity ends before this share of it is cut
+
+
 def drop_partial_steps(windows: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.DataFrame,
                                                                           list[str]]:
     """The steps without the one the recording ended inside (see the module docstring),
@@ -64,17 +68,16 @@ def drop_partial_steps(windows: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.
     if windows.empty or int(windows["step"].iloc[0]) < 0:
         return windows, []
     last = windows.iloc[-1]
-    busy_end = _activity_end(events, float(last["start"]), float(last["end"]))
-    span = float(last["end"] - last["start"])
-    idle_tail = busy_end - float(last["start"]) < 0.5 * span
+    start, span = float(last["start"]), float(last["end"] - last["start"])
     if len(windows) == 1:
-        if not idle_tail or busy_end <= float(last["start"]):
+        busy_end = _activity_end(events, start, float(last["end"]))
+        if not start < busy_end < start + LONE_STEP_ACTIVE * span:
             return windows, []
         clipped = windows.copy()
         clipped.loc[clipped.index[-1], "end"] = busy_end
         return clipped, [f"step {int(last['step'])} spans {span / 1e3:.2f} ms but its recorded "
-                         f"activity ends after {(busy_end - last['start']) / 1e3:.2f} ms (the "
-                         "recording ended inside it): it is clipped to its activity"]
+                         f"activity ends after {(busy_end - start) / 1e3:.2f} ms (the recording "
+                         "ended inside it): it is clipped to its activity"]
     others = (windows["end"] - windows["start"]).iloc[:-1]
     counts = _event_counts(events, windows)
     if span >= 0.5 * float(others.median()) or counts[-1] >= 0.5 * float(np.median(counts[:-1])):
@@ -167,7 +170,8 @@ def _closure_ops(tree: HostTree, inside: np.ndarray, optim: np.ndarray,
     for owner in np.nonzero(inside & optim)[0]:
         within = bwd_start[(bwd_start >= tree.start[owner]) & (bwd_start < tree.end[owner])]
         if len(within):
-            out |= inside & (tree.parent == owner) & (tree.start < within.max()) & ~backward
+            out |= (inside & (tree.parent == owner) & (tree.start < within.max())
+                    & ~backward & ~optim)
     return out
 
 

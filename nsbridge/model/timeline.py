@@ -89,12 +89,13 @@ def _codes(column: pd.Series) -> tuple[np.ndarray, list]:
     return codes, list(uniques)
 
 
-def window_to_steps(export: Any, steps: Optional[list[int]]) -> tuple[Any, dict[str, Any]]:
+def window_to_steps(export: Any, steps: Optional[list[int]]
+                    ) -> tuple[Any, dict[str, Any]]:
     """The export cut to the time of nsbridge's ``step N`` ranges for N in ``steps``, and
     what the window is (``{"kind": "steps", "steps", "start_ns", "end_ns"}`` or ``{"kind":
     "capture", "why"}``). The whole capture when a step is missing from it."""
     if not steps:
-        return export, {"kind": "capture", "why": "no measured steps were asked for"}
+        return export, {"kind": "capture", "why": "the whole capture was asked for"}
     ranges = export.ranges
     wanted = {f"{S.NVTX_STEP_PREFIX}{n}" for n in steps}
     names = ranges["name"].astype(str).to_numpy()

@@ -51,9 +51,11 @@ def capture_timeline(run_dir: Path, *, target: str, args: Sequence[str], module:
                    [check["warning"]] if check["warning"] else []), joined
 
 
-def timeline_from_exports(files: Sequence[Path], profile: Profile,
-                          run_dir: Path) -> tuple[PassOutput, Timeline]:
-    """Join the first nsys export given (a .nsys-rep is exported into ``run_dir``)."""
+def timeline_from_exports(files: Sequence[Path], profile: Profile, run_dir: Path,
+                          window: str = "steps") -> tuple[PassOutput, Timeline]:
+    """Join the first nsys export given (a .nsys-rep is exported into ``run_dir``), over
+    the profile's measured steps when it has nsbridge's step ranges (``window="trace"``:
+    the whole capture)."""
     source = files[0]
     sqlite = source
     if source.suffix != ".sqlite":
@@ -61,8 +63,8 @@ def timeline_from_exports(files: Sequence[Path], profile: Profile,
             sqlite = export_sqlite(find_nsys().path, source, run_dir / "nsys-export.log",
                                    run_dir / f"{source.stem}.sqlite")
     with progress.step(f"joining kernels to ops in {sqlite.name}"):
-        joined = _join_window(read_nsys_sqlite(sqlite), measured_steps(None, profile),
-                              profile.timeline.top_gaps)
+        steps = measured_steps(None, profile) if window == "steps" else []
+        joined = _join_window(read_nsys_sqlite(sqlite), steps, profile.timeline.top_gaps)
     nvtx = {"emitted": None, "recorded": joined.summary["nsbridge_ranges"], "warning": None}
     section = timeline_section(joined, nvtx, {"input": str(source), "sqlite": str(sqlite)})
     if len(files) > 1:
@@ -79,8 +81,13 @@ def measured_steps(run_dir: Optional[Path], profile: Profile) -> list[int]:
     if child is not None and child.is_file():
         steps = json.loads(child.read_text(encoding="utf-8")).get("steps") or []
         active = [int(s["index"]) for s in steps if s.get("phase") == "active"]
-        if active:
-            return active
+        if active:   # the first window only (repeat > 1 saves more): the one analysed
+            run = [active[0]]
+            for index in active[1:]:
+                if index != run[-1] + 1:
+                    break
+                run.append(index)
+            return run
     s = profile.schedule
     first = max(s.skip_first, 1) + s.wait + s.warmup
     return list(range(first, first + s.active))

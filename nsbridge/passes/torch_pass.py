@@ -67,7 +67,8 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
                                                process_syncs=c.get("syncs"),
                                                process_steps=len(c.get("steps", [])) or None,
                                                script=target, machine=machine,
-                                               window=window))
+                                               window=window, complete_steps=not (
+                                                   c.get("window") or {}).get("stopped_by")))
             trace = trace or read
         except TraceError as exc:
             notes.append(f"the trace of run {i} could not be analysed: {exc}")
@@ -194,8 +195,9 @@ def _rank_summary(index: int, trace: TorchTrace, analysis: TraceAnalysis) -> dic
             "busy_pct": numbers["device_busy_pct"], "ops": int(len(analysis.ops))}
 
 
-def recording_note(window: dict[str, Any], steps_seen: int) -> Optional[str]:
-    """What the saved trace holds when it is not the schedule's steps, or was cut short."""
+def recording_note(window: dict[str, Any], steps_seen: int, saved: bool) -> Optional[str]:
+    """What the saved trace holds when it is not the schedule's steps, or was cut short
+    (``saved``: a trace was written)."""
     kind, stopped = window.get("kind"), window.get("stopped_by")
     if kind != "steps" and window.get("seconds") is None:
         return None   # nothing was saved (the schedule note says why)
@@ -221,7 +223,7 @@ def recording_note(window: dict[str, Any], steps_seen: int) -> Optional[str]:
                 f"memory): the first {seconds:.1f} s of the run, start-up included, were kept "
                 f"and the script ran on unprofiled. Figures are totals and rates per second. "
                 f"{mark}")
-    if kind == "steps" and stopped == "memory":
+    if kind == "steps" and stopped and saved:
         return (f"the measured window was stopped early, after step {window.get('after_steps')}"
                 f" of {steps_seen}: the process grew {window.get('grew_mib')} MiB while it "
                 "recorded (schedule.max_record_mib); the steps recorded until then are "
@@ -234,9 +236,14 @@ def _triage_notes(torch_pass: TorchPass, child: dict[str, Any]) -> list[str]:
     notes = []
     if child.get("schedule_note"):
         notes.append(child["schedule_note"])
-    window_note = recording_note(child.get("window") or {}, len(child.get("steps") or []))
+    window = child.get("window") or {}
+    window_note = recording_note(window, len(child.get("steps") or []),
+                                 bool(child.get("traces")))
     if window_note:
         notes.append(window_note)
+    if window.get("budget_error"):
+        notes.append(f"the recording budget could not stop the profiler cleanly: "
+                     f"{window['budget_error']}")
     if torch_pass.outcome.killed:
         notes.append("the profiled process did not stop in time and was killed; its trace "
                      "may be missing")
