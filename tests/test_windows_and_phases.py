@@ -131,16 +131,24 @@ def test_triton_trace_has_no_multi_second_step_and_is_not_sync_bound() -> None:
     assert result.device["busy_pct"] < 1
 
 
-def test_whole_trace_window_reports_rates_not_per_step() -> None:
-    """--window trace: one window, syncs judged by the idle they cause, not their count."""
+def _gpu_steps(n: int, *, mm_us: float, kernel_us: float, syncs: int, sync_at: float,
+               sync: str, sync_us: float) -> list[dict]:
+    """n steps of 100 µs: one mm launching one kernel, then ``syncs`` blocking calls."""
     rows = []
-    for i in range(4):
+    for i in range(n):
         t0 = 100 * i
         rows += [op(f"ProfilerStep#{i + 1}", t0, 100, cat=S.USER_ANNOTATION),
-                 op("aten::mm", t0 + 1, 60), launch(t0 + 2, 10 * i),
-                 kernel("gemm", t0 + 5, 80, 10 * i)]
-        rows += [launch(t0 + 70 + j, 10 * i + 1 + j, name="cudaStreamSynchronize", dur=0.5)
-                 for j in range(10)]
+                 op("aten::mm", t0 + 1, mm_us), launch(t0 + 2, 100 * i),
+                 kernel("gemm", t0 + 5, kernel_us, 100 * i)]
+        rows += [launch(t0 + sync_at + j, 100 * i + 1 + j, name=sync, dur=sync_us)
+                 for j in range(syncs)]
+    return rows
+
+
+def test_whole_trace_window_reports_rates_not_per_step() -> None:
+    """--window trace: one window, syncs judged by the idle they cause, not their count."""
+    rows = _gpu_steps(4, mm_us=60, kernel_us=80, syncs=10, sync_at=70,
+                      sync="cudaStreamSynchronize", sync_us=0.5)
     stepped = analyze_events(events(*rows), thresholds=THRESHOLDS)
     whole = analyze_events(events(*rows), thresholds=THRESHOLDS, window="trace")
     assert stepped.window["kind"] == "steps" and whole.window["kind"] == "trace"
@@ -155,14 +163,8 @@ def test_whole_trace_window_reports_rates_not_per_step() -> None:
 
 def test_many_counted_syncs_on_a_gpu_that_they_do_not_starve_are_not_sync_bound() -> None:
     """The GPU is busy 60 % and idle after syncs 1 %: the count alone decides nothing."""
-    rows = []
-    for i in range(3):
-        t0 = 100 * i
-        rows += [op(f"ProfilerStep#{i + 1}", t0, 100, cat=S.USER_ANNOTATION),
-                 op("aten::mm", t0 + 1, 90), launch(t0 + 2, 100 * i),
-                 kernel("gemm", t0 + 5, 60, 100 * i)]
-        rows += [launch(t0 + 10 + j, 100 * i + 1 + j, name="cudaEventSynchronize", dur=0.2)
-                 for j in range(12)]
+    rows = _gpu_steps(3, mm_us=90, kernel_us=60, syncs=12, sync_at=10,
+                      sync="cudaEventSynchronize", sync_us=0.2)
     result = analyze_events(events(*rows), thresholds=THRESHOLDS)
     assert result.verdict["numbers"]["sync_calls_per_step"] == 12
     assert result.verdict["label"] == "cpu-bound"
