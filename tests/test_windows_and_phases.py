@@ -114,6 +114,20 @@ def test_steps_nsbridge_closed_itself_are_never_dropped() -> None:
     assert list(result.steps["step"]) == [1, 2, 3, 4] and result.window["notes"] == []
 
 
+def test_a_step_the_budget_cut_is_left_out_or_named_partial() -> None:
+    rows = []
+    for i, t0 in enumerate((0, 100, 200), 1):
+        rows += [op(f"ProfilerStep#{i}", t0, 100, cat=S.USER_ANNOTATION),
+                 op("aten::mm", t0 + 1, 60)]
+    cut = analyze_events(events(*rows), thresholds=THRESHOLDS, complete_steps=True,
+                         last_step_cut=True)
+    assert list(cut.steps["step"]) == [1, 2] and "cut by the recording budget" in \
+        cut.window["notes"][0]
+    lone = analyze_events(events(*rows[:2]), thresholds=THRESHOLDS, complete_steps=True,
+                          last_step_cut=True)
+    assert list(lone.steps["step"]) == [1] and "is partial" in lone.window["notes"][0]
+
+
 def test_a_lone_step_is_clipped_to_its_activity() -> None:
     frame = events(op("ProfilerStep#7", 0, 10_000, cat=S.USER_ANNOTATION),
                    op("aten::mm", 1, 50), launch(60, 5, name="cudaDeviceSynchronize", dur=40))

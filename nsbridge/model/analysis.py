@@ -47,7 +47,8 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                    process_steps: Optional[int] = None,
                    script: Optional[str] = None,
                    machine: Optional[dict[str, Any]] = None,
-                   window: str = "steps", complete_steps: bool = False) -> TraceAnalysis:
+                   window: str = "steps", complete_steps: bool = False,
+                   last_step_cut: bool = False) -> TraceAnalysis:
     """Analyse one EVENTS frame (see schema.py).
 
     ``process_syncs`` and ``process_steps`` (steps the script ran) come from triage's
@@ -55,12 +56,13 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     ``analyze`` has none of them. ``window``: "steps" (the measured steps, the default) or
     "trace" (the whole trace as one window, in totals and rates per second); see
     ``measured_window``. ``complete_steps``: the trace's steps were closed at real step
-    boundaries (nsbridge's own recording), so none is partial.
+    boundaries (nsbridge's own recording), so none is partial; ``last_step_cut``: nsbridge
+    stopped the recording inside its last step (the memory budget).
     """
     tree = build_host_tree(events)
     gpu = attribute_gpu_events(events, tree)
     has_device = not gpu.empty
-    windows, notes = measured_window(events, tree, window, complete_steps)
+    windows, notes = measured_window(events, tree, window, complete_steps, last_step_cut)
     lo, hi = float(windows["start"].min()), float(windows["end"].max())
     stepless = int(windows["step"].iloc[0]) < 0
     ops_in = (tree.start >= lo) & (tree.start < hi)
@@ -155,16 +157,28 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
 
 
 def measured_window(events: pd.DataFrame, tree: Any, window: str,
-                    complete_steps: bool = False) -> tuple[pd.DataFrame, list[str]]:
+                    complete_steps: bool = False,
+                    last_step_cut: bool = False) -> tuple[pd.DataFrame, list[str]]:
     """The steps every per-step figure covers (partial ones left out unless
-    ``complete_steps``), or with ``window="trace"`` (and in a trace without steps) one
-    window over the whole trace."""
+    ``complete_steps``; the last one when ``last_step_cut``, or kept with a note when it is
+    the only one), or with ``window="trace"`` (and in a trace without steps) one window over
+    the whole trace."""
     check_window(window)
     if window == "trace":
         start, end = events[S.TS], events[S.TS] + events[S.DUR]
         return pd.DataFrame({"step": [-1], "start": [float(start.min())],
                              "end": [float(end.max())], "pos": [-1]}), []
     steps = step_windows(events, tree)
+    if last_step_cut and int(steps["step"].iloc[0]) >= 0:
+        last = steps.iloc[-1]
+        if len(steps) > 1:
+            return steps.iloc[:-1].reset_index(drop=True), [
+                f"the last step ({int(last['step'])}) was cut by the recording budget and is "
+                "left out"]
+        recorded_ms = (last["end"] - last["start"]) / 1e3
+        return steps, [f"the only measured step ({int(last['step'])}) is partial: the "
+                       f"recording budget stopped it after {recorded_ms:.2f} ms; its times "
+                       "cover that part only (phases and shares still hold)"]
     return (steps, []) if complete_steps else drop_partial_steps(steps, events)
 
 

@@ -67,8 +67,9 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
                                                process_syncs=c.get("syncs"),
                                                process_steps=len(c.get("steps", [])) or None,
                                                script=target, machine=machine,
-                                               window=window, complete_steps=not (
-                                                   c.get("window") or {}).get("stopped_by")))
+                                               window=window, complete_steps=True,
+                                               last_step_cut=bool((c.get("window") or {})
+                                                                  .get("stopped_by"))))
             trace = trace or read
         except TraceError as exc:
             notes.append(f"the trace of run {i} could not be analysed: {exc}")
