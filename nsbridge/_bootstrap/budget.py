@@ -7,15 +7,18 @@ a second: elapsed seconds (only while waiting for a first step, or in a time win
 process's resident anonymous memory grown since the recording started (the library code
 CUDA maps is not events), capped at half the memory the machine had available. The
 profiler can only be stopped on the thread that started it (the main thread), so the
-watchdog never touches it: it sends SIGURG to the main thread, whose Python handler runs
-between bytecodes (and wakes a main thread blocked in a system call). A stop that fails
-is recorded in ``error``, never raised into the script.
+watchdog never touches it: it has the main thread run a Python SIGURG handler between
+bytecodes (``_thread.interrupt_main``, no real signal, so no C library sees EINTR; on
+Python 3.9 a real SIGURG to the main thread). A stop that fails is recorded in ``error``,
+never raised into the script.
 """
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -56,6 +59,14 @@ def memory_limit_bytes(max_record_mib: float) -> int:
     limit = int(max_record_mib * MIB)
     free = available_bytes()
     return min(limit, free // 2) if free else limit
+
+
+def _ask_main_thread() -> None:
+    """Run the BUDGET_SIGNAL handler on the main thread."""
+    if sys.version_info >= (3, 10):
+        _thread.interrupt_main(BUDGET_SIGNAL)
+    else:
+        signal.pthread_kill(threading.main_thread().ident or 0, BUDGET_SIGNAL)
 
 
 class RecordingBudget:
@@ -127,11 +138,10 @@ class RecordingBudget:
         return None
 
     def _watch(self) -> None:
-        main = threading.main_thread().ident
         while not self._stop.wait(self._poll_s):
-            if not self._fired and self.over() is not None and main is not None:
+            if not self._fired and self.over() is not None:
                 self._fired = True
-                signal.pthread_kill(main, BUDGET_SIGNAL)
+                _ask_main_thread()
 
     def _handler(self, signum: int, frame: Any) -> None:
         reason = self.over()
