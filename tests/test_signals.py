@@ -111,3 +111,53 @@ def test_sigterm_during_the_ranks_nsys_pass_ends_every_rank_and_tool(tmp_path: P
     nsys_left = subprocess.run(["pgrep", "-f", f"nsys profile.*{tmp_path}"],
                                capture_output=True, text=True).stdout.split()
     assert not nsys_left, "an nsys outlived nsbridge"
+
+
+@pytest.mark.parametrize("body, code, words", [
+    ("os.kill(os.getpid(), signal.SIGKILL)", 128 + 9,
+     "killed by SIGKILL (signal 9): the kernel's OOM killer"),
+    ("os._exit(5)", 5, "ended with status 5 before writing its record"),
+])
+def test_a_script_that_dies_without_a_traceback_is_told_so(tmp_path: Path, body: str,
+                                                             code: int, words: str) -> None:
+    script = tmp_path / "dies.py"
+    script.write_text(f"import os, signal, torch\ntorch.ones(4).sum()\n{body}\n")
+    proc = subprocess.run([sys.executable, "-m", "nsbridge", "-q", "triage", "--out",
+                           str(tmp_path / "run"), str(script)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == code
+    assert words in proc.stderr and "traceback is above" not in proc.stderr
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["status"] == "failed" and words.split(":")[0] in report["error"]["message"]
+
+
+SPAWNS = """
+import subprocess, sys, time, torch
+child = subprocess.Popen(["sleep", "300"])
+open(sys.argv[1], "w").write(str(child.pid))
+while True:
+    torch.ones(4).sum()
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("how", ["timeout", "sigterm"])
+def test_stopping_the_script_ends_the_processes_it_started(tmp_path: Path, how: str) -> None:
+    script, pid_file = tmp_path / "spawns.py", tmp_path / "pid"
+    script.write_text(SPAWNS)
+    extra = ["--timeout", "4"] if how == "timeout" else []
+    proc = subprocess.Popen([sys.executable, "-m", "nsbridge", "-q", "triage", *extra, "--out",
+                             str(tmp_path / "run"), str(script), str(pid_file)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not pid_file.is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    sleeper = int(pid_file.read_text())
+    assert _alive(sleeper)
+    if how == "sigterm":
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    time.sleep(0.5)
+    assert proc.returncode == (124 if how == "timeout" else 143)
+    assert not _alive(sleeper), "the script's own subprocess was left running"

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Mapping, Optional, Sequence
 
+from .process_tree import descendants, end_leftovers
+
 # How long a child may take to write its partial results after being asked to stop: after
 # Ctrl-C, after --timeout (a quarter of the timeout, 10 to 60 s: --timeout bounds the whole
 # command), and (shorter: the launcher that sent it will not wait long) SIGTERM.
@@ -56,7 +58,8 @@ def run_passthrough(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
 
     On timeout the child gets SIGTERM (it saves what it has), then SIGKILL after a grace
     period. On Ctrl-C the child, in the same process group, gets SIGINT from the terminal
-    too; nsbridge forwards one in case the signal reached only nsbridge, then waits.
+    too; nsbridge forwards one in case the signal reached only nsbridge, then waits. Either
+    way the processes the script started are ended after it.
     """
     started = time.monotonic()
     proc = subprocess.Popen(list(argv), cwd=str(cwd),
@@ -65,25 +68,32 @@ def run_passthrough(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
 
 
 def _supervise(proc: subprocess.Popen, timeout: Optional[float], started: float) -> ChildOutcome:
-    """Wait for a child; on timeout SIGTERM it, on Ctrl-C forward SIGINT; then wait, or kill."""
+    """Wait for a child; on timeout SIGTERM it, on Ctrl-C forward SIGINT; then wait, or kill.
+    Whatever the child started is ended too once the child is done (process_tree)."""
     timed_out = interrupted = killed = terminated = False
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        proc.send_signal(signal.SIGTERM)
-        killed = _wait_or_kill(proc, timeout_grace(timeout or 0.0))
+        killed = _stop(proc, signal.SIGTERM, timeout_grace(timeout or 0.0))
     except KeyboardInterrupt:
         interrupted = True
-        proc.send_signal(signal.SIGINT)
-        killed = _wait_or_kill(proc)
+        killed = _stop(proc, signal.SIGINT, STOP_GRACE_S)
     except Stopped:
         terminated = True
-        proc.send_signal(signal.SIGTERM)
-        killed = _wait_or_kill(proc, SIGNAL_GRACE_S)
+        killed = _stop(proc, signal.SIGTERM, SIGNAL_GRACE_S)
     return ChildOutcome(returncode=proc.returncode, wall_s=round(time.monotonic() - started, 3),
                         timed_out=timed_out, interrupted=interrupted, killed=killed,
                         terminated=terminated)
+
+
+def _stop(proc: subprocess.Popen, signum: int, grace: float) -> bool:
+    """Signal the child, wait for it (or kill it), then end the processes it started."""
+    family = descendants(proc.pid)
+    proc.send_signal(signum)
+    killed = _wait_or_kill(proc, grace, family)
+    end_leftovers(family)
+    return killed
 
 
 def run_filtered(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
@@ -138,13 +148,20 @@ def _pump(stream: IO[bytes], sink: Optional[IO[str]], log_file: IO[str], lock: t
     stream.close()
 
 
-def _wait_or_kill(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> bool:
+def _wait_or_kill(proc: subprocess.Popen, grace: float = STOP_GRACE_S,
+                  family: Optional[dict[int, int]] = None) -> bool:
+    """Wait up to ``grace`` seconds, then kill; ``family`` gathers the child's processes
+    meanwhile (those it starts while saving are ended too)."""
     deadline = time.monotonic() + grace
     while True:
         try:
-            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            proc.wait(timeout=min(max(deadline - time.monotonic(), 0.1), 0.5))
             return False
         except subprocess.TimeoutExpired:
+            if family is not None:
+                family.update(descendants(proc.pid))
+            if time.monotonic() < deadline:
+                continue
             proc.kill()
             proc.wait()
             return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
@@ -178,11 +179,30 @@ def pass_status(outcome: ChildOutcome,
                                    "(a launcher or scheduler ending the job) and ended the script"}
     if outcome.interrupted or (child and child["status"] == "interrupted"):
         return "interrupted", 130, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"}
+    if child is None and outcome.returncode < 0:
+        return "failed", 128 - outcome.returncode, killed_by(-outcome.returncode)
     if child is None:
         return "failed", outcome.returncode or 1, {
             "type": "ChildDied", "message": f"the profiled process ended with status "
-                                            f"{outcome.returncode} before writing its record"}
+                                            f"{outcome.returncode} before writing its record "
+                                            "(os._exit, or a crash in native code): there is "
+                                            "no Python traceback"}
     return child["status"], int(child["exit_code"]), child.get("error")
+
+
+def killed_by(signum: int) -> dict[str, Any]:
+    """The error of a profiled process ended by signal ``signum``."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    why = {signal.SIGKILL: ": the kernel's OOM killer does this when memory runs out (check "
+                           "`dmesg` or `journalctl -k`), as do `kill -9` and job schedulers",
+           signal.SIGSEGV: ": a crash in native code (a C/C++/CUDA extension)",
+           signal.SIGABRT: ": native code aborted (an assertion in C/C++ code)"}
+    return {"type": "Killed", "signal": signum,
+            "message": f"the profiled process was killed by {name} (signal {signum})"
+                       + why.get(signum, "")}
 
 
 def has_memory(trace: Optional[TorchTrace]) -> bool:
