@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from nsbridge.parse import _stream
+from nsbridge.errors import TraceFormatError
 from nsbridge.parse.torch_trace import read_trace, streaming_available
 
 from conftest import SHARED_REAL, TORCH_DATA
@@ -107,3 +108,45 @@ def test_no_safe_split_falls_back_to_one_reader(tmp_path: Path,
     monkeypatch.setattr(_stream, "_SPLIT_WINDOW", 4)   # too small to see any boundary
     assert _stream._parallel(path, _stream.EventColumns(), 2) is None
     assert len(read_trace(path, streaming=True).events) == 50
+
+
+def _many_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> bytes:
+    """A real trace repeated into ~60 blocks of 64 KiB."""
+    monkeypatch.setattr(_stream, "BLOCK", 64 * 1024)
+    monkeypatch.setattr(_stream, "MAX_PENDING", 3 * 64 * 1024)
+    trace = json.loads(gzip.open(TORCH_DATA / "h100_bert-small_2025-07.json.gz").read())
+    trace["traceEvents"] = trace["traceEvents"] * 3
+    return json.dumps(trace).encode()
+
+
+def test_a_corrupt_byte_fails_in_linear_time_naming_its_offset(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = bytearray(_many_blocks(tmp_path, monkeypatch))
+    at = len(data) // 10
+    data[at] = 0x01
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(bytes(data))
+    attempts = []
+    decode = _stream._decode_batch
+    monkeypatch.setattr(_stream, "_decode_batch",
+                        lambda chunk, columns: attempts.append(len(chunk)) or decode(chunk, columns))
+    with pytest.raises(TraceFormatError, match=f"corrupt at byte {at:,} "):
+        read_trace(bad, streaming=True)
+    blocks = len(data) // _stream.BLOCK + 1
+    # each block is tried a bounded number of times (quadratic: 64 tries of a growing buffer)
+    assert len(attempts) <= 3 * blocks and sum(attempts) <= 4 * len(data)
+
+
+def test_garbage_after_a_valid_head_fails_in_bounded_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    head = _many_blocks(tmp_path, monkeypatch)[:200_000]
+    bad = tmp_path / "nul.json"
+    bad.write_bytes(head + b"\0" * (40 * _stream.BLOCK))
+    seen = []
+    check = _stream._check_progress
+    monkeypatch.setattr(_stream, "_check_progress",
+                        lambda pending, read: seen.append(len(pending)) or check(pending, read))
+    with pytest.raises(TraceFormatError, match="corrupt at byte 200,000 "):
+        read_trace(bad, streaming=True)
+    assert max(seen) <= _stream.MAX_PENDING + _stream.BLOCK     # never the whole file
+    assert len(seen) < 10                                       # stopped long before its end

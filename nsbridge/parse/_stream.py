@@ -19,6 +19,10 @@ Finding a boundary without scanning every byte in Python: candidates are ``}`` f
 an unbalanced slice that does not decode, so the reader simply tries the previous one. A
 batch whose events do not fit the structs (an ``args`` that is not an object, say) is
 decoded generically instead, so odd events never fail the file.
+
+A damaged file fails in linear time and bounded memory: a batch that fails at a byte
+moves the next try before that byte (msgspec names it), and once MAX_PENDING bytes in a
+row hold no decodable event the reader stops, naming the offset of the first bad byte.
 """
 
 from __future__ import annotations
@@ -37,11 +41,13 @@ from ._event_columns import EventColumns
 BLOCK = 8 * 1024 * 1024
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
 _SPLIT_WINDOW = 4 * 1024 * 1024
+MAX_PENDING = 3 * BLOCK   # bytes without a decodable event before the file is called corrupt
 # an event boundary followed by a key Kineto writes first: not plausible inside a string
 _SPLIT = re.compile(rb'\}\s*,\s*(?=\{\s*"(?:ph|cat|name|pid|tid|ts|dur|args)"\s*:)')
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]")
+_AT_BYTE = re.compile(r"\(byte (\d+)\)")
 
 
 class Args(msgspec.Struct, gc=False):
@@ -107,6 +113,11 @@ class NotATrace(Exception):
     """The stream holds JSON without a traceEvents array."""
 
 
+class CorruptTrace(msgspec.DecodeError):
+    """A run of bytes holds no decodable event: the file is damaged there (no fallback to
+    another reading can help)."""
+
+
 def stream_events(path: Path, gzipped: bool, columns: EventColumns,
                   workers: Optional[int] = None) -> dict[str, Any]:
     """Feed every event of the file to ``columns``; return the other top-level keys.
@@ -126,10 +137,38 @@ def stream_events(path: Path, gzipped: bool, columns: EventColumns,
     with (gzip.open(path, "rb") if gzipped else path.open("rb")) as fh:
         blocks = _blocks(fh)
         buffer, header = _find_events_start(blocks)
+        read = fh.tell()
         for block in blocks:
-            buffer = _consume(buffer + block, columns)
+            read += len(block)
+            buffer = _check_progress(_consume(buffer + block, columns), read)
         tail = _consume_tail(buffer, columns)
     return _metadata(header, tail)
+
+
+def _check_progress(pending: bytes, read: int) -> bytes:
+    """Fail once more than MAX_PENDING bytes in a row hold no decodable event: a corrupt
+    byte or a run of garbage, found in time linear in the file (each byte is tried a
+    bounded number of times) and in bounded memory."""
+    if len(pending) <= MAX_PENDING:
+        return pending
+    start = read - len(pending)
+    try:
+        _GENERIC.decode(b"[" + pending)
+        at = len(pending)
+    except msgspec.DecodeError as exc:
+        at = max(_error_offset(exc, len(pending) + 1) - 1, 0)
+    bad = start + at
+    raise CorruptTrace(
+        f"it is corrupt at byte {bad:,} of its JSON text ({_show(pending[max(at - 20, 0):at])}"
+        f" then {_show(pending[at:at + 20])}); no event decodes in the "
+        f"{len(pending) / 2**20:.0f} MiB from byte {start:,}")
+
+
+def _show(data: bytes) -> str:
+    """A short, printable view of some bytes."""
+    text = data.decode("utf-8", errors="replace")
+    return repr("".join(c if c.isprintable() else "\\x%02x" % ord(c) if ord(c) < 256
+                        else "?" for c in text))
 
 
 def _metadata(header: bytes, tail: bytes) -> dict[str, Any]:
@@ -168,6 +207,8 @@ def _parallel(path: Path, columns: EventColumns, workers: int) -> Optional[dict[
             pending = [pool.apply_async(_read_range, (str(path),) + r) for r in ranges[1:]]
             first = _read_range(str(path), *ranges[0])
             parts = [first] + [p.get() for p in pending]
+    except CorruptTrace:
+        raise
     except (msgspec.DecodeError, _SplitError, AssertionError, OSError):
         return None  # a bad split, or no child processes here (daemon, fork refused)
     tail = b""
@@ -189,12 +230,12 @@ def _read_range(path: str, begin: int, end: int, last: bool) -> tuple[Any, bytes
             if not block:
                 break
             remaining -= len(block)
-            buffer = _consume(buffer + block, columns)
+            buffer = _check_progress(_consume(buffer + block, columns), end - remaining)
     if last:
         tail = _consume_tail(buffer, columns)  # adds the last events: before export()
         return columns.export(), tail
     body = buffer.strip()
-    if body and not _decode_batch(b"[" + body + b"]", columns):
+    if body and _decode_batch(b"[" + body + b"]", columns) is not None:
         raise _SplitError()
     return columns.export(), b""
 
@@ -227,16 +268,20 @@ def _find_events_start(blocks: Iterator[bytes]) -> tuple[bytes, bytes]:
 
 
 def _consume(buffer: bytes, columns: EventColumns) -> bytes:
-    """Decode the complete events at the front of ``buffer``; return the rest."""
+    """Decode the complete events at the front of ``buffer``; return the rest. A batch
+    that fails at a byte before its end moves the next try before that byte."""
     end = len(buffer)
     for _ in range(64):
         cut = buffer.rfind(b"}", 0, end)
         if cut < 0:
             return buffer
         end = cut
-        if _BOUNDARY.match(buffer, cut) and _decode_batch(b"[" + buffer[:cut + 1] + b"]",
-                                                          columns):
+        if not _BOUNDARY.match(buffer, cut):
+            continue
+        failed_at = _decode_batch(b"[" + buffer[:cut + 1] + b"]", columns)
+        if failed_at is None:
             return buffer[buffer.index(b"{", cut + 1):]
+        end = min(end, failed_at - 1)   # "[" came first: byte k of the batch is k - 1 here
     return buffer
 
 
@@ -246,7 +291,7 @@ def _consume_tail(buffer: bytes, columns: EventColumns) -> bytes:
         rest = buffer.lstrip()[1:]
     else:
         for match in _ARRAY_END.finditer(buffer):
-            if _decode_batch(b"[" + buffer[:match.end()], columns):
+            if _decode_batch(b"[" + buffer[:match.end()], columns) is None:
                 rest = buffer[match.end():]
                 break
         else:
@@ -256,18 +301,24 @@ def _consume_tail(buffer: bytes, columns: EventColumns) -> bytes:
     return rest if rest.strip() not in (b"}", b"") else b""
 
 
-def _decode_batch(data: bytes, columns: EventColumns) -> bool:
-    """Decode one JSON array of events into ``columns``; False if it is not valid JSON."""
+def _decode_batch(data: bytes, columns: EventColumns) -> Optional[int]:
+    """Decode one JSON array of events into ``columns``. None when it did; else where it
+    is malformed (msgspec's byte offset, or the end for a truncated batch)."""
     try:
         columns.add_records(_EVENTS.decode(data), msgspec.UNSET)
     except msgspec.ValidationError:  # odd events: decode this batch generically
         try:
             columns.add_dicts(_GENERIC.decode(data))
-        except msgspec.DecodeError:
-            return False
-    except msgspec.DecodeError:
-        return False
-    return True
+        except msgspec.DecodeError as exc:
+            return _error_offset(exc, len(data))
+    except msgspec.DecodeError as exc:
+        return _error_offset(exc, len(data))
+    return None
+
+
+def _error_offset(exc: msgspec.DecodeError, size: int) -> int:
+    found = _AT_BYTE.search(str(exc))
+    return int(found.group(1)) if found else size
 
 
 def _decode_object(data: bytes) -> dict[str, Any]:

@@ -85,10 +85,15 @@ def read_trace(path: str | Path, *, streaming: Optional[bool] = None) -> TorchTr
     except ValueError as exc:  # json.JSONDecodeError and msgspec.DecodeError
         truncated = "truncated" in str(exc) or "not closed" in str(exc) or (
             isinstance(exc, json.JSONDecodeError) and exc.pos >= len(exc.doc) - 2)
-        where = "ends early (truncated)" if truncated else f"is corrupt ({exc})"
+        if truncated:
+            raise TraceFormatError(
+                f"{path} is not valid JSON: it ends early (truncated). A trace cut off while "
+                "being written (a killed job, a full disk) cannot be analysed; capture it "
+                "again.") from exc
+        detail = str(exc) if str(exc).startswith("it is corrupt") else f"it is corrupt ({exc})"
         raise TraceFormatError(
-            f"{path} is not valid JSON: it {where}. A trace cut off while being written (a "
-            "killed job, a full disk) cannot be analysed; capture it again.") from exc
+            f"{path} is not valid JSON: {detail}. A damaged copy (a bad transfer, a disk "
+            "error) or a file that is not a trace; copy or capture it again.") from exc
     events = columns.finish()
     if events.empty:
         raise EmptyTraceError(
