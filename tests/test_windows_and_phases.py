@@ -276,3 +276,13 @@ def test_cpu_only_syncs_decide_only_with_little_work_between(ops_per_step: int,
     assert result.verdict["numbers"]["sync_calls_per_step"] == 20
     assert result.verdict["numbers"]["host_ops_per_sync"] == pytest.approx(ops_per_step / 20)
     assert result.verdict["label"] == label
+
+
+def test_a_step_range_with_a_name_that_is_not_a_number_is_read() -> None:
+    """``ProfilerStep#warmup`` (a real trace's range) once failed int('warmup')."""
+    rows = []
+    for i, name in enumerate(("warmup", "7", "8")):
+        rows += [op(f"ProfilerStep#{name}", 100 * i, 100, cat=S.USER_ANNOTATION),
+                 op("aten::mm", 100 * i + 1, 60)]
+    result = analyze_events(events(*rows), thresholds=THRESHOLDS)
+    assert list(result.steps["step"]) == [9, 7, 8]

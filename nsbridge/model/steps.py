@@ -51,7 +51,7 @@ def step_windows(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
         frame = pd.DataFrame({"name": names[pos], "start": tree.start[pos],
                               "end": tree.end[pos], "pos": pos})
         frame = frame.drop_duplicates("name").sort_values("start", kind="stable")
-        frame["step"] = frame["name"].str[len(S.PROFILER_STEP_PREFIX):].astype(int)
+        frame["step"] = _step_numbers(frame["name"].str[len(S.PROFILER_STEP_PREFIX):])
         return frame[["step", "start", "end", "pos"]].reset_index(drop=True)
     start, end = events[S.TS], events[S.TS] + events[S.DUR]
     return pd.DataFrame({"step": [-1], "start": [float(start.min())], "end": [float(end.max())],
@@ -59,6 +59,17 @@ def step_windows(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
 
 
 LONE_STEP_ACTIVE = 0.10   # a lone step whose activity ends before this share of it is cut
+
+
+def _step_numbers(suffixes: pd.Series) -> np.ndarray:
+    """``ProfilerStep#N`` numbers; a name that is not a number (``ProfilerStep#warmup``)
+    gets the next numbers after the largest one, in order."""
+    numbers = pd.to_numeric(suffixes, errors="coerce")
+    odd = numbers.isna().to_numpy()
+    top = int(numbers.max()) if (~odd).any() else -1
+    out = numbers.fillna(0).to_numpy(np.int64).copy()
+    out[odd] = top + 1 + np.arange(int(odd.sum()))
+    return out
 
 
 def drop_partial_steps(windows: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.DataFrame,
