@@ -286,3 +286,18 @@ def test_a_step_range_with_a_name_that_is_not_a_number_is_read() -> None:
                  op("aten::mm", 100 * i + 1, 60)]
     result = analyze_events(events(*rows), thresholds=THRESHOLDS)
     assert list(result.steps["step"]) == [9, 7, 8]
+
+
+def test_a_sync_only_outside_the_steps_is_said_so_not_zero_per_step() -> None:
+    rows = []
+    for i in range(3):
+        rows += [op(f"ProfilerStep#{i + 1}", 100 * i, 100, cat=S.USER_ANNOTATION),
+                 op("aten::mm", 100 * i + 1, 60)]
+    records = [{"kind": "item", "op": "aten::_local_scalar_dense", "device": "cpu",
+                "file": "train.py", "line": 64, "count": 1, "cost_ms": 0.01, "steps": 1,
+                "first_step": 10, "last_step": 10, "max_in_one_step": 1}]
+    result = analyze_events(events(*rows), thresholds=THRESHOLDS, process_syncs=records,
+                            process_steps=10)
+    line = next(e for e in result.verdict["evidence"] if "train.py:64" in e)
+    assert line.startswith("no sync point in the training steps; 1 outside them")
+    assert "0 per step" not in line

@@ -116,6 +116,9 @@ def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost
                         + (f" (GPU idle after them {cost.idle_share or 0.0:.0%} of it)"
                            if cost.gpu_idle_ms is not None else "")
                         + f"; the costliest is {_describe(top)}")
+    elif top and top.get("placement") == "outside":   # the steps have none: sorted first
+        evidence.append(f"no sync point in the training steps; {len(sync_points)} outside "
+                        f"them: {_describe(top)}")
     elif top:
         evidence.append(f"secondary: {len(sync_points)} sync point(s), "
                         f"{cost.calls_per_step:.2g} per step"
