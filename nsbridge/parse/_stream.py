@@ -165,10 +165,8 @@ def _check_progress(pending: bytes, read: int) -> bytes:
 
 
 def _show(data: bytes) -> str:
-    """A short, printable view of some bytes."""
-    text = data.decode("utf-8", errors="replace")
-    return repr("".join(c if c.isprintable() else "\\x%02x" % ord(c) if ord(c) < 256
-                        else "?" for c in text))
+    """A short, printable view of some bytes (repr escapes control characters)."""
+    return repr(data.decode("utf-8", errors="replace"))
 
 
 def _metadata(header: bytes, tail: bytes) -> dict[str, Any]:
