@@ -29,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 
+_BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+
+
 class _Terminated(BaseException):
     """Raised in the script's thread when nsbridge stops it (timeout)."""
 
@@ -54,9 +57,19 @@ def _die_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _restore_umask() -> None:
+    """Put back the user's umask that nsbridge passed on (nsys starts its target with umask
+    0, so the script's files and nsbridge's own would otherwise be world-writable)."""
+    mask = os.environ.pop("NSBRIDGE_UMASK", None)
+    if mask:
+        os.umask(int(mask, 8))
+
+
 def main(config_path: str) -> int:
     _die_with_parent()
+    _restore_umask()
     config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    _set_path0(config)   # before torch: the current folder must not shadow its imports
     run_dir = Path(config["run_dir"])
     started = time.perf_counter()
     result: dict[str, Any] = {"status": "ok", "exit_code": 0, "error": None}
@@ -94,12 +107,12 @@ def main(config_path: str) -> int:
                       error={"type": "Terminated", "message": "stopped by SIGTERM (nsbridge's "
                              "--timeout, or a launcher ending the job)"})
     except SyntaxError as exc:
-        traceback.print_exc()
+        _print_script_traceback(exc)
         result.update(status="failed", exit_code=1,
                       error={"type": "SyntaxError", "message": str(exc.msg),
                              "file": exc.filename, "line": exc.lineno})
     except BaseException as exc:  # the script's own failure: report it, keep the trace
-        traceback.print_exc()
+        _print_script_traceback(exc)
         file, line = _innermost_user_frame(exc)
         result.update(status="failed", exit_code=1,
                       error={"type": type(exc).__name__, "message": str(exc),
@@ -117,7 +130,9 @@ def main(config_path: str) -> int:
             note = session.finish()
         except BaseException as exc:  # a failing export must not lose child.json
             note = f"the profiler could not write its trace: {type(exc).__name__}: {exc}"
-        result.update(mode=session.mode, steps=session.steps, traces=session.traces,
+        result.update(mode=session.mode, steps=session.steps.records(),
+                      steps_seen=len(session.steps), steps_sampling=session.steps.sampling(),
+                      traces=session.traces,
                       table=session.table, schedule_note=note, use_cuda=session.use_cuda,
                       syncs=instruments["syncs"].records(), machine=session.machine,
                       window=session.window)
@@ -182,17 +197,38 @@ def _instruments(pass_name: str, config: dict[str, Any], run_dir: Path) -> dict[
             "steps": StepDetector(session.boundary)}
 
 
+def _set_path0(config: dict[str, Any]) -> None:
+    """sys.path[0] as `python script.py` (the script's folder) or `python -m module` (the
+    current folder) sets it. nsbridge's own modules are found through its package, already
+    imported, so they need no entry there."""
+    script = config.get("script")
+    sys.path[0] = os.path.dirname(os.path.abspath(script)) if script else os.getcwd()
+
+
 def _run_target(config: dict[str, Any]) -> None:
     args = list(config["args"])
     if config.get("module"):
         sys.argv = [config["module"], *args]
-        sys.path[0] = os.getcwd()
         runpy.run_module(config["module"], run_name="__main__", alter_sys=True)
     else:
-        script = os.path.abspath(config["script"])
         sys.argv = [config["script"], *args]
-        sys.path[0] = os.path.dirname(script)
-        runpy.run_path(script, run_name="__main__")
+        runpy.run_path(os.path.abspath(config["script"]), run_name="__main__")
+
+
+def _print_script_traceback(exc: BaseException) -> None:
+    """The script's traceback as python would print it: the frames of nsbridge's bootstrap
+    and runpy that lead into the script are left out (those below it, in libraries or in
+    nsbridge's hooks, are kept)."""
+    tb = exc.__traceback__
+    while tb is not None and _is_runner(tb.tb_frame):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
+
+
+def _is_runner(frame: Any) -> bool:
+    """A frame of the code that starts the script: this package's or runpy's."""
+    return (frame.f_code.co_filename.startswith(_BOOTSTRAP_DIR)
+            or frame.f_globals.get("__name__") == "runpy")
 
 
 def _exit_status(code: Any) -> dict[str, Any]:

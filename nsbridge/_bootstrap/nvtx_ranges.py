@@ -105,7 +105,10 @@ class NvtxInstrumentation:
         self._pop()
 
     def _push_step(self) -> None:
-        self.push(f"step {self._steps}", "step")
+        """Open ``step N``; its name is used once, so it is not cached (memory stays
+        bounded however many steps run)."""
+        self._push(self._make(f"step {self._steps}"))
+        self.emitted["step"] += 1
         self._step_open = True
 
     # -- modules ---------------------------------------------------------------------------

@@ -10,7 +10,8 @@ window of ``schedule.window_s`` is profiled instead, and the script runs on unpr
 by ``schedule.max_record_mib`` is stopped there and kept. The device is synchronized
 before a window closes, inside a ``nsbridge::own_sync`` range so no analysis charges that
 wait to the script. Every step's wall time is kept with its phase, so unprofiled steps
-give the baseline for the profiler-overhead estimate, and ``window`` says what the saved
+give the baseline for the profiler-overhead estimate (in bounded memory: a tight loop
+under --timeout runs millions of steps; steps.StepLog), and ``window`` says what the saved
 trace holds.
 """
 
@@ -27,6 +28,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule
 
 from nsbridge._bootstrap.budget import MIB, RecordingBudget, memory_limit_bytes
+from nsbridge._bootstrap.steps import StepLog
 from nsbridge.collect.machine import ProcessClock, gpu_state, load_average
 from nsbridge.schema import OWN_SYNC_RANGE
 
@@ -53,7 +55,7 @@ class ProfilerSession:
         self._schedule: Optional[Callable[[int], ProfilerAction]] = None
         self._prof: Optional[profile] = None
         self.mode = "whole-run"
-        self.steps: list[dict[str, Any]] = []
+        self.steps = StepLog()
         self.traces: list[str] = []
         self.table: Optional[str] = None
         self.machine: dict[str, Any] = {}

@@ -1,4 +1,5 @@
-"""Step boundaries in an unmodified script: optimizer steps, or `nsbridge.step()`.
+"""Step boundaries in an unmodified script: optimizer steps, or `nsbridge.step()`; and the
+bounded log of the steps' records.
 
 torch's global optimizer-step hook sees every `optimizer.step()`. It runs inside torch's
 ``Optimizer.step#...`` record_function range, so after the first boundary the optimizer's
@@ -6,14 +7,61 @@ class is wrapped once more (outside torch's wrapper) and later boundaries are ta
 `step()` returns: a profiler window that closes there does not charge its own stop/export
 to the optimizer. With several optimizers only the first one seen counts. Once the script
 calls `nsbridge.step()`, optimizer steps are ignored.
+
+A tight loop runs tens of thousands of steps a second, so the per-step records are kept in
+bounded memory (``StepLog``): every record of the first ``EXACT_STEPS``, then a uniform
+sample (a seeded reservoir) of ``SAMPLED_STEPS`` of the later ones, and the count of all.
 """
 
 from __future__ import annotations
 
 import functools
+import random
 from typing import Any, Callable, Optional
 
 from nsbridge import _stepping
+
+
+EXACT_STEPS = 5000     # steps whose records are all kept
+SAMPLED_STEPS = 1000   # records kept of the steps after those, a uniform sample
+
+
+class StepLog:
+    """Per-step records in bounded memory; ``len()`` counts every step appended."""
+
+    def __init__(self, exact: int = EXACT_STEPS, sampled: int = SAMPLED_STEPS) -> None:
+        self._exact = exact
+        self._size = sampled
+        self._first: list[dict[str, Any]] = []
+        self._sample: list[dict[str, Any]] = []
+        self._later = 0
+        self._random = random.Random(0)   # the same run keeps the same sample
+
+    def __len__(self) -> int:
+        return len(self._first) + self._later
+
+    def append(self, record: dict[str, Any]) -> None:
+        if len(self._first) < self._exact:
+            self._first.append(record)
+            return
+        self._later += 1
+        if len(self._sample) < self._size:
+            self._sample.append(record)
+            return
+        slot = self._random.randrange(self._later)
+        if slot < self._size:
+            self._sample[slot] = record
+
+    def records(self) -> list[dict[str, Any]]:
+        """The records kept, in step order."""
+        return self._first + sorted(self._sample, key=lambda r: r["index"])
+
+    def sampling(self) -> Optional[dict[str, int]]:
+        """How the records were thinned (None when every step's record is kept): ``exact``
+        steps kept one by one, then ``sampled`` of the ``later`` steps."""
+        if self._later <= len(self._sample):
+            return None
+        return {"exact": len(self._first), "later": self._later, "sampled": len(self._sample)}
 
 
 class StepDetector:

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -21,6 +22,7 @@ from .process_tree import descendants, end_leftovers
 # command), and (shorter: the launcher that sent it will not wait long) SIGTERM.
 STOP_GRACE_S = 60.0
 SIGNAL_GRACE_S = 10.0
+UMASK_ENV = "NSBRIDGE_UMASK"   # the user's umask, octal, for a child a tool started
 
 
 def timeout_grace(timeout: float) -> float:
@@ -102,11 +104,13 @@ def run_filtered(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
     """Like run_passthrough, but the tool's output is also written to ``log`` and lines
     matching ``hide`` (progress bars) go only to the log. The profiled script's own output,
     which a profiler passes on, still reaches the terminal (unless ``echo`` is off: then
-    everything goes only to the log)."""
+    everything goes only to the log). The tool gets ``NSBRIDGE_UMASK``: nsys starts its
+    target with umask 0, and nsbridge's bootstrap sets the user's umask back from it."""
     started = time.monotonic()
     with log.open("w", encoding="utf-8", errors="replace") as log_file:
-        proc = subprocess.Popen(list(argv), cwd=str(cwd), env=dict(env), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen(list(argv), cwd=str(cwd),
+                                env={**env, UMASK_ENV: f"{current_umask():o}"},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         lock = threading.Lock()
         pumps = [threading.Thread(target=_pump, args=(stream, sink if echo else None,
                                                       log_file, lock, hide), daemon=True)
@@ -119,16 +123,58 @@ def run_filtered(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
     return outcome
 
 
-def run_captured(argv: Sequence[str], *, timeout: float = 600) -> tuple[int, str]:
-    """Run a tool to completion; return (exit code, stdout+stderr). Missing tool -> 127."""
+@dataclass(frozen=True)
+class Captured:
+    """A tool's exit status and its two streams, kept apart: data is read from ``stdout``
+    alone (or from a file the tool writes), so what a tool or its libraries print around
+    it (warnings, banners) cannot corrupt it."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def text(self) -> str:
+        """Both streams, for logs and error messages."""
+        return self.stdout + self.stderr
+
+
+def run_captured(argv: Sequence[str], *, timeout: float = 600) -> Captured:
+    """Run a tool to completion and capture its streams. Missing tool: code 127."""
     try:
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
                               errors="replace")
     except FileNotFoundError as exc:
-        return 127, str(exc)
+        return Captured(127, "", str(exc))
     except subprocess.TimeoutExpired as exc:
-        return 124, f"{argv[0]} did not finish within {timeout:.0f} s: {exc}"
-    return done.returncode, (done.stdout or "") + (done.stderr or "")
+        return Captured(124, "", f"{argv[0]} did not finish within {timeout:.0f} s: {exc}")
+    return Captured(done.returncode, done.stdout or "", done.stderr or "")
+
+
+def current_umask() -> int:
+    """This process's file-mode creation mask (read from /proc, else set and put back)."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def honour_umask(*paths: Path) -> None:
+    """Take from files a tool created the permission bits this process's umask denies
+    (nsys writes some with 0666 or 0664, whatever the user's umask)."""
+    mask = current_umask()
+    for path in paths:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if mode & mask:
+                path.chmod(mode & ~mask)
+        except FileNotFoundError:
+            continue
 
 
 def which(name: str, path: Optional[str] = None) -> Optional[str]:

@@ -9,12 +9,16 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ..errors import ToolFailedError, ToolNotFoundError
+from .ncu import ncu_version
 from .nsys import INSTALL_HINT, NsysInstall, capture, export_sqlite, find_nsys, nsys_version
-from ._process import run_captured, which
+from ._process import Captured, run_captured, which
 
+# What the profiled Python sees, written to the file named by argv[1]: torch and CUDA
+# builds print warnings (a driver too old for the build) on stdout and stderr, so the data
+# never travels on either.
 _PROBE = """
 import json, sys
 info = {"python": sys.version.split()[0]}
@@ -31,8 +35,10 @@ try:
     info["nvtx"] = version("nvtx")
 except Exception:
     info["nvtx"] = None
-print(json.dumps(info))
+with open(sys.argv[1], "w", encoding="utf-8") as out:
+    json.dump(info, out)
 """
+CHATTER_CHARS = 600   # of what the probe printed, shown on the "torch warned" line
 
 _NVTX_ROUND_TRIP = """
 from nsbridge._bootstrap.nvtx_ranges import _nvtx_api
@@ -53,15 +59,19 @@ class Check:
 def run_checks() -> list[Check]:
     """Every check, in order; never raises for a missing tool (that is a WARN line)."""
     checks: list[Check] = []
-    code, out = run_captured([sys.executable, "-c", _PROBE], timeout=300)
-    info = json.loads(out.strip().splitlines()[-1]) if code == 0 and out.strip() else {}
+    info, done = probe_python()
+    printed = done.text
     checks.append(Check("OK", "python", f"{info.get('python', sys.version.split()[0])} "
                                         f"({sys.executable})"))
     if "torch" in info:
         checks.append(Check("OK", "torch", f"{info['torch']} (CUDA build: {info['cuda'] or 'no'})"))
     else:
-        checks.append(Check("FAIL", "torch", f"cannot import torch: {info.get('torch_error', out)}",
+        checks.append(Check("FAIL", "torch", "cannot import torch: "
+                            + (info.get("torch_error") or one_line(printed)
+                               or f"the probe ended with status {done.code} and said nothing"),
                             "pip install torch (a CPU build is enough for triage)"))
+    if info and printed.strip():
+        checks.append(Check("WARN", "torch warned", one_line(printed)))
     gpus = info.get("gpus") or []
     if gpus:
         checks.append(Check("OK", "gpu", ", ".join(gpus)))
@@ -76,6 +86,25 @@ def run_checks() -> list[Check]:
     checks.extend(_nsys_checks(info.get("nvtx")))
     checks.extend(_ncu_checks(bool(gpus)))
     return checks
+
+
+def probe_python() -> tuple[dict[str, Any], Captured]:
+    """(what the probe wrote, how it ran): the data from the file it writes (empty when it
+    wrote none), and its exit status and output (torch's warnings) apart."""
+    with tempfile.TemporaryDirectory(prefix="nsbridge-doctor-") as tmp:
+        data = Path(tmp) / "probe.json"
+        done = run_captured([sys.executable, "-c", _PROBE, str(data)], timeout=300)
+        try:
+            info = json.loads(data.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            info = {}
+    return (info if isinstance(info, dict) else {}), done
+
+
+def one_line(text: str, limit: int = CHATTER_CHARS) -> str:
+    """A tool's output as one doctor line: its non-blank lines joined, cut at ``limit``."""
+    joined = " / ".join(line.strip() for line in text.splitlines() if line.strip())
+    return joined if len(joined) <= limit else joined[:limit - 3] + "..."
 
 
 def _nsys_checks(nvtx_version: Optional[str]) -> list[Check]:
@@ -129,9 +158,9 @@ def _ncu_checks(has_gpu: bool) -> list[Check]:
         return [Check("WARN", "ncu", "not found: the kernel deep pass cannot run",
                       "install Nsight Compute (Debian non-free `nsight-compute`, or the CUDA "
                       "toolkit)")]
-    code, out = run_captured([ncu, "--version"], timeout=60)
-    checks = [Check("OK" if code == 0 else "WARN", "ncu",
-                    (out.strip().splitlines() or ["?"])[-1] + f" ({ncu})")]
+    version = ncu_version(ncu)
+    checks = [Check("OK" if version else "WARN", "ncu",
+                    f"{version or 'unknown version'} ({ncu})")]
     if not has_gpu:
         checks.append(Check("WARN", "gpu counters", "not checked: no GPU"))
         return checks

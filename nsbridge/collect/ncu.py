@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from ..errors import DeepError, ToolFailedError, ToolNotFoundError
-from ._process import ChildOutcome, run_captured, run_filtered, which
+from ._process import ChildOutcome, honour_umask, run_captured, run_filtered, which
 
 INSTALL_HINT = ("Install Nsight Compute: it comes with the CUDA toolkit (`/usr/local/cuda/bin/"
                 "ncu`), from developer.nvidia.com/nsight-compute, or as Debian/Ubuntu's "
@@ -31,7 +31,8 @@ PERMISSION = ("GPU performance counters are not accessible to this user (ERR_NVG
               "counter access at all, so profile on a machine that can.")
 PROGRESS = re.compile(r"^==PROF== (Profiling|Connected|Disconnected|Report|Creating|Trying)")
 _NVTX_SPECIAL = re.compile(r"([@,\[\]/*+\\])")
-_VERSION = re.compile(r"Version (\d{4}\.\d+(?:\.\d+)*)")
+_VERSION = re.compile(r"^Version (\d{4}\.\d+(?:\.\d+)*)", re.MULTILINE)
+_GPU_LINE = re.compile(r"^GPU \d+: (.+?)(?: \(UUID: [^)]*\))?\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,9 @@ def find_ncu(environ: Mapping[str, str] = os.environ,
 
 
 def ncu_version(ncu: str) -> Optional[str]:
-    code, out = run_captured([ncu, "--version"], timeout=60)
-    match = _VERSION.search(out) if code == 0 else None
+    """The version on ncu's own ``Version X`` line of stdout (None when there is none)."""
+    done = run_captured([ncu, "--version"], timeout=60)
+    match = _VERSION.search(done.stdout) if done.code == 0 else None
     return match.group(1) if match else None
 
 
@@ -80,9 +82,8 @@ def gpu_names(environ: Mapping[str, str] = os.environ) -> list[str]:
     smi = which("nvidia-smi", environ.get("PATH"))
     if not smi:
         return []
-    code, out = run_captured([smi, "-L"], timeout=60)
-    return [line.split(":", 1)[1].split("(")[0].strip() for line in out.splitlines()
-            if code == 0 and line.startswith("GPU ")]
+    done = run_captured([smi, "-L"], timeout=60)
+    return _GPU_LINE.findall(done.stdout) if done.code == 0 else []
 
 
 def nvtx_include(op: str, domain: str = "nsbridge") -> str:
@@ -122,6 +123,7 @@ def capture(argv: Sequence[str], *, report: Path, cwd: Path, env: Mapping[str, s
     env = dict(env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     outcome = run_filtered(list(argv), cwd=cwd, env=env, timeout=timeout, log=log, hide=PROGRESS)
+    honour_umask(report)
     text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
     if "ERR_NVGPUCTRPERM" in text:
         raise DeepError(f"{PERMISSION} ncu's log: {log}.")
@@ -146,11 +148,12 @@ def export_raw_csv(ncu: str, report: Path, out: Path) -> Path:
     """`ncu --import REPORT --csv --page raw --print-units base` into ``out`` (used when the
     ncu-report package is not installed). Raises ToolFailedError with ncu's words."""
     argv = [ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
-    code, text = run_captured(argv)
-    if code != 0 or not text.lstrip().startswith(('"ID"', "==")):
+    done = run_captured(argv)
+    if done.code != 0 or not done.stdout.lstrip().startswith(('"ID"', "==")):
+        said = done.text.strip()
         hint = (" The report may come from a newer ncu than this one; use that ncu or "
-                "`pip install -U ncu-report`." if "Failed to load" in text else "")
-        raise ToolFailedError(f"ncu could not export {report.name} (exit status {code}): "
-                              f"{text.strip().splitlines()[-1] if text.strip() else ''}.{hint}")
-    out.write_text(text, encoding="utf-8")
+                "`pip install -U ncu-report`." if "Failed to load" in said else "")
+        raise ToolFailedError(f"ncu could not export {report.name} (exit status {done.code}): "
+                              f"{said.splitlines()[-1] if said else ''}.{hint}")
+    out.write_text(done.stdout, encoding="utf-8")
     return out

@@ -27,7 +27,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..errors import ToolFailedError, ToolNotFoundError
 from ..rundir import free_stem
-from ._process import ChildOutcome, run_captured, run_filtered, which
+from ._process import ChildOutcome, honour_umask, run_captured, run_filtered, which
 from .torch_profiler import bootstrap_argv
 
 INSTALL_HINT = ("Install Nsight Systems: on Debian/Ubuntu enable the non-free component and "
@@ -44,6 +44,7 @@ PROGRESS = re.compile(r"\[\d+/\d+\] \[[= ]*\d+%|^Generating '.*\.qdstrm'$|^Gener
                       # nsbridge imports a leftover .qdstrm itself (capture): not an error
                       r"^Importer error status: |^Unable to retrieve the importer version")
 _VERSION = re.compile(r"(\d{4}\.\d+(?:\.\d+)*)")
+_VERSION_LINE = re.compile(r"Nsight Systems version (\d{4}\.\d+(?:\.\d+)*)")
 _MISSING_LIB = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
 
 
@@ -130,8 +131,10 @@ def find_importer(nsys: str) -> tuple[Optional[str], tuple[str, ...]]:
 
 
 def nsys_version(nsys: str) -> Optional[str]:
-    code, out = run_captured([nsys, "--version"], timeout=60)
-    match = _VERSION.search(out) if code == 0 else None
+    """The version on nsys's own ``... Nsight Systems version X`` line of stdout (None when
+    there is none); any other output around it is passed over."""
+    done = run_captured([nsys, "--version"], timeout=60)
+    match = _VERSION_LINE.search(done.stdout) if done.code == 0 else None
     return match.group(1) if match else None
 
 
@@ -165,6 +168,7 @@ def capture(install: NsysInstall, *, trace: Sequence[str], output: Path,
                                echo=echo)
         log.write_text(f"{first}\n--- nsys failed to start (above); started it again ---\n"
                        + log.read_text(encoding="utf-8", errors="replace"), encoding="utf-8")
+    honour_umask(report, output.with_suffix(".qdstrm"))   # nsys writes them 0664 or 0666
     imported_with = None
     if not report.is_file() and output.with_suffix(".qdstrm").is_file():
         imported_with = _import_qdstrm(install, output.with_suffix(".qdstrm"), log)
@@ -208,16 +212,18 @@ def export_sqlite(nsys: str, report: Path, log: Path, sqlite: Optional[Path] = N
     if sqlite.is_file():
         return sqlite
     argv = [nsys, "export", "--type", "sqlite", "--output", str(sqlite), str(report)]
-    code, out = run_captured(argv)
+    done = run_captured(argv)
     with log.open("a", encoding="utf-8") as fh:
-        fh.write(f"\n$ {' '.join(argv)}\n{out}")
-    if code != 0 or not sqlite.is_file():
+        fh.write(f"\n$ {' '.join(argv)}\n{done.text}")
+    honour_umask(sqlite)
+    if done.code != 0 or not sqlite.is_file():
         hint = ""
-        if "Version number is invalid" in out:
+        if "Version number is invalid" in done.text:
             hint = (" The report was written by a newer nsys than this one "
                     f"({nsys_version(nsys) or 'unknown version'}); export it with that "
                     "nsys, or install a newer one.")
-        raise ToolFailedError(_failure(argv, code, log, "nsys could not export SQLite") + hint)
+        raise ToolFailedError(_failure(argv, done.code, log, "nsys could not export SQLite")
+                              + hint)
     return sqlite
 
 
@@ -241,16 +247,16 @@ def _import_qdstrm(install: NsysInstall, qdstrm: Path, log: Path) -> str:
             f" Install the full Nsight Systems (its host folder holds {IMPORTER}), or point "
             f"NSBRIDGE_NSYS at an nsys that has one. The raw capture is kept at {qdstrm}.")
     argv = [install.importer, "-i", str(qdstrm)]
-    code, out = run_captured(argv)
+    done = run_captured(argv)
     with log.open("a", encoding="utf-8") as fh:
-        fh.write(f"\n$ {' '.join(argv)}\n{out}")
-    if code != 0 or not qdstrm.with_suffix(".nsys-rep").is_file():
-        missing = _MISSING_LIB.search(out)
+        fh.write(f"\n$ {' '.join(argv)}\n{done.text}")
+    if done.code != 0 or not qdstrm.with_suffix(".nsys-rep").is_file():
+        missing = _MISSING_LIB.search(done.text)
         why = (f"the library {missing.group(1)} it needs is missing" if missing
-               else (out.strip().splitlines() or ["no output"])[-1])
+               else (done.text.strip().splitlines() or ["no output"])[-1])
         raise ToolFailedError(
             f"nsys left only {qdstrm.name} and {install.importer} could not import it (exit "
-            f"status {code}): {why}. Install the missing file or a complete Nsight Systems. "
+            f"status {done.code}): {why}. Install the missing file or a complete Nsight Systems. "
             f"The raw capture is kept at {qdstrm}; full log: {log}.")
     return install.importer
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
@@ -11,7 +13,7 @@ from .. import __version__, progress
 from .. import schema as S
 from ..collect._process import ChildOutcome
 from ..collect.torch_profiler import TorchPass, run_torch_pass
-from ..errors import TraceError, TraceFormatError, TraceNotFoundError
+from ..errors import ScriptError, TraceError, TraceFormatError, TraceNotFoundError
 from ..distributed.summary import summarize
 from ..model.analysis import TraceAnalysis, analyze_events
 from ..model.contention import combine_runs, machine_facts
@@ -63,10 +65,11 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
         try:
             with progress.step("reading the trace" + (f" of run {i}" if runs > 1 else "")):
                 read = read_trace(tp.traces[0])
+            notes.extend(read.notes())
             with progress.step("analysing the trace" + (f" of run {i}" if runs > 1 else "")):
                 analyses.append(analyze_events(read.events, thresholds=profile.analysis,
                                                process_syncs=c.get("syncs"),
-                                               process_steps=len(c.get("steps", [])) or None,
+                                               process_steps=steps_seen(c) or None,
                                                script=target, machine=machine,
                                                window=window, complete_steps=True,
                                                last_step_cut=bool((c.get("window") or {})
@@ -93,11 +96,43 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
                         version=__version__, machine=machine, child_steps=steps,
                         environment=child.get("env"))
     manifest = {"wall_s": round(sum(tp.outcome.wall_s for tp in passes), 3),
-                "runs": len(passes), "steps_seen": len(steps),
+                "runs": len(passes), "steps_seen": sum(steps_seen(c) for c in children),
                 "step_source": child.get("step_source"), "environment": child.get("env"),
                 "machine": machine}
     return PassOutput(name="torch.profiler", manifest=manifest, status=status,
                       exit_code=exit_code, error=error, core=core), analysis
+
+
+def check_module(name: str, cwd: Path) -> None:
+    """Fail before anything runs when ``python -m name`` run in ``cwd`` could not find the
+    module's top-level package, looked up as the profiled process will (``cwd`` first on
+    sys.path, then this interpreter's path, PYTHONPATH included; _bootstrap/entry.py).
+
+    Only the first dotted part is looked up: finding ``a.b`` means importing ``a``, which
+    would run the package's own code in nsbridge's process. A missing ``a.b`` under an
+    existing ``a`` fails in the script's process, as `python -m a.b` does.
+
+    Raises:
+        ScriptError: no such top-level module or package.
+    """
+    top = name.split(".")[0]
+    if not top:
+        raise ScriptError(f"-m {name}: a relative module name cannot be run (python -m says "
+                          "the same); give the full name, package.module.")
+    saved = list(sys.path)
+    sys.path[:1] = [str(cwd.resolve())]
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    finally:
+        sys.path[:] = saved
+    if not found:
+        raise ScriptError(f"No module named {top!r}, so -m {name} cannot run: python looks "
+                          f"for it in {cwd} (the current directory) and on sys.path "
+                          "(PYTHONPATH, installed packages). Run nsbridge from the folder that "
+                          f"holds {top}/ or {top}.py, install the package (pip install -e .), "
+                          "or add its folder to PYTHONPATH.")
 
 
 def repeat_dir_name(run: int) -> str:
@@ -125,6 +160,7 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
             notes.append(f"skipped {path}: JSON that is not a torch.profiler trace")
     if not traces:
         raise TraceNotFoundError("None of the files given is a torch.profiler trace.")
+    notes.extend(note for t in traces for note in t.notes())
     traces.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, str(t.path)))
     with progress.step(f"analysing {len(traces)} trace(s)"):
         analyses = [analyze_events(t.events, thresholds=profile.analysis, window=window)
@@ -205,6 +241,11 @@ def killed_by(signum: int) -> dict[str, Any]:
                        + why.get(signum, "")}
 
 
+def steps_seen(child: dict[str, Any]) -> int:
+    """Steps the profiled process ran (its record keeps a bounded sample of them)."""
+    return int(child.get("steps_seen") or len(child.get("steps") or []))
+
+
 def has_memory(trace: Optional[TorchTrace]) -> bool:
     return trace is not None and bool((trace.events[S.CAT] == S.MEMORY).any())
 
@@ -258,10 +299,16 @@ def _triage_notes(torch_pass: TorchPass, child: dict[str, Any]) -> list[str]:
     if child.get("schedule_note"):
         notes.append(child["schedule_note"])
     window = child.get("window") or {}
-    window_note = recording_note(window, len(child.get("steps") or []),
-                                 bool(child.get("traces")))
+    window_note = recording_note(window, steps_seen(child), bool(child.get("traces")))
     if window_note:
         notes.append(window_note)
+    sampling = child.get("steps_sampling")
+    if sampling:
+        notes.append(f"the script ran {steps_seen(child):,} steps: the first "
+                     f"{sampling['exact']:,} were timed one by one and {sampling['sampled']:,} "
+                     f"of the {sampling['later']:,} after them by a uniform sample (memory "
+                     "stays bounded); the unprofiled-step figures, machine laps and overhead "
+                     "estimate use those records")
     if window.get("budget_error"):
         notes.append(f"the recording budget could not stop the profiler cleanly: "
                      f"{window['budget_error']}")
