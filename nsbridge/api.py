@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
-from .errors import DeepError, DiffInputError, RunDirError, ScriptError, TraceNotFoundError
+from .errors import (DeepError, DiffInputError, DiffRefusedError, RunDirError, ScriptError,
+                     TraceNotFoundError)
 from .model.analysis import TraceAnalysis, check_window
 from .model.deep_plan import check_ops, choose, describe, plan as make_plan
 from .collect.ncu import find_ncu
@@ -21,13 +22,14 @@ from .passes.ncu_pass import capture_deep, ncu_from_files, require_gpu
 from .passes.nsys_pass import capture_timeline, timeline_from_exports
 from .passes.rank_passes import check_one_node, is_ranked
 from .passes.ranks_pass import launcher_argv, read_summaries
-from .passes.torch_pass import analyze_traces, profile_script
+from .passes.torch_pass import analyze_traces, check_module, profile_script
 from .profiles import Profile, load_profile
 from .ranked import analyze_ranks, on_ranks, tool_passes_on_ranks, triage_ranks
 from .report import frames
+from .report.escape import terminal
 from .result import RunResult, result_of, write_ops_csv
 from .distributed.ranks import detect as detect_rank
-from .rundir import DEFAULT_BASE
+from .rundir import DEFAULT_BASE, read_run
 from .run import Run
 
 __all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "load", "doctor"]
@@ -42,10 +44,12 @@ ProfileArg = Union[str, Profile]
 
 def load(run_dir: Union[str, Path]) -> RunResult:
     """Read a run directory back: the report, its frames (ops with nsys_*/ncu_* columns,
-    kernels, steps, sync points, gaps, timeline and ncu tables) and the manifest.
+    kernels, steps, sync points, gaps, timeline and ncu tables) and the manifest. A failed
+    run loads (its ``status`` and ``report["error"]`` say what happened).
 
     Raises:
-        RunDirError: not a directory nsbridge wrote.
+        RunDirError: not a directory nsbridge wrote, incomplete, or still running (or cut
+            off while running).
     """
     run = Run.open(Path(run_dir))
     passes = run.manifest.get("passes") or [{}]
@@ -122,7 +126,7 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
                                       environ=environ, runs=runs, window=window)
     run.add(output)
     if analysis is not None:
-        write_ops_csv(run.dir, analysis.ops)
+        write_ops_csv(run, analysis.ops)
     result = result_of(run, analysis, output.exit_code)
     if output.exit_code != 0:
         return result
@@ -243,11 +247,15 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
     Raises:
         ValueError: an unknown ``window``.
         TraceNotFoundError, TraceFormatError, EmptyTraceError, NsysExportError,
-        NcuFormatError: a path is not usable. RunDirError, ProfileError.
+        NcuFormatError: a path is not usable. RunDirError (also: a run directory given
+        that is incomplete or still running), ProfileError.
     """
     check_window(window)
     prof = _profile(profile)
     paths = list(paths)
+    for folder in (Path(p) for p in paths):
+        if (folder / "manifest.json").is_file():
+            read_run(folder)   # a run directory: refused while incomplete or running
     ranked = [Path(p) for p in paths if Path(p).is_dir() and read_summaries(Path(p))]
     if ranked:
         return analyze_ranks(ranked[0], prof, out)
@@ -265,7 +273,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
                      command="analyze", target=target, args=[], profile=prof, cwd=Path.cwd())
     if first is not None:
         run.add(first)
-        write_ops_csv(run.dir, analysis.ops)
+        write_ops_csv(run, analysis.ops)
     result_timeline = None
     try:
         if nsys_files:
@@ -294,43 +302,60 @@ def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 1
     ``exit_code`` (0, 1, 4), ``reasons`` and ``advice`` when inconclusive, ``regressions``
     (op or step time, source, change beyond the drift with its 95% interval, ms added per
     step), the step-time and per-op comparison, the noise figures and both machines.
-    ``ops`` gates only those ops; ``allow`` accepts differences of kind target, args, torch,
-    gpu, threads or cores that would otherwise make the comparison inconclusive.
+    ``ops`` gates only those ops; ``allow`` accepts differences of kind target (runs of
+    different scripts, refused otherwise), args, torch, gpu, threads or cores (which would
+    otherwise make the comparison inconclusive).
 
     Raises:
-        DiffInputError: a path is neither a run directory nor an nsbridge report.json.
+        DiffInputError: a path is neither a run directory nor a JSON file, or an ``ops`` or
+            ``allow`` entry is unknown.
+        DiffRefusedError: a run diff cannot compare (model.comparability.refusal): failed,
+            still running, empty, of another schema version or shape, or of another script.
     """
-    from .model.comparability import ALLOWABLE
+    from .model.comparability import ALLOWABLE, SIDES, refusal
     from .model.diff import compare
+    from .report.build import SCHEMA_VERSION
 
     unknown_kinds = [k for k in allow if k not in ALLOWABLE]
     if unknown_kinds:
-        raise DiffInputError(f"--allow {', '.join(unknown_kinds)}: the differences that can be "
-                             f"accepted are {', '.join(ALLOWABLE)}.")
-    reports = [_read_report(Path(p)) for p in (base, new)]
-    known = {op["name"] for report in reports for op in report.get("ops", [])}
+        raise DiffInputError(terminal(f"--allow {', '.join(unknown_kinds)}: the differences "
+                                      f"that can be accepted are {', '.join(ALLOWABLE)}."))
+    labels = (str(base), str(new))
+    reports = [_read_report(Path(p), side) for p, side in zip(labels, SIDES)]
+    why = refusal(*reports, labels=labels, schema_version=SCHEMA_VERSION, allow=allow)
+    if why:
+        raise DiffRefusedError(terminal(why))
+    known = {op["name"] for report in reports for op in report["ops"]}
     unknown = [op for op in ops if op not in known]
     if unknown:
-        raise DiffInputError(f"--op {', '.join(unknown)}: neither run has such an op, so the "
-                             "gate would check nothing. Use names as the reports' op tables "
-                             "spell them.")
+        raise DiffInputError(terminal(f"--op {', '.join(unknown)}: neither run has such an op, "
+                                      "so the gate would check nothing. Use names as the "
+                                      "reports' op tables spell them."))
     result = compare(*reports, fail_above=fail_above, ops=ops, min_step_share=min_step_share,
                      allow=allow)
-    result["a_label"], result["b_label"] = str(base), str(new)
+    result["a_label"], result["b_label"] = labels
     return result
 
 
-def _read_report(path: Path) -> dict[str, Any]:
+def _read_report(path: Path, side: str) -> Any:
+    """The parsed report.json of run directory ``path``, or of the file ``path``.
+
+    Raises:
+        DiffRefusedError: a run directory (it has manifest.json) without a readable
+            report.json.
+        DiffInputError: anything else that is not readable JSON.
+    """
+    from .model.comparability import no_report
+
     file = path / "report.json" if path.is_dir() else path
     try:
-        report = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise DiffInputError(f"{path} is neither an nsbridge run directory nor its report.json "
-                             "(no readable report.json). Pass two run directories or two "
-                             "report.json files.") from None
-    if not isinstance(report, dict) or not isinstance(report.get("ops"), list):
-        raise DiffInputError(f"{file} is JSON but not an nsbridge report (no ops list).")
-    return report
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        if (file.parent / "manifest.json").is_file():
+            raise DiffRefusedError(terminal(no_report(side, str(path)))) from None
+        raise DiffInputError(terminal(f"{path} is neither an nsbridge run directory nor its "
+                                      "report.json (no readable report.json). Pass two run "
+                                      "directories or two report.json files.")) from None
 
 
 def doctor() -> list[Any]:
@@ -403,7 +428,9 @@ def _input_files(paths: list[Path]) -> list[Path]:
 
 
 def _check_script(target: str, module: bool, workdir: Path) -> None:
+    """Fail before anything starts when the script or module cannot be found (ScriptError)."""
     if module:
+        check_module(target, workdir)
         return
     script = (workdir / target) if not Path(target).is_absolute() else Path(target)
     if not script.is_file():

@@ -2,8 +2,8 @@
 
 Exit codes: 0 ok; the script's own non-zero status when it fails; 1 an nsbridge error
 (bad input, with a one-paragraph message); 2 a usage error; 3 an unexpected crash;
-124 --timeout; 130 Ctrl-C. `diff`: 0 no regression, 1 regression, 4 inconclusive, 2 bad
-input.
+124 --timeout; 130 Ctrl-C. `diff`: 0 no regression, 1 regression or refused (runs it cannot
+compare), 4 inconclusive, 2 bad input.
 """
 
 from __future__ import annotations
@@ -249,8 +249,11 @@ def analyze(profile: str, deep_profile: str, out: Optional[str], top: int, windo
 
 
 DIFF_EPILOG = """\b
-Exit codes: 0 no regression; 1 a regression (named, with its source); 4 inconclusive: the
-data cannot decide (why, and what to do, are printed); 2 bad input; 3 a bug in nsbridge.
+Exit codes: 0 no regression; 1 a regression (named, with its source), or refused: a run
+that failed, is still running, measured nothing, is of another report version or shape, or
+the runs profiled different scripts (the reason is printed; no --inconclusive choice makes
+this 0); 4 inconclusive: the data cannot decide (why, and what to do, are printed); 2 bad
+input; 3 a bug in nsbridge.
 \b
 Examples:
   nsbridge diff runs/main runs/pr
@@ -258,6 +261,7 @@ Examples:
   nsbridge diff runs/main runs/pr --op aten::mm --op aten::addmm
   nsbridge diff runs/main runs/pr --inconclusive fail          (CI: cannot tell = fail)
   nsbridge diff runs/main runs/pr --allow args,threads         (accept intended differences)
+  nsbridge diff runs/old-script runs/new-script --allow-different-target
 """
 
 
@@ -274,26 +278,33 @@ Examples:
 @click.option("--op", "ops", multiple=True, metavar="OP", help="Gate only these ops.")
 @click.option("--allow", "allow", metavar="KIND[,KIND]",
               help="Accept these differences between the runs instead of calling the "
-                   "comparison inconclusive: target, args, torch, gpu, threads, cores.")
+                   "comparison inconclusive: args, torch, gpu, threads, cores (and target: "
+                   "see --allow-different-target).")
+@click.option("--allow-different-target", is_flag=True,
+              help="Compare runs of different scripts instead of refusing (the same as "
+                   "--allow target).")
 @click.option("--inconclusive", "when_inconclusive", default="exit", show_default=True,
               type=click.Choice(["exit", "pass", "fail"]),
               help="What an inconclusive comparison exits with: its own code 4 (exit), 0 "
-                   "(pass) or 1 (fail).")
+                   "(pass) or 1 (fail). A refusal always exits 1.")
 @click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]), default="text",
               show_default=True)
 def diff_command(base: str, new: str, fail_above: float, min_step_share: float,
-                 ops: tuple[str, ...], allow: Optional[str], when_inconclusive: str,
-                 fmt: str) -> None:
+                 ops: tuple[str, ...], allow: Optional[str], allow_different_target: bool,
+                 when_inconclusive: str, fmt: str) -> None:
     """Compare run NEW against run BASE (directories or report.json files): per-op changes
-    beyond the run-wide drift, judged with 95% intervals; exit 1 on a regression, 4 when
-    the data cannot decide."""
+    beyond the run-wide drift, judged with 95% intervals; exit 1 on a regression or when the
+    runs cannot be compared, 4 when the data cannot decide."""
     from .api import diff as run_diff
     from .report.diff_render import render_diff
 
+    kinds = [k.strip() for k in (allow or "").split(",") if k.strip()]
+    if allow_different_target:
+        kinds.append("target")
+
     def body() -> None:
         result = run_diff(base, new, fail_above=fail_above, ops=ops,
-                          min_step_share=min_step_share / 100.0,
-                          allow=[k.strip() for k in (allow or "").split(",") if k.strip()])
+                          min_step_share=min_step_share / 100.0, allow=kinds)
         click.echo(render_diff(result, fmt))
         code = result["exit_code"]
         if result["outcome"] == "inconclusive" and when_inconclusive != "exit":

@@ -19,6 +19,10 @@ Library code raises these; only the CLI turns them into exit codes. The tree:
                                 matched no kernel)
   - DiffInputError              `diff` was given something that is not a run (exit 2, so a
                                 gate never mistakes bad input for a regression's exit 1)
+  - DiffRefusedError            `diff` will not compare these runs: one failed, is still
+                                running, measured nothing, is of another schema version or
+                                shape, or they profiled different scripts (exit 1, which no
+                                --inconclusive mapping turns into a pass)
 """
 
 from __future__ import annotations
@@ -82,3 +86,9 @@ class DiffInputError(NsbridgeError):
     """`nsbridge diff` cannot read what it was given as a run."""
 
     exit_code = 2
+
+
+class DiffRefusedError(NsbridgeError):
+    """`nsbridge diff` was given runs it cannot compare; the text says which and why."""
+
+    exit_code = 1

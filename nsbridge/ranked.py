@@ -61,7 +61,7 @@ def triage_ranks(target: str, args: list[str], *, module: bool, profile: Profile
         output, analysis = reduce(run.dir, summaries, profile, " ".join([target, *args]))
     run.add(output)
     if analysis is not None:
-        write_ops_csv(run.dir, analysis.ops)
+        write_ops_csv(run, analysis.ops)
     return result_of(run, analysis, output.exit_code or code)
 
 
@@ -140,5 +140,5 @@ def analyze_ranks(source: Path, prof: Profile, out: Optional[Union[str, Path]]) 
                      cwd=Path.cwd())
     run.add(output)
     if analysis is not None:
-        write_ops_csv(run.dir, analysis.ops)
+        write_ops_csv(run, analysis.ops)
     return result_of(run, analysis, 0)

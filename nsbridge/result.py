@@ -87,15 +87,20 @@ def result_of(run: Run, analysis: Optional[TraceAnalysis], exit_code: int) -> Ru
                      exit_code=exit_code)
 
 
-def write_ops_csv(run_dir: Path, ops: pd.DataFrame) -> None:
-    """ops.csv: the op table, list columns as JSON or '; '-joined text."""
+def write_ops_csv(run: Run, ops: pd.DataFrame) -> None:
+    """ops.csv: the op table, list columns as JSON or '; '-joined text (written whole or
+    not at all).
+
+    Raises:
+        RunDirError: the file cannot be written (the run is then marked failed).
+    """
     csv = ops.copy()
     csv["shapes"] = csv["shapes"].map(lambda v: "; ".join(v))
     for col in ("kernels", "copies"):
         csv[col] = csv[col].map(lambda ks: json.dumps([k["name"] for k in ks]))
     csv["per_step_us"] = csv["per_step_us"].map(json.dumps)
     csv["shape_work"] = csv["shape_work"].map(json.dumps)
-    csv.to_csv(run_dir / "ops.csv", index=False)
+    run.write_with("ops.csv", lambda tmp: csv.to_csv(tmp, index=False))
 
 
 def follower_result(run_dir: Path, rank: Any, code: int, command: str,

@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import __version__
 from . import schema as S
@@ -29,7 +29,7 @@ from .report.build import SCHEMA_VERSION, clean
 from .report.html import html_page
 from .report.merged_trace import merge_trace
 from .report.render import markdown
-from .rundir import new_run_dir, write_json
+from .rundir import atomic_path, new_run_dir, read_run, write_atomic, write_json
 
 PASS_KEYS = ("nsys", "ncu")      # per-op sub-dicts in ops[], one per non-torch pass
 MERGED_TRACE = "merged.json.gz"
@@ -74,7 +74,8 @@ class Run:
                     "target": target, "module": module, "args": args, "cwd": str(cwd),
                     "profile": profile.to_dict(), "host": socket.gethostname(),
                     "platform": platform.platform(), "python": platform.python_version(),
-                    "started_at": _now(), "status": "running", "passes": []}
+                    "started_at": _now(), "status": "running", "pid": os.getpid(),
+                    "passes": []}
         report = empty_report(command, " ".join([target, *args]))
         run = cls(path, manifest, report)
         run.write()
@@ -82,19 +83,14 @@ class Run:
 
     @classmethod
     def open(cls, path: Path) -> "Run":
-        """An earlier run, to add a pass to.
+        """An earlier run, to read or add a pass to.
 
         Raises:
-            RunDirError: not a directory nsbridge wrote.
+            RunDirError: not a directory nsbridge wrote, incomplete, or still running (or
+                cut off while running): see rundir.read_run.
         """
         path = Path(path)
-        try:
-            manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
-            report = json.loads((path / "report.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            raise RunDirError(f"--run {path} is not an nsbridge run directory (no readable "
-                              "manifest.json and report.json). Pass a directory that an "
-                              "nsbridge command wrote, or leave --run off.") from None
+        manifest, report = read_run(path)
         return cls(path, manifest, report)
 
     def add(self, output: PassOutput) -> None:
@@ -144,24 +140,64 @@ class Run:
         """merged.json.gz: the torch trace with every pass's findings on it."""
         with trace.open("rb") as raw:
             gzipped = raw.read(2) == b"\x1f\x8b"
-        with (gzip.open(trace, "rt", encoding="utf-8") if gzipped
-              else trace.open(encoding="utf-8")) as fh:
-            data = json.load(fh)
-        tmp = self.dir / (MERGED_TRACE + ".tmp")
-        with gzip.open(tmp, "wt", encoding="utf-8") as fh:
-            json.dump(merge_trace(data, self.report), fh)
-        os.replace(tmp, self.dir / MERGED_TRACE)
+        with (gzip.open(trace, "rb") if gzipped else trace.open("rb")) as fh:
+            # as the reader takes it: a BOM allowed, a byte that is not UTF-8 replaced
+            data = json.loads(fh.read().decode("utf-8-sig", errors="replace"))
+        merged = merge_trace(data, self.report)
+        del data
+
+        def write(tmp: Path) -> None:
+            with gzip.open(tmp, "wt", encoding="utf-8", errors="backslashreplace") as fh:
+                json.dump(merged, fh)
+        self.write_with(MERGED_TRACE, write)
+
+    def write_with(self, name: str, write: Callable[[Path], None]) -> None:
+        """Write the run's file ``name`` whole or not at all: ``write`` gets a temporary
+        path to fill (see rundir.atomic_path); a failure marks the run failed (_guarded).
+
+        Raises:
+            RunDirError: the write failed.
+        """
+        def whole() -> None:
+            with atomic_path(self.dir / name) as tmp:
+                write(tmp)
+        self._guarded(whole)
 
     def write(self) -> None:
-        """manifest.json, report.json, report.md, report.html."""
+        """manifest.json, report.json, report.md, report.html: each whole or not at all."""
         self.report = clean(self.report)
-        write_json(self.dir / "manifest.json", self.manifest)
-        write_json(self.dir / "report.json", self.report)
         table = self.dir / str((self.report.get("files") or {}).get("key_averages") or "-")
-        (self.dir / "report.md").write_text(
-            markdown(self.report, key_averages=table.read_text(encoding="utf-8")
-                     if table.is_file() else None), encoding="utf-8")
-        (self.dir / "report.html").write_text(html_page(self.report), encoding="utf-8")
+
+        def files() -> None:
+            write_json(self.dir / "manifest.json", self.manifest)
+            write_json(self.dir / "report.json", self.report)
+            write_atomic(self.dir / "report.md", markdown(
+                self.report, key_averages=table.read_text(encoding="utf-8", errors="replace")
+                if table.is_file() else None))
+            write_atomic(self.dir / "report.html", html_page(self.report))
+        self._guarded(files)
+
+    def _guarded(self, write: Callable[[], None]) -> None:
+        """Run ``write``; when it fails (a full disk, an I/O error), mark the run failed
+        with that error in report.json and manifest.json where they can still be written,
+        and raise.
+
+        Raises:
+            RunDirError: the write failed; its message names the file and the reason.
+        """
+        try:
+            write()
+        except RunDirError as exc:
+            error = {"type": "WriteError", "message": str(exc)}
+            for record in (self.report, self.manifest):
+                record["status"] = "failed"
+            self.report["error"] = error
+            for name, record in (("report.json", self.report), ("manifest.json", self.manifest)):
+                try:
+                    write_json(self.dir / name, record)
+                except RunDirError:
+                    pass    # nowhere left to write: the message below still says why
+            raise
 
     @property
     def op_names(self) -> list[str]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional, Union
 
 from .errors import RunDirError
 
@@ -55,6 +58,56 @@ def new_run_dir(out: Optional[Path], label: str, base: Path = DEFAULT_BASE,
     return path
 
 
+def read_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(manifest, report) of a finished run directory (its status may be failed).
+
+    Raises:
+        RunDirError: not a run directory; incomplete (a report.json missing, cut off or of
+            another shape); or still running, or cut off while running (its status is
+            ``running`` and the nsbridge process that wrote it is gone).
+    """
+    path = Path(path)
+    manifest = _read_object(path / "manifest.json")
+    if manifest is None:
+        raise RunDirError(f"{path} is not an nsbridge run directory (no readable manifest.json "
+                          "and report.json). Pass a directory that an nsbridge command wrote.")
+    report = _read_object(path / "report.json")
+    if report is None or not isinstance(report.get("status"), str):
+        raise RunDirError(
+            f"{path} is an incomplete run directory: its report.json is missing, cut off or "
+            "not a report. The nsbridge that wrote it was killed or ran out of disk before it "
+            "finished; its other files are kept. Run the command again.")
+    if report["status"] == "running":
+        pid, host = manifest.get("pid"), manifest.get("host")
+        if isinstance(pid, int) and host == socket.gethostname() and _alive(pid):
+            raise RunDirError(f"{path} is still being written (nsbridge process {pid} is "
+                              "running). Wait for it to finish, then read it.")
+        raise RunDirError(
+            f"{path} was cut off while running: the nsbridge process that wrote it is gone "
+            "(killed, or stopped by a full disk) and its report was never finished. What it "
+            "recorded is partial; a trace file in it can still be read with `nsbridge analyze "
+            f"{path}/<trace file>`, or run the command again.")
+    return manifest, report
+
+
+def _read_object(path: Path) -> Optional[dict[str, Any]]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def free_stem(run_dir: Path, stem: str, suffixes: tuple[str, ...]) -> str:
     """``stem``, or ``stem-2``, ``stem-3``... : the first name no file with these suffixes
     uses yet (a pass run twice into one run directory keeps both outputs)."""
@@ -66,10 +119,52 @@ def free_stem(run_dir: Path, stem: str, suffixes: tuple[str, ...]) -> str:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (a crash never leaves half a file)."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    """Write JSON atomically (see write_atomic)."""
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def write_atomic(path: Path, data: Union[str, bytes]) -> None:
+    """Write a whole file or nothing: text (UTF-8) or bytes (see atomic_path).
+
+    Raises:
+        RunDirError: the write failed (a full disk, an I/O error); no temp file is left.
+    """
+    with atomic_path(path) as tmp:
+        if isinstance(data, str):
+            tmp.write_text(data, encoding="utf-8", errors="backslashreplace")
+        else:
+            tmp.write_bytes(data)
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write to; renamed onto ``path`` when the block
+    ends, so readers see the whole file or none. Created with the user's umask (like any
+    file they write), removed when anything fails.
+
+    Raises:
+        RunDirError: an OSError while writing or renaming (the disk is full, ...).
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise RunDirError(write_failure(path, exc)) from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_failure(path: Path, exc: OSError) -> str:
+    """One paragraph for a failed write: what, why, what to do."""
+    why = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        advice = ("The disk (or your quota) is full: free space there or choose another "
+                  "directory with --out.")
+    else:
+        advice = "Check the disk and the permissions there, or choose another directory with --out."
+    return f"Cannot write {path}: {why}. {advice} Files written before this one are kept whole."
 
 
 def _safe(label: str) -> str:

@@ -26,7 +26,8 @@ def _report(times: dict[str, list[float]], steps: list[float], syncs: tuple = ()
             "per_step_us": v} for name, v in times.items()]
     per_step = [{"step": i, "wall_ms": w, **({"run": runs[i]} if runs else {})}
                 for i, w in enumerate(steps)]
-    return {"status": status, "target": target, "ranked_by": "cpu_self_us", "ops": ops,
+    return {"schema_version": 1, "status": status, "target": target,
+            "ranked_by": "cpu_self_us", "ops": ops,
             "verdict": {"label": "cpu-bound"}, "environment": {"torch": "2.13.0", "gpus": []},
             "machine": {"cores": {"usable": 2}, "threads": {"intra_op": threads},
                         "contention": {"contended": contended}},
@@ -268,7 +269,7 @@ def test_diff_of_something_that_is_not_a_run(tmp_path: Path) -> None:
     (tmp_path / "other.json").write_text(json.dumps({"ops": "not a list"}))
     proc = run_nsbridge("diff", str(tmp_path / "other.json"), str(tmp_path / "other.json"),
                         cwd=tmp_path)
-    assert proc.returncode == 2 and "not an nsbridge report" in proc.stderr
+    assert proc.returncode == 1 and "diff refused" in proc.stderr   # another shape
 
 
 @pytest.mark.slow

@@ -150,3 +150,21 @@ def test_garbage_after_a_valid_head_fails_in_bounded_memory(
         read_trace(bad, streaming=True)
     assert max(seen) <= _stream.MAX_PENDING + _stream.BLOCK     # never the whole file
     assert len(seen) < 10                                       # stopped long before its end
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("where", [0.5, 0.97, 1.0])
+def test_a_corrupt_byte_anywhere_is_named_by_its_offset(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: float, workers: int) -> None:
+    """Also in the last MAX_PENDING bytes (the tail of the array) and in a parallel
+    worker's range: the offset is the file's, never a batch's."""
+    data = bytearray(_many_blocks(tmp_path, monkeypatch))
+    end = data.index(b'], "schemaVersion"')              # the end of the events array
+    at = data.rindex(b'{"', 0, int(end * where))          # an event's opening brace
+    data[at] = ord("#")
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(bytes(data))
+    monkeypatch.setattr(_stream, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(_stream.os, "cpu_count", lambda: workers)
+    with pytest.raises(TraceFormatError, match=f"corrupt at byte {at:,} "):
+        read_trace(bad, streaming=True)

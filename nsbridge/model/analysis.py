@@ -133,7 +133,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
         loader_kind = ("multi-process" if any("MultiProcessing" in n for n in loaders)
                        else "single-process")
     top_kernel = None
-    if len(kernels):
+    if len(kernels) and in_window["dur"].sum() > 0:
         by_name = kernels.groupby("name")["dur"].sum().sort_values(ascending=False)
         top_kernel = {"name": str(by_name.index[0]),
                       "share": float(by_name.iloc[0] / in_window["dur"].sum())}

@@ -79,6 +79,7 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     device = gpu[S.DEVICE].to_numpy(np.float64)
     pid_as_device = pd.to_numeric(gpu[S.PID], errors="coerce").to_numpy(np.float64)
     device = np.where(np.isnan(device), pid_as_device, device)
+    device = np.where(np.isfinite(device), device, 0.0)   # no device and no numeric pid
     return pd.DataFrame({
         "cat": gpu[S.CAT].astype(str).to_numpy(), "name": gpu[S.NAME].to_numpy(),
         "device": device, "stream": gpu[S.TID].to_numpy(), "ts": gpu[S.TS].to_numpy(),

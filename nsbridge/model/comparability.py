@@ -1,37 +1,87 @@
 """Can two runs be compared at all? Checked before any number is.
 
-Each check yields a problem with a ``kind``. Two kinds can never be waved through: a run
-that did not finish cleanly (failed, stopped, still running or cut off, no steps or no
-ops, a window without steps: totals over windows that need not hold the same work) and
-one measured on the device while the other was not. The others (a different
-script, arguments, torch version, device model, torch thread count or usable cores) are
-real differences a user may want to compare across: ``allow`` names the kinds to accept.
-Contended runs are not a problem here: the comparison widens its noise for them and says
-so (model.diff).
+Two levels. ``refusal`` names what diff will not compare at all, whatever the flags (api.diff
+raises it as DiffRefusedError, exit 1): a report of another schema version or shape (every
+field diff reads is checked, with its type, before any is used); a run that did not finish
+cleanly (any status but ``ok``: failed, timeout, interrupted, terminated, no-trace, or still
+``running`` / cut off); one with nothing measured (no ops, no op time, no steps); a window
+without steps (totals over windows that need not hold the same work); one measured on the
+device while the other was not; and runs of different targets (scripts), unless ``allow``
+has ``target``.
+
+``problems`` names the differences that make an answer inconclusive: arguments, torch
+version, device model, torch thread count or usable cores, real differences a user may
+want to compare across (``allow`` names the kinds to accept). For reports that did not go
+through ``refusal`` it also repeats its run and target checks, so that ``model.diff.compare``
+never calls such runs fine. Contended runs are not a problem here: the comparison widens
+its noise for them and says so (model.diff).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import shlex
-from typing import Any, Iterable, Optional
+from pathlib import PurePath
+from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 ALLOWABLE = ("target", "args", "torch", "gpu", "threads", "cores")
+SIDES = ("base", "new")
+
+
+class _Problem(NamedTuple):
+    """What is wrong with one run, and what to do about it (``{side}``, ``{account}``:
+    the side's name and where its own account is)."""
+
+    text: str
+    fix: str
+
+
+def refusal(a: Any, b: Any, *, labels: tuple[str, str], schema_version: int,
+            allow: Iterable[str] = ()) -> Optional[str]:
+    """One paragraph on why base ``a`` and new ``b`` cannot be compared (``labels``: where
+    each was read from), or None when they can; ``schema_version`` is the one nsbridge
+    writes."""
+    found = [(side, label, p) for side, label, report in zip(SIDES, labels, (a, b))
+             if (p := _unusable(report, schema_version))]
+    if found:
+        return refused([(f"the {side} run ({label})", p.text) for side, label, p in found],
+                       [_fix(p.fix, side, label) for side, label, p in found])
+    pair = _timed_apart(a, b) or (None if "target" in set(allow) else _other_target(a, b))
+    if pair is None:
+        return None
+    return refused([(f"the base run ({labels[0]}) and the new run ({labels[1]})", pair.text)],
+                   [pair.fix])
+
+
+def refused(what: list[tuple[str, str]], fixes: list[str]) -> str:
+    """The refusal paragraph: each (run, what is wrong with it), then what to do."""
+    wrong = "; and ".join(f"{who} {text}" for who, text in what)
+    return f"diff refused, nothing was compared: {wrong}. " + " ".join(fixes)
+
+
+def no_report(side: str, label: str) -> str:
+    """The refusal of a run directory without a readable report.json."""
+    return refused([(f"the {side} run ({label})", "has no readable report.json: the run is "
+                     "still being written, or was cut off before it wrote one")],
+                   [f"Wait for it to finish, or rerun the {side} side."])
 
 
 def problems(a: dict[str, Any], b: dict[str, Any],
              allow: Iterable[str] = ()) -> list[dict[str, str]]:
     """[{kind, text}] of what makes A and B not comparable (``allow``ed kinds left out)."""
-    found = [*_finished(a, "base run A"), *_finished(b, "new run B")]
+    found = [{"kind": "status", "text": f"{which} {p.text}"}
+             for which, report in (("base run A", a), ("new run B", b))
+             if (p := _unfinished(report))]
     if found:
         return found
     allowed = set(allow)
-    if (a.get("ranked_by") == "device_self_us") != (b.get("ranked_by") == "device_self_us"):
-        found.append({"kind": "device", "text": "one run measured GPU time and the other did "
-                      "not: their op times are different quantities"})
-    script_a, args_a = _split(a.get("target"))
-    script_b, args_b = _split(b.get("target"))
-    checks = [("target", script_a, script_b, "they ran different scripts"),
-              ("args", args_a, args_b, "the script ran with different arguments"),
+    for kind, pair in (("device", _timed_apart(a, b)), ("target", _other_target(a, b))):
+        if pair is not None and kind not in allowed:
+            found.append({"kind": kind, "text": f"the runs {pair.text}"})
+    _, args_a = _split(a.get("target"))
+    _, args_b = _split(b.get("target"))
+    checks = [("args", args_a, args_b, "the script ran with different arguments"),
               ("torch", _env(a, "torch"), _env(b, "torch"), "different torch versions"),
               ("gpu", _env(a, "gpus"), _env(b, "gpus"), "different GPUs"),
               ("threads", _threads(a), _threads(b), "torch used different intra-op thread "
@@ -43,27 +93,210 @@ def problems(a: dict[str, Any], b: dict[str, Any],
     return found
 
 
-def _finished(report: dict[str, Any], which: str) -> list[dict[str, str]]:
+def _unusable(report: Any, schema_version: int) -> Optional[_Problem]:
+    """Why one run cannot be compared with any other, or None."""
+    again = "Make the {side} run again with this nsbridge."
+    if not isinstance(report, dict):
+        return _Problem(f"has a report.json of another shape: it is {_describe(report)}, "
+                        "not an object", again)
+    version = report.get("schema_version")
+    if version != schema_version or isinstance(version, bool):
+        had = ("no schema_version" if version is None
+               else f"schema_version {_describe(version)}")
+        return _Problem(f"has a report.json with {had}; this nsbridge reads schema_version "
+                        f"{schema_version}", "Make both runs with the same nsbridge version.")
+    bad = _misshapen(report, _STATUS)
+    if not bad:
+        stopped = _stopped(report)
+        if stopped:
+            return stopped             # a run that stopped early need not have the rest
+        bad = _misshapen(report, _REPORT) or _mismatched(report)
+    if bad:
+        return _Problem(f"has a report.json of another shape: {bad}", again)
+    return _empty(report)
+
+
+def _unfinished(report: dict[str, Any]) -> Optional[_Problem]:
+    """Why a run's numbers are not a measurement of its script, or None."""
+    return _stopped(report) or _empty(report)
+
+
+def _stopped(report: dict[str, Any]) -> Optional[_Problem]:
+    """Why a run did not finish cleanly (any status but ok), or None."""
     status = report.get("status")
     if status == "running":
-        return [{"kind": "status", "text": f"{which} is still running or was cut off before "
-                 "it finished (status 'running')"}]
+        return _Problem("is still running, or was cut off before it finished (status "
+                        "'running')", "Wait for it to finish, or rerun the {side} side.")
     if status != "ok":
         err = report.get("error") or {}
         detail = f": {err.get('type')}: {err.get('message')}" if err.get("type") else ""
-        return [{"kind": "status", "text": f"{which} did not finish cleanly (status "
-                 f"'{status}'{detail})"}]
+        return _Problem(f"did not finish cleanly (status '{status}'{detail})",
+                        "Rerun the {side} side; its own error is in {account}.")
+    return None
+
+
+def _empty(report: dict[str, Any]) -> Optional[_Problem]:
+    """Why a finished run has nothing to compare, or None."""
+    key = report.get("ranked_by")
     if not report.get("ops"):
-        return [{"kind": "status", "text": f"{which} has no ops to compare"}]
+        return _Problem("has no ops to compare: nothing was measured",
+                        "Rerun the {side} side; {account} says what it recorded.")
+    if key is None:
+        return _Problem("has no torch.profiler op times (ranked_by is null: a run of the "
+                        "timeline or deep pass alone)", "Compare runs of nsbridge triage, or "
+                        "of nsbridge analyze on torch.profiler traces.")
+    if not any(op.get(key) for op in report["ops"]):
+        return _Problem(f"measured no time in any op (every {key} is 0 or null)",
+                        "Rerun the {side} side; {account} says what it recorded.")
     if not (report.get("steps") or {}).get("count"):
-        return [{"kind": "status", "text": f"{which} has no measured steps"}]
+        return _Problem("has no measured steps", "Rerun the {side} side with steps to "
+                        "measure (a profile with schedule.active: 10).")
     window = report.get("window") or {}
     if window.get("kind") == "trace":
-        return [{"kind": "status", "text": f"{which} has no training steps: its figures are "
-                 f"totals over a {window.get('seconds', 0):.2f} s window, and two windows do "
-                 "not hold the same work (mark steps with nsbridge.step(), or compare "
-                 "--window steps reports)"}]
-    return []
+        return _Problem(f"has no training steps: its figures are totals over a "
+                        f"{window.get('seconds') or 0:.2f} s window, and two windows do not hold "
+                        "the same work", "Mark steps with nsbridge.step(), or compare "
+                        "--window steps reports.")
+    return None
+
+
+def _timed_apart(a: dict[str, Any], b: dict[str, Any]) -> Optional[_Problem]:
+    """Why two runs' op times are different quantities, or None."""
+    if (a.get("ranked_by") == "device_self_us") == (b.get("ranked_by") == "device_self_us"):
+        return None
+    return _Problem("were timed differently: one measured GPU time and the other did not, so "
+                    "their op times are different quantities", "Compare two runs made on the "
+                    "same kind of machine (both with a GPU, or both without).")
+
+
+def _other_target(a: dict[str, Any], b: dict[str, Any]) -> Optional[_Problem]:
+    """Why two runs profiled different scripts, or None."""
+    script_a, script_b = (_split(r.get("target"))[0] for r in (a, b))
+    if script_a is None or script_b is None or PurePath(script_a) == PurePath(script_b):
+        return None
+    return _Problem(f"profiled different targets ({script_a} vs {script_b})",
+                    "If you mean to compare different scripts, pass --allow-different-target.")
+
+
+def _fix(text: str, side: str, label: str) -> str:
+    path = PurePath(label)
+    account = path.with_name("report.md") if path.suffix == ".json" else path / "report.md"
+    return text.format(side=side, account=account)
+
+
+# --- the shape of the fields diff reads -------------------------------------------------
+
+
+class _Misshapen(Exception):
+    """A field diff reads is missing or of the wrong type."""
+
+
+class _Atom(NamedTuple):
+    """A leaf of the shape: what it must be, and the test."""
+
+    what: str
+    test: Callable[[Any], bool]
+
+
+class _Required(NamedTuple):
+    """A field that must be present (not missing, not null)."""
+
+    shape: Any
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)
+
+
+_ANY = _Atom("anything", lambda v: True)
+_TEXT = _Atom("a string", lambda v: isinstance(v, str))
+_NAME = _Atom("a non-empty string", lambda v: isinstance(v, str) and bool(v))
+_FLAG = _Atom("true or false", lambda v: isinstance(v, bool))
+_NUMBER = _Atom("a number of 0 or more", _is_number)
+_POSITIVE = _Atom("a number above 0", lambda v: _is_number(v) and v > 0)
+_RANKING = _Atom('"cpu_self_us" or "device_self_us"',
+                 lambda v: v in ("cpu_self_us", "device_self_us"))
+
+# The fields diff reads (model.diff, report.diff_render) and what each must be: a dict is an
+# object with those keys, a one-item list a list of such items (never null), an atom a leaf;
+# every field may be missing or null unless _Required.
+_OP = {"name": _Required(_NAME), "calls": _NUMBER, "cpu_self_us": _NUMBER,
+       "device_self_us": _NUMBER, "shapes": [_ANY], "per_step_us": [_NUMBER],
+       "shape_work": [{"shape": _Required(_TEXT), "calls": _Required(_NUMBER),
+                       "us": _Required(_NUMBER)}]}
+_STEPS = {"count": _Required(_NUMBER),
+          "per_step": [{"wall_ms": _Required(_POSITIVE), "run": _NUMBER}],
+          "unprofiled_ms": [_POSITIVE], "unprofiled_runs": [_NUMBER]}
+_MACHINE = {"cores": {"usable": _NUMBER, "logical": _NUMBER},
+            "threads": {"intra_op": _NUMBER, "inter_op": _NUMBER},
+            "load": {"before": [_NUMBER], "after": [_NUMBER]}, "steal_share": _NUMBER,
+            "measured_steps": {"wait_ms_per_step": _NUMBER, "wait_share": _NUMBER,
+                               "cpu_per_wall": _NUMBER, "nivcsw_per_step": _NUMBER},
+            "cgroup_throttling": {"throttled": _NUMBER}, "contention": {"contended": _FLAG},
+            "gpu": [{"index": _Required(_ANY), "throttle_reasons": [_TEXT],
+                     "other_processes": [_ANY]}]}
+_STATUS = {"status": _Required(_TEXT), "error": {}}
+_REPORT = {**_STATUS, "target": _Required(_TEXT), "ranked_by": _RANKING,
+           "ops": _Required([_OP]), "steps": _STEPS, "window": {"kind": _TEXT, "seconds": _NUMBER},
+           "verdict": {"label": _TEXT}, "environment": {"torch": _TEXT, "gpus": [_ANY]},
+           "machine": _MACHINE,
+           "sync_points": [{"kind": _Required(_TEXT), "file": _TEXT, "op": _TEXT, "line": _ANY}]}
+
+
+def _misshapen(report: dict[str, Any], shape: dict[str, Any]) -> Optional[str]:
+    """The first field of ``report`` that does not have ``shape``, as 'FIELD is X, not Y';
+    None when all do."""
+    try:
+        _conform(report, shape, "")
+    except _Misshapen as bad:
+        return str(bad)
+    return None
+
+
+def _mismatched(report: dict[str, Any]) -> Optional[str]:
+    """Lists diff pairs up whose lengths differ, as 'FIELD has N entries for M ...'; None
+    when they match."""
+    steps = report.get("steps") or {}
+    runs, walls = steps.get("unprofiled_runs"), steps.get("unprofiled_ms") or []
+    if runs and len(runs) != len(walls):
+        return (f"steps.unprofiled_runs has {len(runs)} entries for {len(walls)} "
+                "steps.unprofiled_ms")
+    return None
+
+
+def _conform(value: Any, shape: Any, field: str) -> None:
+    """Raise _Misshapen naming ``field`` where ``value`` is not of ``shape``."""
+    if isinstance(shape, _Required):
+        if value is None:
+            raise _Misshapen(f"{field} is missing")
+        shape = shape.shape
+    if value is None:
+        return
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            raise _Misshapen(f"{field} is {_describe(value)}, not an object")
+        for key, inner in shape.items():
+            _conform(value.get(key), inner, f"{field}.{key}" if field else key)
+    elif isinstance(shape, list):
+        if not isinstance(value, list):
+            raise _Misshapen(f"{field} is {_describe(value)}, not a list")
+        for i, item in enumerate(value):
+            _conform(item, _Required(shape[0]), f"{field}[{i}]")
+    elif not shape.test(value):
+        raise _Misshapen(f"{field} is {_describe(value)}, not {shape.what}")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# --- the comparable facts ----------------------------------------------------------------
 
 
 def _split(target: Optional[str]) -> tuple[Optional[str], Optional[tuple[str, ...]]]:

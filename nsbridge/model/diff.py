@@ -1,9 +1,13 @@
 """Two runs compared op by op: a gate that says regression, no regression, or that it cannot
 tell.
 
-Comparability comes first (model.comparability): a run that failed, is still running or
-has nothing measured is never compared as if fine, and differences of script, arguments,
-torch, GPU, threads or cores make the answer inconclusive unless allowed.
+Comparability comes first (model.comparability). api.diff refuses, before this module
+sees them, runs it cannot compare at all (failed, still running, nothing measured, another
+schema version or shape, timed on another kind of device, another script unless allowed);
+differences of arguments, torch, GPU, threads or cores make the answer inconclusive unless
+allowed. Called directly, ``compare`` still never calls fine runs that did not finish,
+measured nothing or differ in device or script: they come out inconclusive (it does not
+check a report's shape: that is api.diff's refusal).
 
 The numbers. Each op's time per step (self device time when both runs had a GPU, else
 self CPU time; ``source`` says which) is its mean over the measured steps
@@ -48,8 +52,8 @@ on a contended machine, or when the step's interval reaches down to the drift, i
 inconclusive unless an op regressed too. (Batches of processes made minutes apart on a
 shared VM differed by 39% with nothing changed.)
 
-The outcome: ``inconclusive`` (exit 4) when the runs are not comparable, whatever the
-numbers; else ``regression`` (exit 1) when anything gated regressed; else ``inconclusive``
+The outcome: ``inconclusive`` (exit 4) when the runs differ in a way not allowed, whatever
+the numbers; else ``regression`` (exit 1) when anything gated regressed; else ``inconclusive``
 when something gated is inconclusive, or the noise is
 so wide that a ``fail_above`` change in most of the judged time could not be seen
 (``detectable_pct``, the time-weighted median of the judged ops' interval half-widths,

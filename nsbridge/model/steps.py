@@ -65,6 +65,7 @@ def _step_numbers(suffixes: pd.Series) -> np.ndarray:
     """``ProfilerStep#N`` numbers; a name that is not a number (``ProfilerStep#warmup``)
     gets the next numbers after the largest one, in order."""
     numbers = pd.to_numeric(suffixes, errors="coerce")
+    numbers = numbers.where(numbers.abs() < 2 ** 53)   # beyond: not a step number
     odd = numbers.isna().to_numpy()
     top = int(numbers.max()) if (~odd).any() else -1
     out = numbers.fillna(0).to_numpy(np.int64).copy()

@@ -10,8 +10,9 @@ EVENTS frame (schema.py). The two readers give identical frames; tests hold them
 from __future__ import annotations
 
 import json
+from collections import Counter
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -25,6 +26,17 @@ _ARGS, _CAT, _NAME, _PH, _PID, _TID, _TS = (attrgetter(a) for a in (
     "args", "cat", "name", "ph", "pid", "tid", "ts"))
 _STRING_COLS = (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS, S.INPUT_TYPES)
 _NUMBER_COLS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE)
+# A timestamp or duration at or beyond 2**53 us (about 285 years) is not a time: no float
+# holds it to the microsecond, and ns conversions overflow int64
+TIME_LIMIT_US = float(2 ** 53)
+
+# why events are skipped or repaired (EventColumns.skipped keys; report notes quote them)
+NOT_AN_OBJECT = "entries of traceEvents that are not JSON objects skipped"
+NO_PHASE = "events without a phase (\"ph\") skipped"
+NO_TIMESTAMP = ("events without a usable timestamp (missing, not a number, or out of range) "
+                "skipped")
+NO_DURATION = ("complete events without a usable duration (missing, negative, not a number "
+               "or out of range) counted as 0 µs")
 
 
 class EventColumns:
@@ -35,16 +47,23 @@ class EventColumns:
         self._codes: dict[str, list[np.ndarray]] = {c: [] for c in _STRING_COLS}
         self._numbers: dict[str, list[np.ndarray]] = {c: [] for c in _NUMBER_COLS}
         self._cat_cache: dict[Any, Any] = {}
+        self.skipped: Counter[str] = Counter()   # reason -> events skipped or repaired
 
-    def add_dicts(self, events: Iterable[Any]) -> None:
-        """A batch of decoded JSON events (dicts; anything else is skipped)."""
-        rows = [e for e in events if isinstance(e, dict) and e.get("ph") in ("X", "i")]
+    def add_dicts(self, events: Sequence[Any]) -> None:
+        """A batch of decoded JSON events (dicts; anything else is skipped and counted)."""
+        objects = [e for e in events if isinstance(e, dict)]
+        if len(objects) < len(events):
+            self.skipped[NOT_AN_OBJECT] += len(events) - len(objects)
+        phaseless = sum(1 for e in objects if not isinstance(e.get("ph"), str))
+        if phaseless:
+            self.skipped[NO_PHASE] += phaseless
+        rows = [e for e in objects if e.get("ph") in ("X", "i")]
         args = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in rows]
         self._add(
             cats=[e.get("cat") for e in rows], names=[e.get("name") for e in rows],
             phs=[e["ph"] for e in rows], pids=[e.get("pid") for e in rows],
             tids=[e.get("tid") for e in rows], ts=[e.get("ts") for e in rows],
-            durs=[e.get("dur", 0) if e["ph"] == "X" else 0 for e in rows],
+            durs=[e.get("dur") if e["ph"] == "X" else 0 for e in rows],
             exts=[a.get("external id") if a.get("External id") is None else a["External id"]
                   for a in args],
             corrs=[a.get("correlation") for a in args],
@@ -92,7 +111,10 @@ class EventColumns:
     def _encode(self, values: list, convert: Callable[[Any], Any]) -> np.ndarray:
         """Codes into the file's string table. Hashing runs in pandas (C); ``convert``
         (str, ...) runs once per distinct value of the batch, not once per event."""
-        local, uniques = pd.factorize(np.array(values, dtype=object))
+        try:
+            local, uniques = pd.factorize(np.array(values, dtype=object))
+        except TypeError:   # an object or array where a string belongs: keyed by its text
+            local, uniques = pd.factorize(np.array([_hashable(v) for v in values], dtype=object))
         strings = self._strings
         ids = np.fromiter((strings.setdefault(convert(u), len(strings)) for u in uniques),
                           dtype=np.int32, count=len(uniques))
@@ -110,18 +132,21 @@ class EventColumns:
             self._cat_cache[raw] = cached
         return cached
 
-    def export(self) -> tuple[list, dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """(string table, string-column codes, numeric columns): a part read elsewhere."""
+    def export(self) -> tuple[list, dict[str, np.ndarray], dict[str, np.ndarray], Counter]:
+        """(string table, string-column codes, numeric columns, skipped): a part read
+        elsewhere."""
         table = [None] * len(self._strings)
         for value, code in self._strings.items():
             table[code] = value
         join = lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype)  # noqa: E731
         return (table, {c: join(v, np.int32) for c, v in self._codes.items()},
-                {c: join(v, np.float64) for c, v in self._numbers.items()})
+                {c: join(v, np.float64) for c, v in self._numbers.items()}, self.skipped)
 
-    def merge(self, part: tuple[list, dict[str, np.ndarray], dict[str, np.ndarray]]) -> None:
+    def merge(self, part: tuple[list, dict[str, np.ndarray], dict[str, np.ndarray],
+                                Counter]) -> None:
         """Append an exported part, re-coding its strings into this table."""
-        table, codes, numbers = part
+        table, codes, numbers, skipped = part
+        self.skipped.update(skipped)
         strings = self._strings
         mapping = np.array([strings.setdefault(v, len(strings)) for v in table], dtype=np.int32)
         for col, values in codes.items():
@@ -130,7 +155,8 @@ class EventColumns:
             self._numbers[col].append(values)
 
     def finish(self) -> pd.DataFrame:
-        """The EVENTS frame; rows without a timestamp are dropped."""
+        """The EVENTS frame. Rows without a usable timestamp are dropped, durations that
+        are not usable become 0; both are counted in ``skipped``."""
         table = np.empty(len(self._strings), dtype=object)
         for value, code in self._strings.items():
             table[code] = value
@@ -143,9 +169,17 @@ class EventColumns:
             else:
                 parts = self._numbers[col]
                 columns[col] = np.concatenate(parts) if parts else np.zeros(0)
+        ts, dur = columns[S.TS], columns[S.DUR]
+        usable = np.isfinite(ts) & (np.abs(ts) < TIME_LIMIT_US)
+        bad_dur = usable & ~(np.isfinite(dur) & (dur >= 0) & (dur < TIME_LIMIT_US))
+        if not usable.all():
+            self.skipped[NO_TIMESTAMP] += int((~usable).sum())
+        if bad_dur.any():
+            self.skipped[NO_DURATION] += int(bad_dur.sum())
+            columns[S.DUR] = np.where(bad_dur, 0.0, dur)
         frame = pd.DataFrame(columns)
-        frame = frame[frame[S.TS].notna()].reset_index(drop=True)
-        frame[S.DUR] = frame[S.DUR].fillna(0.0).clip(lower=0.0)
+        if not usable.all():
+            frame = frame[usable].reset_index(drop=True)
         frame[S.CAT] = frame[S.CAT].astype("category")
         return frame
 
@@ -155,7 +189,19 @@ def _same(value: Any) -> Any:
 
 
 def _name(value: Any) -> str:
-    return "" if value is None else str(value)
+    """A name as text; a lone surrogate (from a ``\\udcxx`` escape) becomes U+FFFD, so every
+    report can be written as UTF-8."""
+    text = "" if value is None else str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _hashable(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, type(None))) else json.dumps(
+        value, default=str)
 
 
 class _Missing:
@@ -179,3 +225,43 @@ def _compact(raw: Any) -> str:
     """Text of a msgspec.Raw JSON value without the whitespace json.dumps(separators) drops
     (shapes hold numbers and lists only, so removing all whitespace is exact)."""
     return bytes(raw).translate(None, b" \t\r\n").decode("utf-8")
+
+
+def readable_events(doc: Any) -> list[dict[str, Any]]:
+    """The events of a decoded trace (an object with ``traceEvents``, or Chrome's bare
+    array) that pass the reader's rules, as copies safe to use: complete and instant events
+    keep a finite ``ts`` (a float) and a usable ``dur`` (else 0, as the reader counts it),
+    ``args`` is an object, ``name`` and ``cat`` are strings. Other phases pass as they are.
+    For consumers of the raw events (the merged trace), so they read what the EVENTS frame
+    read."""
+    raw = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    out = []
+    for event in raw if isinstance(raw, list) else []:
+        if not isinstance(event, dict) or not isinstance(event.get("ph"), str):
+            continue
+        event = dict(event)
+        if not isinstance(event.get("args", {}), dict):
+            del event["args"]
+        for key in ("name", "cat"):
+            if key in event and not isinstance(event[key], str):
+                event[key] = _name(event[key])
+        if event["ph"] in ("X", "i"):
+            ts = _time(event.get("ts"))
+            if ts is None:
+                continue
+            event["ts"] = ts
+            if event["ph"] == "X":
+                event["dur"] = _time(event.get("dur"), nonnegative=True) or 0.0
+        out.append(event)
+    return out
+
+
+def _time(value: Any, nonnegative: bool = False) -> Any:
+    """``value`` as a usable time in us (a float), or None."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if isinstance(value, bool) or not np.isfinite(number) or abs(number) >= TIME_LIMIT_US:
+        return None
+    return None if nonnegative and number < 0 else number

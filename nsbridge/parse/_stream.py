@@ -28,6 +28,7 @@ row hold no decodable event the reader stops, naming the offset of the first bad
 from __future__ import annotations
 
 import gzip
+import json
 import multiprocessing
 import os
 import re
@@ -48,6 +49,7 @@ _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]")
 _AT_BYTE = re.compile(r"\(byte (\d+)\)")
+_NON_FINITE = re.compile(rb"-?(?:NaN|Infinity)\b")
 
 
 class Args(msgspec.Struct, gc=False):
@@ -75,7 +77,7 @@ class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
     pid: Union[int, str, None] = None
     tid: Union[int, str, None] = None
     ts: Optional[float] = None
-    dur: Optional[float] = 0
+    dur: Optional[float] = None
     args: Optional[Args] = None
     ph = "X"
 
@@ -141,7 +143,7 @@ def stream_events(path: Path, gzipped: bool, columns: EventColumns,
         for block in blocks:
             read += len(block)
             buffer = _check_progress(_consume(buffer + block, columns), read)
-        tail = _consume_tail(buffer, columns)
+        tail = _consume_tail(buffer, columns, read - len(buffer))
     return _metadata(header, tail)
 
 
@@ -151,17 +153,25 @@ def _check_progress(pending: bytes, read: int) -> bytes:
     bounded number of times) and in bounded memory."""
     if len(pending) <= MAX_PENDING:
         return pending
-    start = read - len(pending)
+    raise _corrupt(pending, read - len(pending),
+                   f"; no event decodes in the {len(pending) / 2**20:.0f} MiB from byte "
+                   f"{read - len(pending):,}")
+
+
+def _corrupt(pending: bytes, start: int, why: str = "") -> msgspec.DecodeError:
+    """The error for bytes that do not decode, ``pending`` starting at byte ``start`` of
+    the JSON text: CorruptTrace naming the first bad byte, or a plain DecodeError saying
+    the array is not closed when the bytes are only cut short (a truncated file)."""
     try:
         _GENERIC.decode(b"[" + pending)
         at = len(pending)
     except msgspec.DecodeError as exc:
+        if "truncated" in str(exc):
+            return msgspec.DecodeError("the traceEvents array is not closed (truncated file?)")
         at = max(_error_offset(exc, len(pending) + 1) - 1, 0)
-    bad = start + at
-    raise CorruptTrace(
-        f"it is corrupt at byte {bad:,} of its JSON text ({_show(pending[max(at - 20, 0):at])}"
-        f" then {_show(pending[at:at + 20])}); no event decodes in the "
-        f"{len(pending) / 2**20:.0f} MiB from byte {start:,}")
+    return CorruptTrace(
+        f"it is corrupt at byte {start + at:,} of its JSON text "
+        f"({_show(pending[max(at - 20, 0):at])} then {_show(pending[at:at + 20])}){why}")
 
 
 def _show(data: bytes) -> str:
@@ -185,7 +195,7 @@ def _parallel(path: Path, columns: EventColumns, workers: int) -> Optional[dict[
     match = _KEY.search(head)
     if match is None:
         return None
-    header = head[:match.start()].rstrip().rstrip(b",")
+    header = head[:match.start()].rstrip().rstrip(b",").removeprefix(b"\xef\xbb\xbf")
     start = match.end()
     begins, ends = [start], []
     with path.open("rb") as fh:
@@ -230,7 +240,7 @@ def _read_range(path: str, begin: int, end: int, last: bool) -> tuple[Any, bytes
             remaining -= len(block)
             buffer = _check_progress(_consume(buffer + block, columns), end - remaining)
     if last:
-        tail = _consume_tail(buffer, columns)  # adds the last events: before export()
+        tail = _consume_tail(buffer, columns, end - remaining - len(buffer))  # before export()
         return columns.export(), tail
     body = buffer.strip()
     if body and _decode_batch(b"[" + body + b"]", columns) is not None:
@@ -255,6 +265,7 @@ def _find_events_start(blocks: Iterator[bytes]) -> tuple[bytes, bytes]:
     head = b""
     for block in blocks:
         head += block
+        head = head[3:] if head.startswith(b"\xef\xbb\xbf") else head   # a UTF-8 BOM
         match = _KEY.search(head)
         if match:
             return head[match.end():], head[:match.start()].rstrip().rstrip(b",")
@@ -283,8 +294,9 @@ def _consume(buffer: bytes, columns: EventColumns) -> bytes:
     return buffer
 
 
-def _consume_tail(buffer: bytes, columns: EventColumns) -> bytes:
-    """Decode the last events; return what follows the array (trailing keys)."""
+def _consume_tail(buffer: bytes, columns: EventColumns, start: int) -> bytes:
+    """Decode the last events (``buffer`` starts at byte ``start`` of the JSON text);
+    return what follows the array (trailing keys)."""
     if buffer.lstrip().startswith(b"]"):
         rest = buffer.lstrip()[1:]
     else:
@@ -293,8 +305,7 @@ def _consume_tail(buffer: bytes, columns: EventColumns) -> bytes:
                 rest = buffer[match.end():]
                 break
         else:
-            _GENERIC.decode(b"[" + buffer)  # raises the decoder's own account of the fault
-            raise msgspec.DecodeError("the traceEvents array is not closed (truncated file?)")
+            raise _corrupt(buffer, start)
     rest = rest.lstrip().lstrip(b",")
     return rest if rest.strip() not in (b"}", b"") else b""
 
@@ -308,9 +319,23 @@ def _decode_batch(data: bytes, columns: EventColumns) -> Optional[int]:
         try:
             columns.add_dicts(_GENERIC.decode(data))
         except msgspec.DecodeError as exc:
-            return _error_offset(exc, len(data))
+            return _decode_non_finite(data, _error_offset(exc, len(data)), columns)
     except msgspec.DecodeError as exc:
-        return _error_offset(exc, len(data))
+        return _decode_non_finite(data, _error_offset(exc, len(data)), columns)
+    return None
+
+
+def _decode_non_finite(data: bytes, at: int, columns: EventColumns) -> Optional[int]:
+    """A batch that fails at ``NaN`` or ``Infinity`` (what Python's json writes for
+    non-finite floats; not JSON, but common): decoded by the stdlib, which reads them, so
+    only the events holding them are skipped later. Else ``at``, the failing byte."""
+    if not _NON_FINITE.match(data, at):
+        return at
+    try:
+        events = json.loads(data)
+    except ValueError:
+        return at
+    columns.add_dicts(events if isinstance(events, list) else [events])
     return None
 
 
@@ -320,5 +345,12 @@ def _error_offset(exc: msgspec.DecodeError, size: int) -> int:
 
 
 def _decode_object(data: bytes) -> dict[str, Any]:
-    value = _GENERIC.decode(data)
+    """The trace's top-level keys (NaN and Infinity read as the stdlib reads them)."""
+    try:
+        value = _GENERIC.decode(data)
+    except msgspec.DecodeError:
+        try:
+            value = json.loads(data)
+        except ValueError:
+            raise msgspec.DecodeError("the keys around traceEvents are not valid JSON") from None
     return value if isinstance(value, dict) else {}

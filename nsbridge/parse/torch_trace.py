@@ -24,6 +24,8 @@ from .. import schema as S
 from ..errors import EmptyTraceError, TraceFormatError, TraceNotFoundError
 from ._event_columns import EventColumns
 
+BOM = b"\xef\xbb\xbf"   # a UTF-8 byte-order mark, which some editors write before JSON
+
 try:  # the fast streaming reader; the stdlib reader below gives the same frame
     import msgspec
 
@@ -44,11 +46,17 @@ class TorchTrace:
     rank: int | None = None
     world_size: int | None = None
     base_time_ns: int | None = None
+    skipped: dict[str, int] = field(default_factory=dict)
 
     @property
     def has_device(self) -> bool:
         """True when the trace holds GPU activity (kernels, copies or memsets)."""
         return bool(self.events[S.CAT].isin(S.GPU_CATS).any())
+
+    def notes(self) -> list[str]:
+        """One report note per reason events were skipped or repaired while reading."""
+        return [f"{self.path.name}: {count:,} {reason}"
+                for reason, count in sorted(self.skipped.items())]
 
 
 def streaming_available() -> bool:
@@ -95,6 +103,12 @@ def read_trace(path: str | Path, *, streaming: Optional[bool] = None) -> TorchTr
             f"{path} is not valid JSON: {detail}. A damaged copy (a bad transfer, a disk "
             "error) or a file that is not a trace; copy or capture it again.") from exc
     events = columns.finish()
+    if events.empty and columns.skipped:
+        raise TraceFormatError(
+            f"{path} holds no event nsbridge can read: " + "; ".join(
+                f"{count:,} {reason}" for reason, count in sorted(columns.skipped.items()))
+            + ". It is not a torch.profiler trace as export_chrome_trace writes it, or it "
+            "was damaged; capture or copy it again.")
     if events.empty:
         raise EmptyTraceError(
             f"{path} is a torch.profiler trace with no events: the profiler recorded "
@@ -102,8 +116,10 @@ def read_trace(path: str | Path, *, streaming: Optional[bool] = None) -> TorchTr
             "(schedule) and that the trace was exported after prof.stop().")
     dist = meta.get("distributedInfo") or {}
     dist = dist if isinstance(dist, dict) else {}
-    return TorchTrace(path=path, events=events,
-                      device_properties=list(meta.get("deviceProperties") or []),
+    properties = meta.get("deviceProperties")
+    return TorchTrace(path=path, events=events, skipped=dict(columns.skipped),
+                      device_properties=[p for p in properties if isinstance(p, dict)]
+                      if isinstance(properties, list) else [],
                       rank=_int_or_none(dist.get("rank")),
                       world_size=_int_or_none(dist.get("world_size")),
                       base_time_ns=_int_or_none(meta.get("baseTimeNanoseconds")))
@@ -122,10 +138,14 @@ def _check_start(path: Path) -> bool:
         gzipped = fh.read(2) == b"\x1f\x8b"
     try:
         with (gzip.open(path, "rb") if gzipped else path.open("rb")) as fh:
-            head = fh.read(256).lstrip()
+            head = fh.read(256)
     except (OSError, EOFError, zlib.error) as exc:
         raise _gzip_error(path, exc) from exc
-    if not head.startswith((b"{", b"[")):
+    if not head:
+        raise TraceFormatError(
+            f"{path} is empty (0 bytes{' once decompressed' if gzipped else ''}): a trace whose "
+            "writing never started or failed (a killed job, a full disk). Capture it again.")
+    if not head.removeprefix(BOM).lstrip().startswith((b"{", b"[")):
         raise TraceFormatError(
             f"{path} is not a text or gzip file holding JSON, so not a torch.profiler trace "
             "(expected Chrome-trace JSON, .json or .json.gz, as export_chrome_trace writes).")
@@ -164,5 +184,5 @@ def _not_a_trace(path: Path) -> str:
 def _int_or_none(value: Any) -> int | None:
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None

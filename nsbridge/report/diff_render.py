@@ -1,10 +1,16 @@
-"""`nsbridge diff` output: text, Markdown (a PR comment) or JSON. Formatting only."""
+"""`nsbridge diff` output: text, Markdown (a PR comment) or JSON. Formatting only.
+
+Everything taken from the runs (paths, op names, scripts, sync sites, reasons that quote
+them) goes through report.escape: control characters are shown escaped in the terminal,
+Markdown is escaped in md, so a name can neither drive the terminal nor break the table.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+from .escape import md_cell, terminal
 from .render import machine_line
 
 HEADER = ["op", "A µs/step", "B µs/step", "raw %", "beyond drift %", "95% interval",
@@ -16,15 +22,16 @@ def render_diff(result: dict[str, Any], fmt: str = "text", top: int = 15) -> str
     if fmt == "json":
         return json.dumps(result, indent=2)
     md = fmt == "md"
-    lines = [("## " if md else "") + f"nsbridge diff: {result['a_label']} -> {result['b_label']}",
-             "", _outcome_line(result), ""]
+    esc = md_cell if md else terminal
+    lines = [("## " if md else "") + f"nsbridge diff: {esc(result['a_label'])} -> "
+             f"{esc(result['b_label'])}", "", _outcome_line(result), ""]
     for problem in result["comparability"]:
-        lines.append(f"Not comparable: {problem['text']}")
-    lines.append(_verdict_line(result))
+        lines.append(f"Not comparable: {esc(problem['text'])}")
+    lines.append(_verdict_line(result, esc))
     for side in ("a", "b"):
         text = machine_line(result["machine"][side])
         if text:
-            lines.append(f"Machine {side.upper()}: {text}")
+            lines.append(f"Machine {side.upper()}: {esc(text)}")
     samples = result["samples"]
     lines.append(f"Samples: A {samples['a']['steps']} measured steps from {samples['a']['runs']} "
                  f"process(es), B {samples['b']['steps']} from {samples['b']['runs']}")
@@ -41,18 +48,18 @@ def render_diff(result: dict[str, Any], fmt: str = "text", top: int = 15) -> str
                  f"{result['drift_pct']:+.1f}%, each op judged beyond it{noise}{detect}. Gate: "
                  f"+{result['fail_above_pct']:g}% beyond the drift with the 95% interval above "
                  f"no change, adding at least {result['min_step_share_pct']:g}% of the base step")
-    rows = [[r["op"], _num(r["a_us"]), _num(r["b_us"]), _signed(r["delta_pct"]),
+    rows = [[esc(r["op"]), _num(r["a_us"]), _num(r["b_us"]), _signed(r["delta_pct"]),
              _signed(r["beyond_drift_pct"]), _ci(r["ci_pct"]), _signed(_ms(r["added_us"]), 3),
-             r["status"] + ("" if r["gated"] else " (not gated)")]
+             r["status"] + ("" if r["gated"] or r["status"] == "not gated" else " (not gated)")]
             for r in result["ops"][:top]]
     lines += ["", *(_md_table(HEADER, rows) if md else _text_table(HEADER, rows))]
     syncs = result["syncs"]
     for kind in ("new", "vanished"):
         if syncs[kind]:
-            lines.append(f"{kind.capitalize()} sync points: {', '.join(syncs[kind])}")
-    lines += ["", _conclusion(result)]
+            lines.append(f"{kind.capitalize()} sync points: {esc(', '.join(syncs[kind]))}")
+    lines += ["", _conclusion(result, esc)]
     if result["advice"]:
-        lines.append("What would settle it: " + "; ".join(result["advice"]))
+        lines.append("What would settle it: " + esc("; ".join(result["advice"])))
     return "\n".join(lines)
 
 
@@ -62,11 +69,11 @@ def _outcome_line(result: dict[str, Any]) -> str:
             "inconclusive": "Outcome: INCONCLUSIVE (exit 4): the data cannot decide"}[outcome]
 
 
-def _conclusion(result: dict[str, Any]) -> str:
+def _conclusion(result: dict[str, Any], esc: Callable[[str], str]) -> str:
     if result["outcome"] == "regression":
-        return "REGRESSED: " + "; ".join(_regression(r) for r in result["regressions"])
+        return "REGRESSED: " + esc("; ".join(_regression(r) for r in result["regressions"]))
     if result["outcome"] == "inconclusive":
-        return "INCONCLUSIVE: " + "; ".join(result["reasons"])
+        return "INCONCLUSIVE: " + esc("; ".join(result["reasons"]))
     return (f"PASS: nothing gated got slower by more than {result['fail_above_pct']:g}% beyond "
             "the drift and its noise")
 
@@ -81,9 +88,10 @@ def _regression(r: dict[str, Any]) -> str:
             f"{r['added_ms']:+.3f} ms per step; {r['source']})")
 
 
-def _verdict_line(result: dict[str, Any]) -> str:
+def _verdict_line(result: dict[str, Any], esc: Callable[[str], str]) -> str:
     a, b = result["verdict"]["a"], result["verdict"]["b"]
-    return f"Verdict: {a or 'none'} -> {b or 'none'}" + ("" if a == b else " (changed)")
+    return (f"Verdict: {esc(a or 'none')} -> {esc(b or 'none')}"
+            + ("" if a == b else " (changed)"))
 
 
 def _ci(ci: Optional[list[Optional[float]]]) -> str:
@@ -105,9 +113,9 @@ def _signed(value: Optional[float], digits: int = 1) -> str:
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    cell = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    """A Markdown table of cells already escaped."""
     return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows])
+            + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def _text_table(header: list[str], rows: list[list[str]]) -> list[str]:

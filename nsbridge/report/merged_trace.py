@@ -7,7 +7,9 @@
   instant at the window's start), the longest GPU idle gaps (slices, with the host op),
   and every blocking sync call in the window (instants);
 - the runtime's blocking calls themselves get ``nsbridge.sync`` args.
-Pure: a trace dict in, a trace dict out.
+Pure: a decoded trace in (an object or Chrome's bare array), a trace dict out. Its events
+are read by the trace reader's rules (parse._event_columns.readable_events): an event the
+analysis skipped is left out here too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model.syncs import BLOCKING_CALL
+from ..parse._event_columns import readable_events
 
 PID = 2_000_000_000          # a pid no real process has: nsbridge's own tracks
 TRACKS = {"verdict": 1, "GPU idle gaps": 2, "sync points": 3}
@@ -25,34 +28,41 @@ _OP_FIELDS = {"nsys": ("kernels", "kernel_us", "copies", "copy_us", "launch_late
                       "bound", "occupancy_limiter")}
 
 
-def merge_trace(trace: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+def merge_trace(trace: Any, report: dict[str, Any]) -> dict[str, Any]:
     """The trace with the report's findings attached (the input is not changed)."""
-    events = [dict(e) for e in trace.get("traceEvents", []) if isinstance(e, dict)]
+    events = readable_events(trace)
     facts = _op_facts(report)
     ext_to_op = {}
     for event in events:
-        args = event.get("args") or {}
-        if event.get("cat") == "cpu_op" and "External id" in args:
-            ext_to_op.setdefault(args["External id"], event.get("name"))
+        ext = _external_id(event)
+        if event.get("cat") == "cpu_op" and ext is not None:
+            ext_to_op.setdefault(ext, event.get("name"))
     steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
-             and e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+             and e["ph"] == "X" and e.get("cat") == "user_annotation"]
     lo = min((e["ts"] for e in steps), default=None)
-    hi = max((e["ts"] + e.get("dur", 0) for e in steps), default=None)
+    hi = max((e["ts"] + e["dur"] for e in steps), default=None)
     added: list[dict[str, Any]] = []
     for event in events:
         cat, args = event.get("cat"), event.get("args") or {}
         op = event.get("name") if cat == "cpu_op" else (
-            ext_to_op.get(args.get("External id")) if cat == "kernel" else None)
+            ext_to_op.get(_external_id(event)) if cat == "kernel" else None)
         if op in facts:
             event["args"] = {**args, **facts[op]}
-        elif cat in ("cuda_runtime", "cuda_driver") and BLOCKING_CALL.match(
+        elif cat in ("cuda_runtime", "cuda_driver") and event["ph"] == "X" and BLOCKING_CALL.match(
                 str(event.get("name", ""))) and lo is not None and lo <= event["ts"] < hi:
             event["args"] = {**args, "nsbridge.sync": "blocking call: the host waits for the "
                                                       "device here (report: sync_points)"}
             added.append({"ph": "i", "s": "t", "pid": PID, "tid": TRACKS["sync points"],
                           "name": f"sync: {event['name']}", "ts": event["ts"]})
     added += _findings_tracks(report, lo)
-    return {**trace, "traceEvents": events + added}
+    return {**(trace if isinstance(trace, dict) else {}), "traceEvents": events + added}
+
+
+def _external_id(event: dict[str, Any]) -> Any:
+    """The event's External id when it is a number or a string (a key that can be looked
+    up), else None."""
+    ext = (event.get("args") or {}).get("External id")
+    return ext if isinstance(ext, (int, float, str)) and not isinstance(ext, bool) else None
 
 
 def _op_facts(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
