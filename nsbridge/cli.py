@@ -360,7 +360,7 @@ def _failure_paragraph(report: dict[str, Any], run_dir: Any) -> str:
                 f"error). {kept}")
     if err.get("type") in ("RankFailed", "RankStopped"):
         return f"{err.get('message')}. {kept}"
-    if err.get("type") in ("Killed", "ChildDied"):
+    if err.get("type") in ("Killed", "ChildDied", "WriteError"):
         return f"{err.get('message')[0].upper()}{err.get('message')[1:]}. {kept}"
     if err.get("type") == "SystemExit":
         return (f"The script exited with {err.get('message')}, so nsbridge exits non-zero too. "

@@ -65,6 +65,9 @@ def _restore_umask() -> None:
         os.umask(int(mask, 8))
 
 
+RECORD_NOT_WRITTEN = 74   # EX_IOERR: the process could not write its record (child.json)
+
+
 def main(config_path: str) -> int:
     _die_with_parent()
     _restore_umask()
@@ -77,6 +80,7 @@ def main(config_path: str) -> int:
 
     import torch  # noqa: F401  (imported after the signal handler so a timeout is clean)
 
+    from nsbridge.errors import RunDirError
     from nsbridge.rundir import write_json
 
     pass_name = config.get("pass", "torch")
@@ -130,6 +134,9 @@ def main(config_path: str) -> int:
             note = session.finish()
         except BaseException as exc:  # a failing export must not lose child.json
             note = f"the profiler could not write its trace: {type(exc).__name__}: {exc}"
+        if session.write_error and result["status"] == "ok":
+            result.update(status="failed", exit_code=1,
+                          error={"type": "WriteError", "message": session.write_error})
         result.update(mode=session.mode, steps=session.steps.records(),
                       steps_seen=len(session.steps), steps_sampling=session.steps.sampling(),
                       traces=session.traces,
@@ -141,7 +148,12 @@ def main(config_path: str) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     result.update(env=_environment(), wall_s=round(time.perf_counter() - started, 3))
-    write_json(run_dir / ("nvtx-child.json" if pass_name == "nvtx" else "child.json"), result)
+    try:
+        write_json(run_dir / ("nvtx-child.json" if pass_name == "nvtx" else "child.json"),
+                   result)
+    except RunDirError as exc:   # nowhere to write the record: say why, in one paragraph
+        print(f"nsbridge: {exc}", file=sys.stderr)
+        return RECORD_NOT_WRITTEN
     if rank is not None:
         _write_rank_summary(run_dir, config, rank, result)
     return int(result["exit_code"])

@@ -30,6 +30,8 @@ from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_fun
 from nsbridge._bootstrap.budget import MIB, RecordingBudget, memory_limit_bytes
 from nsbridge._bootstrap.steps import StepLog
 from nsbridge.collect.machine import ProcessClock, gpu_state, load_average
+from nsbridge.errors import RunDirError
+from nsbridge.rundir import atomic_path, write_atomic
 from nsbridge.schema import OWN_SYNC_RANGE
 
 _PHASES = {ProfilerAction.NONE: "unprofiled", ProfilerAction.WARMUP: "warmup",
@@ -58,6 +60,7 @@ class ProfilerSession:
         self.steps = StepLog()
         self.traces: list[str] = []
         self.table: Optional[str] = None
+        self.write_error: Optional[str] = None   # a trace or table that could not be written
         self.machine: dict[str, Any] = {}
         self.window: dict[str, Any] = {"kind": "whole-run", "stopped_by": None}
         self._clock: Optional[ProcessClock] = None
@@ -251,25 +254,33 @@ class ProfilerSession:
                        with_modules=c["with_modules"])
 
     def _save(self, prof: profile) -> None:
+        """Write a recording (torch calls this inside the script's step: a full disk is
+        recorded in ``write_error``, never raised into the script)."""
         if self._kept is not None and self.mode != "bounded":   # the schedule's first window
             self.traces.clear()
             self.table = None
             self._kept = None
         n = len(self.traces) + 1
         name = "trace.json.gz" if n == 1 else f"trace.{n}.json.gz"
-        export_gzipped(prof, self._run_dir / name)
-        self.traces.append(name)
-        if self.table is None and self._budget.peak_growth > TABLE_LIMIT_MIB * MIB:
-            (self._run_dir / "key_averages.txt").write_text(
-                f"not written: the recording grew the process by "
-                f"{self._budget.peak_growth / MIB:.0f} MiB, and torch's key_averages() of that "
-                "many events takes minutes and several times that memory\n", encoding="utf-8")
-            self.table = "key_averages.txt"
-        if self.table is None:
-            sort = "self_device_time_total" if self.use_cuda else "self_cpu_time_total"
-            table = prof.key_averages().table(sort_by=sort, row_limit=40)
-            (self._run_dir / "key_averages.txt").write_text(table + "\n", encoding="utf-8")
-            self.table = "key_averages.txt"
+        try:
+            export_gzipped(prof, self._run_dir / name)
+            self.traces.append(name)
+            if self.table is None:
+                write_atomic(self._run_dir / "key_averages.txt", self._table(prof))
+                self.table = "key_averages.txt"
+        except (RunDirError, RuntimeError) as exc:   # torch reports a failed export so
+            self.write_error = self.write_error or (
+                str(exc) if isinstance(exc, RunDirError)
+                else f"torch could not export the trace {name}: {exc}")
+
+    def _table(self, prof: profile) -> str:
+        """key_averages.txt: torch's own op table, unless the recording is too big for it."""
+        if self._budget.peak_growth > TABLE_LIMIT_MIB * MIB:
+            return (f"not written: the recording grew the process by "
+                    f"{self._budget.peak_growth / MIB:.0f} MiB, and torch's key_averages() of "
+                    "that many events takes minutes and several times that memory\n")
+        sort = "self_device_time_total" if self.use_cuda else "self_cpu_time_total"
+        return prof.key_averages().table(sort_by=sort, row_limit=40) + "\n"
 
     def _synchronize(self) -> None:
         """Wait for the device before a window closes: nsbridge's own sync, named as such."""
@@ -283,12 +294,15 @@ def export_gzipped(prof: profile, path: Path) -> None:
     level 1 in large blocks (torch's own .gz export compresses line by line at level 9,
     minutes for a big recording)."""
     plain = path.with_name(path.name[:-len(".gz")] + ".partial")
+    torch_tmp = plain.with_name(plain.name + ".tmp")   # where torch writes before renaming
     try:
-        prof.export_chrome_trace(str(plain))
-        with plain.open("rb") as source, gzip.open(path, "wb", compresslevel=1) as target:
-            shutil.copyfileobj(source, target, 1 << 20)
+        with atomic_path(path) as packed:
+            prof.export_chrome_trace(str(plain))
+            with plain.open("rb") as source, gzip.open(packed, "wb", compresslevel=1) as target:
+                shutil.copyfileobj(source, target, 1 << 20)
     finally:
         plain.unlink(missing_ok=True)
+        torch_tmp.unlink(missing_ok=True)
 
 
 def _threads() -> dict[str, Any]:

@@ -305,9 +305,25 @@ def _consume_tail(buffer: bytes, columns: EventColumns, start: int) -> bytes:
                 rest = buffer[match.end():]
                 break
         else:
-            raise _corrupt(buffer, start)
+            rest = _consume_odd_tail(buffer, columns, start)
     rest = rest.lstrip().lstrip(b",")
     return rest if rest.strip() not in (b"}", b"") else b""
+
+
+def _consume_odd_tail(buffer: bytes, columns: EventColumns, start: int) -> bytes:
+    """The array's end when its last entries are not objects (``..., 7, null]``), found by
+    the stdlib's raw_decode; what follows it. Only for such rare tails: it is slower.
+
+    Raises:
+        CorruptTrace, msgspec.DecodeError: the tail does not decode (see _corrupt).
+    """
+    text = "[" + buffer.decode("utf-8", errors="replace")
+    try:
+        events, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        raise _corrupt(buffer, start) from None
+    columns.add_dicts(events)
+    return text[end:].encode("utf-8")
 
 
 def _decode_batch(data: bytes, columns: EventColumns) -> Optional[int]:
@@ -318,21 +334,25 @@ def _decode_batch(data: bytes, columns: EventColumns) -> Optional[int]:
     except msgspec.ValidationError:  # odd events: decode this batch generically
         try:
             columns.add_dicts(_GENERIC.decode(data))
-        except msgspec.DecodeError as exc:
-            return _decode_non_finite(data, _error_offset(exc, len(data)), columns)
-    except msgspec.DecodeError as exc:
-        return _decode_non_finite(data, _error_offset(exc, len(data)), columns)
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            return _decode_leniently(data, exc, columns)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        return _decode_leniently(data, exc, columns)
     return None
 
 
-def _decode_non_finite(data: bytes, at: int, columns: EventColumns) -> Optional[int]:
-    """A batch that fails at ``NaN`` or ``Infinity`` (what Python's json writes for
-    non-finite floats; not JSON, but common): decoded by the stdlib, which reads them, so
-    only the events holding them are skipped later. Else ``at``, the failing byte."""
-    if not _NON_FINITE.match(data, at):
-        return at
+def _decode_leniently(data: bytes, exc: ValueError, columns: EventColumns) -> Optional[int]:
+    """A batch msgspec refuses for what Python's json reads (``NaN``, ``Infinity``, a lone
+    surrogate escape) or for bytes that are not UTF-8 (read as U+FFFD): decoded by the
+    stdlib, so only the events holding odd values are skipped later. Else the failing byte."""
+    if isinstance(exc, UnicodeDecodeError):
+        at = exc.start
+    else:
+        at = _error_offset(exc, len(data))
+        if "surrogate" not in str(exc) and not _NON_FINITE.match(data, at):
+            return at
     try:
-        events = json.loads(data)
+        events = json.loads(data.decode("utf-8", errors="replace"))
     except ValueError:
         return at
     columns.add_dicts(events if isinstance(events, list) else [events])

@@ -154,10 +154,7 @@ def _check_start(path: Path) -> bool:
 
 def _read_whole(path: Path, gzipped: bool, columns: EventColumns) -> dict[str, Any]:
     raw = gzip.open(path, "rb").read() if gzipped else path.read_bytes()
-    try:
-        doc = json.loads(raw)
-    except UnicodeDecodeError as exc:
-        raise TraceFormatError(f"{path} is not UTF-8 text, so not a torch.profiler trace.") from exc
+    doc = json.loads(raw.decode("utf-8-sig", errors="replace"))   # as the streaming reader
     del raw
     if isinstance(doc, list):
         doc = {"traceEvents": doc}

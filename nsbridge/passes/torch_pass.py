@@ -11,6 +11,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from .. import __version__, progress
 from .. import schema as S
+from .._bootstrap.entry import RECORD_NOT_WRITTEN
 from ..collect._process import ChildOutcome
 from ..collect.torch_profiler import TorchPass, run_torch_pass
 from ..errors import ScriptError, TraceError, TraceFormatError, TraceNotFoundError
@@ -217,6 +218,10 @@ def pass_status(outcome: ChildOutcome,
         return "interrupted", 130, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"}
     if child is None and outcome.returncode < 0:
         return "failed", 128 - outcome.returncode, killed_by(-outcome.returncode)
+    if child is None and outcome.returncode == RECORD_NOT_WRITTEN:
+        return "failed", 1, {"type": "WriteError", "message": "the profiled process could "
+                             "not write its record (child.json): its reason is printed above "
+                             "(a full disk, most likely)"}
     if child is None:
         return "failed", outcome.returncode or 1, {
             "type": "ChildDied", "message": f"the profiled process ended with status "
