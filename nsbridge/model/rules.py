@@ -123,8 +123,9 @@ def _remove_syncs(f: Facts) -> Optional[dict[str, Any]]:
 
 
 def _torch_compile(f: Facts) -> Optional[dict[str, Any]]:
-    if f.ops.empty:
-        return None
+    rate = f.host_ops_per_step if f.host_ops_per_step is not None else f.host_ops_per_s
+    if f.ops.empty or not rate:
+        return None   # nothing measured: no op to fuse
     launch_bound = f.has_device and f.verdict == "cpu-bound"
     many_small = f.host_ops_per_step is not None and f.host_ops_per_step >= 200
     if not (launch_bound or many_small or (not f.has_device and f.verdict == "cpu-bound")):

@@ -11,6 +11,9 @@ from ..model.analysis import TraceAnalysis, mean_step
 from ..model.stats import mean_half_widths_pct, summary
 
 SCHEMA_VERSION = 1
+# statuses of a run stopped from outside: what it measured before it stopped still stands
+STOPPED = {"timeout": "stopped by --timeout", "interrupted": "interrupted (Ctrl-C)",
+           "terminated": "stopped by SIGTERM"}
 
 
 def build_report(*, command: str, target: str, status: str, analysis: Optional[TraceAnalysis],
@@ -21,7 +24,9 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
                  machine: Optional[dict[str, Any]] = None,
                  child_steps: Optional[list[dict[str, Any]]] = None,
                  environment: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """Assemble the report dict. Device fields are None (null), never 0, without a device.
+    """Assemble the report dict. Device fields are None (null), never 0, without a device;
+    ``verdict`` is None and ``recommendations`` empty when nothing was measured
+    (``measured_anything``) or the run concludes nothing (``conclusive``).
 
     ``machine``: model.contention.machine_facts; ``child_steps``: every step the profiled
     process timed (its unprofiled ones give ``steps.unprofiled``)."""
@@ -58,7 +63,30 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     report["collectives"] = analysis.collectives
     report["sources"] = _sources(has_device, has_memory, step_source is not None,
                                  overhead is not None)
+    if not (measured_anything(report) and conclusive(report)):
+        report["verdict"], report["recommendations"] = None, []
     return clean(report)
+
+
+def conclusive(report: dict[str, Any]) -> bool:
+    """Whether a report's verdict and recommendations stand: the run ended ok, or was
+    stopped from outside (``STOPPED``) after at least one complete measured step (a
+    partial run). A run that failed, recorded no trace, or was stopped before its first
+    measured step concludes nothing; its figures are only what was kept."""
+    status = report.get("status")
+    return status == "ok" or (status in STOPPED and measured_steps(report) > 0)
+
+
+def measured_anything(report: dict[str, Any]) -> bool:
+    """Whether the report's window holds an op or any GPU work (a trace of kernels alone
+    still shows how busy the device was)."""
+    return bool(report.get("ops") or (report.get("device") or {}).get("work"))
+
+
+def measured_steps(report: dict[str, Any]) -> int:
+    """The complete steps the report's window holds (0 for a window without steps)."""
+    window = report.get("window") or {}
+    return int(window.get("steps") or 0) if window.get("kind") == "steps" else 0
 
 
 def _with_spread(ops: list[dict[str, Any]], groups: Optional[list[Any]]) -> list[dict[str, Any]]:

@@ -2,7 +2,9 @@
 
 ``terminal`` shows control characters as Python escapes, so a name cannot move the cursor,
 recolour or erase a terminal. ``md_cell`` also escapes Markdown, so a name cannot break a
-table row or a comment, start a code span or inject HTML.
+table row or a comment, start a code span or inject HTML; ``md_text`` is ``md_cell`` for
+text that starts a paragraph, heading or list item of its own; ``md_code`` sets a name as a
+code span in a table cell.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import re
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _MARKDOWN = re.compile(r"[\\`*_\[\]|~]")
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+# what opens a block at the start of a line: heading, list item, rule, setext underline
+_BLOCK_START = re.compile(r"^(\s*)(#{1,6}|[+=-]+|\d{1,9}[.)])(?=\s|$)")
+_BACKTICKS = re.compile("`+")
 
 
 def terminal(text: object) -> str:
@@ -27,3 +32,32 @@ def md_cell(text: object) -> str:
     renders as the literal text and stays on one line."""
     shown = _MARKDOWN.sub(lambda m: "\\" + m.group(), terminal(text))
     return "".join(_ENTITIES.get(ch, ch) for ch in shown)
+
+
+def md_text(text: object) -> str:
+    """``md_cell`` for text that begins a Markdown line of its own (a paragraph, or a list
+    item after ``- ``): a leading ``#``, ``+``, ``-``, ``=`` or ``1.`` is escaped too, so it
+    cannot turn the line into a heading, a list or a rule."""
+    return _BLOCK_START.sub(_escape_marker, md_cell(text))
+
+
+def _escape_marker(match: re.Match[str]) -> str:
+    """'\\# ', '\\- ', '1\\. ': the block marker a line starts with, escaped."""
+    indent, marker = match[1], match[2]
+    if marker[0].isdigit():
+        return indent + marker[:-1] + "\\" + marker[-1]
+    return indent + "\\" + marker
+
+
+def md_code(text: object) -> str:
+    """``text`` as a code span for a Markdown table cell ("" when empty): control characters
+    as in ``terminal``, ``|`` as ``\\|`` (the table's escape, undone inside the span), set
+    between more backticks than any run it holds. A code span shows its text literally:
+    ``<script>`` in it is text, never HTML."""
+    shown = terminal(text).replace("|", "\\|")
+    if not shown:
+        return ""
+    fence = "`" * (max((len(run) for run in _BACKTICKS.findall(shown)), default=0) + 1)
+    pad = " " if (shown[0] == "`" or shown[-1] == "`"
+                  or (shown[0] == shown[-1] == " " and shown.strip())) else ""
+    return f"{fence}{pad}{shown}{pad}{fence}"

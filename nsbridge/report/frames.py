@@ -8,6 +8,8 @@ from typing import Any, Optional
 import pandas as pd
 
 from .. import schema as S
+from .escape import terminal
+from .render import error_text, outcome_line, shown_verdict, verdict_title
 
 
 def ops(report: dict[str, Any]) -> pd.DataFrame:
@@ -89,16 +91,23 @@ def pass_ranks(report: dict[str, Any], section: str) -> Optional[pd.DataFrame]:
 
 
 def summary_html(report: dict[str, Any], run_dir: str, top: int = 10) -> str:
-    """A notebook cell's view: verdict, evidence and the top ops (every string escaped)."""
-    e = lambda s: html.escape(str(s))  # noqa: E731
-    verdict = report.get("verdict") or {}
+    """A notebook cell's view: status, error, verdict, evidence and the top ops (every
+    string escaped, control characters shown as escapes)."""
+    e = lambda s: html.escape(terminal(s))  # noqa: E731
     parts = [f"<div><b>nsbridge {e(report.get('command'))}</b>: <code>{e(report.get('target'))}"
              f"</code> [{e(report.get('status'))}] in <code>{e(run_dir)}</code>"]
+    if report.get("error"):
+        parts.append(f"<p>Error: {e(error_text(report['error']))}</p>")
+    outcome = outcome_line(report)
+    if outcome:
+        parts.append(f"<p>{e(outcome)}</p>")
+    verdict = shown_verdict(report)
     if verdict:
-        parts.append(f"<p>Verdict: <b>{e(verdict['label'])}</b></p><ul>"
+        parts.append(f"<p>{e(verdict_title(report))}: <b>{e(verdict['label'])}</b></p><ul>"
                      + "".join(f"<li>{e(x)}</li>" for x in verdict.get("evidence", [])) + "</ul>")
     table = ops(report).head(top)
     if not table.empty:
+        table = table.assign(name=table["name"].map(terminal))
         cols = [c for c in ("name", "calls", "cpu_self_us", "device_self_us", "self_pct")
                 if c in table]
         parts.append(table[cols].to_html(index=False, escape=True, na_rep="-"))

@@ -3,7 +3,8 @@ filterable op table, and every section of the report.
 
 Charts use Chart.js (MIT, vendored in ``assets/``, inlined into each page, about 210 kB):
 a well-kept canvas library, so no chart is drawn by hand. The page is written server-side
-with every string HTML-escaped, so it reads without JavaScript; the script only draws the
+with every string HTML-escaped (control and bidirectional characters shown as escapes, as in
+the terminal), so it reads without JavaScript; the script only draws the
 charts from a JSON blob (``<`` ``>`` ``&`` escaped as unicode, so no trace string can close
 the script element) and sorts and filters the op table through the DOM, never innerHTML.
 """
@@ -16,12 +17,14 @@ from functools import lru_cache
 from importlib.resources import files
 from typing import Any, Optional
 
+from .escape import terminal
 from .render import (MEMORY_NOTE, NCU_RANK_HEADER, RANK_HEADER, TIMELINE_HEADER,
                      TIMELINE_RANK_HEADER, _attribution, _early_line, _gap_host, _ncu_findings,
                      _ncu_line, _step_line, _timeline_line, _timeline_rows, _where,
-                     distributed_lines, kernel_rate, machine_line, op_table, per_step_cell,
-                     rank_rows, tool_rank_rows, window_line,
-                     verdict_headline, verdict_lines)
+                     distributed_lines, error_text, kernel_rate, machine_line, op_table,
+                     outcome_line, per_step_cell, rank_rows, shown_recommendations,
+                     shown_verdict, tool_rank_rows, verdict_headline, verdict_lines,
+                     verdict_title, window_line)
 
 TOP_CHART = 15
 
@@ -32,10 +35,11 @@ def html_page(report: dict[str, Any]) -> str:
     body = [f"<header><h1>nsbridge {e(report['command'])}: <code>{e(report['target'])}</code>"
             f"</h1><p>Status: <b>{e(report['status'])}</b></p></header>"]
     if report.get("error"):
-        err = report["error"]
-        body.append(f"<p class='err'>Script error: {e(err.get('type'))}: "
-                    f"{e(err.get('message'))}</p>")
-    body.append(_verdict(report))
+        body.append(f"<p class='err'>Error: {e(error_text(report['error']))}</p>")
+    outcome = outcome_line(report)
+    if outcome:
+        body.append(f"<p id='outcome' class='err'>{e(outcome)}</p>")
+    body.append(_summary(report))
     body.append(_charts(report))
     body.append(_ops(report))
     body.append(_syncs(report))
@@ -73,10 +77,10 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
         if any(op.get("nsys") for op in ops):
             series["nsys kernel ms"] = [((op.get("nsys") or {}).get("kernel_us") or 0) / 1e3
                                         for op in ops]
-        out["ops"] = {"labels": [op["name"] for op in ops], "series": series}
+        out["ops"] = {"labels": _labels(ops), "series": series}
         memory = [op for op in ops if op.get("mem_mib") is not None]
         if memory and any(op["mem_mib"] or op.get("mem_net_mib") for op in memory):
-            out["memory"] = {"labels": [op["name"] for op in memory],
+            out["memory"] = {"labels": _labels(memory),
                              "gross": [op["mem_mib"] for op in memory],
                              "net": [op.get("mem_net_mib") for op in memory]}
     device = report.get("device")
@@ -84,8 +88,8 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
         steps = report.get("steps") or {}
         window = (steps.get("mean") or {}).get("wall_ms", 0) * (steps.get("count") or 0)
         out["gaps"] = {"window_ms": window, "busy_pct": device["busy_pct"],
-                       "labels": [f"{g['dur_us'] / 1e3:.2f} ms idle, host in "
-                                  f"{g['host_op'] or 'Python between ops'}"
+                       "labels": [terminal(f"{g['dur_us'] / 1e3:.2f} ms idle, host in "
+                                           f"{g['host_op'] or 'Python between ops'}")
                                   for g in device["idle_gaps"]],
                        "spans": [[g["start_us"] / 1e3, (g["start_us"] + g["dur_us"]) / 1e3]
                                  for g in device["idle_gaps"]]}
@@ -94,22 +98,22 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
         keys = {"SM %": "sm_pct", "memory %": "memory_pct",
                 "achieved occupancy %": "achieved_occupancy_pct", "tensor pipe %": "tensor_pct",
                 "L2 hit %": "l2_hit_pct"}
-        out["ncu"] = {"labels": [op["name"] for op in ncu_ops],
+        out["ncu"] = {"labels": _labels(ncu_ops),
                       "series": {label: [op["ncu"].get(k) for op in ncu_ops]
                                  for label, k in keys.items()}}
     return out
 
 
-def _verdict(report: dict[str, Any]) -> str:
-    verdict = report.get("verdict")
-    if not verdict:
-        return ""
+def _labels(ops: list[dict[str, Any]]) -> list[str]:
+    """Op names for the charts, control characters shown as escapes."""
+    return [terminal(op["name"]) for op in ops]
+
+
+def _summary(report: dict[str, Any]) -> str:
+    """The verdict with its evidence (where the run concludes one; else what was recorded),
+    steps, window, machine and the recommendations."""
     e = _esc
-    parts = [f"<section id='verdict' class='card'><h2>Verdict: <span class='verdict'>"
-             f"{e(verdict_headline(verdict))}</span></h2><ul>"]
-    css = {"!": " class='err'", "-": "", "~": "", "?": " class='muted'", ">": " class='muted'"}
-    parts += [f"<li{css[kind]}>{e(text)}</li>" for kind, text in verdict_lines(verdict)]
-    parts.append("</ul>")
+    parts = []
     step = _step_line(report)
     if step:
         parts.append(f"<p>Steps: {e(step)}</p>")
@@ -119,15 +123,33 @@ def _verdict(report: dict[str, Any]) -> str:
     machine = machine_line(report.get("machine"))
     if machine:
         parts.append(f"<p id='machine'>Machine: {e(machine)}</p>")
-    if report["recommendations"]:
+    recommendations = shown_recommendations(report)
+    if recommendations:
         parts.append("<h3>Recommendations</h3><ol id='recommendations'>")
-        for r in report["recommendations"]:
+        for r in recommendations:
             badge = "<span class='badge'>addresses the verdict</span> " if r.get(
                 "addresses_verdict") else ""
             parts.append(f"<li>{badge}<b>{e(r['title'])}</b>: {e(r['why'])}.<br>Fix: "
                          f"<code>{e(r['fix'])}</code> (<a href='{e(r['url'])}'>docs</a>)</li>")
         parts.append("</ol>")
-    return "".join(parts) + "</section>"
+    verdict = _verdict(report)
+    if not (verdict or parts):
+        return ""
+    head = (f"<section id='verdict' class='card'>{verdict}" if verdict
+            else "<section id='recorded' class='card'><h2>What was recorded</h2>")
+    return head + "".join(parts) + "</section>"
+
+
+def _verdict(report: dict[str, Any]) -> str:
+    verdict = shown_verdict(report)
+    if not verdict:
+        return ""
+    e = _esc
+    css = {"!": " class='err'", "-": "", "~": "", "?": " class='muted'", ">": " class='muted'"}
+    return (f"<h2>{e(verdict_title(report))}: <span class='verdict'>"
+            f"{e(verdict_headline(verdict))}</span></h2><ul>"
+            + "".join(f"<li{css[kind]}>{e(text)}</li>" for kind, text in verdict_lines(verdict))
+            + "</ul>")
 
 
 def _charts(report: dict[str, Any]) -> str:
@@ -225,7 +247,7 @@ def _timeline(report: dict[str, Any]) -> str:
                                       f"while the host was in {e(_gap_host(g))}</li>"
                                       for g in t["idle_gaps"]) + "</ul>")
     if t.get("ranks"):
-        parts.append(f"<h3>Per rank</h3><p>The tables above are rank {t['shown_rank']}'s.</p>"
+        parts.append(f"<h3>Per rank</h3><p>The tables above are rank {e(t['shown_rank'])}'s.</p>"
                      + _table(TIMELINE_RANK_HEADER, tool_rank_rows(t, "timeline"), code={8}))
     return "".join(parts) + "</section>"
 
@@ -249,7 +271,7 @@ def _ncu(report: dict[str, Any]) -> str:
     if findings:
         parts.append(_table(["op", "finding", "numbers"], findings, code={0}))
     if ncu.get("ranks"):
-        parts.append(f"<h3>Per rank</h3><p>The findings are rank {ncu['shown_rank']}'s.</p>"
+        parts.append(f"<h3>Per rank</h3><p>The findings are rank {e(ncu['shown_rank'])}'s.</p>"
                      + _table(NCU_RANK_HEADER, tool_rank_rows(ncu, "ncu"), code={5}))
     cols = [("sm_pct", "SM %"), ("memory_pct", "mem %"),
             ("achieved_occupancy_pct", "occupancy %"), ("tensor_pct", "tensor %"),
@@ -257,7 +279,7 @@ def _ncu(report: dict[str, Any]) -> str:
     parts.append("<details><summary>Profiled launches</summary><table><tr><th>launch</th>"
                  "<th>op</th><th>kernel</th><th>µs</th>" + "".join(f"<th>{h}</th>" for _, h in cols)
                  + "</tr>" + "".join(
-                     f"<tr><td>{k['launch']}</td><td><code>{e(k.get('op') or '-')}</code></td>"
+                     f"<tr><td>{e(k['launch'])}</td><td><code>{e(k.get('op') or '-')}</code></td>"
                      f"<td><code>{e(k['kernel'])}</code></td><td>{_fmt(_div(k.get('duration_ns'), 1e3))}</td>"
                      + "".join(f"<td>{_fmt(k.get(c))}</td>" for c, _ in cols) + "</tr>"
                      for k in ncu["kernels"]) + "</table></details>")
@@ -272,7 +294,7 @@ def _notes(report: dict[str, Any]) -> str:
     if report.get("ranks"):
         parts.append("<h2>Ranks</h2><table><tr><th>rank</th><th>file</th><th>verdict</th>"
                      "<th>step ms</th><th>device busy %</th></tr>" + "".join(
-                         f"<tr><td>{r['rank']}</td><td><code>{e(r['file'])}</code></td><td>"
+                         f"<tr><td>{e(r['rank'])}</td><td><code>{e(r['file'])}</code></td><td>"
                          f"{e(r['verdict'])}</td><td>{_fmt(r['step_ms'])}</td><td>"
                          f"{_fmt(r['busy_pct'])}</td></tr>" for r in report["ranks"]) + "</table>")
     if report.get("notes"):
@@ -318,7 +340,8 @@ def _fmt(value: Any) -> str:
 
 
 def _esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """``value`` as HTML text, its control characters shown as escapes (escape.terminal)."""
+    return html.escape(terminal(value), quote=True)
 
 
 @lru_cache(maxsize=1)

@@ -3,27 +3,36 @@ Formatting only."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import math
+from typing import Any, Collection, Optional
 
+from .build import STOPPED, conclusive, measured_anything, measured_steps
 from .definitions import markdown_block
+from .escape import md_cell, md_code, md_text, terminal
 
 PERFETTO = "https://ui.perfetto.dev"
 
 
 def _ms(us: Optional[float]) -> str:
-    return "-" if us is None else f"{us / 1e3:.3f}"
+    return _decimals(us, 1e3, 3) or "-"
 
 
 def _mib(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    return _decimals(value, 1, 2) or "-"
 
 
 def _us(ns: Optional[float]) -> Optional[str]:
-    return None if ns is None else f"{ns / 1e3:.2f}"
+    return _decimals(ns, 1e3, 2)
 
 
 def _ms_or_dash(ms: Optional[float]) -> str:
-    return "-" if ms is None else f"{ms:.3f}"
+    return _decimals(ms, 1, 3) or "-"
+
+
+def _decimals(value: Any, unit: float, digits: int) -> Optional[str]:
+    """``value / unit`` with ``digits`` decimals; None when it was not measured."""
+    number = _measured(value)
+    return None if number is None else _fixed(number / unit, digits)
 
 
 def _where(point: dict[str, Any]) -> str:
@@ -111,7 +120,7 @@ def _cell(value: Any, kind: str) -> str:
     if kind == "ms":
         return _ms(value)
     if kind == "pct":
-        return f"{value:.1f}"
+        return _decimals(value, 1, 1) or "-"
     return str(value)
 
 
@@ -132,13 +141,13 @@ def _step_line(report: dict[str, Any]) -> Optional[str]:
     mean = steps.get("mean") or {}
     if not mean:
         return None
-    shares = mean["shares"]
-    parts = " | ".join(f"{k} {v:.0%}" for k, v in shares.items())
+    parts = " | ".join(f"{k} {'-' if _measured(v) is None else _pct(v)}"
+                       for k, v in (mean.get("shares") or {}).items())
     if (report.get("window") or {}).get("kind") == "trace":
         return f"none; the {mean['wall_ms']:.2f} ms window: {parts}"
     spread = steps.get("spread") or {}
     text = f"{mean['wall_ms']:.2f} ms per step (mean of {steps['count']}"
-    if spread.get("n", 0) > 1:
+    if (spread.get("n") or 0) > 1 and spread.get("ci_low") is not None:
         text += (f"; median {spread['median']:.2f}, 95% interval {spread['ci_low']:.2f}-"
                  f"{spread['ci_high']:.2f}")
     text += f"; steps from {steps['detected_by']}): {parts}"
@@ -150,47 +159,90 @@ def _step_line(report: dict[str, Any]) -> Optional[str]:
 
 
 def machine_line(facts: Optional[dict[str, Any]]) -> Optional[str]:
-    """The machine facts in one line for the reports."""
+    """The machine facts in one line for the reports; what was not measured is left out."""
     if not facts:
         return None
-    cores = facts.get("cores") or {}
-    threads = facts.get("threads") or {}
-    parts = [f"{cores.get('usable')} usable cores" + (
-        f" of {cores['logical']}" if cores.get("logical") not in (None, cores.get("usable"))
-        else "")]
-    if threads:
-        parts.append(f"torch {threads.get('intra_op')} intra-op / {threads.get('inter_op')} "
-                     "inter-op threads")
-    load = facts.get("load") or {}
-    if load.get("before") or load.get("after"):
-        parts.append(f"load {_first(load.get('before'))} before, {_first(load.get('after'))} "
-                     "after")
-    laps = facts.get("measured_steps") or {}
-    if laps.get("wait_ms_per_step") is not None:
-        parts.append(f"CPU wait {laps['wait_ms_per_step']:.1f} ms/step "
-                     f"({laps['wait_share']:.0%} of the step)")
-    if laps.get("cpu_per_wall") is not None:
-        parts.append(f"CPU time {laps['cpu_per_wall']:.2f}x wall")
-    if laps.get("nivcsw_per_step") is not None:
-        parts.append(f"{laps['nivcsw_per_step']:g} preemptions/step")
-    if facts.get("steal_share") is not None:
-        parts.append(f"steal {facts['steal_share']:.0%}")
-    throttled = facts.get("cgroup_throttling")
+    parts = [part for part in (_cores(facts.get("cores") or {}),
+                               _threads(facts.get("threads") or {}),
+                               _load(facts.get("load") or {})) if part]
+    parts += _step_facts(facts.get("measured_steps") or {})
+    steal = _measured(facts.get("steal_share"))
+    if steal is not None:
+        parts.append(f"steal {_pct(steal)}")
+    throttled = _measured((facts.get("cgroup_throttling") or {}).get("throttled"))
     if throttled is not None:
-        parts.append(f"cgroup throttled {throttled['throttled']}x")
-    for gpu in facts.get("gpu") or []:
-        parts.append(f"GPU {gpu['index']} SM {gpu.get('sm_clock_mhz')}/"
-                     f"{gpu.get('sm_clock_max_mhz')} MHz"
-                     + (f", throttle: {','.join(gpu['throttle_reasons'])}"
-                        if gpu.get("throttle_reasons") else "")
-                     + (f", {len(gpu['other_processes'])} other process(es)"
-                        if gpu.get("other_processes") else ""))
+        parts.append(f"cgroup throttled {throttled:g}x")
+    parts += [_gpu(gpu) for gpu in facts.get("gpu") or []]
     state = "CONTENDED" if (facts.get("contention") or {}).get("contended") else "quiet"
-    return f"{state}: " + "; ".join(parts)
+    return f"{state}: " + ("; ".join(parts) or "no machine facts measured")
 
 
-def _first(load: Optional[list[float]]) -> str:
-    return "-" if not load else f"{load[0]:.2f}"
+def _cores(cores: dict[str, Any]) -> Optional[str]:
+    usable, logical = _measured(cores.get("usable")), _measured(cores.get("logical"))
+    if usable is None:
+        return None if logical is None else f"{logical:g} logical cores (usable not measured)"
+    return f"{usable:g} usable cores" + (f" of {logical:g}" if logical not in (None, usable)
+                                         else "")
+
+
+def _threads(threads: dict[str, Any]) -> Optional[str]:
+    counts = [f"{n:g} {kind}" for kind, n in (("intra-op", _measured(threads.get("intra_op"))),
+                                               ("inter-op", _measured(threads.get("inter_op"))))
+              if n is not None]
+    return f"torch {' / '.join(counts)} threads" if counts else None
+
+
+def _load(load: dict[str, Any]) -> Optional[str]:
+    firsts = {when: _measured((load.get(when) or [None])[0]) for when in ("before", "after")}
+    ends = [f"{_fixed(value, 2)} {when}" for when, value in firsts.items() if value is not None]
+    return "load " + ", ".join(ends) if ends else None
+
+
+def _step_facts(laps: dict[str, Any]) -> list[str]:
+    """CPU wait, CPU time and preemptions per measured step, those measured."""
+    parts = []
+    wait, share = _measured(laps.get("wait_ms_per_step")), _measured(laps.get("wait_share"))
+    if wait is not None:
+        parts.append(f"CPU wait {_fixed(wait, 1)} ms/step"
+                     + (f" ({_pct(share)} of the step)" if share is not None else ""))
+    cpu = _measured(laps.get("cpu_per_wall"))
+    if cpu is not None:
+        parts.append(f"CPU time {_fixed(cpu, 2)}x wall")
+    preempted = _measured(laps.get("nivcsw_per_step"))
+    if preempted is not None:
+        parts.append(f"{preempted + 0.0:g} preemptions/step")
+    return parts
+
+
+def _gpu(gpu: dict[str, Any]) -> str:
+    clock, peak = _measured(gpu.get("sm_clock_mhz")), _measured(gpu.get("sm_clock_max_mhz"))
+    text = "GPU" + (f" {gpu['index']}" if gpu.get("index") is not None else "")
+    if clock is None:
+        text += " SM clock not measured"
+    else:
+        text += f" SM {clock:g}" + (f"/{peak:g}" if peak is not None else "") + " MHz"
+    if gpu.get("throttle_reasons"):
+        text += f", throttle: {','.join(map(str, gpu['throttle_reasons']))}"
+    if gpu.get("other_processes"):
+        text += f", {len(gpu['other_processes'])} other process(es)"
+    return text
+
+
+def _measured(value: Any) -> Optional[float]:
+    """A measured number as a float; None for None, NaN, infinities and non-numbers."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _fixed(value: float, digits: int) -> str:
+    """``value`` with ``digits`` decimals, never '-0.0'."""
+    return f"{round(value, digits) + 0.0:.{digits}f}"
+
+
+def _pct(share: float) -> str:
+    """A share as a whole percentage ('12%'), never '-0%'."""
+    return f"{_fixed(100 * share, 0)}%"
 
 
 def verdict_headline(verdict: dict[str, Any]) -> str:
@@ -218,6 +270,74 @@ def verdict_lines(verdict: dict[str, Any]) -> list[tuple[str, str]]:
     if verdict.get("settle"):
         lines.append((">", "what would settle it: " + "; ".join(verdict["settle"])))
     return lines
+
+
+def error_text(err: dict[str, Any]) -> str:
+    """'ValueError: bad batch (at train.py:42)': the error's type, message and the script's
+    line, leaving out what it does not have."""
+    text = ": ".join(str(err[k]) for k in ("type", "message") if err.get(k) not in (None, ""))
+    if err.get("file"):
+        text += (f" (at {err['file']}" + (f":{err['line']}" if err.get("line") is not None
+                                          else "") + ")")
+    return text or "no details recorded"
+
+
+def shown_verdict(report: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The verdict the outputs show: none for a run that concludes nothing
+    (build.conclusive), whatever report.json holds (a pass after the torch.profiler one can
+    fail the run after its verdict was built)."""
+    return report.get("verdict") if conclusive(report) else None
+
+
+def shown_recommendations(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The recommendations the outputs show (none where the verdict is not shown)."""
+    return list(report.get("recommendations") or []) if conclusive(report) else []
+
+
+def verdict_title(report: dict[str, Any]) -> str:
+    """'Verdict', or 'Verdict (partial run)' for a run stopped before it finished."""
+    return "Verdict" + (" (partial run)" if report.get("status") in STOPPED else "")
+
+
+def outcome_line(report: dict[str, Any]) -> Optional[str]:
+    """For a run stopped, failed or with nothing measured in its window: whether its
+    verdict is partial or withheld, and what was kept. None for any other run that ended
+    ok (one without a torch.profiler window has no verdict to withhold)."""
+    status = report.get("status")
+    if status == "ok" and (measured_anything(report) or not report.get("window")):
+        return None
+    if status in STOPPED and conclusive(report):
+        return (f"Partial run, {STOPPED[status]}: the verdict and recommendations rest on the "
+                f"{_count(measured_steps(report), 'complete measured step')} recorded before "
+                f"it stopped. Kept: {kept_text(report)}.")
+    return f"No verdict or recommendations: {_why_none(report)}. Kept: {kept_text(report)}."
+
+
+def _why_none(report: dict[str, Any]) -> str:
+    status = report.get("status")
+    if status in STOPPED:
+        return f"the run was {STOPPED[status]} before its first complete measured step"
+    return {"ok": "nothing was measured (no op, no GPU work)", "failed": "the run failed",
+            "no-trace": "the run left no trace nsbridge could analyse",
+            "hung": "a rank hung"}.get(str(status), f"the run did not finish (status {status})")
+
+
+def kept_text(report: dict[str, Any]) -> str:
+    """What a run kept: its trace file, its measured steps (or window) and ops."""
+    files = report.get("files") or {}
+    trace = files.get("trace") or files.get("trace_input")
+    partial = "" if report.get("status") == "ok" else "partial "
+    window = report.get("window") or {}
+    span = (f"one window of {_fixed(_measured(window.get('seconds')) or 0.0, 3)} s without "
+            "steps" if window.get("kind") == "trace"
+            else _count(measured_steps(report), "complete measured step"))
+    return ", ".join([f"the {partial}trace ({trace})" if trace else "no trace", span,
+                      _count(len(report.get("ops") or []), "op")])
+
+
+def _count(n: int, noun: str) -> str:
+    """'no op', '1 op', '41 ops'."""
+    return f"no {noun}" if n == 0 else f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 TIMELINE_HEADER = ["op (nsys)", "ranges", "range ms", "kernels", "kernel ms", "copies",
@@ -255,7 +375,7 @@ def _timeline_line(t: dict[str, Any]) -> str:
             f"{t['module_ranges']} module ranges, {t['kernels']} kernels, {t['copies']} copies, "
             f"{t.get('memsets', 0)} memsets, GPU busy {busy}; attribution "
             f"{_attribution(t['attribution'])}; NVTX ranges emitted "
-            f"{t['nvtx'].get('emitted')}, recorded {t['nvtx'].get('recorded')}; "
+            f"{_int(t['nvtx'].get('emitted'))}, recorded {_int(t['nvtx'].get('recorded'))}; "
             + _timeline_window(t.get("window") or {}))
 
 
@@ -379,9 +499,8 @@ def distributed_lines(dist: dict[str, Any]) -> list[str]:
     if straggler:
         lines.append(f"{straggler['verdict'].upper()}: " + "; ".join(straggler["evidence"]))
     for f in dist.get("failed", []):
-        err = f.get("error") or {}
-        lines.append(f"rank {f['rank']} {f['status']}" + (f": {err.get('type')}: "
-                                                          f"{err.get('message')}" if err else ""))
+        err = f.get("error")
+        lines.append(f"rank {f['rank']} {f['status']}" + (f": {error_text(err)}" if err else ""))
     for s in dist.get("skew", [])[:3]:
         lines.append(f"skew: {s['op']} on rank {s['max_rank']} {s['max_us'] / 1e3:.2f} ms per "
                      f"step against a median of {s['median_us'] / 1e3:.2f} ms ({s['source']})")
@@ -398,215 +517,282 @@ def distributed_lines(dist: dict[str, Any]) -> list[str]:
 
 
 def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 10) -> str:
-    """The short text printed after a run."""
+    """The short text printed after a run. Each line is escaped (escape.terminal) as it is
+    printed, so no name, path or message from a trace or a script can drive the terminal."""
+    lines = [*_text_head(report), *_text_findings(report, top), *_text_passes(report, top)]
+    overhead = report.get("overhead")
+    if overhead and overhead.get("ratio"):
+        lines += ["", f"Profiler overhead: {overhead['note']}"]
+    lines += [f"Note: {note}" for note in report.get("notes", [])]
+    if run_dir:
+        files = report.get("files") or {}
+        trace = files.get("merged_trace") or files.get("trace")
+        lines += ["", f"Run directory: {run_dir}  (report.md, report.html"
+                  + (f", {trace} opens in {PERFETTO}" if trace else "") + ")"]
+    return "\n".join(terminal(line) for line in lines)
+
+
+def _text_head(report: dict[str, Any]) -> list[str]:
+    """Status, error, what a stopped or failed run kept, the verdict, steps and machine."""
     lines = [f"nsbridge {report['command']}: {report['target']}  [status: {report['status']}]"]
     if report.get("error"):
-        err = report["error"]
-        lines.append(f"  script error: {err.get('type')}: {err.get('message')}"
-                     + (f" ({err['file']}:{err['line']})" if err.get("file") else ""))
-    verdict = report.get("verdict")
+        lines.append(f"  error: {error_text(report['error'])}")
+    outcome = outcome_line(report)
+    if outcome:
+        lines.append(f"  {outcome}")
+    verdict = shown_verdict(report)
     if verdict:
-        lines.append(f"\nVerdict: {verdict_headline(verdict)}")
+        lines += ["", f"{verdict_title(report)}: {verdict_headline(verdict)}"]
         lines += [f"  {kind} {text}" for kind, text in verdict_lines(verdict)]
     step = _step_line(report)
     if step:
-        lines.append(f"\nSteps: {step}")
+        lines += ["", f"Steps: {step}"]
     window = window_line(report)
     if window:
         lines.append(f"Window: {window}")
     machine = machine_line(report.get("machine"))
     if machine:
         lines.append(f"Machine: {machine}")
+    return lines
+
+
+def _text_findings(report: dict[str, Any], top: int) -> list[str]:
+    """Device, top ops, sync points and recommendations."""
+    lines = []
     if report.get("device"):
         dev = report["device"]
-        lines.append(f"Device: busy {dev['busy_pct']:.1f}% of the window, {dev['kernels']} kernels "
-                     f"({kernel_rate(dev)})")
+        lines.append(f"Device: busy {dev['busy_pct']:.1f}% of the window, {dev['kernels']} "
+                     f"kernels ({kernel_rate(dev)})")
         early = _early_line(dev)
         if early:
             lines.append(f"  {early}")
     if report["ops"]:
         ranked = "self device time" if report["ranked_by"] == "device_self_us" else "self CPU time"
-        lines.append(f"\nTop ops by {ranked}:")
-        lines.append(_text_table(*op_table(report, top)))
-        lines.append(f"  ({MEMORY_NOTE})")
+        lines += ["", f"Top ops by {ranked}:", *_text_table(*op_table(report, top)),
+                  f"  ({MEMORY_NOTE})"]
     if report["sync_points"]:
-        lines.append("\nSync points (host waits for the device):")
+        lines += ["", "Sync points (host waits for the device):"]
         for p in report["sync_points"][:5]:
             over = ("outside the training steps" if p.get("placement") == "outside"
                     else f"over the {p['counted_over']}")
             lines.append(f"  {p['kind']:<22} {_where(p)}  x{p['count']} {over} "
                          f"({_rate_text(p)}; {_sync_cost(p)})")
-    if report["recommendations"]:
-        lines.append("\nRecommendations:")
-        for i, r in enumerate(report["recommendations"][:3], 1):
-            lines.append(f"  {i}. {r['title']}: {r['why']}.\n     Fix: {r['fix']}")
+    recommendations = shown_recommendations(report)[:3]
+    if recommendations:
+        lines += ["", "Recommendations:"]
+        for i, r in enumerate(recommendations, 1):
+            lines += [f"  {i}. {r['title']}: {r['why']}.", f"     Fix: {r['fix']}"]
+    return lines
+
+
+def _text_passes(report: dict[str, Any], top: int) -> list[str]:
+    """The timeline, cross-rank and Nsight Compute sections."""
+    lines = []
     timeline = report.get("timeline")
     if timeline:
-        lines.append(f"\nTimeline: {_timeline_line(timeline)}")
+        lines += ["", f"Timeline: {_timeline_line(timeline)}"]
         if timeline["ops"]:
-            lines.append(_text_table(TIMELINE_HEADER, _timeline_rows(timeline, top)))
-        for g in timeline["idle_gaps"][:3]:
-            lines.append(f"  GPU {g['device']} idle {g['dur_us'] / 1e3:.3f} ms while the host "
-                         f"was in {_gap_host(g)}")
+            lines += _text_table(TIMELINE_HEADER, _timeline_rows(timeline, top))
+        lines += [f"  GPU {g['device']} idle {g['dur_us'] / 1e3:.3f} ms while the host was in "
+                  f"{_gap_host(g)}" for g in timeline["idle_gaps"][:3]]
         if timeline.get("ranks"):
             lines.append(f"  nsys per rank (the table above is rank {timeline['shown_rank']}'s):")
-            lines.append(_text_table(TIMELINE_RANK_HEADER, tool_rank_rows(timeline, "timeline")))
+            lines += _text_table(TIMELINE_RANK_HEADER, tool_rank_rows(timeline, "timeline"))
     dist = report.get("distributed")
     if dist:
-        lines.append("\nRanks:")
-        lines.append(_text_table(RANK_HEADER, rank_rows(dist)))
+        lines += ["", "Ranks:", *_text_table(RANK_HEADER, rank_rows(dist))]
         lines += [f"  {line}" for line in distributed_lines(dist)]
     ncu = report.get("ncu")
     if ncu:
-        lines.append(f"\nNsight Compute: {_ncu_line(ncu)}")
-        for op, title, detail in _ncu_findings(report)[:12]:
-            lines.append(f"  {op}: {title}: {detail}")
+        lines += ["", f"Nsight Compute: {_ncu_line(ncu)}"]
+        lines += [f"  {op}: {title}: {detail}" for op, title, detail in _ncu_findings(report)[:12]]
         if ncu.get("ranks"):
             lines.append(f"  ncu per rank (the findings above are rank {ncu['shown_rank']}'s):")
-            lines.append(_text_table(NCU_RANK_HEADER, tool_rank_rows(ncu, "ncu")))
-    overhead = report.get("overhead")
-    if overhead and overhead.get("ratio"):
-        lines.append(f"\nProfiler overhead: {overhead['note']}")
-    for note in report.get("notes", []):
-        lines.append(f"Note: {note}")
-    if run_dir:
-        files = report.get("files") or {}
-        trace = files.get("merged_trace") or files.get("trace")
-        lines.append(f"\nRun directory: {run_dir}  (report.md, report.html"
-                     + (f", {trace} opens in {PERFETTO}" if trace else "") + ")")
-    return "\n".join(lines)
+            lines += _text_table(NCU_RANK_HEADER, tool_rank_rows(ncu, "ncu"))
+    return lines
 
 
-def _text_table(header: list[str], rows: list[list[str]], name_width: int = 44) -> str:
+def _text_table(header: list[str], rows: list[list[str]], name_width: int = 44) -> list[str]:
+    """The lines of an aligned table, its cells escaped before they are measured."""
     def clip(s: str) -> str:
         return s if len(s) <= name_width else s[: name_width - 1] + "…"
-    rows = [[clip(r[0])] + r[1:] for r in rows]
+    rows = [[clip(terminal(r[0])), *map(terminal, r[1:])] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(header)]
     fmt = lambda cells: "  " + "  ".join(  # noqa: E731
         c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([fmt(header)] + [fmt(r) for r in rows])
+    return [fmt(header)] + [fmt(r) for r in rows]
 
 
 def markdown(report: dict[str, Any], top: int = 15,
              key_averages: Optional[str] = None) -> str:
     """report.md, sized for a GitHub issue or PR comment; torch's own ``key_averages``
-    table, when given, goes in a collapsed block."""
-    md = [f"# nsbridge {report['command']}: `{report['target']}`", "",
-          f"Status: **{report['status']}**"]
-    if report.get("error"):
-        err = report["error"]
-        md.append(f"\nScript error: `{err.get('type')}`: {err.get('message')}")
-    verdict = report.get("verdict")
-    if verdict:
-        md += ["", f"## Verdict: {verdict_headline(verdict)}", ""]
-        marks = {"!": "**contended:** ", "-": "", "~": "", "?": "*", ">": ""}
-        md += [f"- {marks[kind]}{text}" + ("*" if kind == "?" else "")
-               for kind, text in verdict_lines(verdict)]
-    step = _step_line(report)
-    if step:
-        md += ["", "## Steps", "", step]
-    window = window_line(report)
-    if window:
-        md += ["", f"Window: {window}"]
-    machine = machine_line(report.get("machine"))
-    if machine:
-        md += ["", f"Machine: {machine}"]
-    if report["ops"]:
-        header, op_rows = op_table(report, top)
-        md += ["", "## Hot ops", "", "| " + " | ".join(header) + " |",
-               "|" + "---|" * len(header)]
-        for row in op_rows:
-            md.append("| " + " | ".join([f"`{_md_cell(row[0])}`", *row[1:]]) + " |")
-        md += ["", f"Memory: {MEMORY_NOTE}."]
-        work = [(op["name"], k, "kernel") for op in report["ops"][:top] for k in op["kernels"][:3]]
-        work += [(op["name"], c, c["kind"]) for op in report["ops"][:top]
-                 for c in (op.get("copies") or [])[:2]]
-        if work:
-            md += ["", "### Kernels and copies per op (top 3 kernels, top 2 copies each)", "",
-                   "| op | kind | name | calls | device ms |", "|---|---|---|---|---|"]
-            md += [f"| `{_md_cell(o)}` | {kind} | `{_md_cell(k['name'][:120])}` | {k['calls']} | "
-                   f"{k['device_us'] / 1e3:.3f} |" for o, k, kind in work]
-    if report.get("device"):
-        dev = report["device"]
-        md += ["", "## Device", "", f"Busy {dev['busy_pct']:.1f}% of the measured window; "
-               f"{dev['kernels']} kernels; linking: {dev['linking']}; attribution: "
-               f"{_attribution(dev['attribution'])}"]
-        early = _early_line(dev)
-        if early:
-            md += ["", f"Launched before the window: {early}"]
-        if dev["idle_gaps"]:
-            md += ["", "| device | gap ms | at ms | host was in |", "|---|---|---|---|"]
-            md += [f"| {g['device']} | {g['dur_us'] / 1e3:.3f} | {g['start_us'] / 1e3:.3f} | "
-                   f"`{_md_cell(g['host_op'] or 'Python between ops')}` |" for g in dev["idle_gaps"]]
-    if report["sync_points"]:
-        md += ["", "## Sync points", "", "| kind | where | op | count | counted over | per step "
-               "| host ms | GPU idle after ms |", "|---|---|---|---|---|---|---|---|"]
-        md += [f"| {p['kind']} | {_md_cell(_where(p))} | `{_md_cell(p['op'] or '')}` | {p['count']} "
-               f"| {p['counted_over']} | {per_step_cell(p)} | {p['host_ms']:.3f} | "
-               f"{_ms_or_dash(p.get('gpu_idle_ms'))} |" for p in report["sync_points"]]
-    if report["recommendations"]:
-        md += ["", "## Recommendations", ""]
-        md += [f"{i}. **{r['title']}**: {r['why']}. Fix: {r['fix']} ([docs]({r['url']}))"
-               for i, r in enumerate(report["recommendations"], 1)]
-    timeline = report.get("timeline")
-    if timeline:
-        md += ["", "## Timeline (Nsight Systems)", "", _timeline_line(timeline)]
-        if timeline["ops"]:
-            md += ["", "| " + " | ".join(TIMELINE_HEADER) + " |", "|" + "---|" * len(TIMELINE_HEADER)]
-            md += ["| " + " | ".join([f"`{_md_cell(r[0])}`", *r[1:]]) + " |"
-                   for r in _timeline_rows(timeline, top)]
-        if timeline["idle_gaps"]:
-            md += ["", "| device | GPU idle ms | host was in |", "|---|---|---|"]
-            md += [f"| {g['device']} | {g['dur_us'] / 1e3:.3f} | {_md_cell(_gap_host(g))} |"
-                   for g in timeline["idle_gaps"]]
-        if timeline.get("ranks"):
-            md += ["", f"Per rank (the tables above are rank {timeline['shown_rank']}'s):"]
-            md += _md_table(TIMELINE_RANK_HEADER, tool_rank_rows(timeline, "timeline"))
-    dist = report.get("distributed")
-    if dist:
-        md += ["", "## Ranks", "", "| " + " | ".join(RANK_HEADER) + " |",
-               "|" + "---|" * len(RANK_HEADER)]
-        md += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rank_rows(dist)]
-        md += [""] + [f"- {_md_cell(line)}" for line in distributed_lines(dist)]
-    ncu = report.get("ncu")
-    if ncu:
-        md += ["", "## Kernels (Nsight Compute)", "", _ncu_line(ncu)]
-        findings = _ncu_findings(report)
-        if findings:
-            md += ["", "| op | finding | numbers |", "|---|---|---|"]
-            md += [f"| `{_md_cell(o)}` | {t} | {_md_cell(d)} |" for o, t, d in findings]
-        if ncu.get("ranks"):
-            md += ["", f"Per rank (the findings are rank {ncu['shown_rank']}'s):"]
-            md += _md_table(NCU_RANK_HEADER, tool_rank_rows(ncu, "ncu"))
-        md += ["", "| launch | op | kernel | µs | SM % | mem % | occupancy % | tensor % |",
-               "|---|---|---|---|---|---|---|---|"]
-        md += [f"| {k['launch']} | `{_md_cell(k.get('op') or '-')}` | `{_md_cell(str(k['kernel'])[:90])}` "
-               f"| {_cell(_us(k.get('duration_ns')), 'text')} | {_cell(k.get('sm_pct'), 'pct')} | "
-               f"{_cell(k.get('memory_pct'), 'pct')} | {_cell(k.get('achieved_occupancy_pct'), 'pct')}"
-               f" | {_cell(k.get('tensor_pct'), 'pct')} |" for k in ncu["kernels"][:top]]
-    if report.get("overhead"):
-        md += ["", "## Profiler overhead", "", str(report["overhead"]["note"])]
-    if report.get("ranks"):
-        md += ["", "## Ranks", "", "| rank | file | verdict | step ms | device busy % |",
-               "|---|---|---|---|---|"]
-        md += [f"| {r['rank']} | {_md_cell(r['file'])} | {r['verdict']} | {r['step_ms']} | "
-               f"{r['busy_pct']} |" for r in report["ranks"]]
-    if report.get("notes"):
-        md += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
+    table, when given, goes in a collapsed block. Everything from a trace or a script is
+    escaped where it is placed: names as code spans in tables (escape.md_code), other text
+    as Markdown text (escape.md_cell, md_text)."""
+    md = [*_md_head(report), *_md_ops(report, top), *_md_device(report),
+          *_md_syncs(report), *_md_recommendations(report), *_md_timeline(report, top),
+          *_md_ranks(report), *_md_ncu(report, top), *_md_notes(report)]
     if key_averages:
         fence = "`" * 3
+        table = "\n".join(terminal(line) for line in key_averages.rstrip().splitlines())
         md += ["", "<details><summary>torch.profiler's own key_averages() table</summary>", "",
-               fence, key_averages.rstrip().replace(fence, "'" * 3), fence, "", "</details>"]
-    md += ["", "## Sources", ""] + [f"- {k}: {v}" for k, v in report.get("sources", {}).items()]
+               fence, table.replace(fence, "'" * 3), fence, "", "</details>"]
+    md += ["", "## Sources", ""] + [f"- {md_cell(k)}: {md_cell(v)}"
+                                   for k, v in report.get("sources", {}).items()]
     md += ["", *markdown_block()]
     return "\n".join(md) + "\n"
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+def _md_head(report: dict[str, Any]) -> list[str]:
+    """Title, status, error, what a stopped or failed run kept, verdict, steps, machine."""
+    md = [f"# nsbridge {report['command']}: {md_cell(report['target'])}", "",
+          f"Status: **{md_cell(report['status'])}**"]
+    if report.get("error"):
+        md += ["", f"Error: {md_cell(error_text(report['error']))}"]
+    outcome = outcome_line(report)
+    if outcome:
+        md += ["", md_text(outcome)]
+    verdict = shown_verdict(report)
+    if verdict:
+        md += ["", f"## {verdict_title(report)}: {md_cell(verdict_headline(verdict))}", ""]
+        marks = {"!": "**contended:** ", "-": "", "~": "", "?": "*", ">": ""}
+        md += [f"- {marks[kind]}{md_cell(text)}" + ("*" if kind == "?" else "")
+               for kind, text in verdict_lines(verdict)]
+    step = _step_line(report)
+    if step:
+        md += ["", "## Steps", "", md_text(step)]
+    window = window_line(report)
+    if window:
+        md += ["", f"Window: {md_cell(window)}"]
+    machine = machine_line(report.get("machine"))
+    if machine:
+        md += ["", f"Machine: {md_cell(machine)}"]
+    return md
+
+
+def _md_ops(report: dict[str, Any], top: int) -> list[str]:
+    """The op table and each op's top kernels and copies."""
+    if not report["ops"]:
+        return []
+    header, rows = op_table(report, top)
+    md = ["", "## Hot ops", *_md_table(header, rows, code={0}), "", f"Memory: {MEMORY_NOTE}."]
+    work = [(op["name"], k, "kernel") for op in report["ops"][:top] for k in op["kernels"][:3]]
+    work += [(op["name"], c, c["kind"]) for op in report["ops"][:top]
+             for c in (op.get("copies") or [])[:2]]
+    if work:
+        md += ["", "### Kernels and copies per op (top 3 kernels, top 2 copies each)"]
+        md += _md_table(["op", "kind", "name", "calls", "device ms"],
+                        [[o, kind, k["name"][:120], str(k["calls"]), f"{k['device_us'] / 1e3:.3f}"]
+                         for o, k, kind in work], code={0, 2})
+    return md
+
+
+def _md_device(report: dict[str, Any]) -> list[str]:
+    dev = report.get("device")
+    if not dev:
+        return []
+    md = ["", "## Device", "", f"Busy {dev['busy_pct']:.1f}% of the measured window; "
+          f"{dev['kernels']} kernels; linking: {md_cell(dev['linking'])}; attribution: "
+          f"{md_cell(_attribution(dev['attribution']))}"]
+    early = _early_line(dev)
+    if early:
+        md += ["", f"Launched before the window: {md_cell(early)}"]
+    if dev["idle_gaps"]:
+        md += _md_table(["device", "gap ms", "at ms", "host was in"],
+                        [[str(g["device"]), f"{g['dur_us'] / 1e3:.3f}",
+                          f"{g['start_us'] / 1e3:.3f}", g["host_op"] or "Python between ops"]
+                         for g in dev["idle_gaps"]], code={3})
+    return md
+
+
+def _md_syncs(report: dict[str, Any]) -> list[str]:
+    if not report["sync_points"]:
+        return []
+    header = ["kind", "where", "op", "count", "counted over", "per step", "host ms",
+              "GPU idle after ms"]
+    return ["", "## Sync points", *_md_table(header, [
+        [p["kind"], _where(p), p["op"] or "", str(p["count"]), p["counted_over"],
+         per_step_cell(p), f"{p['host_ms']:.3f}", _ms_or_dash(p.get("gpu_idle_ms"))]
+        for p in report["sync_points"]], code={2})]
+
+
+def _md_recommendations(report: dict[str, Any]) -> list[str]:
+    recommendations = shown_recommendations(report)
+    if not recommendations:
+        return []
+    return ["", f"## Recommendations{' (partial run)' if report.get('status') in STOPPED else ''}",
+            ""] + [f"{i}. **{md_cell(r['title'])}**: {md_cell(r['why'])}. Fix: "
+                   f"{md_cell(r['fix'])} ([docs]({r['url']}))"
+                   for i, r in enumerate(recommendations, 1)]
+
+
+def _md_timeline(report: dict[str, Any], top: int) -> list[str]:
+    timeline = report.get("timeline")
+    if not timeline:
+        return []
+    md = ["", "## Timeline (Nsight Systems)", "", md_text(_timeline_line(timeline))]
+    if timeline["ops"]:
+        md += _md_table(TIMELINE_HEADER, _timeline_rows(timeline, top), code={0})
+    if timeline["idle_gaps"]:
+        md += _md_table(["device", "GPU idle ms", "host was in"],
+                        [[str(g["device"]), f"{g['dur_us'] / 1e3:.3f}", _gap_host(g)]
+                         for g in timeline["idle_gaps"]])
+    if timeline.get("ranks"):
+        md += ["", f"Per rank (the tables above are rank {md_cell(timeline['shown_rank'])}'s):"]
+        md += _md_table(TIMELINE_RANK_HEADER, tool_rank_rows(timeline, "timeline"))
+    return md
+
+
+def _md_ranks(report: dict[str, Any]) -> list[str]:
+    """The cross-rank section of a distributed run, or the per-trace table of analyze."""
+    md = []
+    dist = report.get("distributed")
+    if dist:
+        md += ["", "## Ranks", *_md_table(RANK_HEADER, rank_rows(dist)), ""]
+        md += [f"- {md_text(line)}" for line in distributed_lines(dist)]
+    if report.get("ranks"):
+        md += ["", "## Ranks", *_md_table(
+            ["rank", "file", "verdict", "step ms", "device busy %"],
+            [[str(r["rank"]), r["file"], r.get("verdict") or "-", _cell(r.get("step_ms"), "text"),
+              _cell(r.get("busy_pct"), "text")] for r in report["ranks"]])]
+    return md
+
+
+def _md_ncu(report: dict[str, Any], top: int) -> list[str]:
+    ncu = report.get("ncu")
+    if not ncu:
+        return []
+    md = ["", "## Kernels (Nsight Compute)", "", md_text(_ncu_line(ncu))]
+    findings = _ncu_findings(report)
+    if findings:
+        md += _md_table(["op", "finding", "numbers"], [list(f) for f in findings], code={0})
+    if ncu.get("ranks"):
+        md += ["", f"Per rank (the findings are rank {md_cell(ncu['shown_rank'])}'s):"]
+        md += _md_table(NCU_RANK_HEADER, tool_rank_rows(ncu, "ncu"))
+    md += _md_table(["launch", "op", "kernel", "µs", "SM %", "mem %", "occupancy %", "tensor %"],
+                    [[str(k["launch"]), k.get("op") or "-", str(k["kernel"])[:90],
+                      _cell(_us(k.get("duration_ns")), "text"), _cell(k.get("sm_pct"), "pct"),
+                      _cell(k.get("memory_pct"), "pct"),
+                      _cell(k.get("achieved_occupancy_pct"), "pct"),
+                      _cell(k.get("tensor_pct"), "pct")] for k in ncu["kernels"][:top]],
+                    code={1, 2})
+    return md
+
+
+def _md_notes(report: dict[str, Any]) -> list[str]:
+    md = []
+    if report.get("overhead"):
+        md += ["", "## Profiler overhead", "", md_text(report["overhead"]["note"])]
+    if report.get("notes"):
+        md += ["", "## Notes", ""] + [f"- {md_text(n)}" for n in report["notes"]]
+    return md
+
+
+def _md_table(header: list[str], rows: list[list[str]], code: Collection[int] = ()) -> list[str]:
+    """A Markdown table after a blank line: the columns in ``code`` (names) as code spans
+    (escape.md_code), the others as text (escape.md_cell)."""
+    def cell(i: int, value: Any) -> str:
+        return md_code(value) if i in code else md_cell(value)
     return (["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows])
-
-
-def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+            + ["| " + " | ".join(cell(i, v) for i, v in enumerate(row)) + " |" for row in rows])
