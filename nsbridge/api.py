@@ -15,28 +15,28 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from .errors import (DeepError, DiffInputError, DiffRefusedError, RunDirError, ScriptError,
                      TraceNotFoundError)
-from .model.analysis import TraceAnalysis, check_window
-from .model.deep_plan import check_ops, choose, describe, plan as make_plan
+from .model.analysis import check_window
 from .collect.ncu import find_ncu
-from .passes.ncu_pass import capture_deep, ncu_from_files, require_gpu
-from .passes.nsys_pass import capture_timeline, timeline_from_exports
+from .passes.ncu_pass import DeepPass, NcuFilesPass, require_gpu
+from .passes.nsys_pass import NsysExportsPass, TimelinePass
 from .passes.rank_passes import check_one_node, is_ranked
 from .passes.ranks_pass import launcher_argv, read_summaries
-from .passes.torch_pass import analyze_traces, check_module, profile_script
+from .passes.torch_pass import TorchProfilerPass, analyze_traces, check_module
+from .pipeline import Given, Pass, run_passes
 from .profiles import Profile, load_profile
 from .ranked import analyze_ranks, on_ranks, tool_passes_on_ranks, triage_ranks
 from .report import frames
 from .report.escape import terminal
-from .result import RunResult, result_of, write_ops_csv
+from .result import RunResult, result_of
 from .distributed.ranks import detect as detect_rank
 from .rundir import DEFAULT_BASE, read_run
-from .run import Run
+from .run import Run, Script
 
 __all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "load", "doctor"]
 
 _NOT_TRACES = {"report.json", "manifest.json", "child.json", "child-config.json",
-               "nvtx-child.json", "nvtx-child-config.json", "ncu-child-config.json",
-               "summary.json", "merged.json.gz"}
+               "nvtx-child.json", "ncu-child.json", "nvtx-child-config.json",
+               "ncu-child-config.json", "summary.json", "merged.json.gz"}
 _NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 _NCU_SUFFIXES = (".ncu-rep", ".csv")
 ProfileArg = Union[str, Profile]
@@ -118,25 +118,15 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
                                     deep_top=deep_top, profile=prof,
                                     deep_profile=_profile(deep_profile), deep_ranks=deep_ranks,
                                     timeout=timeout, on_plan=on_plan, environ=environ)
-    run = Run.create(out=Path(out) if out else None, label=_label(target, module),
-                     command="triage", target=target, args=list(args), profile=prof,
-                     cwd=workdir, module=module)
-    output, analysis = profile_script(run.dir, target=target, args=args, module=module,
-                                      profile=prof, cwd=workdir, timeout=timeout,
-                                      environ=environ, runs=runs, window=window)
-    run.add(output)
-    if analysis is not None:
-        write_ops_csv(run, analysis.ops)
-    result = result_of(run, analysis, output.exit_code)
-    if output.exit_code != 0:
-        return result
+    run, script = _new_run(target, args, module, workdir, prof, "triage", out)
+    passes: list[Pass] = [TorchProfilerPass(script, prof, timeout=timeout, environ=environ,
+                                            runs=runs, window=window)]
     if nsys:
-        result = timeline(None, run=run.dir, profile=prof, timeout=timeout, environ=environ)
-    if deep_top is not None and result.exit_code == 0:
-        deep(run=run.dir, top=deep_top or None, profile=deep_profile, timeout=timeout,
-             on_plan=on_plan, environ=environ)
-        result.report = Run.open(run.dir).report
-    return result
+        passes.append(TimelinePass(prof, timeout=timeout, environ=environ))
+    if deep_top is not None:
+        passes.append(DeepPass(_profile(deep_profile).deep, top=deep_top or None,
+                               timeout=timeout, on_plan=on_plan, environ=environ))
+    return _result(run_passes(run, passes))
 
 
 def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = False,
@@ -159,15 +149,11 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
         if is_ranked(earlier):
             return on_ranks("timeline", earlier, profile=prof, timeout=timeout,
                             environ=environ)
-    the_run, target, args, module, workdir = _run_for(run, target, args, module, cwd, prof,
-                                                      "timeline", out)
-    output, joined = capture_timeline(the_run.dir, target=target, args=args, module=module,
-                                      profile=prof, cwd=workdir, timeout=timeout,
-                                      environ=environ)
-    the_run.add(output)
-    result = result_of(the_run, None, output.exit_code)
-    result.timeline = joined.ops
-    return result
+        the_run, script = earlier, None
+    else:
+        the_run, script = _run_for(run, target, args, module, cwd, prof, "timeline", out)
+    return _result(run_passes(the_run, [TimelinePass(prof, script=script, timeout=timeout,
+                                                     environ=environ)]))
 
 
 def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Sequence[str] = (),
@@ -201,38 +187,20 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
             raise ScriptError("Under a launcher, triage and deep run together: nsbridge triage "
                               "--deep N script.py (or triage first, then deep --run-dir DIR).")
         require_gpu(environ)
-        triaged = triage(target, args, module=module, out=out, timeout=timeout, cwd=cwd,
-                        environ=environ)
-        if triaged.exit_code != 0:
-            return triaged
-        run = triaged.run_dir
+        the_run, script = _new_run(target, args, module, cwd, _profile("default"), "triage",
+                                   out)
+        return _result(run_passes(the_run, [
+            TorchProfilerPass(script, _profile("default"), timeout=timeout, environ=environ),
+            DeepPass(deep_prof, kernels=kernels, top=top, timeout=timeout, on_plan=on_plan,
+                     environ=environ)]))
     the_run = Run.open(Path(run) if run is not None else _latest_run())
-    report, manifest = the_run.report, the_run.manifest
-    if is_ranked(the_run) and manifest.get("command") != "analyze":
+    if is_ranked(the_run) and the_run.manifest.get("command") != "analyze":
         return on_ranks("deep", the_run, profile=_profile(profile), timeout=timeout,
                         kernels=kernels, top=top, ranks=ranks, on_plan=on_plan,
                         environ=environ)
-    if manifest.get("command") == "analyze":
-        raise DeepError(f"The run {the_run.dir} was made by `analyze` and has no script to "
-                        "run under ncu. Give the script: nsbridge deep --kernel OP script.py.")
-    if kernels:
-        check_ops(kernels, the_run.op_names)
-    require_gpu(environ)
-    chosen = choose(report.get("ops", []), kernels=kernels, top=top,
-                    min_kernel_us=deep_prof.min_kernel_us)
-    torch_pass = next((p for p in manifest.get("passes", []) if p["name"] == "torch.profiler"),
-                      {})
-    the_plan = make_plan(chosen, report.get("ops", []), (report.get("steps") or {}).get(
-        "count", 1), deep_prof, torch_pass.get("wall_s"))
-    if on_plan is not None:
-        on_plan(describe(the_plan))
-    output = capture_deep(the_run.dir, plan=the_plan, target=manifest["target"],
-                          args=manifest.get("args", []), module=bool(manifest.get("module")),
-                          deep=deep_prof, cwd=Path(manifest.get("cwd") or Path.cwd()),
-                          timeout=timeout, verdict=(report.get("verdict") or {}).get("label"),
-                          op_shapes=_shapes(report), environ=environ)
-    the_run.add(output)
-    return result_of(the_run, None, 0)
+    return _result(run_passes(the_run, [DeepPass(deep_prof, kernels=kernels, top=top,
+                                                 timeout=timeout, on_plan=on_plan,
+                                                 environ=environ)]))
 
 
 def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default",
@@ -265,32 +233,16 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
     traces = [f for f in files if f not in nsys_files and f not in ncu_files]
     label = files[0].name.split(".")[0] if len(files) == 1 else f"{len(files)}-files"
     target = ", ".join(str(p) for p in paths)
-    analysis: Optional[TraceAnalysis] = None
-    first = None
+    passes: list[Pass] = []
     if traces:   # read before the run directory exists: a bad trace leaves nothing behind
-        first, analysis = analyze_traces(traces, prof, target, window)
+        passes.append(Given(analyze_traces(traces, prof, target, window)))
+    if nsys_files:
+        passes.append(NsysExportsPass(nsys_files, prof, window))
+    if ncu_files:
+        passes.append(NcuFilesPass(ncu_files, _profile(deep_profile).deep))
     run = Run.create(out=Path(out) if out else None, label=f"analyze-{label}",
                      command="analyze", target=target, args=[], profile=prof, cwd=Path.cwd())
-    if first is not None:
-        run.add(first)
-        write_ops_csv(run, analysis.ops)
-    result_timeline = None
-    try:
-        if nsys_files:
-            output, joined = timeline_from_exports(nsys_files, prof, run.dir, window)
-            run.add(output)
-            result_timeline = joined.ops
-        if ncu_files:
-            run.add(ncu_from_files(ncu_files, _profile(deep_profile).deep,
-                                   (run.report.get("verdict") or {}).get("label"),
-                                   _shapes(run.report)))
-    except Exception:
-        run.manifest["status"] = run.report["status"] = "failed"
-        run.write()
-        raise
-    result = result_of(run, analysis, 0)
-    result.timeline = result_timeline
-    return result
+    return _result(run_passes(run, passes))
 
 
 def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 10.0,
@@ -367,31 +319,34 @@ def doctor() -> list[Any]:
 
 def _run_for(run: Optional[Union[str, Path]], target: Optional[str], args: Sequence[str],
              module: bool, cwd: Optional[Union[str, Path]], prof: Profile, command: str,
-             out: Optional[Union[str, Path]]) -> tuple[Run, str, Sequence[str], bool, Path]:
-    """The run to add a pass to (an earlier one, or a new one) and what to execute."""
-    workdir = Path(cwd) if cwd else Path.cwd()
-    if run is not None:
-        the_run = Run.open(Path(run))
-        if target is None:
-            manifest = the_run.manifest
-            if manifest.get("command") == "analyze":
-                raise ScriptError(f"The run {run} has no script to run (it was made by "
-                                  "`analyze`); give the script too.")
-            target, args = manifest["target"], manifest.get("args", [])
-            module = bool(manifest.get("module"))
-            workdir = Path(manifest.get("cwd") or workdir)
-        return the_run, target, args, module, workdir
+             out: Optional[Union[str, Path]]) -> tuple[Run, Script]:
+    """The run to add a pass to (an earlier one, or a new one) and the script it runs."""
     if target is None:
         raise ScriptError(f"Give a script to run under {command}, or --run DIR of a triage run.")
+    if run is None:
+        return _new_run(target, args, module, cwd, prof, command, out)
+    workdir = Path(cwd) if cwd else Path.cwd()
     _check_script(target, module, workdir)
-    the_run = Run.create(out=Path(out) if out else None, label=f"{command}-"
-                         f"{_label(target, module)}", command=command, target=target,
-                         args=list(args), profile=prof, cwd=workdir, module=module)
-    return the_run, target, args, module, workdir
+    return Run.open(Path(run)), Script(target=target, args=list(args), module=module,
+                                       cwd=workdir)
 
 
-def _shapes(report: dict[str, Any]) -> dict[str, list[str]]:
-    return {op["name"]: op.get("shapes") or [] for op in report.get("ops", [])}
+def _new_run(target: str, args: Sequence[str], module: bool,
+             cwd: Optional[Union[str, Path]], prof: Profile, command: str,
+             out: Optional[Union[str, Path]]) -> tuple[Run, Script]:
+    """A new run directory for a script, checked first (ScriptError), and the script."""
+    workdir = Path(cwd) if cwd else Path.cwd()
+    _check_script(target, module, workdir)
+    label = _label(target, module) if command == "triage" else f"{command}-{_label(target, module)}"
+    run = Run.create(out=Path(out) if out else None, label=label, command=command,
+                     target=target, args=list(args), profile=prof, cwd=workdir, module=module)
+    return run, Script(target=target, args=list(args), module=module, cwd=workdir)
+
+
+def _result(run: Run) -> RunResult:
+    """What a command returns: the run, its frames, the exit code of its last pass."""
+    passes = run.manifest.get("passes") or [{}]
+    return result_of(run, int(passes[-1].get("exit_code") or 0))
 
 
 def _latest_run() -> Path:

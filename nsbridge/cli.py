@@ -226,8 +226,7 @@ def _finish(result: Any, top: int) -> None:
 
     click.echo(terminal_summary(result.report, str(result.run_dir), top=top))
     if result.exit_code != 0:
-        click.echo(f"nsbridge: error: {_failure_paragraph(result.report, result.run_dir)}",
-                   err=True)
+        click.echo(f"nsbridge: error: {result.failure}", err=True)
         sys.exit(result.exit_code)
 
 
@@ -341,30 +340,3 @@ def _split_deep(value: Optional[str], target: Optional[str],
 
 def _echo_plan(text: str) -> None:
     click.echo(text, err=True)
-
-
-def _failure_paragraph(report: dict[str, Any], run_dir: Any) -> str:
-    status, err = report["status"], report.get("error") or {}
-    kept = (f"What was recorded is kept in {run_dir} (report.json has status '{status}'"
-            + (", the partial trace is there" if (report.get("files") or {}).get("trace") else "")
-            + ").")
-    if status == "timeout":
-        return f"The script did not finish within --timeout and was stopped. {kept}"
-    if status == "interrupted":
-        return f"Interrupted with Ctrl-C. {kept}"
-    if status == "terminated":
-        return f"Stopped by SIGTERM (a launcher or scheduler ending the job); the script was ended too. {kept}"
-    if err.get("type") == "SyntaxError":
-        return (f"The script has a syntax error at {err.get('file')}:{err.get('line')}: "
-                f"{err.get('message')}. Fix it and run again (plain python shows the same "
-                f"error). {kept}")
-    if err.get("type") in ("RankFailed", "RankStopped"):
-        return f"{err.get('message')}. {kept}"
-    if err.get("type") in ("Killed", "ChildDied", "WriteError"):
-        return f"{err.get('message')[0].upper()}{err.get('message')[1:]}. {kept}"
-    if err.get("type") == "SystemExit":
-        return (f"The script exited with {err.get('message')}, so nsbridge exits non-zero too. "
-                f"{kept}")
-    where = f" at {err['file']}:{err['line']}" if err.get("file") else ""
-    return (f"The script failed{where} with {err.get('type')}: {err.get('message')} (its "
-            f"traceback is above). {kept}")

@@ -17,7 +17,8 @@ from .passes.ncu_pass import require_gpu
 from .passes.rank_passes import deep_on_ranks, driver, follow, tell_stop, timeline_on_ranks
 from .passes.ranks_pass import missing_ranks, profile_ranks, read_summaries, reduce, wait_for
 from .profiles import Profile
-from .result import RunResult, follower_result, result_of, write_ops_csv
+from .pipeline import Given, run_passes
+from .result import RunResult, follower_result, result_of
 from .rundir import new_run_dir
 from .run import Run
 
@@ -59,10 +60,9 @@ def triage_ranks(target: str, args: list[str], *, module: bool, profile: Profile
                          args=args, profile=profile, cwd=cwd, module=module, shared=True)
     with progress.step("merging the ranks"):
         output, analysis = reduce(run.dir, summaries, profile, " ".join([target, *args]))
-    run.add(output)
     if analysis is not None:
-        write_ops_csv(run, analysis.ops)
-    return result_of(run, analysis, output.exit_code or code)
+        output.frames["analysis"] = analysis
+    return result_of(run_passes(run, [Given(output)]), output.exit_code or code)
 
 
 def tool_passes_on_ranks(result: RunResult, *, rank: Any, launcher: list[str], nsys: bool,
@@ -78,22 +78,28 @@ def tool_passes_on_ranks(result: RunResult, *, rank: Any, launcher: list[str], n
             if result.exit_code == 0:
                 result.exit_code = follow(kind, result.run_dir, rank, timeout, environ)
         return result
-    run = Run.open(result.run_dir) if kinds else None
-    for kind in kinds:
-        if result.exit_code != 0:
-            if rank is not None:
-                tell_stop(result.run_dir, kind, f"an earlier pass ended with exit status "
-                          f"{result.exit_code}", rank, environ)
-            continue
-        if kind == "timeline":
-            output = timeline_on_ranks(run, profile=profile, timeout=timeout, rank=rank,
-                                       launcher=launcher, environ=environ)
-        else:
-            output = deep_on_ranks(run, kernels=(), top=deep_top or None, profile=deep_profile,
-                                   ranks=deep_ranks, timeout=timeout, rank=rank,
-                                   launcher=launcher, on_plan=on_plan, environ=environ)
-        run.add(output)
-        result = result_of(run, None, output.exit_code)
+    if not kinds:
+        return result
+    run = Run.open(result.run_dir)
+    try:
+        for kind in kinds:
+            if result.exit_code != 0:
+                if rank is not None:
+                    tell_stop(result.run_dir, kind, f"an earlier pass ended with exit status "
+                              f"{result.exit_code}", rank, environ)
+                continue
+            if kind == "timeline":
+                output = timeline_on_ranks(run, profile=profile, timeout=timeout, rank=rank,
+                                           launcher=launcher, environ=environ)
+            else:
+                output = deep_on_ranks(run, kernels=(), top=deep_top or None,
+                                       profile=deep_profile, ranks=deep_ranks, timeout=timeout,
+                                       rank=rank, launcher=launcher, on_plan=on_plan,
+                                       environ=environ)
+            run.add(output)
+            result = result_of(run, output.exit_code)
+    finally:
+        run.save()
     return result
 
 
@@ -120,8 +126,7 @@ def on_ranks(kind: str, the_run: Run, *, profile: Profile, timeout: Optional[flo
         output = deep_on_ranks(the_run, kernels=kernels, top=top, profile=profile, ranks=ranks,
                                timeout=timeout, rank=rank, launcher=launcher, on_plan=on_plan,
                                environ=environ)
-    the_run.add(output)
-    return result_of(the_run, None, output.exit_code)
+    return result_of(run_passes(the_run, [Given(output)]), output.exit_code)
 
 
 def analyze_ranks(source: Path, prof: Profile, out: Optional[Union[str, Path]]) -> RunResult:
@@ -138,7 +143,6 @@ def analyze_ranks(source: Path, prof: Profile, out: Optional[Union[str, Path]]) 
     run = Run.create(out=Path(out) if out else None, label=f"analyze-{source.name}",
                      command="analyze", target=str(source), args=[], profile=prof,
                      cwd=Path.cwd())
-    run.add(output)
     if analysis is not None:
-        write_ops_csv(run, analysis.ops)
-    return result_of(run, analysis, 0)
+        output.frames["analysis"] = analysis
+    return result_of(run_passes(run, [Given(output)]), 0)

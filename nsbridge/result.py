@@ -12,6 +12,7 @@ import pandas as pd
 from . import schema as S
 from .model.analysis import TraceAnalysis
 from .report import frames
+from .report.failure import failure_paragraph
 from .run import Run, empty_report
 
 
@@ -30,6 +31,13 @@ class RunResult:
     @property
     def status(self) -> str:
         return str(self.report["status"])
+
+    @property
+    def failure(self) -> Optional[str]:
+        """One paragraph on what went wrong and what was kept (None when the run is ok)."""
+        if self.exit_code == 0 and self.status == "ok":
+            return None
+        return failure_paragraph(self.report, self.run_dir)
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -76,31 +84,16 @@ class RunResult:
         return frames.summary_html(self.report, str(self.run_dir))
 
 
-def result_of(run: Run, analysis: Optional[TraceAnalysis], exit_code: int) -> RunResult:
-    """The RunResult of a run: frames from the analysis when there is one, else from the
-    report (as nsbridge.load gives them)."""
+def result_of(run: Run, exit_code: int) -> RunResult:
+    """The RunResult of a run: frames from this process's trace analysis when a pass made
+    one (``run.frames``), else from the report (as nsbridge.load gives them)."""
+    analysis: Optional[TraceAnalysis] = run.frames.get("analysis")
     if analysis is not None:
         ops, steps = analysis.ops, analysis.steps
     else:
         ops, steps = frames.ops(run.report), frames.steps(run.report)
     return RunResult(run_dir=run.dir, report=run.report, ops=ops, steps=steps,
-                     exit_code=exit_code)
-
-
-def write_ops_csv(run: Run, ops: pd.DataFrame) -> None:
-    """ops.csv: the op table, list columns as JSON or '; '-joined text (written whole or
-    not at all).
-
-    Raises:
-        RunDirError: the file cannot be written (the run is then marked failed).
-    """
-    csv = ops.copy()
-    csv["shapes"] = csv["shapes"].map(lambda v: "; ".join(v))
-    for col in ("kernels", "copies"):
-        csv[col] = csv[col].map(lambda ks: json.dumps([k["name"] for k in ks]))
-    csv["per_step_us"] = csv["per_step_us"].map(json.dumps)
-    csv["shape_work"] = csv["shape_work"].map(json.dumps)
-    run.write_with("ops.csv", lambda tmp: csv.to_csv(tmp, index=False))
+                     exit_code=exit_code, timeline=run.frames.get("timeline"))
 
 
 def follower_result(run_dir: Path, rank: Any, code: int, command: str,

@@ -1,10 +1,13 @@
 """A run: one directory, its manifest and its report, filled by passes.
 
-Each pass (torch.profiler, nsys, ncu; see ``nsbridge.passes``) returns a ``PassOutput``:
-its manifest entry, its report section and its per-op columns. The Run appends the entry,
-stores the section and merges the per-op columns into ``ops[]`` by op name, then writes
-manifest.json, report.json, report.md and report.html. ``ops[]`` is the union of the ops
-any pass saw: a row torch.profiler did not see still carries the other passes' numbers.
+Each pass (torch.profiler, nsys, ncu; see ``nsbridge.passes`` and ``nsbridge.pipeline``)
+returns a ``PassOutput``: its manifest entry, its report section and its per-op columns.
+``Run.add`` appends the entry, stores the section and merges the per-op columns into
+``ops[]`` by op name, in memory; ``Run.save`` writes every file once, at the end:
+manifest.json, report.json, report.md, report.html, ops.csv and merged.json.gz. Until then
+the directory holds manifest.json with status ``running`` (and this process's pid), so a
+reader can tell a run still being written from one cut off. ``ops[]`` is the union of the
+ops any pass saw: a row torch.profiler did not see still carries the other passes' numbers.
 A new pass adds its own key; the others are untouched.
 """
 
@@ -23,11 +26,12 @@ from typing import Any, Callable, Optional
 
 from . import __version__
 from . import schema as S
-from .errors import RunDirError
+from .errors import RunDirError, ScriptError
 from .profiles import Profile
-from .report.build import SCHEMA_VERSION, clean
+from .report.build import SCHEMA_VERSION, clean, conclusive
 from .report.html import html_page
 from .report.merged_trace import merge_trace
+from .report.ops_csv import ops_csv
 from .report.render import markdown
 from .rundir import atomic_path, new_run_dir, read_run, write_atomic, write_json
 
@@ -53,6 +57,18 @@ class PassOutput:
     sources: dict[str, str] = field(default_factory=dict)
     recommendations: list[dict[str, Any]] = field(default_factory=list)
     files: dict[str, Any] = field(default_factory=dict)
+    # in-memory results for the caller (RunResult): "analysis" (TraceAnalysis), "timeline"
+    frames: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Script:
+    """What a pass that runs the user's code executes (a run's manifest keeps it)."""
+
+    target: str
+    args: list[str]
+    module: bool
+    cwd: Path
 
 
 class Run:
@@ -62,6 +78,7 @@ class Run:
         self.dir = path
         self.manifest = manifest
         self.report = report
+        self.frames: dict[str, Any] = {}   # the passes' in-memory results (PassOutput.frames)
 
     @classmethod
     def create(cls, *, out: Optional[Path], label: str, command: str, target: str,
@@ -78,7 +95,7 @@ class Run:
                     "passes": []}
         report = empty_report(command, " ".join([target, *args]))
         run = cls(path, manifest, report)
-        run.write()
+        run._guarded(lambda: write_json(path / "manifest.json", manifest))
         return run
 
     @classmethod
@@ -94,7 +111,7 @@ class Run:
         return cls(path, manifest, report)
 
     def add(self, output: PassOutput) -> None:
-        """Record a pass: manifest entry, status, section, per-op columns; then write."""
+        """Record a pass: manifest entry, status, section, per-op columns (in memory)."""
         self.manifest["passes"].append({"name": output.name, "status": output.status,
                                         "exit_code": output.exit_code, **output.manifest})
         report = self.report
@@ -124,17 +141,49 @@ class Run:
         self.manifest["finished_at"] = _now()
         if output.core is not None and "environment" in output.manifest:
             self.manifest["environment"] = output.manifest["environment"]
-        trace = self.dir / str(report["files"].get("trace") or report["files"].get(
-            "trace_input") or "-")
+        self.frames.update(output.frames)
+
+    def fail(self, name: str, exc: BaseException) -> None:
+        """Record a pass that raised (a tool missing or failing): the run failed there."""
+        error = {"type": type(exc).__name__, "message": str(exc), "pass": name}
+        self.manifest["passes"].append({"name": name, "status": "failed", "exit_code": 1,
+                                        "error": error})
+        if self.report["status"] in ("running", "ok"):
+            self.report["status"], self.report["error"] = "failed", error
+        self.manifest["status"] = self.report["status"]
+        self.manifest["finished_at"] = _now()
+
+    def save(self) -> None:
+        """Write every file of the run once: manifest.json, report.json, report.md,
+        report.html, ops.csv (when a trace was analysed) and merged.json.gz (when the
+        torch trace is small enough to annotate whole).
+
+        Raises:
+            RunDirError: a file cannot be written (the run is then marked failed).
+        """
+        if self.report["status"] == "running":   # no pass said how it went
+            self.report["status"] = self.manifest["status"] = "failed"
+        if not conclusive(self.report):   # a later pass failed: nothing stands as concluded
+            self.report.update(verdict=None, recommendations=[])
+        trace = self.dir / str(self.report["files"].get("trace")
+                               or self.report["files"].get("trace_input") or "-")
         merge = trace.is_file() and trace.stat().st_size <= MERGE_LIMIT
         if merge:
-            report["files"]["merged_trace"] = MERGED_TRACE
-        elif trace.is_file() and output.core is not None:
-            report["notes"].append(f"no merged.json.gz: the trace is {trace.stat().st_size >> 20}"
-                                   " MiB on disk, more than nsbridge loads whole to annotate it")
-        self.write()
-        if merge:
-            self._write_merged(trace)
+            self.report["files"]["merged_trace"] = MERGED_TRACE
+        elif trace.is_file():
+            self.report["notes"].append(
+                f"no merged.json.gz: the trace is {trace.stat().st_size >> 20} MiB on disk, "
+                "more than nsbridge loads whole to annotate it")
+        self.report = clean(self.report)
+        try:   # the big files first: if one does not fit, the reports still say so
+            analysis = self.frames.get("analysis")
+            if analysis is not None:
+                text = ops_csv(analysis.ops)
+                self.write_with("ops.csv", lambda tmp: _write_text(tmp, text))
+            if merge:
+                self._write_merged(trace)
+        finally:
+            self._write_reports()
 
     def _write_merged(self, trace: Path) -> None:
         """merged.json.gz: the torch trace with every pass's findings on it."""
@@ -163,7 +212,7 @@ class Run:
                 write(tmp)
         self._guarded(whole)
 
-    def write(self) -> None:
+    def _write_reports(self) -> None:
         """manifest.json, report.json, report.md, report.html: each whole or not at all."""
         self.report = clean(self.report)
         table = self.dir / str((self.report.get("files") or {}).get("key_averages") or "-")
@@ -199,6 +248,20 @@ class Run:
                     pass    # nowhere left to write: the message below still says why
             raise
 
+    def script(self) -> Script:
+        """The script this run profiled.
+
+        Raises:
+            ScriptError: the run was made by ``analyze`` and has no script.
+        """
+        if self.manifest.get("command") == "analyze":
+            raise ScriptError(f"The run {self.dir} was made by `analyze` and has no script to "
+                              "run; give the script too (nsbridge timeline script.py, "
+                              "nsbridge deep --kernel OP script.py).")
+        return Script(target=self.manifest["target"], args=list(self.manifest.get("args", [])),
+                      module=bool(self.manifest.get("module")),
+                      cwd=Path(self.manifest.get("cwd") or Path.cwd()))
+
     @property
     def op_names(self) -> list[str]:
         return [op["name"] for op in self.report.get("ops", [])]
@@ -222,7 +285,7 @@ def merge_ops(rows: list[dict[str, Any]], key: str,
     known = {row["name"] for row in rows}
     for name, cols in columns.items():
         if name not in known:
-            row = {col: None for col in S.OP_COLUMNS}
+            row: dict[str, Any] = {col: None for col in S.OP_COLUMNS}
             row.update(name=name, shapes=[], kernels=[], copies=[], shape_work=[],
                        **{k: None for k in PASS_KEYS})
             row[key] = cols
@@ -238,6 +301,10 @@ def rank(recommendations: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if old is None or rec["impact"] > old["impact"]:
             best[rec["id"]] = rec
     return sorted(best.values(), key=lambda r: (not r.get("addresses_verdict"), -r["impact"]))
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
 
 
 def _now() -> str:

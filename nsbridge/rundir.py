@@ -72,12 +72,14 @@ def read_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise RunDirError(f"{path} is not an nsbridge run directory (no readable manifest.json "
                           "and report.json). Pass a directory that an nsbridge command wrote.")
     report = _read_object(path / "report.json")
-    if report is None or not isinstance(report.get("status"), str):
+    running = manifest.get("status") == "running" and (report is None or report.get(
+        "status") in ("running", None))
+    if not running and (report is None or not isinstance(report.get("status"), str)):
         raise RunDirError(
             f"{path} is an incomplete run directory: its report.json is missing, cut off or "
             "not a report. The nsbridge that wrote it was killed or ran out of disk before it "
             "finished; its other files are kept. Run the command again.")
-    if report["status"] == "running":
+    if running:
         pid, host = manifest.get("pid"), manifest.get("host")
         if isinstance(pid, int) and host == socket.gethostname() and _alive(pid):
             raise RunDirError(f"{path} is still being written (nsbridge process {pid} is "
@@ -87,6 +89,7 @@ def read_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             "(killed, or stopped by a full disk) and its report was never finished. What it "
             "recorded is partial; a trace file in it can still be read with `nsbridge analyze "
             f"{path}/<trace file>`, or run the command again.")
+    assert report is not None   # a report is missing only while running (raised above)
     return manifest, report
 
 

@@ -9,6 +9,7 @@ failure is replayed from its case number alone.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
@@ -25,6 +26,11 @@ WEIRD_VALUES: list[Any] = [None, True, False, [], {}, [1, [2]], {"a": 1}, "12", 
 EVENT_KEYS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "s"]
 ARG_KEYS = ["External id", "external id", "correlation", "Input Dims", "Input type",
             "device", "Device Id", "bytes", "stream", "Python id", "Python parent id"]
+
+
+def _weird(rng: random.Random) -> Any:
+    """A fresh copy of one odd value (a shared one would be mutated by later cases)."""
+    return copy.deepcopy(rng.choice(WEIRD_VALUES))
 
 
 def mutate(seed: bytes, rng: random.Random) -> bytes:
@@ -70,7 +76,7 @@ def _delete_key_everywhere(doc: Any, rng: random.Random) -> Any:
 def _wrong_type(doc: Any, rng: random.Random) -> Any:
     key = rng.choice(EVENT_KEYS)
     for event in _some(doc, rng):
-        event[key] = rng.choice(WEIRD_VALUES)
+        event[key] = _weird(rng)
     return doc
 
 
@@ -79,9 +85,9 @@ def _wrong_arg(doc: Any, rng: random.Random) -> Any:
     for event in _some(doc, rng):
         args = event.get("args")
         if isinstance(args, dict):
-            args[key] = rng.choice(WEIRD_VALUES)
+            args[key] = _weird(rng)
         else:
-            event["args"] = rng.choice(WEIRD_VALUES)
+            event["args"] = _weird(rng)
     return doc
 
 
@@ -101,7 +107,7 @@ def _weird_number(doc: Any, rng: random.Random) -> Any:
 def _replace_event(doc: Any, rng: random.Random) -> Any:
     events = _events(doc)
     if events:
-        events[rng.randrange(len(events))] = rng.choice(WEIRD_VALUES)
+        events[rng.randrange(len(events))] = _weird(rng)
     return doc
 
 
@@ -126,7 +132,7 @@ def _top_level(doc: Any, rng: random.Random) -> Any:
         if choice < 0.6:
             doc.pop(key, None)
         else:
-            doc[key] = rng.choice(WEIRD_VALUES)
+            doc[key] = _weird(rng)
     return doc
 
 

@@ -1,5 +1,6 @@
-"""Edge cases found in review: plain-JSON traces, run folders given to analyze, rank
-detection under SLURM, a gate that would check nothing."""
+"""What `nsbridge analyze` accepts: traces as .json or .json.gz, a folder of ranks' traces,
+an earlier run's folder, nsys exports alone, every real trace in ../shared; and what it
+refuses (a missing path, an empty folder, JSON that is not a trace)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from nsbridge.api import analyze, diff
-from nsbridge.distributed.ranks import detect, job_id
-from nsbridge.errors import DiffInputError
+from nsbridge.api import analyze
+from nsbridge.errors import TraceFormatError, TraceNotFoundError
 
-from conftest import TORCH_DATA
+from conftest import DATA, SHARED_REAL, TORCH_DATA
 
 H200 = TORCH_DATA / "h200" / "train_cnn_h200.json.gz"
 
@@ -34,19 +34,46 @@ def test_a_run_folder_is_one_trace_not_two(tmp_path: Path) -> None:
     assert report["ranks"] == [] and "distributed" not in report
 
 
-def test_rank_detection() -> None:
-    assert detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}) is None   # an sbatch script
-    rank = detect({"SLURM_PROCID": "2", "SLURM_LOCALID": "0", "SLURM_STEP_NUM_TASKS": "4"})
-    assert (rank.rank, rank.world_size, rank.launcher) == (2, 4, "slurm")
-    rank = detect({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"})
-    assert (rank.rank, rank.local_rank, rank.dir_name) == (1, 1, "rank-01")
-    assert detect({"RANK": "0", "WORLD_SIZE": "1"}) is None
-    assert job_id({"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "3"}) == "77-3"
-    assert job_id({"MASTER_PORT": "29500"}) == "port29500"
+def test_multi_rank_folder(tmp_path: Path) -> None:
+    result = analyze([TORCH_DATA / "two_ranks"], out=tmp_path / "run")
+    ranks = result.report["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["verdict"] for r in ranks)
+    single = [analyze([p], out=tmp_path / p.name).report
+              for p in sorted((TORCH_DATA / "two_ranks").glob("*.json.gz"))]
+    calls = lambda rep, n: sum(o["calls"] for o in rep["ops"] if o["name"] == n)  # noqa: E731
+    assert calls(result.report, "aten::mm") == calls(single[0], "aten::mm") + calls(single[1], "aten::mm")
 
 
-def test_gate_on_an_op_neither_run_has_is_refused(tmp_path: Path) -> None:
-    analyze([H200], out=tmp_path / "a")
-    with pytest.raises(DiffInputError, match="neither run has such an op"):
-        diff(tmp_path / "a", tmp_path / "a", ops=["aten::adddmm"])
-    assert diff(tmp_path / "a", tmp_path / "a", ops=["aten::addmm"])["regressions"] == []
+def test_analyze_rejects_what_is_not_a_trace(tmp_path: Path) -> None:
+    with pytest.raises(TraceNotFoundError):
+        analyze([tmp_path / "missing.json.gz"], out=tmp_path / "a")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TraceNotFoundError, match="holds no"):
+        analyze([tmp_path / "empty"], out=tmp_path / "b")
+    bad = tmp_path / "notes.json"
+    bad.write_text('{"hello": 1}')
+    with pytest.raises(TraceFormatError):
+        analyze([bad], out=tmp_path / "c")
+    assert not (tmp_path / "c").exists()
+
+
+SHARED_TRACES = sorted(SHARED_REAL.rglob("*.json.gz")) if SHARED_REAL.is_dir() else []
+
+
+@pytest.mark.skipif(not SHARED_TRACES, reason="../shared/fixtures/real is not beside the repo")
+@pytest.mark.parametrize("path", SHARED_TRACES, ids=lambda p: p.name)
+def test_every_shared_real_trace_analyses(path: Path, tmp_path: Path) -> None:
+    report = analyze([path], out=tmp_path / "run").report
+    assert report["status"] == "ok" and report["verdict"]["label"]
+    assert report["device"] is not None and report["device"]["kernels"] >= 0
+    assert report["ops"] or path.name.startswith("inference_rank_1")
+
+
+def test_nsys_export_alone_fills_the_op_rows(tmp_path: Path) -> None:
+    report = analyze([DATA / "nsys" / "h100_2gpu_1s.sqlite"], out=tmp_path / "run").report
+    rows = {op["name"]: op for op in report["ops"]}
+    assert len(rows) == len(report["timeline"]["ops"])           # the union of what passes saw
+    copy = rows["aten::copy_"]
+    assert copy["calls"] is None and copy["device_self_us"] is None   # torch.profiler saw nothing
+    assert (copy["nsys"]["kernels"], copy["nsys"]["copies"]) == (136, 432)

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+import nsbridge.api as api
+from nsbridge.errors import DiffInputError
 from nsbridge.model.diff import compare
 from nsbridge.report.diff_render import render_diff
 
-from conftest import ROOT, run_nsbridge
+from conftest import ROOT, TORCH_DATA, run_nsbridge
 
 
 def _report(times: dict[str, list[float]], steps: list[float], syncs: tuple = (), *,
@@ -183,6 +185,14 @@ def test_op_filter_gates_only_those_ops() -> None:
     result = compare(_report(BASE, STEPS, runs=TWO), _report(SLOW_MM, STEPS, runs=TWO),
                      ops=["aten::relu"])
     assert result["regressions"] == [] and result["outcome"] == "pass"
+
+
+def test_gate_on_an_op_neither_run_has_is_refused(tmp_path: Path) -> None:
+    """A misspelt --op would otherwise gate nothing and always pass."""
+    api.analyze([TORCH_DATA / "h200" / "train_cnn_h200.json.gz"], out=tmp_path / "a")
+    with pytest.raises(DiffInputError, match="neither run has such an op"):
+        api.diff(tmp_path / "a", tmp_path / "a", ops=["aten::adddmm"])
+    assert api.diff(tmp_path / "a", tmp_path / "a", ops=["aten::addmm"])["regressions"] == []
 
 
 @pytest.mark.parametrize("status", ["failed", "running", "interrupted"])

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nsbridge.api import analyze
+from nsbridge.distributed.ranks import detect, job_id
 from nsbridge.model.cross_rank import cross_rank
 
 from conftest import ROOT, TORCH_DATA, first_fix
@@ -86,9 +87,21 @@ def test_a_failing_rank_is_named_and_the_others_kept(tmp_path: Path) -> None:
     assert proc.returncode != 0
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     failed = {f["rank"]: f for f in report["distributed"]["failed"]}
-    assert failed[1]["error"]["type"] == "RuntimeError"
-    assert "rank 1" in report["error"]["message"] or 1 in failed
+    assert (failed[1]["error"]["type"], failed[1]["error"]["message"]) == (
+        "RuntimeError", "rank one broke")
+    assert (failed[1]["error"]["file"], failed[1]["error"]["line"]) == (str(script), 7)
     assert (tmp_path / "run" / "rank-00" / "child.json").is_file()
+    # the run's error names a rank that failed, with its status, here and on stderr
+    error = report["error"]
+    assert error["type"] == "RankFailed" and error["rank"] in failed, error
+    named = f"rank {error['rank']} ended with status {failed[error['rank']]['status']}"
+    assert error["message"].startswith(named), error
+    assert f"nsbridge: error: {named}" in proc.stderr
+    # Known issue (issue 16, reported, not fixed here): failed ranks are named in rank
+    # order, so when rank 1's crash makes rank 0 fail too ("Connection closed by peer"),
+    # the run's error names rank 0, the consequence; torchrun names rank 1 as root cause.
+    if error["rank"] != 1:
+        pytest.xfail(f"the run's error names rank {error['rank']}, not rank 1 that crashed")
 
 
 @pytest.mark.slow
@@ -112,6 +125,18 @@ def test_two_rank_fixture_folder_gives_the_cross_rank_report(tmp_path: Path) -> 
     assert all(r["comm_overlap_pct"] is not None for r in dist["ranks"])   # NCCL on GPUs
     assert dist["straggler"]["verdict"] == "balanced"
     assert "## Ranks" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_rank_detection() -> None:
+    """Which rank a process is, from its launcher's environment (torchrun, SLURM)."""
+    assert detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}) is None   # an sbatch script
+    rank = detect({"SLURM_PROCID": "2", "SLURM_LOCALID": "0", "SLURM_STEP_NUM_TASKS": "4"})
+    assert (rank.rank, rank.world_size, rank.launcher) == (2, 4, "slurm")
+    rank = detect({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"})
+    assert (rank.rank, rank.local_rank, rank.dir_name) == (1, 1, "rank-01")
+    assert detect({"RANK": "0", "WORLD_SIZE": "1"}) is None
+    assert job_id({"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "3"}) == "77-3"
+    assert job_id({"MASTER_PORT": "29500"}) == "port29500"
 
 
 def _summary(rank: int, slow: float = 0.0) -> dict:

@@ -128,10 +128,10 @@ def _tmpfs(path: Path, size: str) -> bool:
     return done.returncode == 0
 
 
-@pytest.mark.parametrize("size", ["16k", "300k", "420k"])
+@pytest.mark.parametrize("size", ["8k", "150k", "330k"])
 def test_triage_onto_a_full_disk(tmp_path: Path, size: str) -> None:
-    """A real full disk (a small tmpfs as --out's parent) at three points: the first
-    report, the profiled process's trace and record, the final report."""
+    """A real full disk (a small tmpfs as --out's parent) at three points: the profiled
+    process's record, the reports, the merged trace."""
     disk = tmp_path / "disk"
     if not _tmpfs(disk, size):
         pytest.skip("mounting a tmpfs needs root and a kernel that allows it here")
@@ -151,6 +151,9 @@ def test_triage_onto_a_full_disk(tmp_path: Path, size: str) -> None:
             report = json.loads((run / "report.json").read_text())
             assert report["status"] == "failed", report["status"]
             assert nsbridge.load(run).status == "failed"
+        else:    # not even the report fits: the run says it never finished
+            with pytest.raises(RunDirError, match="cut off while running"):
+                nsbridge.load(run)
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
 

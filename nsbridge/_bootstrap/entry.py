@@ -4,7 +4,7 @@ Usage (by nsbridge only): ``python -m nsbridge._bootstrap.entry CONFIG.json``. T
 names the script (or module), its arguments, the run directory, the profile and the pass:
 ``torch`` (torch.profiler with the schedule, sync-point records) or ``nvtx`` (NVTX op,
 module and step ranges for nsys; no torch.profiler). Whatever happens to the script, the
-pass's record (``child.json`` or ``nvtx-child.json``) is written into the run directory
+pass's record (``child.json``, ``nvtx-child.json``, or the config's ``record``) is written into the run directory
 with its status, exit code, steps and versions, and a partial trace is kept when one was
 being recorded.
 
@@ -149,7 +149,8 @@ def main(config_path: str) -> int:
     sys.stderr.flush()
     result.update(env=_environment(), wall_s=round(time.perf_counter() - started, 3))
     try:
-        write_json(run_dir / ("nvtx-child.json" if pass_name == "nvtx" else "child.json"),
+        write_json(run_dir / (config.get("record")
+                              or ("nvtx-child.json" if pass_name == "nvtx" else "child.json")),
                    result)
     except RunDirError as exc:   # nowhere to write the record: say why, in one paragraph
         print(f"nsbridge: {exc}", file=sys.stderr)

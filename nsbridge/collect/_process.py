@@ -139,11 +139,13 @@ class Captured:
         return self.stdout + self.stderr
 
 
-def run_captured(argv: Sequence[str], *, timeout: float = 600) -> Captured:
-    """Run a tool to completion and capture its streams. Missing tool: code 127."""
+def run_captured(argv: Sequence[str], *, timeout: float = 600,
+                 env: Optional[Mapping[str, str]] = None) -> Captured:
+    """Run a tool to completion and capture its streams (``env``: its environment, default
+    this process's). Missing tool: code 127."""
     try:
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              errors="replace")
+                              errors="replace", env=None if env is None else dict(env))
     except FileNotFoundError as exc:
         return Captured(127, "", str(exc))
     except subprocess.TimeoutExpired as exc:

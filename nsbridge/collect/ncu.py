@@ -70,9 +70,9 @@ def find_ncu(environ: Mapping[str, str] = os.environ,
                             f"{', '.join(patterns)}, so the deep pass cannot run. {INSTALL_HINT}")
 
 
-def ncu_version(ncu: str) -> Optional[str]:
+def ncu_version(ncu: str, environ: Mapping[str, str] = os.environ) -> Optional[str]:
     """The version on ncu's own ``Version X`` line of stdout (None when there is none)."""
-    done = run_captured([ncu, "--version"], timeout=60)
+    done = run_captured([ncu, "--version"], timeout=60, env=environ)
     match = _VERSION.search(done.stdout) if done.code == 0 else None
     return match.group(1) if match else None
 
@@ -144,11 +144,12 @@ def capture(argv: Sequence[str], *, report: Path, cwd: Path, env: Mapping[str, s
     return NcuCapture(outcome=outcome, argv=list(argv), report=report, log=log)
 
 
-def export_raw_csv(ncu: str, report: Path, out: Path) -> Path:
+def export_raw_csv(ncu: str, report: Path, out: Path,
+                   environ: Mapping[str, str] = os.environ) -> Path:
     """`ncu --import REPORT --csv --page raw --print-units base` into ``out`` (used when the
     ncu-report package is not installed). Raises ToolFailedError with ncu's words."""
     argv = [ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
-    done = run_captured(argv)
+    done = run_captured(argv, env=environ)
     if done.code != 0 or not done.stdout.lstrip().startswith(('"ID"', "==")):
         said = done.text.strip()
         hint = (" The report may come from a newer ncu than this one; use that ncu or "

@@ -130,10 +130,10 @@ def find_importer(nsys: str) -> tuple[Optional[str], tuple[str, ...]]:
     return None, tuple(searched)
 
 
-def nsys_version(nsys: str) -> Optional[str]:
+def nsys_version(nsys: str, environ: Mapping[str, str] = os.environ) -> Optional[str]:
     """The version on nsys's own ``... Nsight Systems version X`` line of stdout (None when
     there is none); any other output around it is passed over."""
-    done = run_captured([nsys, "--version"], timeout=60)
+    done = run_captured([nsys, "--version"], timeout=60, env=environ)
     match = _VERSION_LINE.search(done.stdout) if done.code == 0 else None
     return match.group(1) if match else None
 
@@ -171,7 +171,7 @@ def capture(install: NsysInstall, *, trace: Sequence[str], output: Path,
     honour_umask(report, output.with_suffix(".qdstrm"))   # nsys writes them 0664 or 0666
     imported_with = None
     if not report.is_file() and output.with_suffix(".qdstrm").is_file():
-        imported_with = _import_qdstrm(install, output.with_suffix(".qdstrm"), log)
+        imported_with = _import_qdstrm(install, output.with_suffix(".qdstrm"), log, env)
     if not report.is_file():
         raise ToolFailedError(_failure(argv, outcome.returncode, log,
                                        "nsys left no .nsys-rep report"))
@@ -188,7 +188,7 @@ def run_nsys_pass(*, target: str, is_module: bool, args: Sequence[str], trace: S
         ToolFailedError: nsys failed and left no report (its error lines and log path).
     """
     install = find_nsys(environ)
-    version = nsys_version(install.path)
+    version = nsys_version(install.path, environ)
     stem = free_stem(run_dir, "timeline", (".nsys-rep", ".sqlite", ".qdstrm"))
     child_argv = bootstrap_argv(run_dir, "nvtx-child-config.json", target=target,
                                 is_module=is_module, args=args, extra={"pass": "nvtx"})
@@ -200,19 +200,20 @@ def run_nsys_pass(*, target: str, is_module: bool, args: Sequence[str], trace: S
                      child_argv=child_argv, cwd=cwd, env=env, timeout=timeout, log=log)
     child_path = run_dir / "nvtx-child.json"
     child = json.loads(child_path.read_text(encoding="utf-8")) if child_path.is_file() else None
-    sqlite = export_sqlite(install.path, result.report, log)
+    sqlite = export_sqlite(install.path, result.report, log, environ=environ)
     return NsysPass(capture=result, install=install, child=child, sqlite=sqlite, log=log,
                     version=version)
 
 
-def export_sqlite(nsys: str, report: Path, log: Path, sqlite: Optional[Path] = None) -> Path:
+def export_sqlite(nsys: str, report: Path, log: Path, sqlite: Optional[Path] = None,
+                  environ: Mapping[str, str] = os.environ) -> Path:
     """`nsys export --type sqlite` (to ``sqlite``, default next to the report); returns the
     .sqlite path. Raises ToolFailedError with nsys's own words."""
     sqlite = sqlite or report.with_suffix(".sqlite")
     if sqlite.is_file():
         return sqlite
     argv = [nsys, "export", "--type", "sqlite", "--output", str(sqlite), str(report)]
-    done = run_captured(argv)
+    done = run_captured(argv, env=environ)
     with log.open("a", encoding="utf-8") as fh:
         fh.write(f"\n$ {' '.join(argv)}\n{done.text}")
     honour_umask(sqlite)
@@ -220,7 +221,7 @@ def export_sqlite(nsys: str, report: Path, log: Path, sqlite: Optional[Path] = N
         hint = ""
         if "Version number is invalid" in done.text:
             hint = (" The report was written by a newer nsys than this one "
-                    f"({nsys_version(nsys) or 'unknown version'}); export it with that "
+                    f"({nsys_version(nsys, environ) or 'unknown version'}); export it with that "
                     "nsys, or install a newer one.")
         raise ToolFailedError(_failure(argv, done.code, log, "nsys could not export SQLite")
                               + hint)
@@ -237,7 +238,8 @@ def _version_key(path: str) -> list[int]:
     return [int(n) for n in match.group(1).split(".")] if match else []
 
 
-def _import_qdstrm(install: NsysInstall, qdstrm: Path, log: Path) -> str:
+def _import_qdstrm(install: NsysInstall, qdstrm: Path, log: Path,
+                   environ: Mapping[str, str]) -> str:
     """Import a leftover .qdstrm next to itself; returns the importer used.
     Raises ToolFailedError naming what is missing."""
     if install.importer is None:
@@ -247,7 +249,7 @@ def _import_qdstrm(install: NsysInstall, qdstrm: Path, log: Path) -> str:
             f" Install the full Nsight Systems (its host folder holds {IMPORTER}), or point "
             f"NSBRIDGE_NSYS at an nsys that has one. The raw capture is kept at {qdstrm}.")
     argv = [install.importer, "-i", str(qdstrm)]
-    done = run_captured(argv)
+    done = run_captured(argv, env=environ)
     with log.open("a", encoding="utf-8") as fh:
         fh.write(f"\n$ {' '.join(argv)}\n{done.text}")
     if done.code != 0 or not qdstrm.with_suffix(".nsys-rep").is_file():

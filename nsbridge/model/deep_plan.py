@@ -114,3 +114,23 @@ def describe(p: dict[str, Any]) -> str:
         lines.append("  (launches per step unknown: the triage had no GPU; profiling the first "
                      "matching launches)")
     return "\n".join(lines)
+
+
+def plan_for_run(report: dict[str, Any], manifest: dict[str, Any], deep: Any, *,
+                 kernels: Sequence[str] = (), top: Optional[int] = None,
+                 candidates: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+    """The deep pass's plan for a run (its report and manifest): the chosen ops (from
+    ``candidates``, default every op) and their launches, timed by the torch.profiler pass.
+    One planner for one process and for the ranks of a job.
+
+    Raises:
+        DeepError: nothing to profile (see choose).
+    """
+    ops = report.get("ops", [])
+    chosen = choose(ops if candidates is None else candidates, kernels=kernels, top=top,
+                    min_kernel_us=deep.min_kernel_us)
+    torch_pass: dict[str, Any] = next((p for p in manifest.get("passes", [])
+                                       if p["name"].startswith("torch.profiler")), {})
+    return plan(chosen, ops, (report.get("steps") or {}).get("count", 1), deep,
+                torch_pass.get("wall_s"))
+

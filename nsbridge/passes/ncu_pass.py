@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import pandas as pd
 
@@ -13,13 +14,14 @@ from ..collect.ncu import (capture, export_raw_csv, find_ncu, gpu_names, ncu_ver
                            profile_argv)
 from ..collect.torch_profiler import bootstrap_argv
 from ..errors import DeepError, NcuFormatError, ToolNotFoundError
+from ..model.deep_plan import check_ops, describe, plan_for_run
 from ..model.ncu import ATTRIBUTED, kernel_table, metric_names, op_summary
 from ..model.rules import MATMUL_OP
 from ..parse.ncu import NcuData, read_ncu
 from ..profiles import Deep
 from ..report.build import clean
 from ..rundir import free_stem
-from ..run import PassOutput
+from ..run import PassOutput, Run, Script
 
 KERNEL_COLUMNS = ["launch", "kernel", "op", "module", "step", "attribution", "duration_ns",
                   "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct", "l2_hit_pct"]
@@ -38,6 +40,71 @@ def require_gpu(environ: Mapping[str, str] = os.environ) -> list[str]:
     return gpus
 
 
+@dataclass(frozen=True)
+class DeepPass:
+    """Nsight Compute on the kernels of chosen ops (``kernels``, else the ``top`` ops by
+    device time), planned from the run's report, on the run's script (unless ``script``)."""
+
+    deep: Deep
+    kernels: Sequence[str] = ()
+    top: Optional[int] = None
+    script: Optional[Script] = None
+    timeout: Optional[float] = None
+    on_plan: Optional[Callable[[str], None]] = None
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    name: str = "ncu"
+
+    def plan(self, run: Run) -> tuple[dict[str, Any], Script]:
+        """(the plan, the script): the ops checked, a GPU required, the launches chosen.
+
+        Raises:
+            DeepError, ScriptError: an op the run does not have, no GPU, no script.
+        """
+        if run.manifest.get("command") == "analyze" and self.script is None:
+            raise DeepError(f"The run {run.dir} was made by `analyze` and has no script to "
+                            "run under ncu. Give the script: nsbridge deep --kernel OP "
+                            "script.py.")
+        if self.kernels:
+            check_ops(self.kernels, run.op_names)
+        require_gpu(self.environ)
+        top = self.deep.top if not self.kernels and self.top is None else self.top
+        the_plan = plan_for_run(run.report, run.manifest, self.deep, kernels=self.kernels,
+                                top=top)
+        if self.on_plan is not None:
+            self.on_plan(describe(the_plan))
+        return the_plan, self.script or run.script()
+
+    def run(self, run: Run, plan: tuple[dict[str, Any], Script]) -> PassOutput:
+        the_plan, s = plan
+        report = run.report
+        return capture_deep(run.dir, plan=the_plan, target=s.target, args=s.args,
+                            module=s.module, deep=self.deep, cwd=s.cwd, timeout=self.timeout,
+                            verdict=(report.get("verdict") or {}).get("label"),
+                            op_shapes=op_shapes(report), environ=self.environ)
+
+
+@dataclass(frozen=True)
+class NcuFilesPass:
+    """Nsight Compute reports or CSV exports captured elsewhere (analyze)."""
+
+    files: Sequence[Path]
+    deep: Deep
+    name: str = "ncu"
+
+    def plan(self, run: Run) -> None:
+        return None
+
+    def run(self, run: Run, plan: None) -> PassOutput:
+        return ncu_from_files(self.files, self.deep,
+                              (run.report.get("verdict") or {}).get("label"),
+                              op_shapes(run.report))
+
+
+def op_shapes(report: dict[str, Any]) -> dict[str, list[str]]:
+    """Each op's recorded input shapes (for the Tensor Core findings)."""
+    return {op["name"]: op.get("shapes") or [] for op in report.get("ops", [])}
+
+
 def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequence[str],
                  module: bool, deep: Deep, cwd: Path, timeout: Optional[float],
                  verdict: Optional[str], op_shapes: Mapping[str, list[str]],
@@ -50,11 +117,11 @@ def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequ
         (no ncu), ToolFailedError (ncu failed or timed out; log kept).
     """
     ncu = find_ncu(environ)
-    version = ncu_version(ncu)
+    version = ncu_version(ncu, environ)
     ops = [row["op"] for row in plan["ops"]]
-    (run_dir / "nvtx-child.json").unlink(missing_ok=True)   # the nsys pass's record
     child_argv = bootstrap_argv(run_dir, "ncu-child-config.json", target=target,
-                                is_module=module, args=args, extra={"pass": "nvtx"})
+                                is_module=module, args=args,
+                                extra={"pass": "nvtx", "record": "ncu-child.json"})
     stem = free_stem(run_dir, "deep", (".ncu-rep",))
     report = (run_dir / f"{stem}.ncu-rep").resolve()
     argv = profile_argv(ncu, ops=ops, launch_skip=plan["launch_skip"],
@@ -73,7 +140,8 @@ def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequ
             data = read_ncu(result.report)
         except (ToolNotFoundError, NcuFormatError):
             # no ncu-report package, or one older than this ncu: ncu exports the raw page
-            data = read_ncu(export_raw_csv(ncu, result.report, run_dir / f"{stem}.raw.csv"))
+            data = read_ncu(export_raw_csv(ncu, result.report, run_dir / f"{stem}.raw.csv",
+                                           environ))
     manifest = {"wall_s": result.outcome.wall_s, "ncu_version": version, "ncu": ncu,
                 "argv": result.argv}
     return ncu_output(data, deep, targets=ops, plan=plan, version=version, verdict=verdict,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
@@ -14,8 +15,49 @@ from ..model.timeline import Timeline, join, window_to_steps
 from ..parse.nsys_sqlite import read_nsys_sqlite
 from ..profiles import Profile
 from ..report.build import clean
-from ..run import PassOutput
-from .torch_pass import pass_status
+from ..run import PassOutput, Run, Script
+from .outcome import pass_status
+
+
+@dataclass(frozen=True)
+class TimelinePass:
+    """The script (the run's own, unless ``script``) under Nsight Systems with NVTX op
+    ranges; kernels joined to ops over the run's measured steps."""
+
+    profile: Profile
+    script: Optional[Script] = None
+    timeout: Optional[float] = None
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    name: str = "nsys"
+
+    def plan(self, run: Run) -> Script:
+        return self.script or run.script()
+
+    def run(self, run: Run, plan: Script) -> PassOutput:
+        s = plan
+        output, joined = capture_timeline(run.dir, target=s.target, args=s.args,
+                                          module=s.module, profile=self.profile, cwd=s.cwd,
+                                          timeout=self.timeout, environ=self.environ)
+        output.frames["timeline"] = joined.ops
+        return output
+
+
+@dataclass(frozen=True)
+class NsysExportsPass:
+    """nsys exports captured elsewhere (analyze), joined like the timeline pass's own."""
+
+    files: Sequence[Path]
+    profile: Profile
+    window: str = "steps"
+    name: str = "nsys"
+
+    def plan(self, run: Run) -> None:
+        return None
+
+    def run(self, run: Run, plan: None) -> PassOutput:
+        output, joined = timeline_from_exports(self.files, self.profile, run.dir, self.window)
+        output.frames["timeline"] = joined.ops
+        return output
 
 
 def capture_timeline(run_dir: Path, *, target: str, args: Sequence[str], module: bool,
@@ -45,8 +87,9 @@ def capture_timeline(run_dir: Path, *, target: str, args: Sequence[str], module:
     manifest = {"wall_s": capture.outcome.wall_s, "nsys_version": nsys_pass.version,
                 "nsys": nsys_pass.install.path, "nsys_found_by": nsys_pass.install.found_by,
                 "qdstrm_imported_with": capture.imported_with, "argv": capture.argv}
-    if (nsys_pass.child or {}).get("env"):
-        manifest["environment"] = nsys_pass.child["env"]
+    child_env = (nsys_pass.child or {}).get("env")
+    if child_env:
+        manifest["environment"] = child_env
     return _output(section, joined, manifest, status, exit_code, error,
                    [check["warning"]] if check["warning"] else []), joined
 

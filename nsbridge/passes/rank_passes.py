@@ -22,7 +22,7 @@ from .. import progress
 from ..collect._process import run_passthrough
 from ..distributed.ranks import RankEnv, job_id
 from ..errors import DeepError, ScriptError
-from ..model.deep_plan import choose, describe, plan as make_plan
+from ..model.deep_plan import describe, plan_for_run
 from ..model.collectives import COMMUNICATION_OP
 from ..model.rank_plan import pick_ranks, refuse_communication_ops
 from ..profiles import Profile
@@ -102,13 +102,9 @@ def deep_on_ranks(run: Run, *, kernels: Sequence[str], top: Optional[int], profi
         refuse_communication_ops(kernels)
         compute_ops = [op for op in report.get("ops", [])
                        if not COMMUNICATION_OP.search(op["name"])]
-        chosen = choose(compute_ops if not kernels else report.get("ops", []),
-                        kernels=kernels, top=top, min_kernel_us=deep.min_kernel_us)
+        the_plan = plan_for_run(report, run.manifest, deep, kernels=kernels, top=top,
+                                candidates=None if kernels else compute_ops)
         picks = pick_ranks(dist, ranks)
-        torch_pass = next((p for p in run.manifest.get("passes", [])
-                           if p["name"].startswith("torch.profiler")), {})
-        the_plan = make_plan(chosen, report.get("ops", []), (report.get("steps") or {}).get(
-            "count", 1), deep, torch_pass.get("wall_s"))
         the_plan["ranks"] = picks
         if on_plan is not None:
             others = int(dist.get("world_size") or 0) - len(picks)

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from .. import __version__, progress
 from .. import schema as S
-from .._bootstrap.entry import RECORD_NOT_WRITTEN
-from ..collect._process import ChildOutcome
 from ..collect.torch_profiler import TorchPass, run_torch_pass
 from ..errors import ScriptError, TraceError, TraceFormatError, TraceNotFoundError
 from ..distributed.summary import summarize
@@ -25,7 +23,8 @@ from ..model.ranks import combine_ops, slowest
 from ..parse.torch_trace import TorchTrace, read_trace
 from ..profiles import Profile
 from ..report.build import build_report
-from ..run import PassOutput
+from ..run import PassOutput, Run, Script
+from .outcome import pass_status
 
 
 def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: bool,
@@ -104,6 +103,32 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
                       exit_code=exit_code, error=error, core=core), analysis
 
 
+@dataclass(frozen=True)
+class TorchProfilerPass:
+    """The script under torch.profiler (``runs`` processes), its trace analysed."""
+
+    script: Script
+    profile: Profile
+    timeout: Optional[float] = None
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    runs: int = 1
+    window: str = "steps"
+    name: str = "torch.profiler"
+
+    def plan(self, run: Run) -> None:
+        return None
+
+    def run(self, run: Run, plan: None) -> PassOutput:
+        s = self.script
+        output, analysis = profile_script(run.dir, target=s.target, args=s.args,
+                                          module=s.module, profile=self.profile, cwd=s.cwd,
+                                          timeout=self.timeout, environ=self.environ,
+                                          runs=self.runs, window=self.window)
+        if analysis is not None:
+            output.frames["analysis"] = analysis
+        return output
+
+
 def check_module(name: str, cwd: Path) -> None:
     """Fail before anything runs when ``python -m name`` run in ``cwd`` could not find the
     module's top-level package, looked up as the profiled process will (``cwd`` first on
@@ -142,7 +167,7 @@ def repeat_dir_name(run: int) -> str:
 
 
 def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
-                   window: str = "steps") -> tuple[PassOutput, TraceAnalysis]:
+                   window: str = "steps") -> PassOutput:
     """Analyse torch.profiler traces captured elsewhere (the ranks of one job: ops summed,
     the slowest rank's verdict, a per-rank table).
 
@@ -193,7 +218,8 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
                         notes=notes, has_memory=any(has_memory(t) for t in traces),
                         ranks=ranks if len(traces) > 1 else None, version=__version__)
     return PassOutput(name="analyze", manifest={"inputs": len(traces)}, core=core,
-                      section=section, recommendations=recommendations), lead
+                      section=section, recommendations=recommendations,
+                      frames={"analysis": lead})
 
 
 def process_machine(around: dict[str, Any], child: dict[str, Any],
@@ -204,46 +230,6 @@ def process_machine(around: dict[str, Any], child: dict[str, Any],
                          process=child.get("machine"), steps=child.get("steps") or [],
                          wait_share=profile.analysis.contention_wait_share,
                          steal_share=profile.analysis.contention_steal_share)
-
-
-def pass_status(outcome: ChildOutcome,
-                child: Optional[dict[str, Any]]) -> tuple[str, int, Optional[dict[str, Any]]]:
-    """(status, exit code, error) of a pass from how its process ended and its own record."""
-    if outcome.timed_out:
-        return "timeout", 124, {"type": "Timeout", "message": "stopped by --timeout"}
-    if outcome.terminated:
-        return "terminated", 143, {"type": "Terminated", "message": "nsbridge got SIGTERM "
-                                   "(a launcher or scheduler ending the job) and ended the script"}
-    if outcome.interrupted or (child and child["status"] == "interrupted"):
-        return "interrupted", 130, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"}
-    if child is None and outcome.returncode < 0:
-        return "failed", 128 - outcome.returncode, killed_by(-outcome.returncode)
-    if child is None and outcome.returncode == RECORD_NOT_WRITTEN:
-        return "failed", 1, {"type": "WriteError", "message": "the profiled process could "
-                             "not write its record (child.json): its reason is printed above "
-                             "(a full disk, most likely)"}
-    if child is None:
-        return "failed", outcome.returncode or 1, {
-            "type": "ChildDied", "message": f"the profiled process ended with status "
-                                            f"{outcome.returncode} before writing its record "
-                                            "(os._exit, or a crash in native code): there is "
-                                            "no Python traceback"}
-    return child["status"], int(child["exit_code"]), child.get("error")
-
-
-def killed_by(signum: int) -> dict[str, Any]:
-    """The error of a profiled process ended by signal ``signum``."""
-    try:
-        name = signal.Signals(signum).name
-    except ValueError:
-        name = f"signal {signum}"
-    why = {signal.SIGKILL: ": the kernel's OOM killer does this when memory runs out (check "
-                           "`dmesg` or `journalctl -k`), as do `kill -9` and job schedulers",
-           signal.SIGSEGV: ": a crash in native code (a C/C++/CUDA extension)",
-           signal.SIGABRT: ": native code aborted (an assertion in C/C++ code)"}
-    return {"type": "Killed", "signal": signum,
-            "message": f"the profiled process was killed by {name} (signal {signum})"
-                       + why.get(signum, "")}
 
 
 def steps_seen(child: dict[str, Any]) -> int:

@@ -1,0 +1,55 @@
+"""How a profiled process ended, as a pass's (status, exit code, error).
+
+Shared by every pass that runs the script (torch.profiler, nsys): the child's own record
+(child.json) when it wrote one, else how the process ended (a signal, os._exit, a record it
+could not write).
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any, Optional
+
+from .._bootstrap.entry import RECORD_NOT_WRITTEN
+from ..collect._process import ChildOutcome
+
+
+def pass_status(outcome: ChildOutcome,
+                child: Optional[dict[str, Any]]) -> tuple[str, int, Optional[dict[str, Any]]]:
+    """(status, exit code, error) of a pass from how its process ended and its own record."""
+    if outcome.timed_out:
+        return "timeout", 124, {"type": "Timeout", "message": "stopped by --timeout"}
+    if outcome.terminated:
+        return "terminated", 143, {"type": "Terminated", "message": "nsbridge got SIGTERM "
+                                   "(a launcher or scheduler ending the job) and ended the script"}
+    if outcome.interrupted or (child and child["status"] == "interrupted"):
+        return "interrupted", 130, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"}
+    if child is None and outcome.returncode < 0:
+        return "failed", 128 - outcome.returncode, killed_by(-outcome.returncode)
+    if child is None and outcome.returncode == RECORD_NOT_WRITTEN:
+        return "failed", 1, {"type": "WriteError", "message": "the profiled process could "
+                             "not write its record (child.json): its reason is printed above "
+                             "(a full disk, most likely)"}
+    if child is None:
+        return "failed", outcome.returncode or 1, {
+            "type": "ChildDied", "message": f"the profiled process ended with status "
+                                            f"{outcome.returncode} before writing its record "
+                                            "(os._exit, or a crash in native code): there is "
+                                            "no Python traceback"}
+    return child["status"], int(child["exit_code"]), child.get("error")
+
+
+def killed_by(signum: int) -> dict[str, Any]:
+    """The error of a profiled process ended by signal ``signum``."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    why: dict[int, str] = {
+        signal.SIGKILL: ": the kernel's OOM killer does this when memory runs out (check "
+                        "`dmesg` or `journalctl -k`), as do `kill -9` and job schedulers",
+        signal.SIGSEGV: ": a crash in native code (a C/C++/CUDA extension)",
+        signal.SIGABRT: ": native code aborted (an assertion in C/C++ code)"}
+    return {"type": "Killed", "signal": signum,
+            "message": f"the profiled process was killed by {name} (signal {signum})"
+                       + why.get(signum, "")}

@@ -1,0 +1,94 @@
+"""One pipeline of passes: a Run taken through a list of passes, its files written once.
+
+A pass is any object with a ``name`` and ``run(run) -> PassOutput`` (the ``Pass`` protocol):
+it plans from the Run so far (its manifest: the script, arguments and working directory;
+its report: ops, steps, verdict), captures or reads, and returns its report section and
+per-op columns. The pipeline adds each output to the Run, stops after a pass whose script
+failed, records a pass that raised as the run's failure, and saves the Run once at the
+end. Commands are lists of passes (api.py):
+
+    triage               [torch.profiler, nsys?, ncu?]
+    timeline --run DIR   [nsys]            on the opened run
+    deep --run DIR       [ncu]             on the opened run
+    analyze FILES        [traces read, nsys exports read?, ncu reports read?]
+
+Adding a pass is its own module plus one entry in such a list (see tests/test_pipeline.py
+for a toy pass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+from .errors import NsbridgeError
+from .run import PassOutput, Run
+
+
+class Pass(Protocol):
+    """A step of the pipeline: plan, then run."""
+
+    @property
+    def name(self) -> str:
+        """The pass's name in manifest.json and the report ("nsys", "ncu", ...)."""
+        ...
+
+    def plan(self, run: Run) -> Any:
+        """Check and plan from ``run`` so far (read only), before anything runs.
+
+        Raises:
+            NsbridgeError: the pass cannot run as asked (the run is left as it was).
+        """
+        ...
+
+    def run(self, run: Run, plan: Any) -> PassOutput:
+        """Capture or read as planned; return the pass's contribution to the run."""
+        ...
+
+
+@dataclass(frozen=True)
+class Given:
+    """A pass whose output was computed before the run directory existed (analyze reads
+    its traces first, so a bad file leaves no directory behind)."""
+
+    output: PassOutput
+
+    @property
+    def name(self) -> str:
+        return self.output.name
+
+    def plan(self, run: Run) -> None:
+        return None
+
+    def run(self, run: Run, plan: None) -> PassOutput:
+        return self.output
+
+
+def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
+    """Each pass in turn on ``run``: planned from the run so far, then run; after one
+    whose script failed (a non-zero exit code) the rest are skipped. The Run's files are
+    written once, at the end, also when a pass raises: a pass that could not be planned
+    leaves a note, one that failed while running is the run's failure.
+
+    Raises:
+        NsbridgeError: what a pass raised (after the run is saved), or RunDirError when
+            the run's files cannot be written.
+    """
+    try:
+        for step in passes:
+            try:
+                plan = step.plan(run)
+            except NsbridgeError as exc:
+                run.report["notes"].append(f"the {step.name} pass did not run: {exc}")
+                raise
+            try:
+                output = step.run(run, plan)
+            except NsbridgeError as exc:
+                run.fail(step.name, exc)
+                raise
+            run.add(output)
+            if output.exit_code != 0:
+                break
+    finally:
+        run.save()
+    return run

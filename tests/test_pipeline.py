@@ -1,0 +1,153 @@
+"""One pipeline of passes: a Run taken through its passes, its files written once.
+
+`triage --nsys --deep 1` opens no earlier run, writes each report file once and builds
+merged.json.gz once; a fourth pass is its own class plus one entry in a list (the toy pass
+below); a pass that fails while running marks the run failed, one that cannot be planned
+leaves a note and the run as it was."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import nsbridge
+from nsbridge import api, rundir
+from nsbridge import run as run_module
+from nsbridge.errors import DeepError, ToolFailedError
+from nsbridge.passes.torch_pass import analyze_traces
+from nsbridge.pipeline import Given, run_passes
+from nsbridge.profiles import load_profile
+from nsbridge.run import PassOutput, Run
+
+from conftest import TORCH_DATA, fake_ncu_env
+
+H200 = TORCH_DATA / "h200" / "train_cnn_h200.json.gz"
+SCRIPT = "import torch\nx = torch.randn(8, 8)\nfor _ in range(3):\n    (x @ x).sum()\n"
+
+
+@dataclass(frozen=True)
+class RecordedTorchPass:
+    """Stands in for the torch.profiler pass on this GPU-less machine: the output of a real
+    H200 triage's trace (ops with kernels, so the deep pass has something to plan)."""
+
+    script: Any
+    profile: Any
+    timeout: Any = None
+    environ: Any = None
+    runs: int = 1
+    window: str = "steps"
+    name: str = "torch.profiler"
+
+    def plan(self, run: Run) -> None:
+        return None
+
+    def run(self, run: Run, plan: None) -> PassOutput:
+        output = analyze_traces([H200], self.profile, str(H200))
+        output.name = "torch.profiler"
+        output.manifest["wall_s"] = 5.0
+        return output
+
+
+def _count_writes(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """Every file a run writes goes through rundir.atomic_path: count them by name."""
+    written: Counter = Counter()
+    real = rundir.atomic_path
+
+    def counted(path: Path):  # type: ignore[no-untyped-def]
+        written[Path(path).name] += 1
+        return real(path)
+
+    monkeypatch.setattr(rundir, "atomic_path", counted)
+    monkeypatch.setattr(run_module, "atomic_path", counted)
+    return written
+
+
+@pytest.mark.skipif(shutil.which("nsys") is None, reason="needs nsys (the timeline pass runs)")
+def test_triage_with_nsys_and_deep_writes_each_file_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    written = _count_writes(monkeypatch)
+    opened, merged = [], []
+    real_open, real_merge = Run.open, run_module.merge_trace
+    monkeypatch.setattr(Run, "open", classmethod(lambda cls, p: opened.append(p) or
+                                                 real_open.__func__(cls, p)))
+    monkeypatch.setattr(run_module, "merge_trace", lambda *a: merged.append(1) or real_merge(*a))
+    monkeypatch.setattr(api, "TorchProfilerPass", RecordedTorchPass)
+    result = nsbridge.triage(str(script), out=tmp_path / "run", nsys=True, deep_top=1,
+                             environ=fake_ncu_env(tmp_path), cwd=tmp_path)
+    names = [p["name"] for p in result.manifest["passes"]]
+    assert names == ["torch.profiler", "nsys", "ncu"], result.manifest["passes"]
+    assert opened == []
+    for name in ("report.json", "report.md", "report.html", "ops.csv", "merged.json.gz"):
+        assert written[name] == 1, (name, written)
+    assert written["manifest.json"] == 2      # "running" at the start, then the whole run
+    assert merged == [1]
+    ncu_rows = [op for op in result.report["ops"] if op.get("ncu")]
+    assert ncu_rows and result.report["timeline"] is not None
+
+
+@dataclass(frozen=True)
+class ToyPass:
+    """A fourth pass: its own class, one entry in the list of passes."""
+
+    name: str = "toy"
+
+    def plan(self, run: Run) -> list[str]:
+        return run.op_names[:2]
+
+    def run(self, run: Run, plan: list[str]) -> PassOutput:
+        return PassOutput(name=self.name, manifest={"ops_seen": len(plan)},
+                          section=("toy", {"ops": plan}), op_key="toy",
+                          op_columns={op: {"checked": True} for op in plan},
+                          notes=["the toy pass looked at two ops"])
+
+
+def test_a_new_pass_is_a_class_and_one_list_entry(tmp_path: Path) -> None:
+    output = analyze_traces([H200], load_profile(), str(H200))
+    run = Run.create(out=tmp_path / "run", label="toy", command="analyze", target="x",
+                     args=[], profile=load_profile(), cwd=tmp_path)
+    run_passes(run, [Given(output), ToyPass()])
+    report = nsbridge.load(tmp_path / "run").report
+    first_two = [op["name"] for op in output.core["ops"][:2]]
+    assert report["toy"] == {"ops": first_two}
+    assert [op["name"] for op in report["ops"] if op.get("toy")] == first_two
+    assert report["status"] == "ok" and "the toy pass looked at two ops" in report["notes"]
+
+
+@dataclass(frozen=True)
+class FailingPass:
+    error: Exception
+    at_plan: bool
+    name: str = "broken"
+
+    def plan(self, run: Run) -> None:
+        if self.at_plan:
+            raise self.error
+
+    def run(self, run: Run, plan: None) -> PassOutput:
+        raise self.error
+
+
+@pytest.mark.parametrize("at_plan", [True, False])
+def test_a_failing_pass_is_recorded_and_the_run_saved(tmp_path: Path, at_plan: bool) -> None:
+    output = analyze_traces([H200], load_profile(), str(H200))
+    run = Run.create(out=tmp_path / "run", label="f", command="analyze", target="x",
+                     args=[], profile=load_profile(), cwd=tmp_path)
+    error = DeepError("no op to plan") if at_plan else ToolFailedError("ncu crashed")
+    with pytest.raises(type(error)):
+        run_passes(run, [Given(output), FailingPass(error, at_plan)])
+    report = nsbridge.load(tmp_path / "run").report
+    if at_plan:     # could not be planned: nothing ran, the run is as it was
+        assert report["status"] == "ok"
+        assert "the broken pass did not run: no op to plan" in report["notes"]
+    else:           # failed while running: the run failed there
+        assert report["status"] == "failed"
+        assert report["error"] == {"type": "ToolFailedError", "message": "ncu crashed",
+                                   "pass": "broken"}
+    assert (tmp_path / "run" / "report.html").is_file()
