@@ -2,7 +2,8 @@
 filterable op table, and every section of the report.
 
 Charts use Chart.js (MIT, vendored in ``assets/``, inlined into each page, about 210 kB):
-a well-kept canvas library, so no chart is drawn by hand. The page is written server-side
+a well-kept canvas library, so no chart is drawn by hand. The page's own style and script
+are ``assets/report.css`` and ``assets/report.js``, inlined the same way. The page is written server-side
 with every string HTML-escaped (control and bidirectional characters shown as escapes, as in
 the terminal), so it reads without JavaScript; the script only draws the
 charts from a JSON blob (``<`` ``>`` ``&`` escaped as unicode, so no trace string can close
@@ -53,9 +54,10 @@ def html_page(report: dict[str, Any]) -> str:
     return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>nsbridge {e(report['command'])}: {e(report['target'])}</title>"
-            f"<style>{_CSS}</style></head><body>{''.join(body)}"
+            f"<style>{_asset('report.css')}</style></head><body>{''.join(body)}"
             f"<script type='application/json' id='nsbridge-data'>{data}</script>"
-            f"<script>{_chart_js()}</script><script>{_APP_JS}</script></body></html>\n")
+            f"<script>{_asset('chart.umd.min.js')}</script><script>{_asset('report.js')}</script>"
+            "</body></html>\n")
 
 
 def chart_data(report: dict[str, Any]) -> dict[str, Any]:
@@ -344,118 +346,8 @@ def _esc(value: Any) -> str:
     return html.escape(terminal(value), quote=True)
 
 
-@lru_cache(maxsize=1)
-def _chart_js() -> str:
-    return files("nsbridge").joinpath("report/assets/chart.umd.min.js").read_text(
+@lru_cache(maxsize=None)
+def _asset(name: str) -> str:
+    """A file of report/assets/ (Chart.js, the page's CSS and script), safe to inline."""
+    return files("nsbridge").joinpath(f"report/assets/{name}").read_text(
         encoding="utf-8").replace("</script", "<\\/script")
-
-
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0 auto;padding:1.5em;
-max-width:96em;color:#1f2937}
-h1{font-size:1.4em}h2{margin-top:1.6em;border-bottom:1px solid #e5e7eb}code{font-size:90%}
-.card{background:#f9fafb;border:1px solid #e5e7eb;border-radius:6px;padding:0 1em 1em}
-.verdict{background:#fde68a;padding:0 .3em}.err{color:#b91c1c}.muted{color:#6b7280}
-.badge{background:#dbeafe;border-radius:3px;padding:0 .3em;font-size:80%}
-#charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(28em,1fr));gap:1em;margin-top:1em}
-.chart{margin:0;border:1px solid #e5e7eb;border-radius:6px;padding:.5em;height:22em;
-display:flex;flex-direction:column}.chart canvas{flex:1;min-height:0}
-figcaption{font-weight:600;margin-bottom:.3em}
-table{border-collapse:collapse;margin:.5em 0;font-size:90%}
-td,th{border:1px solid #d1d5db;padding:2px 6px;text-align:right;vertical-align:top}
-td:first-child,th:first-child{text-align:left}
-#op-table th[data-col]{cursor:pointer;background:#f3f4f6}
-#op-table th[aria-sort=ascending]::after{content:" \\25B2"}
-#op-table th[aria-sort=descending]::after{content:" \\25BC"}
-tr.sources th{background:#e5e7eb;text-align:center}
-"""
-
-_APP_JS = r"""
-(function () {
-  "use strict";
-  var data = JSON.parse(document.getElementById("nsbridge-data").textContent);
-  var palette = ["#2563eb", "#f59e0b", "#10b981", "#ef4444", "#8b5cf6", "#6b7280"];
-  function chart(id, config) {
-    var canvas = document.getElementById(id);
-    if (!canvas || typeof Chart === "undefined") { return; }
-    config.options = Object.assign({animation: false, maintainAspectRatio: false,
-                                     responsive: true}, config.options || {});
-    new Chart(canvas, config);
-  }
-  function sets(series, stack) {
-    return Object.keys(series).map(function (name, i) {
-      return {label: name, data: series[name], backgroundColor: palette[i % palette.length],
-              stack: stack ? "s" : undefined};
-    });
-  }
-  if (data.steps) {
-    chart("chart-steps", {type: "bar", data: {labels: data.steps.labels,
-      datasets: sets(data.steps.phases, true)},
-      options: {scales: {x: {stacked: true, title: {display: true, text: "step"}},
-                         y: {stacked: true, title: {display: true, text: "ms"}}}}});
-  }
-  if (data.ops) {
-    chart("chart-ops", {type: "bar", data: {labels: data.ops.labels,
-      datasets: sets(data.ops.series, false)},
-      options: {indexAxis: "y", scales: {x: {title: {display: true, text: "ms"}}}}});
-  }
-  if (data.gaps) {
-    chart("chart-gaps", {type: "bar", data: {labels: data.gaps.labels,
-      datasets: [{label: "GPU idle (busy " + data.gaps.busy_pct.toFixed(1) + "% of the window)",
-                  data: data.gaps.spans, backgroundColor: "#ef4444"}]},
-      options: {indexAxis: "y", scales: {x: {min: 0, max: data.gaps.window_ms || undefined,
-                title: {display: true, text: "ms from the window's start"}}}}});
-  }
-  if (data.memory) {
-    chart("chart-memory", {type: "bar", data: {labels: data.memory.labels,
-      datasets: sets({"gross MiB": data.memory.gross, "net MiB": data.memory.net}, false)},
-      options: {indexAxis: "y"}});
-  }
-  if (data.ncu) {
-    chart("chart-ncu", {type: "bar", data: {labels: data.ncu.labels,
-      datasets: sets(data.ncu.series, false)},
-      options: {indexAxis: "y", scales: {x: {min: 0, max: 100}}}});
-  }
-
-  var table = document.getElementById("op-table");
-  if (!table) { return; }
-  var body = table.tBodies[0];
-  var heads = table.querySelectorAll("th[data-col]");
-  function key(row, col) {
-    var cell = row.cells[col];
-    if (col === 0) { return row.getAttribute("data-name"); }
-    var v = cell.getAttribute("data-v");
-    var n = parseFloat(v);
-    return isNaN(n) ? null : n;
-  }
-  heads.forEach(function (th) {
-    th.addEventListener("click", function () {
-      var col = parseInt(th.getAttribute("data-col"), 10);
-      var ascending = th.getAttribute("aria-sort") !== "ascending";
-      heads.forEach(function (h) { h.removeAttribute("aria-sort"); });
-      th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
-      var rows = Array.prototype.slice.call(body.rows);
-      rows.sort(function (a, b) {
-        var x = key(a, col), y = key(b, col);
-        if (x === null && y === null) { return 0; }
-        if (x === null) { return 1; }
-        if (y === null) { return -1; }
-        var order = x < y ? -1 : x > y ? 1 : 0;
-        return ascending ? order : -order;
-      });
-      rows.forEach(function (r) { body.appendChild(r); });
-    });
-  });
-  var filter = document.getElementById("op-filter");
-  var count = document.getElementById("op-count");
-  filter.addEventListener("input", function () {
-    var q = filter.value.toLowerCase(), shown = 0;
-    Array.prototype.forEach.call(body.rows, function (r) {
-      var hit = r.getAttribute("data-name").toLowerCase().indexOf(q) >= 0;
-      r.style.display = hit ? "" : "none";
-      if (hit) { shown += 1; }
-    });
-    count.textContent = shown + " of " + body.rows.length + " ops";
-  });
-})();
-"""
