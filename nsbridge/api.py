@@ -13,30 +13,29 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
-from .errors import (DeepError, DiffInputError, DiffRefusedError, RunDirError, ScriptError,
-                     TraceNotFoundError)
+from . import schema as S
+from .errors import (DeepError, DiffInputError, DiffRefusedError, LaunchError, RunDirError,
+                     ScriptError, TraceNotFoundError)
 from .model.analysis import check_window
 from .collect.ncu import find_ncu
 from .passes.ncu_pass import DeepPass, NcuFilesPass, require_gpu
 from .passes.nsys_pass import NsysExportsPass, TimelinePass
-from .passes.rank_passes import check_one_node, is_ranked
-from .passes.ranks_pass import launcher_argv, read_summaries
 from .passes.torch_pass import TorchProfilerPass, analyze_traces, check_module
 from .pipeline import Given, Pass, run_passes
 from .profiles import Profile, load_profile
-from .ranked import analyze_ranks, on_ranks, tool_passes_on_ranks, triage_ranks
 from .report import frames
 from .report.escape import terminal
 from .result import RunResult, result_of
-from .distributed.ranks import detect as detect_rank
+from .distributed.fan_out import is_ranked, on_ranks, tool_passes_on_ranks
+from .distributed.identity import detect as detect_rank
+from .distributed.launch import check_one_node, launcher_argv
+from .distributed.summary import read_summaries
+from .distributed.triage import analyze_ranks, triage_ranks
 from .rundir import DEFAULT_BASE, read_run
 from .run import Run, Script
 
 __all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "load", "doctor"]
 
-_NOT_TRACES = {"report.json", "manifest.json", "child.json", "child-config.json",
-               "nvtx-child.json", "ncu-child.json", "nvtx-child-config.json",
-               "ncu-child-config.json", "summary.json", "merged.json.gz"}
 _NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 _NCU_SUFFIXES = (".ncu-rep", ".csv")
 ProfileArg = Union[str, Profile]
@@ -83,7 +82,7 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
 
     Raises:
         ValueError (an unknown ``window``, before the script runs), ScriptError,
-        RunDirError, ProfileError; with ``nsys``: ToolNotFoundError, ToolFailedError,
+        LaunchError (--runs with a job of ranks), RunDirError, ProfileError; with ``nsys``: ToolNotFoundError, ToolFailedError,
         NsysExportError; with ``deep_top``: DeepError, ToolNotFoundError, ToolFailedError
         (each after the earlier passes' outputs are written).
     """
@@ -97,7 +96,7 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
         require_gpu(environ)
         find_ncu(environ)
     if runs > 1 and (nproc_per_node or rank is not None):
-        raise ScriptError("--runs pools several processes of a one-process script; a job of "
+        raise LaunchError("--runs pools several processes of a one-process script; a job of "
                           "several ranks already measures each rank: leave --runs off.")
     if nproc_per_node or rank is not None:
         launcher = launcher_argv(nproc_per_node=nproc_per_node, nnodes=nnodes,
@@ -177,14 +176,14 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
     Raises:
         DeepError (an op the run does not have, no GPU, counters not permitted, no kernel
         matched), ToolNotFoundError (no ncu), ToolFailedError (ncu failed; log kept),
-        RunDirError, ScriptError.
+        RunDirError, ScriptError, LaunchError (a script given under a launcher).
     """
     deep_prof = _profile(profile).deep
     if not kernels and top is None:
         top = deep_prof.top
     if run is None and target is not None:
         if detect_rank(environ) is not None:
-            raise ScriptError("Under a launcher, triage and deep run together: nsbridge triage "
+            raise LaunchError("Under a launcher, triage and deep run together: nsbridge triage "
                               "--deep N script.py (or triage first, then deep --run-dir DIR).")
         require_gpu(environ)
         the_run, script = _new_run(target, args, module, cwd, _profile("default"), "triage",
@@ -222,7 +221,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
     prof = _profile(profile)
     paths = list(paths)
     for folder in (Path(p) for p in paths):
-        if (folder / "manifest.json").is_file():
+        if (folder / S.MANIFEST_JSON).is_file():
             read_run(folder)   # a run directory: refused while incomplete or running
     ranked = [Path(p) for p in paths if Path(p).is_dir() and read_summaries(Path(p))]
     if ranked:
@@ -299,11 +298,11 @@ def _read_report(path: Path, side: str) -> Any:
     """
     from .model.comparability import no_report
 
-    file = path / "report.json" if path.is_dir() else path
+    file = path / S.REPORT_JSON if path.is_dir() else path
     try:
         return json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
-        if (file.parent / "manifest.json").is_file():
+        if (file.parent / S.MANIFEST_JSON).is_file():
             raise DiffRefusedError(terminal(no_report(side, str(path)))) from None
         raise DiffInputError(terminal(f"{path} is neither an nsbridge run directory nor its "
                                       "report.json (no readable report.json). Pass two run "
@@ -350,7 +349,7 @@ def _result(run: Run) -> RunResult:
 
 
 def _latest_run() -> Path:
-    runs = sorted((p for p in DEFAULT_BASE.glob("*") if (p / "report.json").is_file()),
+    runs = sorted((p for p in DEFAULT_BASE.glob("*") if (p / S.REPORT_JSON).is_file()),
                   key=lambda p: p.stat().st_mtime) if DEFAULT_BASE.is_dir() else []
     if not runs:
         raise RunDirError(f"No earlier run under {DEFAULT_BASE}/ to take the ops from. Give "
@@ -364,7 +363,7 @@ def _input_files(paths: list[Path]) -> list[Path]:
     suffixes = (".json", ".json.gz", *_NSYS_SUFFIXES, *_NCU_SUFFIXES)
     for path in paths:
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and p.name not in _NOT_TRACES
+            found = sorted(p for p in path.rglob("*") if p.is_file() and p.name not in S.NOT_TRACES
                            and not p.name.startswith("child-config")
                            and p.name.endswith(suffixes) and p.suffix != ".csv")
             if not found:

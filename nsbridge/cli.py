@@ -16,8 +16,7 @@ import click
 
 from . import __version__
 from ._options import DEEP_PROFILE, OUT, PROFILE, SCRIPT_COMMAND, TOP, WINDOW, script_options
-from .collect._process import Stopped
-from .errors import NsbridgeError
+from .errors import NsbridgeError, Stopped
 
 TRIAGE_EPILOG = """\b
 Examples:
@@ -83,7 +82,7 @@ def _guard(fn: Callable[[], Any]) -> Any:
 def main(quiet: bool) -> None:
     """nsbridge: torch.profiler triage, Nsight timelines and kernel deep dives in one report."""
     from . import progress
-    from .collect._process import stop_on_sigterm
+    from .errors import stop_on_sigterm
 
     progress.enable(not quiet)
     stop_on_sigterm()

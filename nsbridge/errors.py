@@ -5,6 +5,10 @@ Library code raises these; only the CLI turns them into exit codes. The tree:
 - NsbridgeError                 root; every expected, user-facing failure
   - ProfileError                a profile YAML is missing, malformed or has unknown keys
   - ScriptError                 the script to profile cannot be run (missing, not a file)
+  - LaunchError                 a job of several ranks cannot be run as asked: options that
+                                do not go with a launcher or with ranks (--runs, deep alone
+                                under a launcher, a tool pass over several machines, a
+                                run whose ranks cannot be started again, no rank profiled)
   - RunDirError                 the run directory exists, or cannot be created or written
   - TraceError                  a file given to `analyze` cannot be used as a trace
     - TraceNotFoundError        the path does not exist / a folder holds no trace
@@ -23,9 +27,15 @@ Library code raises these; only the CLI turns them into exit codes. The tree:
                                 running, measured nothing, is of another schema version or
                                 shape, or they profiled different scripts (exit 1, which no
                                 --inconclusive mapping turns into a pass)
+
+Not an NsbridgeError: ``Stopped``, a BaseException (like KeyboardInterrupt) raised in
+nsbridge's own process when it gets SIGTERM (``stop_on_sigterm``), so a running pass ends
+its child and the CLI exits 143.
 """
 
 from __future__ import annotations
+
+import signal
 
 
 class NsbridgeError(Exception):
@@ -40,6 +50,10 @@ class ProfileError(NsbridgeError):
 
 class ScriptError(NsbridgeError):
     """The user's script cannot be started."""
+
+
+class LaunchError(NsbridgeError):
+    """A job of several ranks (a launcher, or ranks started outside) cannot run as asked."""
 
 
 class RunDirError(NsbridgeError):
@@ -92,3 +106,15 @@ class DiffRefusedError(NsbridgeError):
     """`nsbridge diff` was given runs it cannot compare; the text says which and why."""
 
     exit_code = 1
+
+
+class Stopped(BaseException):
+    """nsbridge itself got SIGTERM (a launcher or scheduler ending the job)."""
+
+
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into Stopped, so a running pass ends its child before nsbridge exits."""
+    def handler(signum: int, frame: object) -> None:
+        raise Stopped()
+
+    signal.signal(signal.SIGTERM, handler)

@@ -9,11 +9,12 @@ from typing import Any, Optional
 
 import pandas as pd
 
+from . import __version__
 from . import schema as S
 from .model.analysis import TraceAnalysis
 from .report import frames
 from .report.failure import failure_paragraph
-from .run import Run, empty_report
+from .run import Run
 
 
 @dataclass
@@ -41,7 +42,7 @@ class RunResult:
 
     @property
     def manifest(self) -> dict[str, Any]:
-        return json.loads((self.run_dir / "manifest.json").read_text(encoding="utf-8"))
+        return json.loads((self.run_dir / S.MANIFEST_JSON).read_text(encoding="utf-8"))
 
     @property
     def kernels(self) -> pd.DataFrame:
@@ -99,8 +100,8 @@ def result_of(run: Run, exit_code: int) -> RunResult:
 def follower_result(run_dir: Path, rank: Any, code: int, command: str,
                     target: str) -> RunResult:
     """What a rank other than 0 returns: where its files are (rank 0 merges)."""
-    report = empty_report(command, target)
-    report.update(status="ok" if code == 0 else "failed", notes=[
+    report = S.empty_report(command=command, target=target, version=__version__)
+    report.update(status=S.OK if code == 0 else S.FAILED, notes=[
         f"rank {rank.rank} of {rank.world_size} on {rank.host}: its files are in "
         f"{run_dir / rank.dir_name}; rank 0 writes the merged report in {run_dir}"])
     if code != 0:

@@ -28,15 +28,15 @@ from . import __version__
 from . import schema as S
 from .errors import RunDirError, ScriptError
 from .profiles import Profile
-from .report.build import SCHEMA_VERSION, clean, conclusive
+from .report.build import clean, conclusive
 from .report.html import html_page
 from .report.merged_trace import merge_trace
 from .report.ops_csv import ops_csv
 from .report.render import markdown
 from .rundir import atomic_path, new_run_dir, read_run, write_atomic, write_json
 
-PASS_KEYS = ("nsys", "ncu")      # per-op sub-dicts in ops[], one per non-torch pass
-MERGED_TRACE = "merged.json.gz"
+PASS_KEYS = S.OP_PASS_KEYS     # per-op sub-dicts in ops[], one per non-torch pass
+MERGED_TRACE = S.MERGED_TRACE
 MERGE_LIMIT = 64 * 1024 * 1024   # trace files larger than this (on disk) are not merged
 
 
@@ -93,9 +93,10 @@ class Run:
                     "platform": platform.platform(), "python": platform.python_version(),
                     "started_at": _now(), "status": "running", "pid": os.getpid(),
                     "passes": []}
-        report = empty_report(command, " ".join([target, *args]))
+        report = S.empty_report(command=command, target=" ".join([target, *args]),
+                                version=__version__)
         run = cls(path, manifest, report)
-        run._guarded(lambda: write_json(path / "manifest.json", manifest))
+        run._guarded(lambda: write_json(path / S.MANIFEST_JSON, manifest))
         return run
 
     @classmethod
@@ -116,9 +117,9 @@ class Run:
                                         "exit_code": output.exit_code, **output.manifest})
         report = self.report
         if output.core is not None:
-            kept = {k: report[k] for k in ("timeline", "ncu") if report.get(k)}
-            report.update({k: v for k, v in output.core.items() if k not in ("notes", "files",
-                                                                              "sources")})
+            kept = {k: report[k] for k in S.PASS_SECTIONS if report.get(k)}
+            report.update({k: v for k, v in output.core.items()
+                           if k not in S.ACCUMULATED_KEYS})
             report.update(kept)
         if output.section is not None:
             report[output.section[0]] = output.section[1]
@@ -179,7 +180,7 @@ class Run:
             analysis = self.frames.get("analysis")
             if analysis is not None:
                 text = ops_csv(analysis.ops)
-                self.write_with("ops.csv", lambda tmp: _write_text(tmp, text))
+                self.write_with(S.OPS_CSV, lambda tmp: _write_text(tmp, text))
             if merge:
                 self._write_merged(trace)
         finally:
@@ -218,12 +219,12 @@ class Run:
         table = self.dir / str((self.report.get("files") or {}).get("key_averages") or "-")
 
         def files() -> None:
-            write_json(self.dir / "manifest.json", self.manifest)
-            write_json(self.dir / "report.json", self.report)
-            write_atomic(self.dir / "report.md", markdown(
+            write_json(self.dir / S.MANIFEST_JSON, self.manifest)
+            write_json(self.dir / S.REPORT_JSON, self.report)
+            write_atomic(self.dir / S.REPORT_MD, markdown(
                 self.report, key_averages=table.read_text(encoding="utf-8", errors="replace")
                 if table.is_file() else None))
-            write_atomic(self.dir / "report.html", html_page(self.report))
+            write_atomic(self.dir / S.REPORT_HTML, html_page(self.report))
         self._guarded(files)
 
     def _guarded(self, write: Callable[[], None]) -> None:
@@ -241,7 +242,7 @@ class Run:
             for record in (self.report, self.manifest):
                 record["status"] = "failed"
             self.report["error"] = error
-            for name, record in (("report.json", self.report), ("manifest.json", self.manifest)):
+            for name, record in ((S.REPORT_JSON, self.report), (S.MANIFEST_JSON, self.manifest)):
                 try:
                     write_json(self.dir / name, record)
                 except RunDirError:
@@ -267,16 +268,6 @@ class Run:
         return [op["name"] for op in self.report.get("ops", [])]
 
 
-def empty_report(command: str, target: str) -> dict[str, Any]:
-    """A report before any pass ran (every key present, device fields null)."""
-    return {"schema_version": SCHEMA_VERSION, "nsbridge_version": __version__,
-            "command": command, "target": target, "status": "running", "error": None,
-            "verdict": None, "ranked_by": None, "ops": [], "steps": None, "device": None,
-            "sync_points": [], "recommendations": [], "collectives": [], "overhead": None,
-            "ranks": [], "machine": None, "environment": None,
-            "files": {}, "notes": [], "sources": {}}
-
-
 def merge_ops(rows: list[dict[str, Any]], key: str,
               columns: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """ops[] with ``key`` set on every row from ``columns`` (None where the pass did not
@@ -286,8 +277,8 @@ def merge_ops(rows: list[dict[str, Any]], key: str,
     for name, cols in columns.items():
         if name not in known:
             row: dict[str, Any] = {col: None for col in S.OP_COLUMNS}
-            row.update(name=name, shapes=[], kernels=[], copies=[], shape_work=[],
-                       **{k: None for k in PASS_KEYS})
+            row.update({S.NAME: name, **{c: [] for c in S.OP_LIST_COLUMNS},
+                        **{k: None for k in PASS_KEYS}})
             row[key] = cols
             merged.append(row)
     return merged

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
+from . import schema as S
 from .errors import RunDirError
 
 DEFAULT_BASE = Path("nsbridge-runs")
@@ -67,11 +68,11 @@ def read_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             ``running`` and the nsbridge process that wrote it is gone).
     """
     path = Path(path)
-    manifest = _read_object(path / "manifest.json")
+    manifest = _read_object(path / S.MANIFEST_JSON)
     if manifest is None:
         raise RunDirError(f"{path} is not an nsbridge run directory (no readable manifest.json "
                           "and report.json). Pass a directory that an nsbridge command wrote.")
-    report = _read_object(path / "report.json")
+    report = _read_object(path / S.REPORT_JSON)
     running = manifest.get("status") == "running" and (report is None or report.get(
         "status") in ("running", None))
     if not running and (report is None or not isinstance(report.get("status"), str)):

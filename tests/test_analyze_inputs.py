@@ -31,14 +31,16 @@ def test_a_run_folder_is_one_trace_not_two(tmp_path: Path) -> None:
     shutil.copy(H200, folder / "trace.json.gz")
     shutil.copy(H200, folder / "merged.json.gz")        # what a run folder also holds
     report = analyze([folder], out=tmp_path / "r").report
-    assert report["ranks"] == [] and "distributed" not in report
+    assert "ranks" not in report and "distributed" not in report
 
 
 def test_multi_rank_folder(tmp_path: Path) -> None:
     result = analyze([TORCH_DATA / "two_ranks"], out=tmp_path / "run")
-    ranks = result.report["ranks"]
+    assert "ranks" not in result.report   # one key for ranks: distributed.ranks
+    ranks = result.report["distributed"]["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1]
-    assert all(r["verdict"] for r in ranks)
+    assert all(r["verdict"] and r["file"] and r["ops"] for r in ranks)
+    assert (result.run_dir / "report.md").read_text().count("## Ranks") == 1
     single = [analyze([p], out=tmp_path / p.name).report
               for p in sorted((TORCH_DATA / "two_ranks").glob("*.json.gz"))]
     calls = lambda rep, n: sum(o["calls"] for o in rep["ops"] if o["name"] == n)  # noqa: E731

@@ -31,7 +31,7 @@ NO_HELP_TEXT_YET = {("diff", "--format")}
 @pytest.fixture(autouse=True)
 def _keep_sigterm(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI turns SIGTERM into an exception; not in the test process."""
-    monkeypatch.setattr("nsbridge.collect._process.stop_on_sigterm", lambda: None)
+    monkeypatch.setattr("nsbridge.errors.stop_on_sigterm", lambda: None)
 
 
 def invoke(*args: object) -> Result:
@@ -143,7 +143,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, P
     """`nsbridge analyze TRACE --out DIR`, twice."""
     where = tmp_path_factory.mktemp("cli")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("nsbridge.collect._process.stop_on_sigterm", lambda: None)
+        patch.setattr("nsbridge.errors.stop_on_sigterm", lambda: None)
         first = invoke("analyze", TRACE, "--out", where / "a")
         second = invoke("-q", "analyze", TRACE, "--out", where / "b")
     assert second.exit_code == 0, second.output

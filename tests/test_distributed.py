@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nsbridge.api import analyze
-from nsbridge.distributed.ranks import detect, job_id
+from nsbridge.distributed.identity import detect, job_id
 from nsbridge.model.cross_rank import cross_rank
 
 from conftest import ROOT, TORCH_DATA, first_fix

@@ -18,8 +18,10 @@ import pytest
 from nsbridge.api import load
 from nsbridge.errors import DeepError
 from nsbridge.model.rank_plan import pick_ranks, refuse_communication_ops
-from nsbridge.passes.rank_tools import (acknowledge, map_pass, pass_spec, reduce_outputs,
-                                        retire_word, tell_ranks, wait_for_word)
+from nsbridge.distributed.fan_out import reduce_outputs
+from nsbridge.distributed.mailbox import (acknowledge, pass_spec, retire_word, tell_ranks,
+                                         wait_for_word)
+from nsbridge.distributed.share import map_pass
 
 from conftest import ROOT, fake_ncu_env
 

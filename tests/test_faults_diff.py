@@ -37,7 +37,7 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def _keep_sigterm(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI turns SIGTERM into an exception; not in the test process."""
-    monkeypatch.setattr("nsbridge.collect._process.stop_on_sigterm", lambda: None)
+    monkeypatch.setattr("nsbridge.errors.stop_on_sigterm", lambda: None)
 
 
 def _copy(run: Path, where: Path, mutate: Mutation) -> Path:

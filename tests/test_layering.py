@@ -52,12 +52,15 @@ LAYERS: list[set[str]] = [
     {"collect", "parse"},                            # tool adapters; file -> frame (siblings)
     {"model"},                                       # frames -> findings, no I/O
     {"report"},                                      # render
-    {"distributed"},                                 # rank environment; per-rank summary
+    {"distributed", "distributed.identity",          # who am I (stdlib only; the child);
+     "distributed.mailbox", "distributed.summary"},  # rank 0 <-> ranks files; the map step
     {"_bootstrap"},                                  # inside the profiled process
     {"run", "result", "pipeline"},                   # the Run, what a command returns,
                                                      # one Run through a list of passes
     {"passes"},                                      # one module per tool
-    {"ranked"},                                      # passes on a job's ranks
+    {"distributed.launch", "distributed.share"},     # starting the ranks; a rank's share
+    {"distributed.fan_out", "distributed.triage"},   # any pass on chosen ranks, reduced;
+                                                     # the torch.profiler pass on every rank
     {"api"},                                         # commands = passes composed
     {"_options", "cli"},                             # click only
     {"__main__"},
@@ -76,7 +79,8 @@ NEVER_REACH: dict[str, set[str]] = {
                 "pandas", "numpy", "msgspec", "torch", "click"},
     "report": {"collect", "passes", "api", "cli", "run", "_bootstrap",
                "subprocess", "torch", "click"},
-    "_bootstrap": {"api", "cli", "passes", "report", "run", "result", "ranked", "click"},
+    "_bootstrap": {"api", "cli", "passes", "report", "run", "result", "distributed.launch",
+                   "distributed.share", "distributed.fan_out", "distributed.triage", "click"},
 }
 
 # unit -> what its own modules never import themselves, lazily or not (the child may reach
@@ -90,7 +94,9 @@ NEVER_IMPORT: dict[str, set[str]] = {
 NOT_AT_IMPORT: dict[str, set[str]] = {
     # the profiled child, while the user's script runs: torch is expected, nothing else heavy
     "_bootstrap": {"pandas", "numpy", "msgspec", "click", "api", "model", "parse", "report",
-                   "passes", "run", "result", "ranked", "cli", "distributed.summary"},
+                   "passes", "run", "result", "cli", "distributed.summary",
+                   "distributed.launch", "distributed.share", "distributed.fan_out",
+                   "distributed.triage"},
     # `import nsbridge` starts nothing and stays light
     "nsbridge": {*HEAVY, "api", "cli", "collect", "parse", "model", "report", "passes", "run",
                  "_bootstrap"},
@@ -106,11 +112,7 @@ CLI_MAY_IMPORT = {"nsbridge", "nsbridge._options", "nsbridge.api", "nsbridge.err
                   "nsbridge.report.diff_render"}
 
 # (importing module, imported module or unit) -> why it is tolerated for now
-KNOWN_EXCEPTIONS = {
-    # issue 16: the CLI reaches into collect/ for Stopped (an exit-code mapping) and
-    # stop_on_sigterm; both belong behind api (or errors) so cli imports no subprocess code
-    ("nsbridge.cli", "nsbridge.collect._process"): "cli imports collect._process",
-}
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)
@@ -139,12 +141,21 @@ MODULES: dict[str, Path] = {_module_name(p): p for p in sorted(PKG.rglob("*.py")
 PACKAGES = {_module_name(p) for p in PKG.rglob("__init__.py")}
 
 
+# packages whose modules sit in different layers: each module is its own unit
+# (distributed/: who am I is imported in the profiled child, the fan-out drives passes)
+SPLIT = {"distributed"}
+
+
 def unit(module: str) -> str:
     """nsbridge.model.verdict -> model; nsbridge.api -> api; nsbridge -> nsbridge;
-    third-party names are their own unit."""
+    nsbridge.distributed.mailbox -> distributed.mailbox (``SPLIT``); third-party names are
+    their own unit."""
     if not module.startswith("nsbridge."):
         return module.split(".")[0]
-    return module.split(".")[1]
+    parts = module.split(".")
+    if parts[1] in SPLIT and len(parts) > 2:
+        return ".".join(parts[1:3])
+    return parts[1]
 
 
 def _targets(node: ast.AST, module: str) -> Iterable[str]:
@@ -380,10 +391,20 @@ def test_no_import_cycles() -> None:
     assert _cycles(units) == [], "import cycles among packages (LAYERS' units)"
 
 
+def _flat(package: str) -> bool:
+    """A package whose __init__ eagerly imports every one of its modules (nsbridge.schema:
+    ``from nsbridge import schema as S``): binding it binds them all, so nothing reached
+    through it can be missing."""
+    subs = {m for m in MODULES if m.rsplit(".", 1)[0] == package}
+    eager = {e.dst for e in graph()[package] if e.internal and not e.lazy}
+    return bool(subs) and subs <= eager
+
+
 def test_no_module_binds_a_subpackage() -> None:
     """With no eager cycle, importing every module in one interpreter proves each imports
     fresh, unless a module reached a submodule as an attribute of a package it bound
-    (`import nsbridge.model` then `nsbridge.model.stats`): nothing does."""
+    (`import nsbridge.model` then `nsbridge.model.stats`): nothing does, a flat package
+    (``_flat``) aside."""
     bad = []
     for name, path in MODULES.items():
         for node in ast.walk(_tree(path)):
@@ -392,7 +413,7 @@ def test_no_module_binds_a_subpackage() -> None:
                         if a.name.startswith("nsbridge") and a.asname is None]
             elif isinstance(node, ast.ImportFrom):
                 bad += [f"{name}: from .. import {t}" for t in _targets(node, name)
-                        if t in PACKAGES and t != "nsbridge"]
+                        if t in PACKAGES and t != "nsbridge" and not _flat(t)]
     assert not bad, bad
 
 

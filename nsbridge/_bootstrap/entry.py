@@ -80,6 +80,7 @@ def main(config_path: str) -> int:
 
     import torch  # noqa: F401  (imported after the signal handler so a timeout is clean)
 
+    from nsbridge import schema as S
     from nsbridge.errors import RunDirError
     from nsbridge.rundir import write_json
 
@@ -150,7 +151,7 @@ def main(config_path: str) -> int:
     result.update(env=_environment(), wall_s=round(time.perf_counter() - started, 3))
     try:
         write_json(run_dir / (config.get("record")
-                              or ("nvtx-child.json" if pass_name == "nvtx" else "child.json")),
+                              or (S.NVTX_CHILD_JSON if pass_name == "nvtx" else S.CHILD_JSON)),
                    result)
     except RunDirError as exc:   # nowhere to write the record: say why, in one paragraph
         print(f"nsbridge: {exc}", file=sys.stderr)
@@ -164,7 +165,7 @@ def _rank(config: dict[str, Any]) -> Any:
     """This process's rank in a distributed run (None otherwise)."""
     if config.get("distributed") is None:
         return None
-    from nsbridge.distributed.ranks import detect
+    from nsbridge.distributed.identity import detect
 
     return detect()
 
@@ -183,8 +184,9 @@ def _write_rank_summary(rank_dir: Path, config: dict[str, Any], rank: Any,
                       exit_code=int(result["exit_code"]), error=result.get("error"))
     except BaseException as exc:  # a failing (or stopped) analysis must not hide the status
         from nsbridge.rundir import write_json
+        from nsbridge.schema import SUMMARY_JSON
 
-        write_json(rank_dir / "summary.json", {
+        write_json(rank_dir / SUMMARY_JSON, {
             "rank": rank.rank, "host": rank.host, "world_size": rank.world_size,
             "status": result["status"], "exit_code": int(result["exit_code"]),
             "profiled": False, "trace": None,

@@ -32,7 +32,7 @@ from nsbridge._bootstrap.steps import StepLog
 from nsbridge.collect.machine import ProcessClock, gpu_state, load_average
 from nsbridge.errors import RunDirError
 from nsbridge.rundir import atomic_path, write_atomic
-from nsbridge.schema import OWN_SYNC_RANGE
+from nsbridge.schema import KEY_AVERAGES, OWN_SYNC_RANGE, trace_name
 
 _PHASES = {ProfilerAction.NONE: "unprofiled", ProfilerAction.WARMUP: "warmup",
            ProfilerAction.RECORD: "active", ProfilerAction.RECORD_AND_SAVE: "active"}
@@ -261,13 +261,13 @@ class ProfilerSession:
             self.table = None
             self._kept = None
         n = len(self.traces) + 1
-        name = "trace.json.gz" if n == 1 else f"trace.{n}.json.gz"
+        name = trace_name(n)
         try:
             export_gzipped(prof, self._run_dir / name)
             self.traces.append(name)
             if self.table is None:
-                write_atomic(self._run_dir / "key_averages.txt", self._table(prof))
-                self.table = "key_averages.txt"
+                write_atomic(self._run_dir / KEY_AVERAGES, self._table(prof))
+                self.table = KEY_AVERAGES
         except (RunDirError, RuntimeError) as exc:   # torch reports a failed export so
             self.write_error = self.write_error or (
                 str(exc) if isinstance(exc, RunDirError)

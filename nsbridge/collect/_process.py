@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Mapping, Optional, Sequence
 
+from ..errors import Stopped
 from .process_tree import descendants, end_leftovers
 
 # How long a child may take to write its partial results after being asked to stop: after
@@ -28,18 +29,6 @@ UMASK_ENV = "NSBRIDGE_UMASK"   # the user's umask, octal, for a child a tool sta
 def timeout_grace(timeout: float) -> float:
     """Seconds a timed-out child gets to write what it recorded before it is killed."""
     return min(STOP_GRACE_S, max(SIGNAL_GRACE_S, timeout / 4))
-
-
-class Stopped(BaseException):
-    """nsbridge itself got SIGTERM (a launcher or scheduler ending the job)."""
-
-
-def stop_on_sigterm() -> None:
-    """Turn SIGTERM into Stopped, so a running pass ends its child before nsbridge exits."""
-    def handler(signum: int, frame: object) -> None:
-        raise Stopped()
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ def gpu_names(environ: Mapping[str, str] = os.environ) -> list[str]:
     smi = which("nvidia-smi", environ.get("PATH"))
     if not smi:
         return []
-    done = run_captured([smi, "-L"], timeout=60)
+    done = run_captured([smi, "-L"], timeout=60, env=environ)
     return _GPU_LINE.findall(done.stdout) if done.code == 0 else []
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from .. import schema as S
 from ..errors import ToolFailedError, ToolNotFoundError
 from ..rundir import free_stem
 from ._process import ChildOutcome, honour_umask, run_captured, run_filtered, which
@@ -190,15 +191,15 @@ def run_nsys_pass(*, target: str, is_module: bool, args: Sequence[str], trace: S
     install = find_nsys(environ)
     version = nsys_version(install.path, environ)
     stem = free_stem(run_dir, "timeline", (".nsys-rep", ".sqlite", ".qdstrm"))
-    child_argv = bootstrap_argv(run_dir, "nvtx-child-config.json", target=target,
+    child_argv = bootstrap_argv(run_dir, S.NVTX_CHILD_CONFIG, target=target,
                                 is_module=is_module, args=args, extra={"pass": "nvtx"})
     log = run_dir / f"{stem}.nsys.log"
-    (run_dir / "nvtx-child.json").unlink(missing_ok=True)   # an earlier pass's record
+    (run_dir / S.NVTX_CHILD_JSON).unlink(missing_ok=True)   # an earlier pass's record
     env = dict(environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     result = capture(install, trace=trace, output=(run_dir / stem).resolve(),
                      child_argv=child_argv, cwd=cwd, env=env, timeout=timeout, log=log)
-    child_path = run_dir / "nvtx-child.json"
+    child_path = run_dir / S.NVTX_CHILD_JSON
     child = json.loads(child_path.read_text(encoding="utf-8")) if child_path.is_file() else None
     sqlite = export_sqlite(install.path, result.report, log, environ=environ)
     return NsysPass(capture=result, install=install, child=child, sqlite=sqlite, log=log,

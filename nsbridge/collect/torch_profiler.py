@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from .. import schema as S
 from ..profiles import Profile
 from . import machine
 from ._process import ChildOutcome, run_passthrough
@@ -38,7 +39,7 @@ def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile
     """
     rank = (environ.get("RANK") or environ.get("SLURM_PROCID")
             or environ.get("OMPI_COMM_WORLD_RANK")) if distributed is not None else None
-    config_name = f"child-config-rank-{rank}.json" if rank and not launcher else "child-config.json"
+    config_name = S.child_config_rank(rank) if rank and not launcher else S.CHILD_CONFIG
     argv = bootstrap_argv(run_dir, config_name, target=target, is_module=is_module,
                           args=args, extra={"capture": profile.to_dict()["capture"],
                                             "schedule": profile.to_dict()["schedule"],
@@ -52,7 +53,7 @@ def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile
     before = machine.snapshot()
     outcome = run_passthrough(argv, cwd=cwd, env=env, timeout=timeout)
     around = {**machine.between(before, machine.snapshot()), "cores": machine.usable_cores()}
-    child_path = run_dir / "child.json"
+    child_path = run_dir / S.CHILD_JSON
     child = None
     if child_path.is_file():
         child = json.loads(child_path.read_text(encoding="utf-8"))

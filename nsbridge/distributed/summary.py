@@ -1,17 +1,24 @@
 """The map step: one rank's small summary, written next to its trace by the process that
-captured it, so the merge never needs every rank's trace in memory."""
+captured it, so the merge never needs every rank's trace in memory; and rank 0 (or the
+process that launched the ranks) gathering them: ``wait_for``, ``read_summaries``,
+``missing_ranks``."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any, Optional
 
+from .. import schema as S
 from ..model.analysis import TraceAnalysis, analyze_events
 from ..parse.torch_trace import read_trace
 from ..profiles import Analysis
 from ..rundir import write_json
+from .identity import rank_dir_name, rank_dirs
+from .mailbox import POLL_S
 
-SUMMARY = "summary.json"
+SUMMARY_WAIT_S = 600.0   # how long rank 0 waits for the other ranks' summaries (default)
 
 
 def summarize(analysis: TraceAnalysis, *, rank: int, host: Optional[str], world_size: int,
@@ -42,7 +49,64 @@ def write_summary(rank_dir: Path, *, trace: Optional[Path], thresholds: Analysis
         data = summarize(analysis, rank=rank, host=host, world_size=world_size, status=status,
                          exit_code=exit_code, trace=trace.name, error=error)
     else:
-        data = {"rank": rank, "host": host, "world_size": world_size, "status": status,
-                "exit_code": exit_code, "error": error, "profiled": False, "trace": None}
-    write_json(rank_dir / SUMMARY, data)   # atomic: rank 0 polls for it
+        data = unprofiled(rank, world_size, status=status, exit_code=exit_code, error=error,
+                          host=host)
+    write_json(rank_dir / S.SUMMARY_JSON, data)   # atomic: rank 0 polls for it
     return data
+
+
+def wait_for(run_dir: Path, world_size: int, timeout_s: float,
+             since: float = 0.0) -> list[dict[str, Any]]:
+    """Every rank's summary written after ``since`` (epoch seconds); a rank whose summary
+    does not come within ``timeout_s`` is reported as hung (what it wrote is kept)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and len(read_summaries(run_dir, since)) < world_size:
+        time.sleep(POLL_S)
+    found = {s["rank"]: s for s in read_summaries(run_dir, since)}
+    for rank in range(world_size):
+        if rank not in found:
+            found[rank] = unprofiled(rank, world_size, status="hung", exit_code=None,
+                                     error={"type": "Hung", "message": f"no summary from rank "
+                                            f"{rank} within {timeout_s:.0f} s after rank 0 "
+                                            "finished"})
+    return [found[r] for r in sorted(found)]
+
+
+def read_summaries(run_dir: Path, since: float = 0.0) -> list[dict[str, Any]]:
+    """The rank summaries written so far, after ``since`` (a rank that died before writing
+    one is left out: the caller reports it)."""
+    out = []
+    for folder in rank_dirs(run_dir):
+        path = folder / S.SUMMARY_JSON
+        if path.is_file() and path.stat().st_mtime >= since:
+            try:
+                out.append(json.loads(path.read_text(encoding="utf-8")))
+            except ValueError:   # being written right now
+                continue
+    return out
+
+
+def missing_ranks(summaries: list[dict[str, Any]], world_size: int,
+                  run_dir: Path) -> list[dict[str, Any]]:
+    """Ranks that wrote no summary: failed before the end, with their child record."""
+    have = {s["rank"] for s in summaries}
+    out = []
+    for rank in range(world_size):
+        if rank in have:
+            continue
+        child = run_dir / rank_dir_name(rank) / S.CHILD_JSON
+        record = json.loads(child.read_text(encoding="utf-8")) if child.is_file() else {}
+        out.append(unprofiled(rank, world_size, status=record.get("status", "failed"),
+                              exit_code=record.get("exit_code"),
+                              error=record.get("error") or {
+                                  "type": "NoSummary",
+                                  "message": "the rank ended without its summary"}))
+    return out
+
+
+def unprofiled(rank: int, world_size: int, *, status: str, exit_code: Optional[int],
+               error: Optional[dict[str, Any]], host: Optional[str] = None) -> dict[str, Any]:
+    """The summary of a rank with nothing measured: not profiled, failed, or hung (the one
+    shape rank 0 merges; its rows in the report are model.cross_rank.rank_row's)."""
+    return {"rank": rank, "host": host, "world_size": world_size, "status": status,
+            "exit_code": exit_code, "error": error, "profiled": False, "trace": None}

@@ -49,7 +49,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                    machine: Optional[dict[str, Any]] = None,
                    window: str = "steps", complete_steps: bool = False,
                    last_step_cut: bool = False) -> TraceAnalysis:
-    """Analyse one EVENTS frame (see schema.py).
+    """Analyse one EVENTS frame (see nsbridge.schema).
 
     ``process_syncs`` and ``process_steps`` (steps the script ran) come from triage's
     profiled process, and ``machine`` (model.contention.machine_facts) from around it;

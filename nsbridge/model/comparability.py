@@ -25,6 +25,8 @@ import shlex
 from pathlib import PurePath
 from typing import Any, Callable, Iterable, NamedTuple, Optional
 
+from .. import schema as S
+
 ALLOWABLE = ("target", "args", "torch", "gpu", "threads", "cores")
 SIDES = ("base", "new")
 
@@ -162,7 +164,7 @@ def _empty(report: dict[str, Any]) -> Optional[_Problem]:
 
 def _timed_apart(a: dict[str, Any], b: dict[str, Any]) -> Optional[_Problem]:
     """Why two runs' op times are different quantities, or None."""
-    if (a.get("ranked_by") == "device_self_us") == (b.get("ranked_by") == "device_self_us"):
+    if (a.get("ranked_by") == S.DEVICE_SELF_US) == (b.get("ranked_by") == S.DEVICE_SELF_US):
         return None
     return _Problem("were timed differently: one measured GPU time and the other did not, so "
                     "their op times are different quantities", "Compare two runs made on the "
@@ -180,7 +182,7 @@ def _other_target(a: dict[str, Any], b: dict[str, Any]) -> Optional[_Problem]:
 
 def _fix(text: str, side: str, label: str) -> str:
     path = PurePath(label)
-    account = path.with_name("report.md") if path.suffix == ".json" else path / "report.md"
+    account = path.with_name(S.REPORT_MD) if path.suffix == ".json" else path / S.REPORT_MD
     return text.format(side=side, account=account)
 
 
@@ -216,14 +218,14 @@ _FLAG = _Atom("true or false", lambda v: isinstance(v, bool))
 _NUMBER = _Atom("a number of 0 or more", _is_number)
 _POSITIVE = _Atom("a number above 0", lambda v: _is_number(v) and v > 0)
 _RANKING = _Atom('"cpu_self_us" or "device_self_us"',
-                 lambda v: v in ("cpu_self_us", "device_self_us"))
+                 lambda v: v in (S.RANKED_BY_HOST, S.RANKED_BY_DEVICE))
 
 # The fields diff reads (model.diff, report.diff_render) and what each must be: a dict is an
 # object with those keys, a one-item list a list of such items (never null), an atom a leaf;
 # every field may be missing or null unless _Required.
-_OP = {"name": _Required(_NAME), "calls": _NUMBER, "cpu_self_us": _NUMBER,
-       "device_self_us": _NUMBER, "shapes": [_ANY], "per_step_us": [_NUMBER],
-       "shape_work": [{"shape": _Required(_TEXT), "calls": _Required(_NUMBER),
+_OP = {S.NAME: _Required(_NAME), S.CALLS: _NUMBER, S.CPU_SELF_US: _NUMBER,
+       S.DEVICE_SELF_US: _NUMBER, S.SHAPES: [_ANY], S.PER_STEP_US: [_NUMBER],
+       S.SHAPE_WORK: [{"shape": _Required(_TEXT), "calls": _Required(_NUMBER),
                        "us": _Required(_NUMBER)}]}
 _STEPS = {"count": _Required(_NUMBER),
           "per_step": [{"wall_ms": _Required(_POSITIVE), "run": _NUMBER}],

@@ -1,4 +1,6 @@
-"""The reduce step: rank summaries (distributed.summary) -> the cross-rank report.
+"""The reduce step: rank summaries (distributed.summary) -> the cross-rank report; and
+several traces (ranks of one job, or several runs) folded into one view (``combine_ops``,
+``slowest``).
 
 Per rank and per measured step: the step time, the time some collective was running
 (the union of their intervals in the step, so it never exceeds the step) and the work
@@ -20,7 +22,10 @@ import statistics
 from typing import Any, Iterable, Optional
 
 import numpy as np
+import pandas as pd
 
+from .. import schema as S
+from .ops import merge_shape_work
 from .stats import LEVEL, resample_indices
 
 OP_SHARE = 0.10     # an op is named when it holds at least this share of the excess
@@ -31,7 +36,7 @@ def cross_rank(summaries: Iterable[dict[str, Any]], straggler_pct: float = 10.0,
     """{world_size, ranks[], step, skew[], collectives[], straggler, failed[]}."""
     rows = sorted(summaries, key=lambda s: s["rank"])
     measured = [s for s in rows if s.get("profiled") and s.get("step_ms")]
-    per_rank = [_rank_row(s) for s in rows]
+    per_rank = [rank_row(s) for s in rows]
     out: dict[str, Any] = {
         "world_size": max((s.get("world_size") or 0 for s in rows), default=len(rows)),
         "ranks": per_rank, "profiled": [s["rank"] for s in measured],
@@ -43,11 +48,11 @@ def cross_rank(summaries: Iterable[dict[str, Any]], straggler_pct: float = 10.0,
         return out
     medians = {r["rank"]: r for r in per_rank if r["step_ms"] is not None}
     steps = [r["step_ms"] for r in medians.values()]
-    slowest = max(medians.values(), key=lambda r: r["step_ms"])
+    slowest_row = max(medians.values(), key=lambda r: r["step_ms"])
     mid = statistics.median(steps)
     out["step"] = {"min_ms": min(steps), "median_ms": round(mid, 3), "max_ms": max(steps),
-                   "slowest_rank": slowest["rank"],
-                   "slowest_over_median_pct": round(100 * (slowest["step_ms"] - mid) / mid, 1)
+                   "slowest_rank": slowest_row["rank"],
+                   "slowest_over_median_pct": round(100 * (slowest_row["step_ms"] - mid) / mid, 1)
                    if mid else None}
     out["skew"] = _skew(measured, top)
     out["collectives"] = [{**c, "rank": s["rank"]} for s in measured
@@ -78,7 +83,12 @@ def _work_per_step(s: dict[str, Any]) -> list[float]:
     return [max(w - c, 0.0) for w, c in zip(s.get("step_ms") or [], _collective_per_step(s))]
 
 
-def _rank_row(s: dict[str, Any]) -> dict[str, Any]:
+def rank_row(s: dict[str, Any]) -> dict[str, Any]:
+    """The one row of a rank in report.json's ``distributed.ranks``, from its summary
+    (distributed.summary): status, step times (median, min, max; collectives and the work
+    outside them per step), verdict, device figures; ``file`` (its trace: the path given to
+    analyze, or the name in its rank folder), ``busy_pct`` (the verdict's device busy %)
+    and ``ops`` (how many ops it ran) where known."""
     steps = s.get("step_ms") or []
     coll = statistics.median(_collective_per_step(s)) if steps else None
     work = statistics.median(_work_per_step(s)) if steps else None
@@ -91,14 +101,16 @@ def _rank_row(s: dict[str, Any]) -> dict[str, Any]:
             "collective_ms_per_step": None if coll is None else round(coll, 3),
             "work_ms_per_step": None if work is None else round(work, 3),
             "verdict": s.get("verdict"), "device_busy_pct": s.get("device_busy_pct"),
-            "comm_overlap_pct": (s.get("comm") or {}).get("overlap_pct")}
+            "comm_overlap_pct": (s.get("comm") or {}).get("overlap_pct"),
+            "file": s.get("trace"), "busy_pct": (s.get("numbers") or {}).get("device_busy_pct"),
+            "ops": len(s["ops"]) if s.get("ops") is not None else None}
 
 
 def _skew(measured: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
     """Ops whose time per step differs most across ranks (device time when every rank had
     a GPU, else CPU time)."""
     device = all(s.get("has_device") for s in measured)
-    key = "device_self_us" if device else "cpu_self_us"
+    key = S.DEVICE_SELF_US if device else S.CPU_SELF_US
     times: dict[str, dict[int, float]] = {}
     for s in measured:
         n = max(len(s["step_ms"]), 1)
@@ -225,3 +237,51 @@ def _where_excess(worst: int, excess_ms: float, skew: list[dict[str, Any]]) -> s
         return text
     return (f"rank {worst}'s ops that take longest against the median rank: "
             + ", ".join(f"{s['op']} +{s['excess_us'] / 1e3:.2f} ms per step" for s in named))
+
+
+def combine_ops(tables: list[pd.DataFrame], has_device: bool) -> pd.DataFrame:
+    """Sum OPS frames by op name (kernels and copies merged by name); self_pct recomputed."""
+    if len(tables) == 1:
+        return tables[0]
+    frame = pd.concat(tables, ignore_index=True)
+    numeric = frame.groupby("name", sort=False)[S.OP_SUMMED_COLUMNS].sum(min_count=1)
+    shapes = frame.groupby("name", sort=False)["shapes"].first()
+    kernels = frame.groupby("name", sort=False)["kernels"].apply(_merge_work)
+    copies = frame.groupby("name", sort=False)["copies"].apply(_merge_work)
+    spread = frame.groupby("name", sort=False)["per_step_us"].apply(_sum_steps)
+    work = frame.groupby("name", sort=False)["shape_work"].apply(merge_shape_work)
+    table = (numeric.join(shapes).join(kernels).join(copies).join(spread).join(work)
+             .reset_index())
+    rank_col = "device_self_us" if has_device else "cpu_self_us"
+    total = table[rank_col].sum()
+    table["self_pct"] = 100.0 * table[rank_col] / total if total > 0 else 0.0
+    table = table.sort_values([rank_col, "cpu_total_us"], ascending=False, kind="stable")
+    return table[S.OP_COLUMNS].reset_index(drop=True)
+
+
+def slowest(summaries: list[dict[str, Any]]) -> int:
+    """Index of the rank with the longest mean step: it sets the job's pace."""
+    walls = [s.get("step_ms") or 0.0 for s in summaries]
+    return int(np.argmax(walls)) if walls else 0
+
+
+def _sum_steps(lists: pd.Series) -> list[float]:
+    """Per-step times of several ranks added step by step (ranks step together)."""
+    width = max((len(v) for v in lists), default=0)
+    return [round(sum(v[i] for v in lists if i < len(v)), 3) for i in range(width)]
+
+
+def _merge_work(lists: pd.Series) -> list[dict[str, Any]]:
+    """Kernel (or copy) entries of several traces summed by name (and kind)."""
+    merged: dict[tuple[str, Any], dict[str, Any]] = {}
+    for entries in lists:
+        for k in entries:
+            fresh = {**k, "calls": 0, "device_us": 0.0}
+            if "bytes" in k:
+                fresh["bytes"] = None
+            row = merged.setdefault((k["name"], k.get("kind")), fresh)
+            row["calls"] += k["calls"]
+            row["device_us"] = round(row["device_us"] + k["device_us"], 3)
+            if k.get("bytes") is not None:
+                row["bytes"] = (row["bytes"] or 0) + k["bytes"]
+    return sorted(merged.values(), key=lambda k: -k["device_us"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Optional, Sequence
 
+from .. import schema as S
 from ..errors import DeepError
 
 
@@ -34,9 +35,9 @@ def choose(ops: list[dict[str, Any]], *, kernels: Sequence[str] = (), top: Optio
     if kernels:
         check_ops(kernels, [op["name"] for op in ops])
         return [{"op": op, "reason": "asked for with --kernel"} for op in kernels]
-    ranked = sorted((op for op in ops if op.get("device_self_us")),
-                    key=lambda op: -op["device_self_us"])
-    total = sum(op["device_self_us"] for op in ranked) or 1.0
+    ranked = sorted((op for op in ops if op.get(S.DEVICE_SELF_US)),
+                    key=lambda op: -op[S.DEVICE_SELF_US])
+    total = sum(op[S.DEVICE_SELF_US] for op in ranked) or 1.0
     chosen, skipped = [], []
     for rank, op in enumerate(ranked, 1):
         launches = sum(k["calls"] for k in op.get("kernels") or [])

@@ -67,6 +67,7 @@ from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
+from .. import schema as S
 from .comparability import problems
 from .stats import LEVEL, resample_indices
 
@@ -82,7 +83,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, fail_above: float = 10.0,
     """B against A (A is the base): outcome, exit_code, reasons, advice, comparability,
     step, ops[], regressions[], inconclusive[] and the noise figures (module docstring)."""
     device = _has_device(a) and _has_device(b)
-    key = "device_self_us" if device else "cpu_self_us"
+    key = S.DEVICE_SELF_US if device else S.CPU_SELF_US
     source = "torch.profiler self device time" if device else "torch.profiler self CPU time"
     blockers = problems(a, b, allow)
     side_a, side_b = _Side(a, key), _Side(b, key)
@@ -150,8 +151,8 @@ class _Side:
             self.work[op["name"]] = ((op.get("calls") or 0) / self.n,
                                      tuple(str(x) for x in op.get("shapes") or []))
             self.shape_work[op["name"]] = {e["shape"]: (e["calls"] / self.n, e["us"] / self.n)
-                                           for e in op.get("shape_work") or []}
-            samples = op.get("per_step_us") or []
+                                           for e in op.get(S.SHAPE_WORK) or []}
+            samples = op.get(S.PER_STEP_US) or []
             known = spread_ok and len(samples) == self.n
             self.ops[op["name"]] = (np.asarray(samples, dtype=np.float64) if known
                                     else np.full(self.n, float(value) / self.n))
@@ -492,7 +493,7 @@ def _syncs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[str]]:
 
 
 def _has_device(report: dict[str, Any]) -> bool:
-    return report.get("ranked_by") == "device_self_us"
+    return report.get("ranked_by") == S.DEVICE_SELF_US
 
 
 def _pct(log_ratio: Optional[float]) -> Optional[float]:

@@ -37,17 +37,17 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     """
     names = events.loc[tree.rows, S.NAME].to_numpy()
     n = len(tree)
-    per_op = pd.DataFrame({"name": names, "cpu_self_us": tree.self_us, "cpu_total_us": tree.dur,
+    per_op = pd.DataFrame({S.NAME: names, S.CPU_SELF_US: tree.self_us, S.CPU_TOTAL_US: tree.dur,
                            "shape": events.loc[tree.rows, S.INPUT_DIMS].to_numpy()})
 
     attributed = gpu[gpu["op_pos"] >= 0]
     pos, dur = attributed["op_pos"].to_numpy(), attributed["dur"].to_numpy(np.float64)
-    per_op["device_self_us"] = np.bincount(pos, weights=dur, minlength=n)
+    per_op[S.DEVICE_SELF_US] = np.bincount(pos, weights=dur, minlength=n)
     total = np.zeros(n)
     for level in tree.ancestors_or_self(pos):
         ok = level >= 0
         np.add.at(total, level[ok], dur[ok])
-    per_op["device_total_us"] = total
+    per_op[S.DEVICE_TOTAL_US] = total
     per_op["mem_bytes"] = _allocations(events, tree)
     per_op["mem_net_bytes"] = _net_memory(events, tree, has_device)
 
@@ -57,32 +57,31 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
         not_ops |= ~in_window
     per_op = per_op[~not_ops]
     grouped = per_op.groupby("name", sort=False)
-    table = grouped.agg(calls=("name", "size"), cpu_self_us=("cpu_self_us", "sum"),
-                        cpu_total_us=("cpu_total_us", "sum"),
-                        device_self_us=("device_self_us", "sum"),
-                        device_total_us=("device_total_us", "sum"),
-                        mem_bytes=("mem_bytes", "sum"),
-                        mem_net_bytes=("mem_net_bytes", "sum")).reset_index()
+    table = grouped.agg(**{S.CALLS: (S.NAME, "size"),
+                           **{col: (col, "sum") for col in (S.CPU_SELF_US, S.CPU_TOTAL_US,
+                                                            S.DEVICE_SELF_US, S.DEVICE_TOTAL_US,
+                                                            "mem_bytes", "mem_net_bytes")}}
+                        ).reset_index()
     has_memory = bool((events[S.CAT] == S.MEMORY).any())
-    table["mem_mib"] = table.pop("mem_bytes") / MIB if has_memory else np.nan
-    table["mem_net_mib"] = table.pop("mem_net_bytes") / MIB if has_memory else np.nan
+    table[S.MEM_MIB] = table.pop("mem_bytes") / MIB if has_memory else np.nan
+    table[S.MEM_NET_MIB] = table.pop("mem_net_bytes") / MIB if has_memory else np.nan
     if not has_device:
-        table["device_self_us"] = np.nan
-        table["device_total_us"] = np.nan
-    rank_col = "device_self_us" if has_device else "cpu_self_us"
+        table[S.DEVICE_SELF_US] = np.nan
+        table[S.DEVICE_TOTAL_US] = np.nan
+    rank_col = S.DEVICE_SELF_US if has_device else S.CPU_SELF_US
     denominator = table[rank_col].sum()
-    table["self_pct"] = 100.0 * table[rank_col] / denominator if denominator > 0 else 0.0
+    table[S.SELF_PCT] = 100.0 * table[rank_col] / denominator if denominator > 0 else 0.0
     table["shapes"] = table["name"].map(_common_shapes(per_op)).apply(
         lambda v: v if isinstance(v, list) else [])
-    table["shape_work"] = table["name"].map(_shape_work(per_op, rank_col)).apply(
+    table[S.SHAPE_WORK] = table["name"].map(_shape_work(per_op, rank_col)).apply(
         lambda v: v if isinstance(v, list) else [])
     spread = per_step_times(events, tree, gpu, windows, has_device)
-    table["per_step_us"] = table["name"].map(spread).apply(
+    table[S.PER_STEP_US] = table["name"].map(spread).apply(
         lambda v: v if isinstance(v, list) else [])
     kernels, copies = _gpu_work_by_op(gpu, names)
     table["kernels"] = table["name"].map(kernels).apply(lambda v: v if isinstance(v, list) else [])
     table["copies"] = table["name"].map(copies).apply(lambda v: v if isinstance(v, list) else [])
-    table = table.sort_values([rank_col, "cpu_total_us"], ascending=False, kind="stable")
+    table = table.sort_values([rank_col, S.CPU_TOTAL_US], ascending=False, kind="stable")
     return table[S.OP_COLUMNS].reset_index(drop=True)
 
 

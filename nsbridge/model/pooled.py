@@ -34,16 +34,16 @@ def pool_ops(tables: list[pd.DataFrame], steps_per_run: list[int],
     frame = pd.concat(tables, ignore_index=True)
     table = frame.groupby("name", sort=False)[S.OP_SUMMED_COLUMNS].sum(min_count=1)
     firsts = frame.groupby("name", sort=False)[["shapes", "kernels", "copies"]].first()
-    work = frame.groupby("name", sort=False)["shape_work"].apply(merge_shape_work)
+    work = frame.groupby("name", sort=False)[S.SHAPE_WORK].apply(merge_shape_work)
     table = table.join(firsts).join(work).reset_index()
-    lists = [dict(zip(t["name"], t["per_step_us"])) for t in tables]
-    table["per_step_us"] = [
+    lists = [dict(zip(t["name"], t[S.PER_STEP_US])) for t in tables]
+    table[S.PER_STEP_US] = [
         [v for run, n in zip(lists, steps_per_run) for v in (run.get(name) or [0.0] * n)]
         for name in table["name"]]
-    rank_col = "device_self_us" if has_device else "cpu_self_us"
+    rank_col = S.DEVICE_SELF_US if has_device else S.CPU_SELF_US
     total = table[rank_col].sum()
-    table["self_pct"] = 100.0 * table[rank_col] / total if total > 0 else 0.0
-    table = table.sort_values([rank_col, "cpu_total_us"], ascending=False, kind="stable")
+    table[S.SELF_PCT] = 100.0 * table[rank_col] / total if total > 0 else 0.0
+    table = table.sort_values([rank_col, S.CPU_TOTAL_US], ascending=False, kind="stable")
     return table[S.OP_COLUMNS].reset_index(drop=True)
 
 

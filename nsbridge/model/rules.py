@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 import pandas as pd
 
+from .. import schema as S
 from .syncs import SyncCost
 
 CONV_OP = re.compile(r"conv", re.IGNORECASE)
@@ -162,7 +163,7 @@ def _amp_tf32(f: Facts) -> Optional[dict[str, Any]]:
     matrix dimension, and on a GPU not already on Tensor Core kernels."""
     if f.ops.empty:
         return None
-    col = "device_self_us" if f.has_device else "cpu_self_us"
+    col = S.DEVICE_SELF_US if f.has_device else S.CPU_SELF_US
     total = f.ops[col].sum()
     matmul = f.ops[f.ops["name"].str.match(MATMUL_OP)]
     share = matmul[col].sum() / total if total else 0.0
@@ -194,7 +195,7 @@ def _wide_enough(matmul: pd.DataFrame, min_dim: int) -> bool:
     shapes were recorded (nothing says otherwise)."""
     if matmul.empty or CONV_OP.search(str(matmul["name"].iloc[0])):
         return True
-    for work in matmul["shape_work"].head(1):
+    for work in matmul[S.SHAPE_WORK].head(1):
         if not work:
             return True
         try:

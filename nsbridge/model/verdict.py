@@ -37,6 +37,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from .. import schema as S
 from ..profiles import Analysis
 from .stats import LEVEL, resample_indices
 from .syncs import SyncCost
@@ -89,7 +90,7 @@ def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost
                         + (")" if stepless else " on average)"))
     elif label == "gpu-bound":
         evidence.append(f"the GPU is busy {busy:.0f}% of the measured window")
-        evidence.extend(_top_ops_line(ops, "device_self_us", "of GPU time"))
+        evidence.extend(_top_ops_line(ops, S.DEVICE_SELF_US, "of GPU time"))
     elif label == "sync-bound":
         evidence.extend(_sync_lines(cost, wall, seconds))
         if not has_device:
@@ -105,7 +106,7 @@ def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost
     else:
         evidence.append(f"no GPU in this run: all {wall:.2f} ms of "
                         + ("the window" if stepless else "a step") + " is host time")
-        evidence.extend(_top_ops_line(ops, "cpu_self_us", "of CPU self time"))
+        evidence.extend(_top_ops_line(ops, S.CPU_SELF_US, "of CPU self time"))
         cannot.append("whether the script would be GPU-bound or launch-bound on a GPU: "
                       "run it on one (nsbridge triage picks CUDA up automatically)")
     top = sync_points[0] if sync_points else None
@@ -279,7 +280,7 @@ def _top_ops_line(ops: pd.DataFrame, col: str, what: str) -> list[str]:
     if ops.empty or ops[col].isna().all():
         return []
     head = ops.head(3)
-    parts = [f"{n} {p:.0f}%" for n, p in zip(head["name"], head["self_pct"])]
+    parts = [f"{n} {p:.0f}%" for n, p in zip(head["name"], head[S.SELF_PCT])]
     return [f"top ops: {', '.join(parts)} {what}"]
 
 

@@ -4,7 +4,7 @@ Both readers (the streaming msgspec one and the stdlib fallback) hand batches of
 ``EventColumns``: decoded dicts (``add_dicts``) or msgspec structs (``add_records``). Each
 batch becomes numpy arrays at once; strings are dictionary-encoded against one table for
 the whole file, so a name seen a million times is stored once. ``finish()`` returns the
-EVENTS frame (schema.py). The two readers give identical frames; tests hold them to it.
+EVENTS frame (nsbridge.schema). The two readers give identical frames; tests hold them to it.
 """
 
 from __future__ import annotations

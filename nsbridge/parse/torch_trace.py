@@ -1,4 +1,4 @@
-"""torch.profiler (Kineto) Chrome trace -> EVENTS frame (see schema.py).
+"""torch.profiler (Kineto) Chrome trace -> EVENTS frame (see nsbridge.schema).
 
 Reads .json and .json.gz (detected by content, not name) from every torch generation in
 the fixtures: 2022 capitalised categories and lower-case ``external id``, integer and

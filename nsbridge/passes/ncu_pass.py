@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import pandas as pd
 
 from .. import progress
+from .. import schema as S
 from ..collect.ncu import (capture, export_raw_csv, find_ncu, gpu_names, ncu_version,
                            profile_argv)
 from ..collect.torch_profiler import bootstrap_argv
@@ -119,9 +120,9 @@ def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequ
     ncu = find_ncu(environ)
     version = ncu_version(ncu, environ)
     ops = [row["op"] for row in plan["ops"]]
-    child_argv = bootstrap_argv(run_dir, "ncu-child-config.json", target=target,
+    child_argv = bootstrap_argv(run_dir, S.NCU_CHILD_CONFIG, target=target,
                                 is_module=module, args=args,
-                                extra={"pass": "nvtx", "record": "ncu-child.json"})
+                                extra={"pass": "nvtx", "record": S.NCU_CHILD_JSON})
     stem = free_stem(run_dir, "deep", (".ncu-rep",))
     report = (run_dir / f"{stem}.ncu-rep").resolve()
     argv = profile_argv(ncu, ops=ops, launch_skip=plan["launch_skip"],

@@ -50,12 +50,14 @@ class NsysExportsPass:
     profile: Profile
     window: str = "steps"
     name: str = "nsys"
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
     def plan(self, run: Run) -> None:
         return None
 
     def run(self, run: Run, plan: None) -> PassOutput:
-        output, joined = timeline_from_exports(self.files, self.profile, run.dir, self.window)
+        output, joined = timeline_from_exports(self.files, self.profile, run.dir, self.window,
+                                               environ=self.environ)
         output.frames["timeline"] = joined.ops
         return output
 
@@ -95,7 +97,8 @@ def capture_timeline(run_dir: Path, *, target: str, args: Sequence[str], module:
 
 
 def timeline_from_exports(files: Sequence[Path], profile: Profile, run_dir: Path,
-                          window: str = "steps") -> tuple[PassOutput, Timeline]:
+                          window: str = "steps", *,
+                          environ: Mapping[str, str] = os.environ) -> tuple[PassOutput, Timeline]:
     """Join the first nsys export given (a .nsys-rep is exported into ``run_dir``), over
     the profile's measured steps when it has nsbridge's step ranges (``window="trace"``:
     the whole capture)."""
@@ -103,8 +106,8 @@ def timeline_from_exports(files: Sequence[Path], profile: Profile, run_dir: Path
     sqlite = source
     if source.suffix != ".sqlite":
         with progress.step(f"exporting {source.name} to SQLite"):
-            sqlite = export_sqlite(find_nsys().path, source, run_dir / "nsys-export.log",
-                                   run_dir / f"{source.stem}.sqlite")
+            sqlite = export_sqlite(find_nsys(environ).path, source, run_dir / "nsys-export.log",
+                                   run_dir / f"{source.stem}.sqlite", environ=environ)
     with progress.step(f"joining kernels to ops in {sqlite.name}"):
         steps = measured_steps(None, profile) if window == "steps" else []
         joined = _join_window(read_nsys_sqlite(sqlite), steps, profile.timeline.top_gaps)
@@ -120,7 +123,7 @@ def measured_steps(run_dir: Optional[Path], profile: Profile) -> list[int]:
     """Indices of the steps the torch.profiler pass measured (its child.json in
     ``run_dir``), else those the profile's schedule measures: nsbridge's NVTX ``step N``
     range N is the same step."""
-    child = run_dir / "child.json" if run_dir is not None else None
+    child = run_dir / S.CHILD_JSON if run_dir is not None else None
     if child is not None and child.is_file():
         steps = json.loads(child.read_text(encoding="utf-8")).get("steps") or []
         active = [int(s["index"]) for s in steps if s.get("phase") == "active"]

@@ -18,8 +18,7 @@ from ..model.analysis import TraceAnalysis, analyze_events
 from ..model.contention import combine_runs, machine_facts
 from ..model.pooled import pool_analyses
 from ..model.overhead import profiler_overhead
-from ..model.cross_rank import cross_rank
-from ..model.ranks import combine_ops, slowest
+from ..model.cross_rank import combine_ops, cross_rank, slowest
 from ..parse.torch_trace import TorchTrace, read_trace
 from ..profiles import Profile
 from ..report.build import build_report
@@ -84,7 +83,7 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
     files = {"trace": lead.traces[0].name if lead.traces else None,
              "traces": [p.name for p in lead.traces],
              "key_averages": lead.table.name if lead.table else None,
-             "ops_csv": "ops.csv" if analysis else None}
+             "ops_csv": S.OPS_CSV if analysis else None}
     if len(passes) > 1:
         files["repeats"] = [str(tp.traces[0].relative_to(run_dir)) for tp in passes[1:]
                             if tp.traces]
@@ -191,21 +190,20 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
     with progress.step(f"analysing {len(traces)} trace(s)"):
         analyses = [analyze_events(t.events, thresholds=profile.analysis, window=window)
                     for t in traces]
-    ranks = [_rank_summary(i, t, a) for i, (t, a) in enumerate(zip(traces, analyses))]
-    lead = analyses[slowest(ranks)] if len(analyses) > 1 else analyses[0]
-    lead_path = traces[slowest(ranks) if len(analyses) > 1 else 0].path
-    if len(analyses) > 1:
+    lead_index = slowest([a.verdict["numbers"] for a in analyses]) if len(analyses) > 1 else 0
+    lead, lead_path = analyses[lead_index], traces[lead_index].path
+    section, recommendations = None, []
+    if len(analyses) > 1:   # the ranks of one job: ops summed, the cross-rank report
         has_device = any(a.has_device for a in analyses)
         lead = TraceAnalysis(**{**lead.__dict__, "ops": combine_ops([a.ops for a in analyses],
                                                                     has_device)})
+        summaries = [summarize(a, rank=t.rank if t.rank is not None else i, host=None,
+                               world_size=len(analyses), trace=str(t.path))
+                     for i, (t, a) in enumerate(zip(traces, analyses))]
         notes.append(f"{len(analyses)} traces: ops are summed over all of them; verdict, steps "
-                     f"and device figures are those of the slowest (rank {ranks[slowest(ranks)]['rank']})")
-    section, recommendations = None, []
-    if len(analyses) > 1:   # the ranks of one job: the cross-rank report
-        cross = cross_rank([summarize(a, rank=r["rank"], host=None, world_size=len(analyses),
-                                      trace=str(t.path))
-                            for t, a, r in zip(traces, analyses, ranks)],
-                           profile.analysis.straggler_pct,
+                     f"and device figures are those of the slowest (rank "
+                     f"{summaries[lead_index]['rank']})")
+        cross = cross_rank(summaries, profile.analysis.straggler_pct,
                            straggler_min_ms=profile.analysis.straggler_min_ms)
         section = ("distributed", cross)
         rec = (cross.get("straggler") or {}).get("recommendation")
@@ -214,9 +212,9 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
                         step_source=None, overhead=None,
                         files={"trace": None, "inputs": [str(t.path) for t in traces],
                                "trace_input": str(Path(lead_path).resolve()),
-                               "ops_csv": "ops.csv"},
+                               "ops_csv": S.OPS_CSV},
                         notes=notes, has_memory=any(has_memory(t) for t in traces),
-                        ranks=ranks if len(traces) > 1 else None, version=__version__)
+                        version=__version__)
     return PassOutput(name="analyze", manifest={"inputs": len(traces)}, core=core,
                       section=section, recommendations=recommendations,
                       frames={"analysis": lead})
@@ -239,13 +237,6 @@ def steps_seen(child: dict[str, Any]) -> int:
 
 def has_memory(trace: Optional[TorchTrace]) -> bool:
     return trace is not None and bool((trace.events[S.CAT] == S.MEMORY).any())
-
-
-def _rank_summary(index: int, trace: TorchTrace, analysis: TraceAnalysis) -> dict[str, Any]:
-    numbers = analysis.verdict["numbers"]
-    return {"rank": trace.rank if trace.rank is not None else index, "file": str(trace.path),
-            "verdict": analysis.verdict["label"], "step_ms": numbers["step_ms"],
-            "busy_pct": numbers["device_busy_pct"], "ops": int(len(analysis.ops))}
 
 
 def recording_note(window: dict[str, Any], steps_seen: int, saved: bool) -> Optional[str]:

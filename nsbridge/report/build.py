@@ -7,10 +7,11 @@ from typing import Any, Optional
 
 import pandas as pd
 
+from .. import schema as S
 from ..model.analysis import TraceAnalysis, mean_step
 from ..model.stats import mean_half_widths_pct, summary
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = S.SCHEMA_VERSION   # re-exported: diff and the readers check it
 # statuses of a run stopped from outside: what it measured before it stopped still stands
 STOPPED = {"timeout": "stopped by --timeout", "interrupted": "interrupted (Ctrl-C)",
            "terminated": "stopped by SIGTERM"}
@@ -19,7 +20,6 @@ STOPPED = {"timeout": "stopped by --timeout", "interrupted": "interrupted (Ctrl-
 def build_report(*, command: str, target: str, status: str, analysis: Optional[TraceAnalysis],
                  step_source: Optional[str], overhead: Optional[dict[str, Any]],
                  files: dict[str, Any], notes: list[str], has_memory: bool,
-                 ranks: Optional[list[dict[str, Any]]] = None,
                  error: Optional[dict[str, Any]] = None, version: str = "",
                  machine: Optional[dict[str, Any]] = None,
                  child_steps: Optional[list[dict[str, Any]]] = None,
@@ -30,21 +30,16 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
 
     ``machine``: model.contention.machine_facts; ``child_steps``: every step the profiled
     process timed (its unprofiled ones give ``steps.unprofiled``)."""
-    report: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION, "nsbridge_version": version, "command": command,
-        "target": target, "status": status, "error": error,
-        "verdict": None, "ranked_by": None, "window": None, "ops": [], "steps": None,
-        "device": None,
-        "sync_points": [], "recommendations": [], "collectives": [], "overhead": overhead,
-        "ranks": ranks or [], "machine": machine, "environment": environment,
-        "files": files, "notes": list(notes), "sources": {},
-    }
+    report = S.empty_report(command=command, target=target, version=version, status=status,
+                            error=error)
+    report.update(overhead=overhead, machine=machine,
+                  environment=environment, files=files, notes=list(notes))
     if analysis is None:
         return clean(report)
     has_device = analysis.has_device
     report["verdict"] = analysis.verdict
     report["window"] = analysis.window
-    report["ranked_by"] = "device_self_us" if has_device else "cpu_self_us"
+    report["ranked_by"] = S.RANKED_BY_DEVICE if has_device else S.RANKED_BY_HOST
     report["ops"] = _with_spread(_records(analysis.ops), _runs(analysis.steps))
     bare_ms, bare_runs = _unprofiled(child_steps)
     report["steps"] = {
@@ -92,12 +87,12 @@ def measured_steps(report: dict[str, Any]) -> int:
 def _with_spread(ops: list[dict[str, Any]], groups: Optional[list[Any]]) -> list[dict[str, Any]]:
     """Each op with ``spread_pct``: half the 95% interval of its time per step, in percent
     of it (None when the steps do not line up, or fewer than two)."""
-    width = max((len(op.get("per_step_us") or []) for op in ops), default=0)
-    aligned = [op for op in ops if len(op.get("per_step_us") or []) == width]
+    width = max((len(op.get(S.PER_STEP_US) or []) for op in ops), default=0)
+    aligned = [op for op in ops if len(op.get(S.PER_STEP_US) or []) == width]
     spreads = dict(zip((op["name"] for op in aligned), mean_half_widths_pct(
-        [op["per_step_us"] for op in aligned], groups if groups and len(groups) == width
+        [op[S.PER_STEP_US] for op in aligned], groups if groups and len(groups) == width
         else None)))
-    return [{**op, "spread_pct": spreads.get(op["name"])} for op in ops]
+    return [{**op, S.SPREAD_PCT: spreads.get(op[S.NAME])} for op in ops]
 
 
 def _unprofiled(child_steps: Optional[list[dict[str, Any]]]) -> tuple[list[float], list[int]]:

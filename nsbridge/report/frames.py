@@ -19,7 +19,7 @@ def ops(report: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for op in report.get("ops", []):
         row = {c: op.get(c) for c in S.OP_COLUMNS}
-        row["spread_pct"] = op.get("spread_pct")
+        row[S.SPREAD_PCT] = op.get(S.SPREAD_PCT)
         for key in ("nsys", "ncu"):
             for name, value in (op.get(key) or {}).items():
                 if not isinstance(value, (list, dict)):
@@ -108,7 +108,7 @@ def summary_html(report: dict[str, Any], run_dir: str, top: int = 10) -> str:
     table = ops(report).head(top)
     if not table.empty:
         table = table.assign(name=table["name"].map(terminal))
-        cols = [c for c in ("name", "calls", "cpu_self_us", "device_self_us", "self_pct")
+        cols = [c for c in (S.NAME, S.CALLS, S.CPU_SELF_US, S.DEVICE_SELF_US, S.SELF_PCT)
                 if c in table]
         parts.append(table[cols].to_html(index=False, escape=True, na_rep="-"))
     return "".join(parts) + "</div>"

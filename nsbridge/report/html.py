@@ -18,6 +18,7 @@ from functools import lru_cache
 from importlib.resources import files
 from typing import Any, Optional
 
+from .. import schema as S
 from .escape import terminal
 from .render import (MEMORY_NOTE, NCU_RANK_HEADER, RANK_HEADER, TIMELINE_HEADER,
                      TIMELINE_RANK_HEADER, _attribution, _early_line, _gap_host, _ncu_findings,
@@ -70,21 +71,21 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
                         "phases": {p[:-3]: [s[p] for s in per_step] for p in
                                    ("data_ms", "forward_ms", "backward_ms", "optimizer_ms",
                                     "other_ms")}}
-    ops = [op for op in report.get("ops", []) if op.get("cpu_self_us") is not None][:TOP_CHART]
+    ops = [op for op in report.get("ops", []) if op.get(S.CPU_SELF_US) is not None][:TOP_CHART]
     if ops:
-        series = {"torch.profiler self CPU ms": [op["cpu_self_us"] / 1e3 for op in ops]}
+        series = {"torch.profiler self CPU ms": [op[S.CPU_SELF_US] / 1e3 for op in ops]}
         if report.get("device"):
-            series["torch.profiler self device ms"] = [(op["device_self_us"] or 0) / 1e3
+            series["torch.profiler self device ms"] = [(op[S.DEVICE_SELF_US] or 0) / 1e3
                                                       for op in ops]
         if any(op.get("nsys") for op in ops):
             series["nsys kernel ms"] = [((op.get("nsys") or {}).get("kernel_us") or 0) / 1e3
                                         for op in ops]
         out["ops"] = {"labels": _labels(ops), "series": series}
-        memory = [op for op in ops if op.get("mem_mib") is not None]
-        if memory and any(op["mem_mib"] or op.get("mem_net_mib") for op in memory):
+        memory = [op for op in ops if op.get(S.MEM_MIB) is not None]
+        if memory and any(op[S.MEM_MIB] or op.get(S.MEM_NET_MIB) for op in memory):
             out["memory"] = {"labels": _labels(memory),
-                             "gross": [op["mem_mib"] for op in memory],
-                             "net": [op.get("mem_net_mib") for op in memory]}
+                             "gross": [op[S.MEM_MIB] for op in memory],
+                             "net": [op.get(S.MEM_NET_MIB) for op in memory]}
     device = report.get("device")
     if device and device.get("idle_gaps"):
         steps = report.get("steps") or {}
@@ -259,7 +260,11 @@ def _ranks(report: dict[str, Any]) -> str:
     if not dist:
         return ""
     items = "".join(f"<li>{_esc(line)}</li>" for line in distributed_lines(dist))
-    return (f"<section id='ranks'><h2>Ranks</h2>{_table(RANK_HEADER, rank_rows(dist))}"
+    with_file = report.get("command") == "analyze"   # each rank's trace file
+    header = RANK_HEADER + (["file"] if with_file else [])
+    table = _table(header, rank_rows(dist, with_file),
+                   code={len(RANK_HEADER)} if with_file else set())
+    return (f"<section id='ranks'><h2>Ranks</h2>{table}"
             f"<ul>{items}</ul></section>")
 
 
@@ -293,12 +298,6 @@ def _notes(report: dict[str, Any]) -> str:
     parts = []
     if report.get("overhead"):
         parts.append(f"<h2>Profiler overhead</h2><p>{e(report['overhead']['note'])}</p>")
-    if report.get("ranks"):
-        parts.append("<h2>Ranks</h2><table><tr><th>rank</th><th>file</th><th>verdict</th>"
-                     "<th>step ms</th><th>device busy %</th></tr>" + "".join(
-                         f"<tr><td>{e(r['rank'])}</td><td><code>{e(r['file'])}</code></td><td>"
-                         f"{e(r['verdict'])}</td><td>{_fmt(r['step_ms'])}</td><td>"
-                         f"{_fmt(r['busy_pct'])}</td></tr>" for r in report["ranks"]) + "</table>")
     if report.get("notes"):
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in report["notes"])
                      + "</ul>")

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import schema as S
 from ..model.syncs import BLOCKING_CALL
 from ..parse._event_columns import readable_events
 
 PID = 2_000_000_000          # a pid no real process has: nsbridge's own tracks
 TRACKS = {"verdict": 1, "GPU idle gaps": 2, "sync points": 3}
-_OP_FIELDS = {"nsys": ("kernels", "kernel_us", "copies", "copy_us", "launch_latency_us",
+_OP_FIELDS = {S.NSYS_KEY: ("kernels", "kernel_us", "copies", "copy_us", "launch_latency_us",
                        "idle_before_us", "sync_us"),
-              "ncu": ("launches", "duration_ns", "sm_pct", "memory_pct",
+              S.NCU_KEY: ("launches", "duration_ns", "sm_pct", "memory_pct",
                       "achieved_occupancy_pct", "tensor_pct", "tensor_path", "l2_hit_pct",
                       "bound", "occupancy_limiter")}
 

@@ -6,6 +6,8 @@ import json
 
 import pandas as pd
 
+from .. import schema as S
+
 
 def ops_csv(ops: pd.DataFrame) -> str:
     """The OPS frame (schema.OP_COLUMNS) as CSV text."""
@@ -13,6 +15,6 @@ def ops_csv(ops: pd.DataFrame) -> str:
     csv["shapes"] = csv["shapes"].map(lambda v: "; ".join(v))
     for col in ("kernels", "copies"):
         csv[col] = csv[col].map(lambda ks: json.dumps([k["name"] for k in ks]))
-    csv["per_step_us"] = csv["per_step_us"].map(json.dumps)
-    csv["shape_work"] = csv["shape_work"].map(json.dumps)
+    csv[S.PER_STEP_US] = csv[S.PER_STEP_US].map(json.dumps)
+    csv[S.SHAPE_WORK] = csv[S.SHAPE_WORK].map(json.dumps)
     return csv.to_csv(index=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Collection, Optional
 
+from .. import schema as S
 from .build import STOPPED, conclusive, measured_anything, measured_steps
 from .definitions import markdown_block
 from .escape import md_cell, md_code, md_text, terminal
@@ -69,11 +70,12 @@ def _op_rows(report: dict[str, Any], limit: int) -> list[list[str]]:
     rows = []
     for op in report["ops"][:limit]:
         copies = op.get("copies") or []
-        rows.append([op["name"], _int(op["calls"]), _ms(op["cpu_self_us"]),
-                     _ms(op["cpu_total_us"]), _ms(op["device_self_us"]),
-                     _ms(op["device_total_us"]), _mib(op["mem_mib"]), _mib(op.get("mem_net_mib")),
-                     "-" if op["self_pct"] is None else f"{op['self_pct']:.1f}",
-                     "-" if op.get("spread_pct") is None else f"±{op['spread_pct']:.0f}",
+        rows.append([op[S.NAME], _int(op[S.CALLS]), _ms(op[S.CPU_SELF_US]),
+                     _ms(op[S.CPU_TOTAL_US]), _ms(op[S.DEVICE_SELF_US]),
+                     _ms(op[S.DEVICE_TOTAL_US]), _mib(op[S.MEM_MIB]),
+                     _mib(op.get(S.MEM_NET_MIB)),
+                     "-" if op[S.SELF_PCT] is None else f"{op[S.SELF_PCT]:.1f}",
+                     "-" if op.get(S.SPREAD_PCT) is None else f"±{op[S.SPREAD_PCT]:.0f}",
                      str(sum(k["calls"] for k in op["kernels"])),
                      str(sum(c["calls"] for c in copies))])
     return rows
@@ -82,9 +84,9 @@ def _op_rows(report: dict[str, Any], limit: int) -> list[list[str]]:
 _DEVICE_COLUMNS = {"self device ms", "total device ms", "kernels", "copies+memsets"}
 # per-op columns of the other passes, labelled by source: (header, key, format)
 _PASS_COLUMNS = {
-    "nsys": [("nsys kernel ms", "kernel_us", "ms"), ("nsys copy ms", "copy_us", "ms"),
+    S.NSYS_KEY: [("nsys kernel ms", "kernel_us", "ms"), ("nsys copy ms", "copy_us", "ms"),
              ("nsys idle before ms", "idle_before_us", "ms")],
-    "ncu": [("ncu SM %", "sm_pct", "pct"), ("ncu mem %", "memory_pct", "pct"),
+    S.NCU_KEY: [("ncu SM %", "sm_pct", "pct"), ("ncu mem %", "memory_pct", "pct"),
             ("ncu occupancy %", "achieved_occupancy_pct", "pct"),
             ("ncu tensor %", "tensor_pct", "pct"), ("ncu L2 hit %", "l2_hit_pct", "pct"),
             ("ncu bound", "bound", "text")],
@@ -447,13 +449,15 @@ RANK_HEADER = ["rank", "host", "status", "step ms", "collectives ms/step", "work
                "verdict"]
 
 
-def rank_rows(dist: dict[str, Any]) -> list[list[str]]:
-    """One row per rank of the cross-rank section."""
+def rank_rows(dist: dict[str, Any], with_file: bool = False) -> list[list[str]]:
+    """One row per rank of the cross-rank section (``with_file``: and its trace, last, for
+    analyze of several traces; the header is ``RANK_HEADER + ["file"]``)."""
     def num(v: Any) -> str:
         return "-" if v is None else f"{v:.2f}"
     return [[str(r["rank"]), str(r.get("host") or "-"), r["status"], num(r["step_ms"]),
              num(r["collective_ms_per_step"]), num(r["work_ms_per_step"]),
-             str(r.get("verdict") or "-")] for r in dist["ranks"]]
+             str(r.get("verdict") or "-")] + ([str(r.get("file") or "-")] if with_file else [])
+            for r in dist["ranks"]]
 
 
 TIMELINE_RANK_HEADER = ["rank", "host", "status", "GPU busy %", "kernels", "kernel ms",
@@ -567,7 +571,7 @@ def _text_findings(report: dict[str, Any], top: int) -> list[str]:
         if early:
             lines.append(f"  {early}")
     if report["ops"]:
-        ranked = "self device time" if report["ranked_by"] == "device_self_us" else "self CPU time"
+        ranked = "self device time" if report["ranked_by"] == S.DEVICE_SELF_US else "self CPU time"
         lines += ["", f"Top ops by {ranked}:", *_text_table(*op_table(report, top)),
                   f"  ({MEMORY_NOTE})"]
     if report["sync_points"]:
@@ -745,18 +749,15 @@ def _md_timeline(report: dict[str, Any], top: int) -> list[str]:
 
 
 def _md_ranks(report: dict[str, Any]) -> list[str]:
-    """The cross-rank section of a distributed run, or the per-trace table of analyze."""
-    md = []
+    """The cross-rank section of a distributed run or of analyze's several traces (with
+    each rank's trace file)."""
     dist = report.get("distributed")
-    if dist:
-        md += ["", "## Ranks", *_md_table(RANK_HEADER, rank_rows(dist)), ""]
-        md += [f"- {md_text(line)}" for line in distributed_lines(dist)]
-    if report.get("ranks"):
-        md += ["", "## Ranks", *_md_table(
-            ["rank", "file", "verdict", "step ms", "device busy %"],
-            [[str(r["rank"]), r["file"], r.get("verdict") or "-", _cell(r.get("step_ms"), "text"),
-              _cell(r.get("busy_pct"), "text")] for r in report["ranks"]])]
-    return md
+    if not dist:
+        return []
+    with_file = report.get("command") == "analyze"
+    header = RANK_HEADER + (["file"] if with_file else [])
+    md = ["", "## Ranks", *_md_table(header, rank_rows(dist, with_file)), ""]
+    return md + [f"- {md_text(line)}" for line in distributed_lines(dist)]
 
 
 def _md_ncu(report: dict[str, Any], top: int) -> list[str]:

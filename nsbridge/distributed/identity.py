@@ -1,5 +1,5 @@
-"""Which rank this process is, from the launcher's environment (stdlib only: the profiled
-process imports it too)."""
+"""Who am I: which rank this process is, from the launcher's environment, the job's id and
+the rank folders' names (stdlib only: the profiled process imports it too)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,121 @@
+"""The rank-0 <-> ranks mailbox: files in the run directory through which the processes of
+one distributed job talk (stdlib and run-directory helpers only).
+
+Rank 0 to the others (one nsbridge per rank, started by a launcher): ``ranks-next.json``
+says whether the next pass runs and with which spec (``tell_ranks``); each rank reads it
+(``wait_for_word``) and acknowledges it in its folder (``acknowledge``); the word is removed
+once every rank has read it (``retire_word``), so a later launch into the same folder never
+reads it. nsbridge starting the ranks itself (torch.distributed.run) hands them the spec in
+``{kind}-ranks-spec.json`` (``spec_path``). The ranks to rank 0: each rank's output of a pass
+in its folder (``OUTPUT``, read by ``wait_outputs``); its torch.profiler summary is
+distributed.summary's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from ..rundir import write_json
+from .identity import rank_dir_name
+
+POLL_S = 0.5   # how often a waiting rank looks for the others' files
+OUTPUT = {"timeline": "timeline-pass.json", "deep": "deep-pass.json"}   # in rank-NN/
+NEXT = "ranks-next.json"         # rank 0's word, in the run directory
+ACK = "{kind}-ack.json"          # a rank has read the word, in rank-NN/
+SPEC = "{kind}-ranks-spec.json"  # the spec handed to ranks started by torch.distributed.run
+
+
+def spec_path(run_dir: Path, kind: str) -> Path:
+    """Where the spec of the ``kind`` pass is written for the ranks nsbridge starts."""
+    return run_dir / SPEC.format(kind=kind)
+
+
+def pass_spec(*, target: str, args: Sequence[str], module: bool, cwd: Path,
+              timeout: Optional[float], profile_source: str, ranks: Sequence[int],
+              pass_id: str, plan: Optional[dict[str, Any]] = None,
+              verdict: Optional[str] = None,
+              op_shapes: Optional[Mapping[str, list[str]]] = None) -> dict[str, Any]:
+    """What every rank needs to run its share of a pass (JSON-able); ``pass_id`` marks
+    the outputs of this pass apart from an earlier one's."""
+    return {"target": target, "args": list(args), "module": module, "cwd": str(cwd),
+            "timeout": timeout, "profile": profile_source, "ranks": sorted(ranks),
+            "pass_id": pass_id, "plan": plan, "verdict": verdict,
+            "op_shapes": dict(op_shapes or {})}
+
+
+def wait_outputs(kind: str, run_dir: Path, ranks: Sequence[int], timeout_s: float,
+                 pass_id: str) -> dict[int, Optional[dict[str, Any]]]:
+    """Each rank's output of the pass ``pass_id`` (None for a rank that wrote none within
+    ``timeout_s``; 0 reads once)."""
+    deadline = time.monotonic() + timeout_s
+    found: dict[int, Optional[dict[str, Any]]] = {}
+    while True:
+        for rank in ranks:
+            if found.get(rank) is None:
+                out = read_json(run_dir / rank_dir_name(rank) / OUTPUT[kind])
+                found[rank] = out if out and out.get("pass_id") == pass_id else None
+        if all(found.values()) or time.monotonic() >= deadline:
+            return found
+        time.sleep(POLL_S)
+
+
+def tell_ranks(run_dir: Path, kind: str, go: bool, *, job: str,
+               spec: Optional[dict[str, Any]] = None, why: str = "") -> str:
+    """Rank 0 to the others (one nsbridge per rank): run the ``kind`` pass with ``spec``,
+    or stop (``why``). Returns the word's nonce, which the ranks acknowledge."""
+    nonce = (spec or {}).get("pass_id") or uuid.uuid4().hex
+    write_json(run_dir / NEXT, {"pass": kind, "go": go, "job": job, "nonce": nonce,
+                                "spec": spec, "why": why})
+    return nonce
+
+
+def wait_for_word(run_dir: Path, kind: str, timeout_s: float, *, job: str,
+                  since: float) -> dict[str, Any]:
+    """What rank 0 said about the ``kind`` pass in this job (written after ``since``); a
+    stop when it said nothing within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        word = read_json(run_dir / NEXT, since)
+        if word and word.get("pass") == kind and word.get("job") == job:
+            return word
+        time.sleep(POLL_S)
+    return {"pass": kind, "go": False, "spec": None,
+            "why": f"rank 0 did not say within {timeout_s:.0f} s whether the {kind} pass runs"}
+
+
+def acknowledge(run_dir: Path, kind: str, nonce: str, rank: int, world_size: int) -> None:
+    """``rank`` has read rank 0's word; the last rank to read it removes it."""
+    folder = run_dir / rank_dir_name(rank)
+    folder.mkdir(exist_ok=True)
+    write_json(folder / ACK.format(kind=kind), {"nonce": nonce})
+    retire_word(run_dir, kind, nonce, range(1, world_size), 0.0)
+
+
+def retire_word(run_dir: Path, kind: str, nonce: str, ranks: Sequence[int],
+                timeout_s: float) -> bool:
+    """Remove rank 0's word once ``ranks`` acknowledged it (within ``timeout_s``), so a
+    later launch into the same folder never reads it; True when removed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        acked = all((read_json(run_dir / rank_dir_name(r) / ACK.format(kind=kind)) or {}).get(
+            "nonce") == nonce for r in ranks)
+        if acked:
+            (run_dir / NEXT).unlink(missing_ok=True)
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)
+
+
+def read_json(path: Path, since: float = 0.0) -> Optional[dict[str, Any]]:
+    """A JSON file written after ``since`` (None: absent, older, or being written)."""
+    try:
+        if path.stat().st_mtime < since:
+            return None
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,41 @@
+"""nsbridge's names, each spelled in one place: stdlib only, so the profiled process
+(_bootstrap) may import it too. ``from nsbridge import schema as S`` gives all of them:
+
+- schema.columns  column names of the frames (EVENTS, OPS) and of ops[] per pass
+- schema.report   report.json's top-level keys and its skeleton (``empty_report``)
+- schema.files    the file names of a run directory
+
+Column names:
+
+EVENTS (parse.torch_trace.read_trace), one row per complete ('X') or instant ('i') event:
+
+    cat          str    category, lower-case, Kineto aliases folded (Runtime -> cuda_runtime)
+    name         str    event name (op, kernel, runtime call, annotation)
+    ph           str    'X' complete event, 'i' instant event (memory)
+    pid, tid     str    process/thread for host events; device/stream for GPU events
+    ts, dur      float  microseconds (dur 0 for instants); ts as written in the trace
+    ext_id       float  args "External id" (NaN when absent)
+    correlation  float  args "correlation" (NaN when absent)
+    input_dims   object args "Input Dims" as text (None when shapes were not recorded)
+    input_types  object args "Input type" as text, e.g. '["float"]' (None when absent)
+    bytes        float  memcpy/memset bytes, or allocation size of a memory event
+    device       float  GPU index of a GPU event / memory event (NaN otherwise)
+
+OPS (model.ops.op_table), one row per op name, the report's hot-op table:
+
+    name, calls, cpu_self_us, cpu_total_us, device_self_us, device_total_us, mem_mib,
+    mem_net_mib, self_pct, shapes, kernels, copies, per_step_us (the ranking time in each
+    measured step: what `diff` measures noise with), shape_work (per input shape, up to
+    five: calls and ranking time; what `diff` prices added work with)
+
+Ranges nsbridge itself records in the traces it writes (``nsbridge::`` names) are never
+ops: ``nsbridge::own_sync`` wraps the synchronize that closes a measured window, and
+``nsbridge::sync_site KIND DEVICE FILE:LINE`` wraps a script's sync call (``.item()``,
+``.cpu()``, ...) with the line that made it.
+"""
+
+from __future__ import annotations
+
+from .columns import *  # noqa: F401,F403
+from .files import *  # noqa: F401,F403
+from .report import *  # noqa: F401,F403

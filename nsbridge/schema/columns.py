@@ -1,0 +1,63 @@
+"""Column names of nsbridge's frames and of ops[] (see the package docstring)."""
+
+from __future__ import annotations
+
+# EVENTS
+CAT, NAME, PH, PID, TID, TS, DUR = "cat", "name", "ph", "pid", "tid", "ts", "dur"
+EXT_ID, CORRELATION, INPUT_DIMS, INPUT_TYPES, BYTES, DEVICE = (
+    "ext_id", "correlation", "input_dims", "input_types", "bytes", "device")
+EVENT_COLUMNS = [CAT, NAME, PH, PID, TID, TS, DUR, EXT_ID, CORRELATION, INPUT_DIMS,
+                 INPUT_TYPES, BYTES, DEVICE]
+
+# Categories (after folding)
+CPU_OP, USER_ANNOTATION, PYTHON_FUNCTION = "cpu_op", "user_annotation", "python_function"
+KERNEL, MEMCPY, MEMSET = "kernel", "gpu_memcpy", "gpu_memset"
+CUDA_RUNTIME, CUDA_DRIVER, MEMORY = "cuda_runtime", "cuda_driver", "cpu_instant_event"
+HOST_OP_CATS = (CPU_OP, USER_ANNOTATION)
+GPU_CATS = (KERNEL, MEMCPY, MEMSET)
+LAUNCH_CATS = (CUDA_RUNTIME, CUDA_DRIVER)
+PROFILER_STEP_PREFIX = "ProfilerStep#"
+
+# NVTX ranges nsbridge emits (timeline pass): ops "aten::addmm", modules "model.fc",
+# backward module ranges "model.fc [backward]", steps "step N"
+NVTX_DOMAIN = "nsbridge"
+NVTX_BACKWARD_SUFFIX = " [backward]"
+NVTX_STEP_PREFIX = "step "
+
+# Ranges nsbridge records in torch.profiler traces (user annotations)
+NSBRIDGE_RANGE_PREFIX = "nsbridge::"
+OWN_SYNC_RANGE = "nsbridge::own_sync"
+SYNC_SITE_PREFIX = "nsbridge::sync_site "   # + "KIND DEVICE FILE:LINE"
+
+# OPS (the torch.profiler pass's columns of ops[]; NAME is the op's name)
+CALLS, CPU_SELF_US, CPU_TOTAL_US = "calls", "cpu_self_us", "cpu_total_us"
+DEVICE_SELF_US, DEVICE_TOTAL_US = "device_self_us", "device_total_us"
+MEM_MIB, MEM_NET_MIB, SELF_PCT = "mem_mib", "mem_net_mib", "self_pct"
+SHAPES, KERNELS, COPIES = "shapes", "kernels", "copies"
+PER_STEP_US, SHAPE_WORK = "per_step_us", "shape_work"
+SPREAD_PCT = "spread_pct"   # added by report.build: half the 95% interval of per_step_us
+OP_COLUMNS = [NAME, CALLS, CPU_SELF_US, CPU_TOTAL_US, DEVICE_SELF_US, DEVICE_TOTAL_US,
+              MEM_MIB, MEM_NET_MIB, SELF_PCT, SHAPES, KERNELS, COPIES, PER_STEP_US,
+              SHAPE_WORK]
+# the OPS columns that add up when traces (ranks, or runs of one script) are combined
+OP_SUMMED_COLUMNS = [CALLS, CPU_SELF_US, CPU_TOTAL_US, DEVICE_SELF_US, DEVICE_TOTAL_US,
+                     MEM_MIB, MEM_NET_MIB]
+# the list-valued OPS columns (an op only another pass saw gets [] there, not None)
+OP_LIST_COLUMNS = [SHAPES, KERNELS, COPIES, SHAPE_WORK]
+# what ops[] is ranked by (report["ranked_by"]): device time with a device, else CPU time
+RANKED_BY_DEVICE, RANKED_BY_HOST = DEVICE_SELF_US, CPU_SELF_US
+
+# Per-pass columns of ops[]: every other pass's per-op numbers sit under its own key
+NSYS_KEY, NCU_KEY = "nsys", "ncu"
+OP_PASS_KEYS = (NSYS_KEY, NCU_KEY)
+# ops[].nsys (model.timeline.op_summary; also copy_bytes_htod / _dtoh / _dtod / _other)
+NSYS_OP_COUNTS = ["ranges", "kernels", "copies", "memsets"]
+NSYS_OP_TIMES = ["range_us", "kernel_us", "copy_us", "memset_us", "gpu_us",
+                 "launch_latency_us", "idle_before_us", "sync_us"]
+NSYS_OP_COLUMNS = [*NSYS_OP_COUNTS, *NSYS_OP_TIMES]
+# ops[].ncu (model.ncu.op_summary): launches, kernels, bound, occupancy_limiter,
+# tensor_path, findings, and one column per quantity of the deep profile (those below are
+# the default quantities the renderers show)
+NCU_OP_COLUMNS = ["launches", "kernels", "duration_ns", "sm_pct", "memory_pct",
+                  "achieved_occupancy_pct", "tensor_pct", "tensor_path", "l2_hit_pct",
+                  "bound", "occupancy_limiter", "findings"]

@@ -1,0 +1,45 @@
+"""The names of the files in a run directory, as every writer and reader spells them.
+
+Written by nsbridge itself (run.Run.save): REPORT_JSON, MANIFEST_JSON, REPORT_MD,
+REPORT_HTML, OPS_CSV, MERGED_TRACE. Written by the profiled process (_bootstrap): the
+record of each pass's child (CHILD_JSON for torch.profiler, NVTX_CHILD_JSON under nsys,
+NCU_CHILD_JSON under ncu), read from its config (CHILD_CONFIG, ...); the torch trace
+(TRACE_JSON_GZ, ``trace_name``), its key_averages table (KEY_AVERAGES) and, in each rank's
+folder of a job, SUMMARY_JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+REPORT_JSON = "report.json"
+MANIFEST_JSON = "manifest.json"
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+OPS_CSV = "ops.csv"
+MERGED_TRACE = "merged.json.gz"
+
+CHILD_JSON = "child.json"                 # the torch.profiler pass's child
+NVTX_CHILD_JSON = "nvtx-child.json"       # the child under nsys (NVTX ranges)
+NCU_CHILD_JSON = "ncu-child.json"         # the child under ncu
+CHILD_CONFIG = "child-config.json"
+NVTX_CHILD_CONFIG = "nvtx-child-config.json"
+NCU_CHILD_CONFIG = "ncu-child-config.json"
+SUMMARY_JSON = "summary.json"             # a rank's summary, in its rank folder
+TRACE_JSON_GZ = "trace.json.gz"
+KEY_AVERAGES = "key_averages.txt"
+
+# files nsbridge writes that are JSON but no trace (analyze skips them in a folder)
+NOT_TRACES = frozenset({REPORT_JSON, MANIFEST_JSON, CHILD_JSON, CHILD_CONFIG, NVTX_CHILD_JSON,
+                        NCU_CHILD_JSON, NVTX_CHILD_CONFIG, NCU_CHILD_CONFIG, SUMMARY_JSON,
+                        MERGED_TRACE})
+
+
+def trace_name(n: int) -> str:
+    """The torch trace of the profiler's ``n``-th window (1: TRACE_JSON_GZ)."""
+    return TRACE_JSON_GZ if n == 1 else f"trace.{n}.json.gz"
+
+
+def child_config_rank(rank: Union[int, str]) -> str:
+    """The child's config of rank ``rank`` when nsbridge starts the ranks itself."""
+    return f"child-config-rank-{rank}.json"
