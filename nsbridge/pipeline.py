@@ -18,10 +18,18 @@ for a toy pass).
 
 from __future__ import annotations
 
+import gzip
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, Sequence
 
+from . import schema as S
 from .errors import NsbridgeError
+from .report.html import html_page
+from .report.merged_trace import merge_trace
+from .report.ops_csv import ops_csv
+from .report.render import markdown
 from .run import PassOutput, Run
 
 
@@ -90,5 +98,46 @@ def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
             if output.exit_code != 0:
                 break
     finally:
-        run.save()
+        save(run)
     return run
+
+
+def save(run: Run) -> None:
+    """Write every file of the run once: ops.csv (when a trace was analysed) and
+    merged.json.gz (when the torch trace is small enough to annotate whole) first, so that
+    if one does not fit the reports can still say so; then manifest.json, report.json,
+    report.md and report.html.
+
+    Raises:
+        RunDirError: a file cannot be written (the run is then marked failed).
+    """
+    trace = run.close()
+    try:
+        analysis = run.frames.get("analysis")
+        if analysis is not None:
+            run.write_text(S.OPS_CSV, ops_csv(analysis.ops))
+        if trace is not None:
+            merged = merge_trace(read_json_trace(trace), run.report)
+            run.write_with(S.MERGED_TRACE, lambda tmp: write_json_gz(tmp, merged))
+    finally:
+        run.write_records()
+        table = run.dir / str(run.report["files"].get("key_averages") or "-")
+        run.write_text(S.REPORT_MD, markdown(run.report, key_averages=table.read_text(
+            encoding="utf-8", errors="replace") if table.is_file() else None))
+        run.write_text(S.REPORT_HTML, html_page(run.report))
+
+
+def read_json_trace(path: Path) -> Any:
+    """A trace file decoded as the trace reader takes it (gzip or not, a BOM allowed, a
+    byte that is not UTF-8 replaced)."""
+    with path.open("rb") as raw:
+        gzipped = raw.read(2) == b"\x1f\x8b"
+    with (gzip.open(path, "rb") if gzipped else path.open("rb")) as fh:
+        return json.loads(fh.read().decode("utf-8-sig", errors="replace"))
+
+
+def write_json_gz(path: Path, data: Any) -> None:
+    """``data`` as gzipped JSON (level 1: a merged trace is rewritten on every run)."""
+    with gzip.open(path, "wt", encoding="utf-8", errors="backslashreplace",
+                   compresslevel=1) as fh:
+        json.dump(data, fh)

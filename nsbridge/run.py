@@ -3,8 +3,8 @@
 Each pass (torch.profiler, nsys, ncu; see ``nsbridge.passes`` and ``nsbridge.pipeline``)
 returns a ``PassOutput``: its manifest entry, its report section and its per-op columns.
 ``Run.add`` appends the entry, stores the section and merges the per-op columns into
-``ops[]`` by op name, in memory; ``Run.save`` writes every file once, at the end:
-manifest.json, report.json, report.md, report.html, ops.csv and merged.json.gz. Until then
+``ops[]`` by op name, in memory. The Run renders nothing: the pipeline writes every file
+once, at the end (pipeline.save), through the Run's whole-or-nothing writers. Until then
 the directory holds manifest.json with status ``running`` (and this process's pid), so a
 reader can tell a run still being written from one cut off. ``ops[]`` is the union of the
 ops any pass saw: a row torch.profiler did not see still carries the other passes' numbers.
@@ -13,8 +13,6 @@ A new pass adds its own key; the others are untouched.
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import platform
 import socket
@@ -29,14 +27,9 @@ from . import schema as S
 from .errors import RunDirError, ScriptError
 from .profiles import Profile
 from .report.build import clean, conclusive
-from .report.html import html_page
-from .report.merged_trace import merge_trace
-from .report.ops_csv import ops_csv
-from .report.render import markdown
-from .rundir import atomic_path, new_run_dir, read_run, write_atomic, write_json
+from .rundir import atomic_path, new_run_dir, read_run, write_json
 
 PASS_KEYS = S.OP_PASS_KEYS     # per-op sub-dicts in ops[], one per non-torch pass
-MERGED_TRACE = S.MERGED_TRACE
 MERGE_LIMIT = 64 * 1024 * 1024   # trace files larger than this (on disk) are not merged
 
 
@@ -154,52 +147,41 @@ class Run:
         self.manifest["status"] = self.report["status"]
         self.manifest["finished_at"] = _now()
 
-    def save(self) -> None:
-        """Write every file of the run once: manifest.json, report.json, report.md,
-        report.html, ops.csv (when a trace was analysed) and merged.json.gz (when the
-        torch trace is small enough to annotate whole).
-
-        Raises:
-            RunDirError: a file cannot be written (the run is then marked failed).
-        """
-        if self.report["status"] == "running":   # no pass said how it went
-            self.report["status"] = self.manifest["status"] = "failed"
-        if not conclusive(self.report):   # a later pass failed: nothing stands as concluded
+    def close(self) -> Optional[Path]:
+        """Settle the report before its files are written: a run no pass finished is
+        failed, a run that concludes nothing keeps no verdict or recommendations (a later
+        pass may have failed), values are made JSON-safe. Returns the torch trace to
+        annotate into merged.json.gz, or None (none, or too big: a note says so)."""
+        if self.report["status"] == S.RUNNING:   # no pass said how it went
+            self.report["status"] = self.manifest["status"] = S.FAILED
+        if not conclusive(self.report):
             self.report.update(verdict=None, recommendations=[])
-        trace = self.dir / str(self.report["files"].get("trace")
-                               or self.report["files"].get("trace_input") or "-")
+        files = self.report["files"]
+        trace = self.dir / str(files.get("trace") or files.get("trace_input") or "-")
         merge = trace.is_file() and trace.stat().st_size <= MERGE_LIMIT
         if merge:
-            self.report["files"]["merged_trace"] = MERGED_TRACE
+            files["merged_trace"] = S.MERGED_TRACE
         elif trace.is_file():
             self.report["notes"].append(
                 f"no merged.json.gz: the trace is {trace.stat().st_size >> 20} MiB on disk, "
                 "more than nsbridge loads whole to annotate it")
         self.report = clean(self.report)
-        try:   # the big files first: if one does not fit, the reports still say so
-            analysis = self.frames.get("analysis")
-            if analysis is not None:
-                text = ops_csv(analysis.ops)
-                self.write_with(S.OPS_CSV, lambda tmp: _write_text(tmp, text))
-            if merge:
-                self._write_merged(trace)
-        finally:
-            self._write_reports()
+        return trace if merge else None
 
-    def _write_merged(self, trace: Path) -> None:
-        """merged.json.gz: the torch trace with every pass's findings on it."""
-        with trace.open("rb") as raw:
-            gzipped = raw.read(2) == b"\x1f\x8b"
-        with (gzip.open(trace, "rb") if gzipped else trace.open("rb")) as fh:
-            # as the reader takes it: a BOM allowed, a byte that is not UTF-8 replaced
-            data = json.loads(fh.read().decode("utf-8-sig", errors="replace"))
-        merged = merge_trace(data, self.report)
-        del data
+    def write_records(self) -> None:
+        """manifest.json and report.json, each whole or not at all.
 
-        def write(tmp: Path) -> None:
-            with gzip.open(tmp, "wt", encoding="utf-8", errors="backslashreplace") as fh:
-                json.dump(merged, fh)
-        self.write_with(MERGED_TRACE, write)
+        Raises:
+            RunDirError: a file cannot be written (the run is then marked failed).
+        """
+        def records() -> None:
+            write_json(self.dir / S.MANIFEST_JSON, self.manifest)
+            write_json(self.dir / S.REPORT_JSON, self.report)
+        self._guarded(records)
+
+    def write_text(self, name: str, text: str) -> None:
+        """The run's text file ``name`` (UTF-8), whole or not at all (see write_with)."""
+        self.write_with(name, lambda tmp: _write_text(tmp, text))
 
     def write_with(self, name: str, write: Callable[[Path], None]) -> None:
         """Write the run's file ``name`` whole or not at all: ``write`` gets a temporary
@@ -212,20 +194,6 @@ class Run:
             with atomic_path(self.dir / name) as tmp:
                 write(tmp)
         self._guarded(whole)
-
-    def _write_reports(self) -> None:
-        """manifest.json, report.json, report.md, report.html: each whole or not at all."""
-        self.report = clean(self.report)
-        table = self.dir / str((self.report.get("files") or {}).get("key_averages") or "-")
-
-        def files() -> None:
-            write_json(self.dir / S.MANIFEST_JSON, self.manifest)
-            write_json(self.dir / S.REPORT_JSON, self.report)
-            write_atomic(self.dir / S.REPORT_MD, markdown(
-                self.report, key_averages=table.read_text(encoding="utf-8", errors="replace")
-                if table.is_file() else None))
-            write_atomic(self.dir / S.REPORT_HTML, html_page(self.report))
-        self._guarded(files)
 
     def _guarded(self, write: Callable[[], None]) -> None:
         """Run ``write``; when it fails (a full disk, an I/O error), mark the run failed

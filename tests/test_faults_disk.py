@@ -11,7 +11,9 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -56,16 +58,17 @@ def test_a_failed_report_write_marks_the_run_failed(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from nsbridge import run as run_module
 
-    write = run_module.write_atomic
+    real = run_module.atomic_path
 
-    def full_disk_for_html(path: Path, data: str) -> None:
-        if Path(path).name != "report.html":
-            return write(path, data)
-        with atomic_path(path) as tmp:
-            tmp.write_text("half a pa")
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    @contextmanager
+    def full_disk_for_html(path: Path) -> Iterator[Path]:
+        with real(path) as tmp:
+            yield tmp
+            if Path(path).name == "report.html":
+                tmp.write_text("half a pa")
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(run_module, "write_atomic", full_disk_for_html)
+    monkeypatch.setattr(run_module, "atomic_path", full_disk_for_html)
     with pytest.raises(RunDirError, match="report.html: No space left"):
         nsbridge.analyze([TRACE], out=tmp_path / "run")
     report = json.loads((tmp_path / "run" / "report.json").read_text())

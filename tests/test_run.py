@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from nsbridge.passes.torch_pass import analyze_traces
+from nsbridge.pipeline import save
 from nsbridge.profiles import load_profile
 from nsbridge.run import PassOutput, Run, merge_ops, rank
 
@@ -75,7 +76,7 @@ def test_save_writes_every_file_once_and_keeps_only_a_conclusive_verdict(
     output.status, output.exit_code = status, 0 if status == "ok" else 1
     run = _run(tmp_path)
     run.add(output)
-    run.save()
+    save(run)
     names = sorted(p.name for p in run.dir.iterdir())
     assert names == ["manifest.json", "merged.json.gz", "ops.csv", "report.html", "report.json",
                      "report.md"]
@@ -86,6 +87,6 @@ def test_save_writes_every_file_once_and_keeps_only_a_conclusive_verdict(
 
 def test_a_run_no_pass_finished_is_saved_as_failed(tmp_path: Path) -> None:
     run = _run(tmp_path)
-    run.save()
+    save(run)
     assert json.loads((run.dir / "report.json").read_text())["status"] == "failed"
     assert json.loads((run.dir / "manifest.json").read_text())["status"] == "failed"

@@ -40,7 +40,7 @@ from ..model.collectives import COMMUNICATION_OP
 from ..model.deep_plan import check_ops, describe, plan_for_run
 from ..model.rank_plan import pick_ranks, refuse_communication_ops
 from ..passes.ncu_pass import require_gpu
-from ..pipeline import Given, run_passes
+from ..pipeline import Given, run_passes, save
 from ..profiles import Profile
 from ..result import RunResult, follower_result, result_of
 from ..run import PassOutput, Run
@@ -316,7 +316,7 @@ def tool_passes_on_ranks(result: RunResult, *, rank: Any, launcher: list[str], n
             run.add(output)
             result = result_of(run, output.exit_code)
     finally:
-        run.save()
+        save(run)
     return result
 
 

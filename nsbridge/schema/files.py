@@ -1,6 +1,6 @@
 """The names of the files in a run directory, as every writer and reader spells them.
 
-Written by nsbridge itself (run.Run.save): REPORT_JSON, MANIFEST_JSON, REPORT_MD,
+Written by nsbridge itself (pipeline.save): REPORT_JSON, MANIFEST_JSON, REPORT_MD,
 REPORT_HTML, OPS_CSV, MERGED_TRACE. Written by the profiled process (_bootstrap): the
 record of each pass's child (CHILD_JSON for torch.profiler, NVTX_CHILD_JSON under nsys,
 NCU_CHILD_JSON under ncu), read from its config (CHILD_CONFIG, ...); the torch trace
