@@ -205,3 +205,23 @@ def test_a_straggler_whose_excess_is_outside_any_op_is_told_so() -> None:
     assert 19.0 < low <= high < 21.5
     assert any("lies outside any op torch.profiler recorded" in e for e in straggler["evidence"])
     assert not any("aten::mm +" in e for e in straggler["evidence"])   # 0.03 ms: not named
+
+
+@pytest.mark.parametrize("stopped_first", [True, False])
+def test_the_rank_that_failed_on_its_own_is_named_not_the_one_torchrun_ended(
+        stopped_first: bool) -> None:
+    """torchrun ends the other ranks (SIGTERM) once one fails: whichever writes first, the
+    run's error names the rank that failed on its own, with its exit status."""
+    from nsbridge.distributed.fan_out import reduce_outputs
+
+    stopped = {"status": "failed", "exit_code": 143, "manifest": {},
+               "error": {"type": "Stopped", "message": "stopped by SIGTERM (the launcher "
+                         "ended this rank, as torchrun does once another rank has failed)"}}
+    crashed = {"status": "failed", "exit_code": 1, "manifest": {},
+               "error": {"type": "ToolFailedError", "message": "ncu failed with exit status 9"}}
+    outputs = {0: stopped, 1: crashed} if stopped_first else {0: crashed, 1: stopped}
+    output = reduce_outputs("deep", outputs, 0, {}, {}, "none")
+    cause = 1 if stopped_first else 0
+    assert output.error == {"type": "RankFailed", "rank": cause,
+                            "message": f"rank {cause} (ncu): ncu failed with exit status 9"}
+    assert output.exit_code == 1 and output.notes[0].startswith(f"rank {cause} (ncu): ncu")

@@ -217,9 +217,16 @@ def reduce_outputs(kind: str, outputs: Mapping[int, Optional[dict[str, Any]]],
     rows = [_rank_row(kind, rank, out, reasons.get(rank), hosts.get(rank), missing)
             for rank, out in sorted(outputs.items())]
     good = {rank: out for rank, out in outputs.items() if out and out.get("section")}
-    failed = [row for row in rows if row["status"] != "ok"]
-    exit_code = next((out["exit_code"] for out in outputs.values()
-                      if out and out.get("exit_code")), 1 if failed else 0)
+    # the cause first: a rank that failed on its own, before one the launcher ended
+    # because another had failed (SIGTERM) or one that never answered
+    consequence = {rank for rank, out in outputs.items() if out is None
+                   or (out.get("error") or {}).get("type") == "Stopped"}
+    failed = sorted((row for row in rows if row["status"] != "ok"),
+                    key=lambda row: (row["rank"] in consequence, row["rank"]))
+    cause = outputs.get(failed[0]["rank"]) if failed else None
+    exit_code = (cause or {}).get("exit_code") or next(
+        (out["exit_code"] for out in outputs.values() if out and out.get("exit_code")),
+        1 if failed else 0)
     lead = shown if shown in good else next(iter(sorted(good)), None)
     errors = [f"rank {row['rank']} ({NAMES[kind]}): {row['error']}" for row in failed]
     error = {"type": "RankFailed", "rank": failed[0]["rank"], "message": errors[0]} \
