@@ -204,12 +204,14 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
 
 def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default",
             deep_profile: ProfileArg = "deep",
-            out: Optional[Union[str, Path]] = None, window: str = "steps") -> RunResult:
+            out: Optional[Union[str, Path]] = None, window: str = "steps",
+            environ: Mapping[str, str] = os.environ) -> RunResult:
     """Analyse files captured elsewhere: torch.profiler traces (several: the ranks of one
     job), nsys exports (.sqlite, .nsys-rep) and Nsight Compute reports (.ncu-rep, CSV),
     merged into one report keyed by op. ``window``: ``steps`` (the measured steps, in the
     torch trace and, by nsbridge's step ranges, in an nsys export) or ``trace`` (each file
-    whole).
+    whole). ``environ`` is where nsys and ncu are looked up (to export a .nsys-rep, or a
+    .ncu-rep without the ncu-report package).
 
     Raises:
         ValueError: an unknown ``window``.
@@ -236,9 +238,9 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
     if traces:   # read before the run directory exists: a bad trace leaves nothing behind
         passes.append(Given(analyze_traces(traces, prof, target, window)))
     if nsys_files:
-        passes.append(NsysExportsPass(nsys_files, prof, window))
+        passes.append(NsysExportsPass(nsys_files, prof, window, environ=environ))
     if ncu_files:
-        passes.append(NcuFilesPass(ncu_files, _profile(deep_profile).deep))
+        passes.append(NcuFilesPass(ncu_files, _profile(deep_profile).deep, environ=environ))
     run = Run.create(out=Path(out) if out else None, label=f"analyze-{label}",
                      command="analyze", target=target, args=[], profile=prof, cwd=Path.cwd())
     return _result(run_passes(run, passes))

@@ -221,7 +221,7 @@ def _target(module: Optional[str], target: Optional[str], script_args: tuple[str
 
 
 def _finish(result: Any, top: int) -> None:
-    from .report.render import terminal_summary
+    from .report.terminal import terminal_summary
 
     click.echo(terminal_summary(result.report, str(result.run_dir), top=top))
     if result.exit_code != 0:

@@ -13,7 +13,8 @@ end. Commands are lists of passes (api.py):
     analyze FILES        [traces read, nsys exports read?, ncu reports read?]
 
 Adding a pass is its own module plus one entry in such a list (see tests/test_pipeline.py
-for a toy pass).
+for a toy pass); the renderers show its section and per-op columns without an edit
+(report/sections.py), and one ``register_view`` line titles and formats them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .errors import NsbridgeError
 from .report.html import html_page
 from .report.merged_trace import merge_trace
 from .report.ops_csv import ops_csv
-from .report.render import markdown
+from .report.markdown import markdown
 from .run import PassOutput, Run
 
 

@@ -29,7 +29,6 @@ from .profiles import Profile
 from .report.build import clean, conclusive
 from .rundir import atomic_path, new_run_dir, read_run, write_json
 
-PASS_KEYS = S.OP_PASS_KEYS     # per-op sub-dicts in ops[], one per non-torch pass
 MERGE_LIMIT = 64 * 1024 * 1024   # trace files larger than this (on disk) are not merged
 
 
@@ -110,7 +109,7 @@ class Run:
                                         "exit_code": output.exit_code, **output.manifest})
         report = self.report
         if output.core is not None:
-            kept = {k: report[k] for k in S.PASS_SECTIONS if report.get(k)}
+            kept = {k: v for k, v in report.items() if k not in S.REPORT_KEYS and v}
             report.update({k: v for k, v in output.core.items()
                            if k not in S.ACCUMULATED_KEYS})
             report.update(kept)
@@ -246,7 +245,7 @@ def merge_ops(rows: list[dict[str, Any]], key: str,
         if name not in known:
             row: dict[str, Any] = {col: None for col in S.OP_COLUMNS}
             row.update({S.NAME: name, **{c: [] for c in S.OP_LIST_COLUMNS},
-                        **{k: None for k in PASS_KEYS}})
+                        **{k: None for k in S.OP_PASS_KEYS}})
             row[key] = cols
             merged.append(row)
     return merged

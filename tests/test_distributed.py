@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,11 +98,20 @@ def test_a_failing_rank_is_named_and_the_others_kept(tmp_path: Path) -> None:
     named = f"rank {error['rank']} ended with status {failed[error['rank']]['status']}"
     assert error["message"].startswith(named), error
     assert f"nsbridge: error: {named}" in proc.stderr
-    # Known issue (issue 16, reported, not fixed here): failed ranks are named in rank
-    # order, so when rank 1's crash makes rank 0 fail too ("Connection closed by peer"),
-    # the run's error names rank 0, the consequence; torchrun names rank 1 as root cause.
-    if error["rank"] != 1:
-        pytest.xfail(f"the run's error names rank {error['rank']}, not rank 1 that crashed")
+    # rank 1's crash makes rank 0 fail too ("Connection closed by peer"), later: the
+    # run's error names rank 1, the cause, as torchrun does
+    assert error["rank"] == 1, error
+    assert list(failed)[0] == 1
+
+
+def test_the_first_rank_to_fail_is_named_before_its_consequences() -> None:
+    def summary(rank: int, status: str, at: Any) -> dict[str, Any]:
+        return {"rank": rank, "status": status, "exit_code": 1, "profiled": False,
+                "step_ms": [], "error": {"type": "RuntimeError", "message": "x", "at": at}}
+    failed = cross_rank([summary(0, "failed", 20.0), summary(1, "terminated", 5.0),
+                         summary(2, "failed", 10.0), summary(3, "failed", None),
+                         summary(4, "ok", None)])["failed"]
+    assert [f["rank"] for f in failed] == [2, 0, 3, 1]
 
 
 @pytest.mark.slow

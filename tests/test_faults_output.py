@@ -26,7 +26,9 @@ from nsbridge.profiles import load_profile
 from nsbridge.report.build import build_report
 from nsbridge.report.escape import md_code, md_text, terminal
 from nsbridge.report.html import html_page
-from nsbridge.report.render import machine_line, markdown, terminal_summary
+from nsbridge.report.markdown import markdown
+from nsbridge.report.terminal import terminal_summary
+from nsbridge.report.wording import machine_line
 
 from builders import events, kernel, launch, op
 from conftest import TORCH_DATA, run_nsbridge

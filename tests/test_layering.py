@@ -51,7 +51,7 @@ LAYERS: list[set[str]] = [
     {"profiles", "rundir"},                          # YAML recipes; run-directory files
     {"collect", "parse"},                            # tool adapters; file -> frame (siblings)
     {"model"},                                       # frames -> findings, no I/O
-    {"report"},                                      # render
+    {"report"},                                      # sections -> renderers
     {"distributed", "distributed.identity",          # who am I (stdlib only; the child);
      "distributed.mailbox", "distributed.summary"},  # rank 0 <-> ranks files; the map step
     {"_bootstrap"},                                  # inside the profiled process
@@ -108,7 +108,7 @@ NOT_AT_IMPORT: dict[str, set[str]] = {
 # what cli.py and _options.py may import from nsbridge (design.md: click, api, profiles,
 # the renderers, errors; progress is the CLI's switch for stderr progress lines)
 CLI_MAY_IMPORT = {"nsbridge", "nsbridge._options", "nsbridge.api", "nsbridge.errors",
-                  "nsbridge.profiles", "nsbridge.progress", "nsbridge.report.render",
+                  "nsbridge.profiles", "nsbridge.progress", "nsbridge.report.terminal",
                   "nsbridge.report.diff_render"}
 
 # (importing module, imported module or unit) -> why it is tolerated for now

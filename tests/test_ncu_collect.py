@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from nsbridge.api import analyze
+from nsbridge.errors import NsbridgeError
 from nsbridge.collect.ncu import nvtx_include, profile_argv
 
 from conftest import TORCH_DATA, fake_ncu_env
@@ -170,3 +171,22 @@ def test_triage_deep_without_a_gpu_fails_before_running_the_script(tmp_path: Pat
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "needs an NVIDIA GPU" in proc.stderr
     assert "script ran" not in proc.stdout and not (tmp_path / "run").exists()
+
+
+def test_analyze_exports_a_report_it_cannot_read_with_the_ncu_of_its_environ(
+        tmp_path: Path) -> None:
+    """A .ncu-rep the ncu-report package cannot read goes through `ncu --import` of the
+    environment given to analyze (not this process's PATH); without an ncu there, the
+    reader's own error stands."""
+    rep = tmp_path / "elsewhere.ncu-rep"
+    rep.write_text("not a report the ncu-report package can read")
+    env = fake_ncu_env(tmp_path)
+    result = analyze([rep], out=tmp_path / "r", environ=env)
+    assert result.report["ncu"]["launches"] == 39
+    assert result.report["files"]["ncu_export"] == "elsewhere.raw.csv"
+    assert (tmp_path / "r" / "elsewhere.raw.csv").is_file()
+    calls = [json.loads(line) for line in (tmp_path / "calls").read_text().splitlines()]
+    assert calls == [["--import", str(rep), "--csv", "--page", "raw", "--print-units", "base"]]
+    no_ncu = {**env, "PATH": "/nonexistent"}
+    with pytest.raises(NsbridgeError, match="elsewhere.ncu-rep"):
+        analyze([rep], out=tmp_path / "r2", environ=no_ncu)

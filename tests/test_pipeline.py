@@ -22,6 +22,9 @@ from nsbridge.errors import DeepError, ToolFailedError
 from nsbridge.passes.torch_pass import analyze_traces
 from nsbridge.pipeline import Given, run_passes
 from nsbridge.profiles import load_profile
+from nsbridge.report import views
+from nsbridge.report.document import Section, Table
+from nsbridge.report.terminal import terminal_summary
 from nsbridge.run import PassOutput, Run
 
 from conftest import TORCH_DATA, fake_ncu_env
@@ -103,21 +106,61 @@ class ToyPass:
 
     def run(self, run: Run, plan: list[str]) -> PassOutput:
         return PassOutput(name=self.name, manifest={"ops_seen": len(plan)},
-                          section=("toy", {"ops": plan}), op_key="toy",
-                          op_columns={op: {"checked": True} for op in plan},
+                          section=("toy", {"checked": len(plan), "findings": [
+                              {"op": op, "why": f"toy-finding-{i}"} for i, op in enumerate(plan)]}),
+                          op_key="toy",
+                          op_columns={op: {"score": 0.25 * (i + 1)} for i, op in enumerate(plan)},
                           notes=["the toy pass looked at two ops"])
 
 
-def test_a_new_pass_is_a_class_and_one_list_entry(tmp_path: Path) -> None:
+def _toy_run(tmp_path: Path) -> tuple[dict[str, Any], list[str]]:
     output = analyze_traces([H200], load_profile(), str(H200))
     run = Run.create(out=tmp_path / "run", label="toy", command="analyze", target="x",
                      args=[], profile=load_profile(), cwd=tmp_path)
     run_passes(run, [Given(output), ToyPass()])
-    report = nsbridge.load(tmp_path / "run").report
-    first_two = [op["name"] for op in output.core["ops"][:2]]
-    assert report["toy"] == {"ops": first_two}
+    return nsbridge.load(tmp_path / "run").report, [op["name"] for op in output.core["ops"][:2]]
+
+
+def test_a_new_pass_is_a_class_and_one_list_entry(tmp_path: Path) -> None:
+    report, first_two = _toy_run(tmp_path)
+    assert report["toy"]["checked"] == 2
+    assert [f["op"] for f in report["toy"]["findings"]] == first_two
     assert [op["name"] for op in report["ops"] if op.get("toy")] == first_two
     assert report["status"] == "ok" and "the toy pass looked at two ops" in report["notes"]
+    ops = nsbridge.load(tmp_path / "run").ops.set_index("name")
+    assert ops.loc[first_two[1], "toy_score"] == 0.5
+
+
+def test_every_renderer_shows_a_new_pass_without_an_edit(tmp_path: Path) -> None:
+    """No view registered: the section (scalars, then its records as a table) and the
+    per-op column show in the terminal, report.md and report.html as they are."""
+    report, first_two = _toy_run(tmp_path)
+    md = (tmp_path / "run" / "report.md").read_text()
+    page = (tmp_path / "run" / "report.html").read_text()
+    text = terminal_summary(report, None)
+    for shown in (md, page, text):
+        assert "toy score" in shown and "toy-finding-1" in shown and "checked: 2" in shown
+    assert "## toy" in md and "<section id='toy'>" in page and "\ntoy:" in text
+    row = next(line for line in md.splitlines() if line.startswith(f"| `{first_two[1]}`"))
+    assert row.rstrip(" |").endswith("0.5")
+
+
+def test_a_registered_view_titles_a_new_pass(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """One register_view line: the pass's own title and formats."""
+    monkeypatch.setattr(views, "_VIEWS", dict(views._VIEWS))
+
+    def toy_section(report: dict[str, Any], limit: Any) -> Section:
+        rows = [[f["op"], f["why"]] for f in report["toy"]["findings"]]
+        return Section("toy", "Toy checks", [Table(["op", "why"], rows)])
+    views.register_view(views.PassView("toy", toy_section, op_key="toy", source="Toy",
+                                       op_columns=(views.OpColumn("toy %", "score", "pct"),)))
+    report, first_two = _toy_run(tmp_path)
+    md = (tmp_path / "run" / "report.md").read_text()
+    assert "## Toy checks" in md and "checked: 2" not in md and "| toy % |" in md
+    row = next(line for line in md.splitlines() if line.startswith(f"| `{first_two[1]}`"))
+    assert row.rstrip(" |").endswith("0.5")
+    assert "<th colspan='1'>Toy</th>" in (tmp_path / "run" / "report.html").read_text()
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from nsbridge.report.build import build_report
 from nsbridge.report.html import html_page
-from nsbridge.report.render import markdown, terminal_summary
+from nsbridge.report.markdown import markdown
+from nsbridge.report.terminal import terminal_summary
 from nsbridge.model.analysis import analyze_events
 from nsbridge.profiles import load_profile
 

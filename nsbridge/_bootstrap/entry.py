@@ -123,6 +123,8 @@ def main(config_path: str) -> int:
                       error={"type": type(exc).__name__, "message": str(exc),
                              "file": file, "line": line})
     finally:
+        if result.get("error"):
+            result["error"]["at"] = time.time()   # when it ended: the first to fail is the cause
         steps.uninstall()
         if "syncs" in instruments:
             instruments["syncs"].uninstall()

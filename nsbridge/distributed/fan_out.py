@@ -33,10 +33,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from .. import progress
+from .. import schema as S
 from ..collect._process import run_passthrough
 from ..collect.ncu import find_ncu
 from ..errors import LaunchError
 from ..model.collectives import COMMUNICATION_OP
+from ..model.cross_rank import tool_rank_row
 from ..model.deep_plan import check_ops, describe, plan_for_run
 from ..model.rank_plan import pick_ranks, refuse_communication_ops
 from ..passes.ncu_pass import require_gpu
@@ -63,7 +65,7 @@ Planner = Callable[[], tuple[dict[str, Any], dict[int, str], Optional[int]]]
 
 def is_ranked(run: Run) -> bool:
     """A run of several ranks (a distributed triage)."""
-    return bool((run.report.get("distributed") or {}).get("ranks"))
+    return bool((run.report.get(S.DISTRIBUTED_SECTION) or {}).get("ranks"))
 
 
 def driver(run: Run, rank: Optional[RankEnv]) -> tuple[Optional[RankEnv], list[str]]:
@@ -79,7 +81,7 @@ def driver(run: Run, rank: Optional[RankEnv]) -> tuple[Optional[RankEnv], list[s
     if launcher:
         check_one_node(launcher)
         return None, list(launcher)
-    world = (run.report.get("distributed") or {}).get("world_size")
+    world = (run.report.get(S.DISTRIBUTED_SECTION) or {}).get("world_size")
     raise LaunchError(f"The run {run.dir} has {world} ranks, started by a launcher: run this "
                       "command under the same launcher (srun nsbridge ..., torchrun -m nsbridge "
                       "...) so every rank takes part, or triage with --nproc-per-node.")
@@ -90,7 +92,7 @@ def timeline_on_ranks(run: Run, *, profile: Profile, timeout: Optional[float],
                       environ: Mapping[str, str] = os.environ) -> PassOutput:
     """nsys on every rank the torch.profiler pass profiled."""
     def plan() -> tuple[dict[str, Any], dict[int, str], Optional[int]]:
-        dist = run.report["distributed"]
+        dist = run.report[S.DISTRIBUTED_SECTION]
         ranks = list(dist.get("profiled") or [])
         if not ranks:
             raise LaunchError("No rank to run Nsight Systems on: the torch.profiler pass "
@@ -109,7 +111,7 @@ def deep_on_ranks(run: Run, *, kernels: Sequence[str], top: Optional[int], profi
     """ncu on the ranks the planner picks (or ``ranks``); the others run unprofiled."""
     def plan() -> tuple[dict[str, Any], dict[int, str], Optional[int]]:
         report, deep = run.report, profile.deep
-        dist = report["distributed"]
+        dist = report[S.DISTRIBUTED_SECTION]
         refuse_communication_ops(kernels)
         compute_ops = [op for op in report.get("ops", [])
                        if not COMMUNICATION_OP.search(op["name"])]
@@ -203,7 +205,7 @@ def _drive(kind: str, run: Run, plan: Planner, rank: Optional[RankEnv],
             outputs = wait_outputs(kind, run.dir, spec["ranks"], limit, spec["pass_id"])
         missing = f"none within {limit:.0f} s (the rank died or still runs)"
         retire_word(run.dir, kind, nonce, range(1, rank.world_size), 0.0)
-    hosts = {r["rank"]: r.get("host") for r in run.report["distributed"]["ranks"]}
+    hosts = {r["rank"]: r.get("host") for r in run.report[S.DISTRIBUTED_SECTION]["ranks"]}
     return reduce_outputs(kind, outputs, shown if shown is not None else spec["ranks"][0],
                           reasons, hosts, missing)
 
@@ -214,7 +216,8 @@ def reduce_outputs(kind: str, outputs: Mapping[int, Optional[dict[str, Any]]],
     """One PassOutput: the shown rank's, its files named by rank folder, and the section's
     ``ranks`` rows (every rank's status and headline numbers). A rank's section counts
     even when its script failed; ``missing`` says why a rank has no output."""
-    rows = [_rank_row(kind, rank, out, reasons.get(rank), hosts.get(rank), missing)
+    rows = [tool_rank_row(kind, NAMES[kind], rank, out, reason=reasons.get(rank),
+                          host=hosts.get(rank), folder=rank_dir_name(rank), missing=missing)
             for rank, out in sorted(outputs.items())]
     good = {rank: out for rank, out in outputs.items() if out and out.get("section")}
     # the cause first: a rank that failed on its own, before one the launcher ended
@@ -246,35 +249,6 @@ def reduce_outputs(kind: str, outputs: Mapping[int, Optional[dict[str, Any]]],
                       error=error, section=(section_name, section), op_key=data["op_key"],
                       op_columns=data["op_columns"], notes=notes, sources=data["sources"],
                       recommendations=data["recommendations"], files=data["files"])
-
-
-def _rank_row(kind: str, rank: int, out: Optional[dict[str, Any]], reason: Optional[str],
-              host: Any, missing: str) -> dict[str, Any]:
-    row: dict[str, Any] = {"rank": rank, "host": host, "reason": reason}
-    if out is None:
-        return {**row, "status": "hung", "error": f"no {NAMES[kind]} output: {missing}"}
-    row.update(status=out["status"], error=(out.get("error") or {}).get("message"),
-               wall_s=(out.get("manifest") or {}).get("wall_s"))
-    if not out.get("section"):
-        return row
-    section = out["section"][1]
-    folder = rank_dir_name(rank)
-    if kind == "timeline":
-        row.update({k: section.get(k) for k in ("gpu_busy_pct", "kernels", "copies", "memsets",
-                                                "nsbridge_ranges", "sync_calls", "sync_us")})
-        ops = section.get("ops") or []
-        row["kernel_us"] = round(sum(op.get("kernel_us") or 0.0 for op in ops), 3)
-        row["comm_kernel_us"] = round(sum(op.get("kernel_us") or 0.0 for op in ops
-                                          if COMMUNICATION_OP.search(str(op.get("op")))), 3)
-        row["files"] = {k: f"{folder}/{v}" for k, v in (section.get("files") or {}).items()}
-    else:
-        row.update(launches=section.get("launches"), attribution=section.get("attribution"),
-                   files={k: f"{folder}/{v}" for k, v in (out.get("files") or {}).items()})
-        row["ops"] = {op: {k: cols.get(k) for k in ("duration_ns", "sm_pct", "memory_pct",
-                                                    "achieved_occupancy_pct", "tensor_pct",
-                                                    "bound")}
-                      for op, cols in (out.get("op_columns") or {}).items()}
-    return row
 
 
 def _prefixed(out: dict[str, Any], folder: str) -> dict[str, Any]:

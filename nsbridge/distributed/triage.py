@@ -148,9 +148,9 @@ def reduce(run_dir: Path, summaries: list[dict[str, Any]], profile: Profile, tar
                           for r in cross["ranks"]], "world_size": cross["world_size"]}
     return PassOutput(name="torch.profiler (ranks)", manifest=manifest, status=status,
                       exit_code=_exit_code(failed), error=error, core=core,
-                      section=("distributed", cross),
+                      section=(S.DISTRIBUTED_SECTION, cross),
                       recommendations=[recommendation] if recommendation else [],
-                      sources={"distributed": "each rank's summary.json (written by the rank "
+                      sources={S.DISTRIBUTED_SECTION: "each rank's summary.json (written by the rank "
                                               "itself from its own trace) merged by rank"}), \
         analysis
 

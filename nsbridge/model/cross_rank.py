@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
+from .collectives import COMMUNICATION_OP
 from .ops import merge_shape_work
 from .stats import LEVEL, resample_indices
 
@@ -33,7 +34,8 @@ OP_SHARE = 0.10     # an op is named when it holds at least this share of the ex
 
 def cross_rank(summaries: Iterable[dict[str, Any]], straggler_pct: float = 10.0,
                top: int = 10, straggler_min_ms: float = 1.0) -> dict[str, Any]:
-    """{world_size, ranks[], step, skew[], collectives[], straggler, failed[]}."""
+    """{world_size, ranks[], step, skew[], collectives[], straggler, failed[] (the likely
+    cause first: _cause_first)}."""
     rows = sorted(summaries, key=lambda s: s["rank"])
     measured = [s for s in rows if s.get("profiled") and s.get("step_ms")]
     per_rank = [rank_row(s) for s in rows]
@@ -42,7 +44,7 @@ def cross_rank(summaries: Iterable[dict[str, Any]], straggler_pct: float = 10.0,
         "ranks": per_rank, "profiled": [s["rank"] for s in measured],
         "failed": [{"rank": s["rank"], "host": s.get("host"), "status": s["status"],
                     "exit_code": s["exit_code"], "error": s.get("error")}
-                   for s in rows if s["status"] != "ok"],
+                   for s in sorted((s for s in rows if s["status"] != "ok"), key=_cause_first)],
         "step": None, "skew": [], "collectives": [], "straggler": None}
     if not measured:
         return out
@@ -104,6 +106,47 @@ def rank_row(s: dict[str, Any]) -> dict[str, Any]:
             "comm_overlap_pct": (s.get("comm") or {}).get("overlap_pct"),
             "file": s.get("trace"), "busy_pct": (s.get("numbers") or {}).get("device_busy_pct"),
             "ops": len(s["ops"]) if s.get("ops") is not None else None}
+
+
+def _cause_first(summary: dict[str, Any]) -> tuple[bool, float, int]:
+    """Failed ranks, the likely cause first: one that failed on its own before one a
+    launcher stopped or that never answered, and among those the first to fail (the
+    others' errors, such as "Connection closed by peer", follow from it)."""
+    at = (summary.get("error") or {}).get("at")
+    stopped = summary["status"] in ("terminated", "hung", "interrupted")
+    return stopped, at if isinstance(at, (int, float)) else float("inf"), summary["rank"]
+
+
+def tool_rank_row(kind: str, tool: str, rank: int, out: Optional[dict[str, Any]], *,
+                  reason: Optional[str], host: Any, folder: str,
+                  missing: str) -> dict[str, Any]:
+    """The one row of a rank in the ``ranks`` of the timeline (``kind`` "timeline") or ncu
+    section, from that rank's pass output (None: it never answered, ``missing`` says
+    why): status, error, and the headline numbers; file names under the rank's ``folder``."""
+    row: dict[str, Any] = {"rank": rank, "host": host, "reason": reason}
+    if out is None:
+        return {**row, "status": "hung", "error": f"no {tool} output: {missing}"}
+    row.update(status=out["status"], error=(out.get("error") or {}).get("message"),
+               wall_s=(out.get("manifest") or {}).get("wall_s"))
+    if not out.get("section"):
+        return row
+    section = out["section"][1]
+    if kind == "timeline":
+        row.update({k: section.get(k) for k in ("gpu_busy_pct", "kernels", "copies", "memsets",
+                                                "nsbridge_ranges", "sync_calls", "sync_us")})
+        ops = section.get("ops") or []
+        row["kernel_us"] = round(sum(op.get("kernel_us") or 0.0 for op in ops), 3)
+        row["comm_kernel_us"] = round(sum(op.get("kernel_us") or 0.0 for op in ops
+                                          if COMMUNICATION_OP.search(str(op.get("op")))), 3)
+        row["files"] = {k: f"{folder}/{v}" for k, v in (section.get("files") or {}).items()}
+    else:
+        row.update(launches=section.get("launches"), attribution=section.get("attribution"),
+                   files={k: f"{folder}/{v}" for k, v in (out.get("files") or {}).items()})
+        row["ops"] = {op: {k: cols.get(k) for k in ("duration_ns", "sm_pct", "memory_pct",
+                                                    "achieved_occupancy_pct", "tensor_pct",
+                                                    "bound")}
+                      for op, cols in (out.get("op_columns") or {}).items()}
+    return row
 
 
 def _skew(measured: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:

@@ -90,6 +90,7 @@ class NcuFilesPass:
 
     files: Sequence[Path]
     deep: Deep
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     name: str = "ncu"
 
     def plan(self, run: Run) -> None:
@@ -98,7 +99,7 @@ class NcuFilesPass:
     def run(self, run: Run, plan: None) -> PassOutput:
         return ncu_from_files(self.files, self.deep,
                               (run.report.get("verdict") or {}).get("label"),
-                              op_shapes(run.report))
+                              op_shapes(run.report), run_dir=run.dir, environ=self.environ)
 
 
 def op_shapes(report: dict[str, Any]) -> dict[str, list[str]]:
@@ -137,12 +138,7 @@ def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequ
                          timeout=timeout or deep.timeout_s, log=run_dir / f"{stem}.ncu.log",
                          ops=ops)
     with progress.step(f"reading {report.name}"):
-        try:
-            data = read_ncu(result.report)
-        except (ToolNotFoundError, NcuFormatError):
-            # no ncu-report package, or one older than this ncu: ncu exports the raw page
-            data = read_ncu(export_raw_csv(ncu, result.report, run_dir / f"{stem}.raw.csv",
-                                           environ))
+        data, _ = read_given_ncu(result.report, run_dir, environ)
     manifest = {"wall_s": result.outcome.wall_s, "ncu_version": version, "ncu": ncu,
                 "argv": result.argv}
     return ncu_output(data, deep, targets=ops, plan=plan, version=version, verdict=verdict,
@@ -151,18 +147,47 @@ def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequ
 
 
 def ncu_from_files(files: Sequence[Path], deep: Deep, verdict: Optional[str],
-                   op_shapes: Mapping[str, list[str]]) -> PassOutput:
+                   op_shapes: Mapping[str, list[str]], *, run_dir: Path,
+                   environ: Mapping[str, str] = os.environ) -> PassOutput:
     """ncu reports or CSV exports captured elsewhere (the first one given).
 
     Raises:
-        NcuFormatError, ToolNotFoundError (a .ncu-rep without ncu-report), TraceNotFoundError.
+        NcuFormatError, TraceNotFoundError, ToolNotFoundError (a .ncu-rep with neither the
+        ncu-report package nor ncu to export it), ToolFailedError (ncu could not export it).
     """
-    data = read_ncu(files[0])
+    data, exported = read_given_ncu(files[0], run_dir, environ)
     notes = ([f"{len(files)} Nsight Compute files given; the report shows {files[0].name}"]
              if len(files) > 1 else [])
+    if exported:
+        notes.append(f"{files[0].name} was read through `ncu --import` (no ncu-report "
+                     f"package here): its raw page is {exported}")
     return ncu_output(data, deep, targets=None, plan=None, version=None, verdict=verdict,
                       op_shapes=op_shapes, manifest={"inputs": [str(f) for f in files]},
-                      files={"ncu_input": str(files[0])}, notes=notes)
+                      files={"ncu_input": str(files[0]),
+                             **({"ncu_export": exported} if exported else {})}, notes=notes)
+
+
+def read_given_ncu(path: Path, run_dir: Path,
+                   environ: Mapping[str, str]) -> tuple[NcuData, Optional[str]]:
+    """An ncu file given to analyze, and the name of the raw-page CSV written into
+    ``run_dir`` when a .ncu-rep had to be exported by ``ncu --import`` (the ncu-report
+    package missing or older than the report).
+
+    Raises:
+        ToolNotFoundError: a .ncu-rep with neither the package nor ncu (the message names
+            both ways). NcuFormatError, TraceNotFoundError, ToolFailedError.
+    """
+    try:
+        return read_ncu(path), None
+    except (ToolNotFoundError, NcuFormatError) as unread:
+        if path.suffix != ".ncu-rep":
+            raise
+        try:
+            ncu = find_ncu(environ)
+        except ToolNotFoundError:
+            raise unread from None
+    export = export_raw_csv(ncu, path, run_dir / f"{path.stem}.raw.csv", environ)
+    return read_ncu(export), export.name
 
 
 def ncu_output(data: NcuData, deep: Deep, *, targets: Optional[Sequence[str]],

@@ -205,7 +205,7 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
                      f"{summaries[lead_index]['rank']})")
         cross = cross_rank(summaries, profile.analysis.straggler_pct,
                            straggler_min_ms=profile.analysis.straggler_min_ms)
-        section = ("distributed", cross)
+        section = (S.DISTRIBUTED_SECTION, cross)
         rec = (cross.get("straggler") or {}).get("recommendation")
         recommendations = [rec] if rec else []
     core = build_report(command="analyze", target=target, status="ok", analysis=lead,

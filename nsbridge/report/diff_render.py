@@ -11,7 +11,7 @@ import json
 from typing import Any, Callable, Optional
 
 from .escape import md_cell, terminal
-from .render import machine_line
+from .wording import machine_line
 
 HEADER = ["op", "A µs/step", "B µs/step", "raw %", "beyond drift %", "95% interval",
           "added ms/step", "status"]

@@ -9,19 +9,21 @@ import pandas as pd
 
 from .. import schema as S
 from .escape import terminal
-from .render import error_text, outcome_line, shown_verdict, verdict_title
+from .wording import shown_verdict, trouble_lines, verdict_title
 
 
 def ops(report: dict[str, Any]) -> pd.DataFrame:
     """One row per op: torch.profiler's columns and ``spread_pct`` (half the 95% interval of
-    its time per step, percent), then ``nsys_*`` and ``ncu_*`` columns (scalars only; lists
-    such as ncu findings stay in the report)."""
+    its time per step, percent), then each other pass's scalars as ``KEY_name`` columns
+    (``nsys_*``, ``ncu_*``; lists such as ncu findings stay in the report)."""
     rows = []
     for op in report.get("ops", []):
         row = {c: op.get(c) for c in S.OP_COLUMNS}
         row[S.SPREAD_PCT] = op.get(S.SPREAD_PCT)
-        for key in ("nsys", "ncu"):
-            for name, value in (op.get(key) or {}).items():
+        for key, values in op.items():    # each other pass's numbers: nsys, ncu, ...
+            if key in S.OP_COLUMNS or not isinstance(values, dict):
+                continue
+            for name, value in values.items():
                 if not isinstance(value, (list, dict)):
                     row[f"{key}_{name}"] = value
         rows.append(row)
@@ -96,11 +98,7 @@ def summary_html(report: dict[str, Any], run_dir: str, top: int = 10) -> str:
     e = lambda s: html.escape(terminal(s))  # noqa: E731
     parts = [f"<div><b>nsbridge {e(report.get('command'))}</b>: <code>{e(report.get('target'))}"
              f"</code> [{e(report.get('status'))}] in <code>{e(run_dir)}</code>"]
-    if report.get("error"):
-        parts.append(f"<p>Error: {e(error_text(report['error']))}</p>")
-    outcome = outcome_line(report)
-    if outcome:
-        parts.append(f"<p>{e(outcome)}</p>")
+    parts += [f"<p>{e(line)}</p>" for line in trouble_lines(report)]
     verdict = shown_verdict(report)
     if verdict:
         parts.append(f"<p>{e(verdict_title(report))}: <b>{e(verdict['label'])}</b></p><ul>"

@@ -33,7 +33,7 @@ def merge_trace(trace: Any, report: dict[str, Any]) -> dict[str, Any]:
     """The trace with the report's findings attached (the input is not changed)."""
     events = readable_events(trace)
     facts = _op_facts(report)
-    ext_to_op = {}
+    ext_to_op: dict[Any, Any] = {}
     for event in events:
         ext = _external_id(event)
         if event.get("cat") == "cpu_op" and ext is not None:

@@ -16,9 +16,9 @@ REPORT_KEYS = ("schema_version", "nsbridge_version", "command", "target", "statu
                "verdict", "ranked_by", "window", "ops", "steps", "device", "sync_points",
                "recommendations", "collectives", "overhead", "machine", "environment",
                "files", "notes", "sources")
-# the keys other passes add as their own sections (nsys: "timeline", ncu: "ncu")
-TIMELINE_SECTION, NCU_SECTION = "timeline", "ncu"
-PASS_SECTIONS = (TIMELINE_SECTION, NCU_SECTION)
+# the keys other passes add as their own sections (any key not in REPORT_KEYS is one):
+# nsys "timeline", ncu "ncu", the ranks of a job "distributed"
+TIMELINE_SECTION, NCU_SECTION, DISTRIBUTED_SECTION = "timeline", "ncu", "distributed"
 # the keys whose values every pass adds to rather than replaces
 ACCUMULATED_KEYS = ("notes", "files", "sources")
 

@@ -1,0 +1,80 @@
+"""The report as a document: sections of text, item lists and tables, before any format.
+
+report/sections.py builds the list of sections from report.json; the three renderers
+(report/terminal.py, report/markdown.py, report/html.py) each walk that one list. A block
+says which renderers show it (``views``) and how many rows the terminal's short summary
+keeps (``brief``); everything else about the look is the renderer's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+TERMINAL, MARKDOWN, HTML = "terminal", "markdown", "html"
+EVERYWHERE = frozenset({TERMINAL, MARKDOWN, HTML})
+IN_FILES = frozenset({MARKDOWN, HTML})    # report.md and report.html, not the terminal
+
+
+@dataclass(frozen=True)
+class Text:
+    """A paragraph (``note``: an aside, shown in parentheses or muted)."""
+
+    text: str
+    note: bool = False
+    views: frozenset[str] = EVERYWHERE
+
+
+@dataclass(frozen=True)
+class Items:
+    """A list of sentences, after an optional lead-in line."""
+
+    items: list[str]
+    lead: Optional[str] = None
+    numbered: bool = False
+    brief: Optional[int] = None       # items the terminal shows (None: all)
+    views: frozenset[str] = EVERYWHERE
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of text cells, after an optional lead-in line.
+
+    ``code``: columns of names or paths (set as code); ``groups``: (source, columns) runs
+    of the header for a second header row; ``details``: per row, sub-items the HTML page
+    folds under the row's first cell; ``html_id`` with ``sortable``: the HTML page's
+    interactive table (sorted by a click on a header, filtered by name); ``folded``: the
+    HTML page folds the whole table under its lead."""
+
+    header: list[str]
+    rows: list[list[str]]
+    lead: Optional[str] = None
+    code: frozenset[int] = frozenset()
+    brief: Optional[int] = None       # rows the terminal shows (None: all it is given)
+    groups: list[tuple[str, int]] = field(default_factory=list)
+    details: list[list[str]] = field(default_factory=list)
+    html_id: Optional[str] = None
+    sortable: bool = False
+    folded: bool = False
+    views: frozenset[str] = EVERYWHERE
+
+
+Block = Union[Text, Items, Table]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section: ``key`` (its anchor), ``title`` (``brief_title`` in the terminal),
+    ``lead`` (the sentence after the title: on the title's line in the terminal) and its
+    blocks."""
+
+    key: str
+    title: str
+    blocks: list[Block]
+    lead: Optional[str] = None
+    brief_title: Optional[str] = None
+    views: frozenset[str] = EVERYWHERE
+
+    def shown_in(self, view: str) -> list[Block]:
+        """The blocks ``view`` shows."""
+        return [block for block in self.blocks if view in block.views]

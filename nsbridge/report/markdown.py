@@ -1,0 +1,75 @@
+"""report.md, sized for a GitHub issue or PR comment: the head (status, verdict, steps,
+machine), then each section of report/sections.py, torch's own ``key_averages`` table
+folded, and the definitions. Everything from a trace or a script is escaped where it is
+placed: names as code spans in tables (escape.md_code), other text as Markdown text
+(escape.md_cell, md_text)."""
+
+from __future__ import annotations
+
+from typing import Any, Collection, Optional
+
+from .definitions import markdown_block
+from .document import MARKDOWN, Items, Table, Text
+from .escape import md_cell, md_code, md_text, terminal
+from .sections import sections
+from .wording import (context_lines, shown_verdict, trouble_lines, verdict_headline,
+                      verdict_lines, verdict_title)
+
+_MARKS = {"!": "**contended:** ", "-": "", "~": "", "?": "*", ">": ""}
+
+
+def markdown(report: dict[str, Any], top: int = 15, key_averages: Optional[str] = None) -> str:
+    """report.md, tables cut to ``top`` rows; ``key_averages`` (torch's own table), when
+    given, goes in a collapsed block."""
+    md = _head(report)
+    for section in sections(report, top):
+        if MARKDOWN not in section.views:
+            continue
+        md += ["", f"## {md_cell(section.title)}"]
+        if section.lead:
+            md += ["", md_text(section.lead)]
+        for block in section.shown_in(MARKDOWN):
+            md += _block(block)
+    if key_averages:
+        fence = "`" * 3
+        table = "\n".join(terminal(line) for line in key_averages.rstrip().splitlines())
+        md += ["", "<details><summary>torch.profiler's own key_averages() table</summary>", "",
+               fence, table.replace(fence, "'" * 3), fence, "", "</details>"]
+    md += ["", *markdown_block()]
+    return "\n".join(md) + "\n"
+
+
+def _head(report: dict[str, Any]) -> list[str]:
+    """Title, status, error, what a stopped or failed run kept, verdict, steps, machine."""
+    md = [f"# nsbridge {report['command']}: {md_cell(report['target'])}", "",
+          f"Status: **{md_cell(report['status'])}**"]
+    for line in trouble_lines(report):
+        md += ["", md_text(line)]
+    verdict = shown_verdict(report)
+    if verdict:
+        md += ["", f"## {verdict_title(report)}: {md_cell(verdict_headline(verdict))}", ""]
+        md += [f"- {_MARKS[kind]}{md_cell(text)}" + ("*" if kind == "?" else "")
+               for kind, text in verdict_lines(verdict)]
+    for label, text in context_lines(report):
+        md += ["", f"{label}: {md_text(text)}"]
+    return md
+
+
+def _block(block: Any) -> list[str]:
+    if isinstance(block, Text):
+        return ["", f"({md_text(block.text)})" if block.note else md_text(block.text)]
+    lead = ["", md_text(block.lead)] if block.lead else []
+    if isinstance(block, Items):
+        return lead + [""] + [f"{f'{i}.' if block.numbered else '-'} {md_text(item)}"
+                              for i, item in enumerate(block.items, 1)]
+    assert isinstance(block, Table)
+    return lead + table(block.header, block.rows, block.code)
+
+
+def table(header: list[str], rows: list[list[str]], code: Collection[int] = ()) -> list[str]:
+    """A Markdown table after a blank line: the columns in ``code`` (names) as code spans
+    (escape.md_code), the others as text (escape.md_cell)."""
+    def cell(i: int, value: Any) -> str:
+        return md_code(value) if i in code else md_cell(value)
+    return (["", "| " + " | ".join(md_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(cell(i, v) for i, v in enumerate(row)) + " |" for row in rows])

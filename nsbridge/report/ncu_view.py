@@ -1,0 +1,93 @@
+"""The Nsight Compute section (report key ``ncu``) and the ncu columns of the op table
+(ops[].ncu)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .. import schema as S
+from .document import IN_FILES, Section, Table
+from .views import OpColumn, PassView
+from .wording import cell, us_from_ns
+
+NCU_RANK_HEADER = ["rank", "why this rank", "status", "launches", "per op: µs, SM %, "
+                   "occupancy %, tensor %", "ncu report"]
+LAUNCH_HEADER = ["launch", "op", "kernel", "µs", "SM %", "mem %", "occupancy %", "tensor %",
+                 "L2 hit %"]
+
+
+def ncu_section(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
+    """The deep profile: each op's findings, each rank's profile in a job of several, and
+    every profiled launch (in the files)."""
+    ncu = report.get(S.NCU_SECTION)
+    if not ncu:
+        return None
+    blocks: list[Any] = []
+    findings = findings_rows(report)
+    if findings:
+        blocks.append(Table(["op", "finding", "numbers"], findings, code=frozenset({0}),
+                            brief=12))
+    if ncu.get("ranks"):
+        blocks.append(Table(NCU_RANK_HEADER, rank_rows(ncu), code=frozenset({5}),
+                            lead=f"Per rank (the findings above are rank "
+                                 f"{ncu['shown_rank']}'s):"))
+    launches = [[str(k["launch"]), k.get("op") or "-", str(k["kernel"])[:90],
+                 cell(us_from_ns(k.get("duration_ns")), "text"),
+                 *(cell(k.get(key), "pct") for key in ("sm_pct", "memory_pct",
+                                                       "achieved_occupancy_pct", "tensor_pct",
+                                                       "l2_hit_pct"))]
+                for k in ncu.get("kernels", [])[:limit]]
+    if launches:
+        blocks.append(Table(LAUNCH_HEADER, launches, code=frozenset({1, 2}),
+                            lead="Profiled launches:", folded=True, views=IN_FILES))
+    return Section("ncu", "Kernels (Nsight Compute)", blocks, lead=ncu_line(ncu),
+                   brief_title="Nsight Compute")
+
+
+def ncu_line(ncu: dict[str, Any]) -> str:
+    """The profile in one sentence: version, source, launches and how they were tied to
+    ops, the plan, and what this GPU or capture could not measure."""
+    plan = ncu.get("plan") or {}
+    tied = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in
+                     (ncu.get("attribution") or {}).items())
+    version = f" {ncu['ncu_version']}" if ncu.get("ncu_version") else ""
+    text = (f"ncu{version} ({ncu['source']}, {ncu['file']}): "
+            f"{ncu['launches']} kernel launches ({tied})")
+    if plan:
+        text += (f"; plan: {len(plan['ops'])} op(s), skipped {plan['launch_skip']} warm-up "
+                 f"launches, profiled {plan['launch_count']}")
+    if ncu.get("missing_quantities"):
+        text += ("; not measured on this GPU or in this capture: "
+                 + ", ".join(ncu["missing_quantities"]))
+    return text
+
+
+def findings_rows(report: dict[str, Any]) -> list[list[str]]:
+    """[op, finding title, detail] for every op with ncu numbers, in op-table order."""
+    return [[op[S.NAME], f["title"], f["detail"]] for op in report["ops"] if op.get(S.NCU_KEY)
+            for f in op[S.NCU_KEY].get("findings", [])]
+
+
+def rank_rows(ncu: dict[str, Any]) -> list[list[str]]:
+    """One row per rank's ncu profile (a failed one with its error in the last column)."""
+    def num(v: Any) -> str:
+        return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
+    rows = []
+    for r in ncu.get("ranks") or []:
+        ops = "; ".join(
+            f"{op} {us_from_ns(c.get('duration_ns')) or '-'}, {num(c.get('sm_pct'))}, "
+            f"{num(c.get('achieved_occupancy_pct'))}, {num(c.get('tensor_pct'))}"
+            for op, c in (r.get("ops") or {}).items())
+        rows.append([str(r["rank"]), str(r.get("reason") or "-"), r["status"],
+                     num(r.get("launches")), ops or "-",
+                     r.get("error") or (r.get("files") or {}).get("ncu_rep") or "-"])
+    return rows
+
+
+NCU_VIEW = PassView(
+    report_key=S.NCU_SECTION, section=ncu_section, op_key=S.NCU_KEY, source="Nsight Compute",
+    op_columns=(OpColumn("ncu SM %", "sm_pct", "pct"), OpColumn("ncu mem %", "memory_pct", "pct"),
+                OpColumn("ncu occupancy %", "achieved_occupancy_pct", "pct"),
+                OpColumn("ncu tensor %", "tensor_pct", "pct"),
+                OpColumn("ncu L2 hit %", "l2_hit_pct", "pct"),
+                OpColumn("ncu bound", "bound", "text")))

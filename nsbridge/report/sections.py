@@ -1,0 +1,228 @@
+"""The one list of sections every renderer shows, built from report.json.
+
+The torch.profiler pass's sections come first (ops, device, sync points,
+recommendations); then one section per other top-level key of the report, each drawn
+by the ``PassView`` registered for that key (ranks, the nsys timeline, ncu) or, for a
+key no view knows, by ``generic_section``; then profiler overhead, notes and sources.
+The op table likewise takes each pass's per-op columns from its view (``op_columns``),
+or every scalar under an ops[] key no view knows.
+
+A new pass needs no edit here: its section and per-op columns show as they are; one
+``register_view(...)`` line gives them titles and formats (tests/test_pipeline.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .. import schema as S
+from .build import STOPPED
+from .document import EVERYWHERE, IN_FILES, MARKDOWN, Items, Section, Table, Text
+from .ncu_view import NCU_VIEW
+from .ranks_view import RANKS_VIEW
+from .timeline_view import TIMELINE_VIEW
+from .views import OpColumn, register_view, view_for_key, views_by_op_key
+from .wording import (attribution, cell, counted_over, early_line, int_text, kernel_rate,
+                      mib, ms, ms_or_dash, per_step_cell, shown_recommendations, where)
+
+def sections(report: dict[str, Any], limit: Optional[int] = None) -> list[Section]:
+    """Every section the report has, in order; tables of ops, sync points and kernels
+    keep at most ``limit`` rows (None: all)."""
+    built = [_ops(report, limit), _device(report), _syncs(report), _recommendations(report)]
+    for key, value in report.items():
+        if key in S.REPORT_KEYS or not value:
+            continue
+        view = view_for_key(key)
+        built.append(view.section(report, limit) if view else generic_section(key, value, limit))
+    built += [_overhead(report), _notes(report), _sources(report)]
+    return [section for section in built if section is not None]
+
+
+def generic_section(key: str, value: Any, limit: Optional[int]) -> Section:
+    """A section no view knows: its scalars as items, each list of records as a table."""
+    if not isinstance(value, dict):
+        return Section(key, key, [Items([_scalar(value)])])
+    items = [f"{name}: {_scalar(v)}" for name, v in value.items()
+             if not _is_records(v)]
+    blocks: list[Any] = [Items(items)] if items else []
+    for name, records in value.items():
+        if _is_records(records):
+            header = list(dict.fromkeys(k for r in records for k in r))
+            blocks.append(Table(header, [[_scalar(r.get(h)) for h in header]
+                                         for r in records[:limit]], lead=f"{name}:"))
+    return Section(key, key, blocks)
+
+
+OP_HEADER = ["op", "calls", "self CPU ms", "total CPU ms", "self device ms", "total device ms",
+             "gross MiB", "net MiB", "%", "±% per step", "kernels", "copies+memsets"]
+_DEVICE_COLUMNS = {"self device ms", "total device ms", "kernels", "copies+memsets"}
+MEMORY_NOTE = ("gross MiB: allocated inside the op itself, not its children (any device); "
+               "net MiB: allocated minus freed during the op and all it calls, on the run's "
+               "device (torch's CUDA Mem / CPU Mem); ±% per step: half the 95% interval of "
+               "the op's ranking time per step")
+TORCH_SOURCE = "torch.profiler"
+
+
+def op_table(report: dict[str, Any],
+             limit: Optional[int]) -> tuple[list[str], list[list[str]], list[tuple[str, int]]]:
+    """Header, rows and column groups (source, width) of the op table: torch.profiler's
+    columns (no device columns without a device), then each other pass's where it ran."""
+    ops = report["ops"][:limit]
+    header, rows = list(OP_HEADER), [_torch_cells(op) for op in ops]
+    if report.get("device") is None:
+        keep = [i for i, h in enumerate(header) if h not in _DEVICE_COLUMNS]
+        header, rows = [header[i] for i in keep], [[r[i] for i in keep] for r in rows]
+    groups = [(TORCH_SOURCE, len(header))]
+    for key, source, columns in _op_column_groups(report["ops"]):
+        header += [c.header for c in columns]
+        for row, op in zip(rows, ops):
+            values = op.get(key) or {}
+            row.extend(cell(values.get(c.key), c.kind) for c in columns)
+        groups.append((source, len(columns)))
+    return header, rows, groups
+
+
+def _torch_cells(op: dict[str, Any]) -> list[str]:
+    copies = op.get(S.COPIES) or []
+    return [op[S.NAME], int_text(op[S.CALLS]), ms(op[S.CPU_SELF_US]), ms(op[S.CPU_TOTAL_US]),
+            ms(op[S.DEVICE_SELF_US]), ms(op[S.DEVICE_TOTAL_US]), mib(op[S.MEM_MIB]),
+            mib(op.get(S.MEM_NET_MIB)),
+            "-" if op[S.SELF_PCT] is None else f"{op[S.SELF_PCT]:.1f}",
+            "-" if op.get(S.SPREAD_PCT) is None else f"±{op[S.SPREAD_PCT]:.0f}",
+            str(sum(k["calls"] for k in op.get(S.KERNELS) or [])),
+            str(sum(c["calls"] for c in copies))]
+
+
+def _op_column_groups(ops: list[dict[str, Any]]) -> list[tuple[str, str, list[OpColumn]]]:
+    """(ops[] key, source, columns) of each other pass with numbers for some op: a view's
+    declared columns, or every scalar the pass gave (``KEY name``) for a key no view knows."""
+    own = {*S.OP_COLUMNS, S.SPREAD_PCT}
+    keys = list(dict.fromkeys(k for op in ops for k, v in op.items()
+                              if k not in own and isinstance(v, dict) and v))
+    views = views_by_op_key()
+    groups = []
+    for key in keys:
+        view = views.get(key)
+        if view is not None:
+            groups.append((key, view.source or key, list(view.op_columns)))
+            continue
+        names = dict.fromkeys(name for op in ops for name, v in (op.get(key) or {}).items()
+                              if not isinstance(v, (list, dict)))
+        groups.append((key, key, [OpColumn(f"{key} {name}", name, "text") for name in names]))
+    return groups
+
+
+def _ops(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
+    """The op table (sortable on the page, each row's kernels folded under it), the memory
+    note, and in report.md each top op's top kernels and copies."""
+    if not report["ops"]:
+        return None
+    header, rows, groups = op_table(report, limit)
+    ops = report["ops"][:limit]
+    details = [[f"{kind} {k['name']} x{k['calls']}, {k['device_us'] / 1e3:.3f} ms"
+                for kind, k in _work(op, kernels=10, copies=5)] for op in ops]
+    work = [[op[S.NAME], kind, k["name"][:120], str(k["calls"]), f"{k['device_us'] / 1e3:.3f}"]
+            for op in ops for kind, k in _work(op, kernels=3, copies=2)]
+    ranked = ("self device time" if report["ranked_by"] == S.DEVICE_SELF_US
+              else "self CPU time")
+    blocks: list[Any] = [
+        Table(header, rows, code=frozenset({0}), groups=groups, details=details,
+              html_id="op-table", sortable=True),
+        Text(MEMORY_NOTE, note=True)]
+    if work:
+        blocks.append(Table(["op", "kind", "name", "calls", "device ms"], work,
+                            lead="Kernels and copies per op (top 3 kernels, top 2 copies "
+                                 "each):", code=frozenset({0, 2}),
+                            views=frozenset({MARKDOWN})))
+    return Section("ops", f"Top ops by {ranked}", blocks)
+
+
+def _work(op: dict[str, Any], kernels: int, copies: int) -> list[tuple[str, dict[str, Any]]]:
+    """An op's first ``kernels`` kernels and ``copies`` copies/memsets, with their kind."""
+    return ([("kernel", k) for k in (op.get(S.KERNELS) or [])[:kernels]]
+            + [(c["kind"], c) for c in (op.get(S.COPIES) or [])[:copies]])
+
+
+def _device(report: dict[str, Any]) -> Optional[Section]:
+    dev = report.get("device")
+    if not dev:
+        return None
+    blocks: list[Any] = []
+    early = early_line(dev)
+    if early:
+        blocks.append(Text(f"Launched before the window: {early}"))
+    if dev.get("idle_gaps"):
+        blocks.append(Table(["device", "gap ms", "at ms", "host was in"],
+                            [[str(g["device"]), f"{g['dur_us'] / 1e3:.3f}",
+                              f"{g['start_us'] / 1e3:.3f}", g["host_op"] or "Python between ops"]
+                             for g in dev["idle_gaps"]], code=frozenset({3}), views=IN_FILES))
+    lead = (f"busy {dev['busy_pct']:.1f}% of the measured window, {dev['kernels']} kernels "
+            f"({kernel_rate(dev)}); linking: {dev.get('linking') or '-'}; attribution: "
+            f"{attribution(dev.get('attribution') or {})}")
+    return Section("device", "Device", blocks, lead=lead)
+
+
+SYNC_HEADER = ["kind", "where", "op", "count", "counted over", "per step", "host ms",
+               "GPU idle after ms"]
+
+
+def _syncs(report: dict[str, Any]) -> Optional[Section]:
+    points = report["sync_points"]
+    if not points:
+        return None
+    rows = [[p["kind"], where(p), p["op"] or "", str(p["count"]), counted_over(p),
+             per_step_cell(p), f"{p['host_ms']:.3f}", ms_or_dash(p.get("gpu_idle_ms"))]
+            for p in points]
+    return Section("syncs", "Sync points (host waits for the device)",
+                   [Table(SYNC_HEADER, rows, code=frozenset({1, 2}), brief=5)])
+
+
+def _recommendations(report: dict[str, Any]) -> Optional[Section]:
+    shown = shown_recommendations(report)
+    if not shown:
+        return None
+    partial = " (partial run)" if report.get("status") in STOPPED else ""
+    items = [f"{r['title']}: {r['why']}. Fix: {r['fix']}"
+             + (f" (docs: {r['url']})" if r.get("url") else "") for r in shown]
+    return Section("recommendations", f"Recommendations{partial}",
+                   [Items(items, numbered=True, brief=3)])
+
+
+def _overhead(report: dict[str, Any]) -> Optional[Section]:
+    overhead = report.get("overhead")
+    if not overhead:
+        return None
+    return Section("overhead", "Profiler overhead", [], lead=overhead["note"],
+                   views=EVERYWHERE if overhead.get("ratio") else IN_FILES)
+
+
+def _notes(report: dict[str, Any]) -> Optional[Section]:
+    notes = report.get("notes")
+    return Section("notes", "Notes", [Items(list(notes))]) if notes else None
+
+
+def _sources(report: dict[str, Any]) -> Optional[Section]:
+    sources = report.get("sources") or {}
+    if not sources:
+        return None
+    return Section("sources", "Sources", [Items([f"{k}: {v}" for k, v in sources.items()])],
+                   views=IN_FILES)
+
+
+def _is_records(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _scalar(value: Any) -> str:
+    """A value as a cell: '-' for None, lists and dicts in short."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, dict)):
+        return f"{len(value)} item(s)"
+    return str(value)
+
+
+for _view in (RANKS_VIEW, TIMELINE_VIEW, NCU_VIEW):
+    register_view(_view)
