@@ -32,7 +32,10 @@ def test_bf16_gemm_is_on_tensor_cores() -> None:
     assert s["tensor_pct"] == pytest.approx(95.31, abs=0.01)      # ncu's own number
     assert s["tensor_path"] == "Hopper warp-group MMA (wgmma)"
     assert s["tensor_bf16_pct"] == pytest.approx(90.49, abs=0.01)
-    assert [f["id"] for f in s["findings"]] == ["compute-bound", "low-occupancy", "tensor-cores"]
+    assert [f["id"] for f in s["findings"]] == ["tensor-cores", "roofline", "compute-bound",
+                                                "low-occupancy"]
+    low = next(f for f in s["findings"] if f["id"] == "low-occupancy")
+    assert low["fix"].startswith("none needed while the Tensor Cores stay busy")
     assert s["occupancy_limiter"] == "registers, shared memory"
 
 
@@ -47,8 +50,11 @@ def test_fp32_gemm_is_eligible_but_not_on_tensor_cores() -> None:
 
 def test_missing_metric_is_missing_not_zero() -> None:
     s = _summary("matmul_fp32_full.raw.csv", "aten::mm")
-    assert s["flop_fp32"] is None and s["intensity"] is None      # not collected by --set full
+    assert s["tensor_fp16_pct"] is None                           # not in this capture
     assert s["tensor_imma_pct"] == 0.0                            # collected, and zero
+    assert s["flop_fp64"] == 0.0                                  # counters present: no DFMA
+    # --set full gives FLOPs as a rate: the total is the rate times the kernel's time
+    assert s["flop_fp32"] == pytest.approx(s["flop_per_s"] * s["duration_ns"] / 1e9)
 
 
 def test_candidates_follow_the_compute_capability() -> None:
@@ -96,7 +102,7 @@ def test_fixture_backed_run_shows_ncu_in_the_op_rows(tmp_path: Path) -> None:
     conv = rows["aten::convolution_backward"]
     assert conv["device_self_us"] > 0 and conv["ncu"]["launches"] == 6       # side by side
     assert conv["ncu"]["tensor_path"] == "HMMA"
-    assert rows["aten::addmm"]["ncu"]["findings"][-1]["id"] == "no-tensor-cores"
+    assert rows["aten::addmm"]["ncu"]["findings"][0]["id"] == "no-tensor-cores"   # first
     assert report["ncu"]["launches"] == 39 and report["ncu"]["attribution"] == {"nvtx": 39}
     assert "flop_fp32" in report["ncu"]["missing_quantities"]
     assert "tensor-cores" in [r["id"] for r in report["recommendations"]]

@@ -98,3 +98,17 @@ def test_names_from_a_trace_never_run_as_script(browser, tmp_path: Path) -> None
     page, errors = _open(browser, page_file, tmp_path / "evil.png")
     assert errors == [] and page.evaluate("window.__pwned") is None
     assert evil in page.locator("#op-table tbody").inner_text()      # shown as text
+
+
+def test_the_roofline_chart_places_each_kernel_under_its_roofs(browser, tmp_path: Path) -> None:
+    result = analyze([DATA / "ncu" / "matmul_fp32_full.raw.csv",
+                      DATA / "ncu" / "matmul_bf16_full.raw.csv"], out=tmp_path / "r")
+    page, errors = _open(browser, result.run_dir / "report.html", tmp_path / "roofline.png")
+    assert errors == []
+    drawn = page.evaluate("""() => {
+        const c = Object.values(Chart.instances).find(c => c.canvas.id === 'chart-roofline');
+        return c && {x: c.options.scales.x.type, y: c.options.scales.y.type,
+                     sets: c.data.datasets.map(d => [d.type, d.data.length])};
+    }""")
+    assert drawn["x"] == drawn["y"] == "logarithmic"
+    assert sorted(drawn["sets"]) == [["line", 3], ["line", 3], ["scatter", 1], ["scatter", 1]]

@@ -1,4 +1,5 @@
-"""Nsight Compute metrics -> per-kernel quantities, kernels -> ops, per-op findings.
+"""Nsight Compute metrics -> per-launch quantities and roofline, kernels -> ops, and the
+findings (model/ncu_findings.py) of every op and every kernel family.
 
 Kernels reach ops through the NVTX stack ncu recorded for each launch: the innermost op
 range (nsbridge's ``nsbridge`` domain, or PyTorch's own ``aten::mm, seq = 3`` ranges in the
@@ -10,7 +11,13 @@ for the launch's compute capability (a candidate ``name @cc>=9.0`` applies from 
 on; ``2*a + b`` adds metrics, each term required): the first one present with a value
 wins. A quantity no candidate gives is missing (None), never zero, and the report lists it.
 
-Per op, quantities are duration-weighted means over its launches (counts are summed).
+Each launch also gets its roofline from the counters (model/roofline.py); a FLOP or byte
+count the capture lacks as a total is its rate times the launch's duration.
+
+Per op and per kernel family (the kernel's name without template arguments and
+parameters), quantities are duration-weighted means over the launches (counts summed), the
+roofline is rolled up (roofline.rollup), and findings are drawn: every kernel gets them,
+whether or not an NVTX range ties it to an op.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from . import ncu_findings
+from .roofline import rollup, roofline
 from .rules import MATMUL_OP
 
 _OP_NAME = re.compile(r"^[A-Za-z_][\w.]*::[\w.]+")
@@ -30,11 +39,12 @@ _TERM = re.compile(r"^(?:(?P<k>[\d.]+)\*)?(?P<metric>[\w.]+)$")
 Formula = list[tuple[float, str]]
 # counts (summed per op); everything else is a rate or percentage (weighted mean)
 SUMMED = ("duration_ns", "flop_fp32", "flop_fp16", "flop_fp64", "dram_bytes")
-BOUND_PCT = 60.0          # a unit at >= 60% of peak bounds the kernel (ncu's SOL guidance)
 OUTSIDE_FILTER, NO_NVTX, ATTRIBUTED = "outside_filter", "no_nvtx", "nvtx"
-_FP32_ONLY = re.compile(r"sgemm|f32f32_f32f32|_ffma_|fp32_fp32|gemm_f32|gemmSN|s1688|cutlass_80_simt_sgemm"
-                        r"|simt_sgemm|xmma_gemm_f32f32", re.IGNORECASE)
-_HALF = re.compile(r"bf16|f16|fp16|hgemm|h1688|h884|half", re.IGNORECASE)
+# a launch's rate times its duration gives these totals when the capture lacks them
+_FROM_RATES = {"flop_fp32": "fp32", "flop_fp16": "fp16", "flop_fp64": "fp64"}
+_ANONYMOUS = "(anonymous namespace)"
+ROOFLINE_COLUMNS = ["flop_per_s", "precision", "intensity", "roof", "roof_pct",
+                    "dram_bytes_per_s"]
 _TENSOR_PATHS = [("hgmma", "Hopper warp-group MMA (wgmma)"), ("hmma", "HMMA"),
                  ("imma", "IMMA (integer)"), ("dmma", "DMMA (fp64)")]
 
@@ -67,8 +77,9 @@ def resolve(candidates: Sequence[str], cc: Optional[float]) -> list[Formula]:
             if not ok:
                 continue
         terms = [_TERM.match(t.strip()) for t in match["formula"].split("+")]
-        if all(terms):
-            out.append([(float(t["k"] or 1), t["metric"]) for t in terms])
+        found = [t for t in terms if t is not None]
+        if len(found) == len(terms):
+            out.append([(float(t["k"] or 1), t["metric"]) for t in found])
     return out
 
 
@@ -105,98 +116,116 @@ def kernel_table(launches: pd.DataFrame, metrics: pd.DataFrame,
         values = wide.loc[ident.launch] if ident.launch in wide.index else pd.Series(dtype=float)
         for quantity, candidates in quantities.items():
             row[quantity] = _first(values, resolve(candidates, cc))
+        row["roofline"] = roofline(values.to_dict())
+        _totals_from_rates(row)
+        _rates_from_totals(row)
+        row.update({k: row["roofline"].get(k) for k in ROOFLINE_COLUMNS})
         rows.append(row)
     table = pd.DataFrame(rows)
     missing = [q for q in quantities if q not in table or table[q].isna().all()]
     return table, missing
 
 
+def _rates_from_totals(row: dict[str, Any]) -> None:
+    """A capture with FLOP and byte totals but not the roofline's rates (nsbridge's own
+    deep profile before the roofline section): the rates are total / the launch's time,
+    with no peaks (so no roof is named)."""
+    r, seconds = row["roofline"], (row.get("duration_ns") or math.nan) / 1e9
+    if r["flops"] or not seconds > 0:
+        return
+    flops = {precision: {"achieved": row[q] / seconds, "peak": None}
+             for q, precision in _FROM_RATES.items() if row.get(q, math.nan) > 0}
+    bytes_per_s = row["dram_bytes"] / seconds if row.get("dram_bytes", math.nan) > 0 else None
+    if flops:
+        best = max(flops, key=lambda k: flops[k]["achieved"])
+        r.update(flops=flops, precision=best, flop_per_s=flops[best]["achieved"],
+                 intensity=bytes_per_s and flops[best]["achieved"] / bytes_per_s)
+    if bytes_per_s is not None and r.get("dram_bytes_per_s") is None:
+        r["dram_bytes_per_s"] = bytes_per_s
+
+
+def _totals_from_rates(row: dict[str, Any]) -> None:
+    """FLOPs and DRAM bytes the capture gives only as rates: rate x the launch's time."""
+    seconds = (row.get("duration_ns") or math.nan) / 1e9
+    flops = row["roofline"]["flops"]
+    for quantity, precision in _FROM_RATES.items():
+        if quantity in row and math.isnan(row[quantity]) and precision in flops:
+            row[quantity] = flops[precision]["achieved"] * seconds
+    rate = row["roofline"].get("dram_bytes_per_s")
+    if "dram_bytes" in row and math.isnan(row["dram_bytes"]) and rate is not None:
+        row["dram_bytes"] = rate * seconds
+
+
 def op_summary(kernels: pd.DataFrame, op_shapes: Mapping[str, list[str]] | None = None
                ) -> dict[str, dict[str, Any]]:
-    """Per op (attributed launches only): launches, kernels (distinct names), every
-    quantity (duration-weighted mean, counts summed), bound, occupancy limiter, tensor
-    path, and findings [{id, title, detail}] with their numbers."""
+    """Per op (attributed launches only): ``summarise`` of its launches, with findings."""
     out: dict[str, dict[str, Any]] = {}
     usable = kernels[kernels["attribution"] == ATTRIBUTED] if len(kernels) else kernels
     for op, group in usable.groupby("op", sort=False):
-        summary = _weighted(group)
-        summary["launches"] = int(len(group))
-        summary["kernels"] = sorted(set(group["kernel"]))
-        summary["bound"] = _bound(summary)
-        summary["occupancy_limiter"] = _limiter(summary)
-        summary["tensor_path"] = _tensor_path(summary)
-        summary["findings"] = findings(str(op), summary, group, (op_shapes or {}).get(op, []))
+        summary = summarise(group)
+        summary["findings"] = ncu_findings.findings(
+            summary, summary["kernels"], (op_shapes or {}).get(str(op), []),
+            matmul=bool(MATMUL_OP.match(str(op))))
         out[str(op)] = summary
     return out
 
 
-def findings(op: str, s: dict[str, Any], group: pd.DataFrame,
-             shapes: list[str]) -> list[dict[str, Any]]:
-    """What the numbers say about one op, each with its numbers."""
-    found = []
-    bound = s["bound"]
-    if bound:
-        detail = (f"SM throughput {_pct(s.get('sm_pct'))}, memory throughput "
-                  f"{_pct(s.get('memory_pct'))} (DRAM {_pct(s.get('dram_pct'))}) of peak")
-        if s.get("intensity") is not None:
-            detail += f"; arithmetic intensity {s['intensity']:.2f} FLOP/byte (CUDA cores)"
-        found.append({"id": f"{bound}-bound", "title": f"{bound}-bound", "detail": detail})
-    occ, theo = s.get("achieved_occupancy_pct"), s.get("theoretical_occupancy_pct")
-    if occ is not None and (occ < 25 or (theo is not None and theo < 50)):
-        limiter = s["occupancy_limiter"]
-        found.append({"id": "low-occupancy", "title": "low occupancy",
-                      "detail": f"achieved {occ:.1f}% of peak warps, theoretical "
-                                f"{_pct(theo)}" + (f"; limited by {limiter}" if limiter else "")
-                                + (f"; {s['registers_per_thread']:.0f} registers/thread"
-                                   if s.get("registers_per_thread") is not None else "")})
-    tensor = s.get("tensor_pct")
-    if MATMUL_OP.match(op):
-        if tensor is None:
-            found.append({"id": "tensor-unknown", "title": "Tensor Core use not measured",
-                          "detail": "no tensor-pipe metric in this capture (use the deep or "
-                                    "deep-tensorcore profile)"})
-        elif tensor >= 1.0:
-            found.append({"id": "tensor-cores", "title": "on Tensor Cores",
-                          "detail": f"tensor pipe active {tensor:.1f}% of peak"
-                                    + (f" ({s['tensor_path']})" if s["tensor_path"] else "")})
-        else:
-            found.append({"id": "no-tensor-cores",
-                          "title": "matmul eligible for Tensor Cores but not on them",
-                          "detail": f"tensor pipe {tensor:.4f}% of peak, FMA pipe "
-                                    f"{_pct(s.get('fma_pct'))}: {_why_no_tensor(group, s, shapes)}"})
-    l2 = s.get("l2_hit_pct")
-    if l2 is not None and l2 < 50 and bound == "memory":
-        found.append({"id": "poor-l2", "title": "poor L2 hit rate",
-                      "detail": f"L2 hit {l2:.1f}% on a memory-bound op: data is re-read from "
-                                "DRAM"})
-    return found
+def family_summary(kernels: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per kernel family (every launch, with an op or not), the most GPU time first:
+    ``kernel`` (the family), ``ops`` it ran in, ``summarise`` of its launches, findings."""
+    if not len(kernels):
+        return []
+    out = []
+    for family, group in kernels.groupby(kernels["kernel"].map(kernel_family), sort=False):
+        summary = summarise(group)
+        summary["findings"] = ncu_findings.findings(
+            summary, summary["kernels"], [], matmul=any(map(ncu_findings.is_matmul,
+                                                            summary["kernels"])))
+        ops = sorted({str(op) for op in group["op"] if isinstance(op, str)})
+        out.append({"kernel": str(family), "ops": ops, **summary})
+    return sorted(out, key=lambda f: -(f.get("duration_ns") or 0.0))
 
 
-def _why_no_tensor(group: pd.DataFrame, s: dict[str, Any], shapes: list[str]) -> str:
-    names = " ".join(group["kernel"].astype(str))
-    if _FP32_ONLY.search(names) and not re.search(r"tf32", names, re.IGNORECASE):
-        return ("fp32 without TF32 (FFMA kernels); allow TF32 "
-                "(torch.set_float32_matmul_precision('high')) or autocast to bfloat16")
-    dims = [int(d) for shape in shapes for d in re.findall(r"\d+", shape)]
-    if dims and any(d % 8 for d in dims if d > 1):
-        return (f"shapes not multiples of 8 ({'; '.join(shapes[:2])}); pad the matmul "
-                "dimensions to multiples of 8 (16 for int8)")
-    duration = s.get("duration_ns") or 0.0
-    if s["launches"] and duration / s["launches"] < 5_000:
-        return "too small to use them (under 5 µs per launch): batch the work"
-    if _HALF.search(names):
-        return "half-precision kernel on CUDA cores: check shapes and alignment"
-    return "dtype or shapes keep cuBLAS/cuDNN off Tensor Cores"
+def summarise(group: pd.DataFrame) -> dict[str, Any]:
+    """Launches, kernels (distinct names), every quantity (duration-weighted mean, counts
+    summed), bound, occupancy limiter, tensor path, and the roofline rolled up."""
+    summary = _weighted(group)
+    summary["launches"] = int(len(group))
+    summary["kernels"] = sorted(set(group["kernel"].astype(str)))
+    summary["bound"] = ncu_findings.bound(summary)
+    summary["occupancy_limiter"] = _limiter(summary)
+    summary["tensor_path"] = _tensor_path(summary)
+    durations = group["duration_ns"].fillna(0.0) if "duration_ns" in group else [0.0] * len(group)
+    summary.update(rollup(list(zip(group["roofline"], durations))))
+    return summary
+
+
+def kernel_family(name: str) -> str:
+    """A kernel's name without its template arguments and parameters ('void ' dropped):
+    the launches of one kernel at several tile sizes or types are one family."""
+    base = re.sub(r"^void ", "", str(name)).replace(_ANONYMOUS, "\0")
+    depth, out = 0, []
+    for char in base:
+        if char in "<(":
+            if char == "(" and depth == 0:
+                break
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        elif depth == 0:
+            out.append(char)
+    return "".join(out).strip().replace("\0", _ANONYMOUS) or str(name)
 
 
 def _weighted(group: pd.DataFrame) -> dict[str, Any]:
-    skip = {"launch", "kernel", "op", "module", "step", "attribution", "cc"}
+    skip = {"launch", "kernel", "op", "module", "step", "attribution", "cc", "roofline",
+            *ROOFLINE_COLUMNS}
     weights = group["duration_ns"].fillna(0.0).to_numpy() if "duration_ns" in group else None
     out: dict[str, Any] = {}
     for col in group.columns:
         if col in skip:
             continue
-        values = group[col].to_numpy(dtype=float)
+        values = pd.to_numeric(group[col], errors="coerce").to_numpy(dtype=float)
         ok = ~np.isnan(values)
         if not ok.any():
             out[col] = None
@@ -211,20 +240,12 @@ def _weighted(group: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def _bound(s: dict[str, Any]) -> Optional[str]:
-    sm, mem = s.get("sm_pct"), s.get("memory_pct")
-    if sm is None and mem is None:
-        return None
-    sm, mem = sm or 0.0, mem or 0.0
-    if max(sm, mem) < BOUND_PCT:
-        return "latency"
-    return "compute" if sm >= mem else "memory"
-
-
 def _limiter(s: dict[str, Any]) -> Optional[str]:
-    limits = {name: s.get(f"block_limit_{name.replace(' ', '_')}")
-              for name in ("registers", "shared memory", "warps", "blocks")}
-    limits = {k: v for k, v in limits.items() if v is not None}
+    limits: dict[str, float] = {}
+    for name in ("registers", "shared memory", "warps", "blocks"):
+        value = s.get(f"block_limit_{name.replace(' ', '_')}")
+        if value is not None:
+            limits[name] = value
     if not limits:
         return None
     low = min(limits.values())
@@ -232,7 +253,7 @@ def _limiter(s: dict[str, Any]) -> Optional[str]:
 
 
 def _tensor_path(s: dict[str, Any]) -> Optional[str]:
-    if not s.get("tensor_pct") or s["tensor_pct"] < 1.0:
+    if not s.get("tensor_pct") or s["tensor_pct"] < ncu_findings.TENSOR_ON_PCT:
         return None
     for key, label in _TENSOR_PATHS:
         value = s.get(f"tensor_{key}_pct")
@@ -260,7 +281,3 @@ def _kernel_name(name: str, op: Optional[str]) -> str:
     if op and name.startswith(f"{op}/"):
         return name[len(op) + 1:]
     return name
-
-
-def _pct(value: Optional[float]) -> str:
-    return "n/a" if value is None else f"{value:.1f}%"

@@ -16,7 +16,8 @@ from ..collect.ncu import (capture, export_raw_csv, find_ncu, gpu_names, ncu_ver
 from ..collect.torch_profiler import bootstrap_argv
 from ..errors import DeepError, NcuFormatError, ToolNotFoundError
 from ..model.deep_plan import check_ops, describe, plan_for_run
-from ..model.ncu import ATTRIBUTED, kernel_table, metric_names, op_summary
+from ..model.ncu import (ROOFLINE_COLUMNS, family_summary, kernel_table, metric_names,
+                         op_summary)
 from ..model.rules import MATMUL_OP
 from ..parse.ncu import NcuData, read_ncu
 from ..profiles import Deep
@@ -25,7 +26,16 @@ from ..rundir import free_stem
 from ..run import PassOutput, Run, Script
 
 KERNEL_COLUMNS = ["launch", "kernel", "op", "module", "step", "attribution", "duration_ns",
-                  "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct", "l2_hit_pct"]
+                  "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct", "l2_hit_pct",
+                  *ROOFLINE_COLUMNS]
+# per kernel family in the ncu section (the roofline numbers and findings ride along)
+FAMILY_COLUMNS = ["kernel", "kernels", "ops", "launches", "duration_ns", "sm_pct",
+                  "memory_pct", "dram_pct", "achieved_occupancy_pct",
+                  "theoretical_occupancy_pct", "occupancy_limiter", "registers_per_thread",
+                  "tensor_pct", "tensor_path", "fma_pct", "l2_hit_pct", "bound", "flops",
+                  "precision", "flop_per_s", "flop_peak_per_s", "dram_bytes_per_s",
+                  "dram_peak_bytes_per_s", "l2_bytes_per_s", "l2_peak_bytes_per_s",
+                  "intensity", "ridge", "roof", "roof_pct", "findings"]
 SOURCE = ("Nsight Compute {version}: kernels of the chosen ops (NVTX filter on nsbridge's op "
           "ranges), per-op values duration-weighted over their launches")
 
@@ -155,16 +165,35 @@ def ncu_from_files(files: Sequence[Path], deep: Deep, verdict: Optional[str],
         NcuFormatError, TraceNotFoundError, ToolNotFoundError (a .ncu-rep with neither the
         ncu-report package nor ncu to export it), ToolFailedError (ncu could not export it).
     """
-    data, exported = read_given_ncu(files[0], run_dir, environ)
-    notes = ([f"{len(files)} Nsight Compute files given; the report shows {files[0].name}"]
-             if len(files) > 1 else [])
-    if exported:
-        notes.append(f"{files[0].name} was read through `ncu --import` (no ncu-report "
-                     f"package here): its raw page is {exported}")
-    return ncu_output(data, deep, targets=None, plan=None, version=None, verdict=verdict,
-                      op_shapes=op_shapes, manifest={"inputs": [str(f) for f in files]},
-                      files={"ncu_input": str(files[0]),
-                             **({"ncu_export": exported} if exported else {})}, notes=notes)
+    read = [read_given_ncu(path, run_dir, environ) for path in files]
+    notes = [f"{path.name} was read through `ncu --import` (no ncu-report package here, or "
+             f"one that cannot read it): its raw page is {exported}"
+             for path, (_, exported) in zip(files, read) if exported]
+    exports = [exported for _, exported in read if exported]
+    return ncu_output(concat_ncu([data for data, _ in read]), deep, targets=None, plan=None,
+                      version=None, verdict=verdict, op_shapes=op_shapes,
+                      manifest={"inputs": [str(f) for f in files]},
+                      files={"ncu_input": str(files[0]) if len(files) == 1
+                             else [str(f) for f in files],
+                             **({"ncu_export": exports[0] if len(exports) == 1 else exports}
+                                if exports else {})}, notes=notes)
+
+
+def concat_ncu(parts: Sequence[NcuData]) -> NcuData:
+    """Several ncu files as one: their launches numbered on, one after the other (the
+    file names joined)."""
+    if len(parts) == 1:
+        return parts[0]
+    launches, metrics, offset = [], [], 0
+    for part in parts:
+        launches.append(part.launches.assign(launch=part.launches["launch"] + offset))
+        metrics.append(part.metrics.assign(launch=part.metrics["launch"] + offset))
+        offset += int(part.launches["launch"].max()) + 1 if len(part.launches) else 0
+    sources = sorted({part.source for part in parts})
+    return NcuData(path=Path(", ".join(part.path.name for part in parts)),
+                   source="+".join(sources), launches=pd.concat(launches, ignore_index=True),
+                   metrics=pd.concat(metrics, ignore_index=True),
+                   notes=[note for part in parts for note in part.notes])
 
 
 def read_given_ncu(path: Path, run_dir: Path,
@@ -201,11 +230,12 @@ def ncu_output(data: NcuData, deep: Deep, *, targets: Optional[Sequence[str]],
     per_op = op_summary(kernels, op_shapes)
     attribution = {k: int(v) for k, v in kernels["attribution"].value_counts().items()}
     table = kernels[[c for c in KERNEL_COLUMNS if c in kernels]]
+    families = [{k: f.get(k) for k in FAMILY_COLUMNS} for f in family_summary(kernels)]
     section = clean({
         "plan": plan, "ncu_version": version, "source": data.source, "file": data.path.name,
         "launches": int(len(kernels)), "attribution": attribution,
-        "missing_quantities": missing, "kernels": table.to_dict("records"),
-        "notes": list(data.notes)})
+        "missing_quantities": missing, "families": families,
+        "kernels": table.to_dict("records"), "notes": list(data.notes)})
     extra_notes = list(notes)
     if attribution.get("no_nvtx"):
         extra_notes.append(f"{attribution['no_nvtx']} ncu launch(es) carry no NVTX op range "
@@ -217,14 +247,20 @@ def ncu_output(data: NcuData, deep: Deep, *, targets: Optional[Sequence[str]],
     return PassOutput(name="ncu", manifest=manifest, section=("ncu", section), op_key="ncu",
                       op_columns=clean(per_op), notes=extra_notes,
                       sources={"ncu, ops.ncu": SOURCE.format(version=version or "")},
-                      recommendations=recommend(per_op, kernels, verdict), files=files)
+                      recommendations=recommend(per_op or _by_family(families), kernels,
+                                                verdict), files=files)
+
+
+def _by_family(families: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Kernel families keyed by name, for recommendations when no launch has an op."""
+    return {f"kernel {f['kernel']}": f for f in families}
 
 
 def recommend(per_op: dict[str, dict[str, Any]], kernels: pd.DataFrame,
               verdict: Optional[str]) -> list[dict[str, Any]]:
-    """Recommendations from the per-op findings, each naming its op and numbers."""
-    used = kernels[kernels["attribution"] == ATTRIBUTED]
-    total = float(used["duration_ns"].sum()) if "duration_ns" in used and len(used) else 0.0
+    """Recommendations from the findings of each op (or, in a capture without ops, each
+    kernel family), each naming it and its numbers."""
+    total = sum(s.get("duration_ns") or 0.0 for s in per_op.values())
     out = []
     for op, s in per_op.items():
         share = (s.get("duration_ns") or 0.0) / total if total else 0.0
@@ -241,8 +277,8 @@ def _rec_for(op: str, finding: dict[str, Any], s: dict[str, Any]) -> Optional[di
     if finding["id"] == "no-tensor-cores":
         return {"id": "tensor-cores", "title": "Put the matmuls on Tensor Cores",
                 "why": f"{op}: {finding['detail']} (ncu)",
-                "fix": "torch.set_float32_matmul_precision('high') (TF32) or torch.autocast("
-                       "'cuda', dtype=torch.bfloat16); keep matmul dimensions multiples of 8",
+                "fix": finding.get("fix") or "torch.set_float32_matmul_precision('high') "
+                       "(TF32) or torch.autocast('cuda', dtype=torch.bfloat16)",
                 "url": "https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
                 "weight": 0.6}
     if finding["id"] == "low-occupancy" and s.get("bound") == "latency":

@@ -16,7 +16,7 @@ import html
 import json
 from functools import lru_cache
 from importlib.resources import files
-from typing import Any, Collection
+from typing import Any, Collection, Optional
 
 from .. import schema as S
 from .document import HTML, Items, Section, Table, Text
@@ -84,6 +84,9 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
                                   for g in device["idle_gaps"]],
                        "spans": [[g["start_us"] / 1e3, (g["start_us"] + g["dur_us"]) / 1e3]
                                  for g in device["idle_gaps"]]}
+    roofline = roofline_data((report.get(S.NCU_SECTION) or {}).get("families") or [])
+    if roofline:
+        out["roofline"] = roofline
     ncu_ops = [op for op in report.get("ops", []) if op.get("ncu")][:8]
     if ncu_ops:
         keys = {"SM %": "sm_pct", "memory %": "memory_pct",
@@ -93,6 +96,23 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
                       "series": {label: [op["ncu"].get(k) for op in ncu_ops]
                                  for label, k in keys.items()}}
     return out
+
+
+def roofline_data(families: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """The roofline chart: each kernel family placed at (FLOP/byte, FLOP/s), and each of
+    their precisions' roofs (the DRAM slope up to the ridge, then the compute peak), all
+    from ncu's own numbers."""
+    placed = [f for f in families if f.get("flop_per_s") and f.get("intensity")][:TOP_CHART]
+    if not placed:
+        return None
+    roofs: dict[str, dict[str, float]] = {}
+    for f in placed:
+        if f.get("flop_peak_per_s") and f.get("dram_peak_bytes_per_s"):
+            roofs.setdefault(str(f["precision"]), {"peak": f["flop_peak_per_s"],
+                                                  "dram": f["dram_peak_bytes_per_s"]})
+    return {"points": [{"label": terminal(f"{f['kernel'][:80]} ({f['precision']})"),
+                        "x": f["intensity"], "y": f["flop_per_s"]} for f in placed],
+            "roofs": [{"label": terminal(f"{name} roof"), **roof} for name, roof in roofs.items()]}
 
 
 def _labels(ops: list[dict[str, Any]]) -> list[str]:
@@ -132,7 +152,9 @@ def _charts(report: dict[str, Any]) -> str:
               "ops": "Top ops: time by source (ms)",
               "gaps": "Longest GPU idle gaps over the measured window (ms from its start)",
               "memory": "Memory per op: gross vs net (MiB)",
-              "ncu": "Nsight Compute per op (% of peak / hit rate)"}
+              "ncu": "Nsight Compute per op (% of peak / hit rate)",
+              "roofline": "Roofline: each kernel family at its arithmetic intensity (FLOP/byte "
+                          "of DRAM traffic) and FLOP/s, under its roofs (ncu's own peaks)"}
     boxes = [f"<figure class='chart'><figcaption>{_esc(titles[k])}</figcaption>"
              f"<canvas id='chart-{k}'></canvas></figure>" for k in titles if k in data]
     return f"<section id='charts'>{''.join(boxes)}</section>" if boxes else ""

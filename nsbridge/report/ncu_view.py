@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .. import schema as S
-from .document import IN_FILES, Section, Table
+from .document import IN_FILES, TERMINAL, Items, Section, Table
 from .views import OpColumn, PassView
-from .wording import cell, us_from_ns
+from .wording import cell, count, us_from_ns
 
 NCU_RANK_HEADER = ["rank", "why this rank", "status", "launches", "per op: µs, SM %, "
                    "occupancy %, tensor %", "ncu report"]
@@ -25,8 +25,16 @@ def ncu_section(report: dict[str, Any], limit: Optional[int]) -> Optional[Sectio
     blocks: list[Any] = []
     findings = findings_rows(report)
     if findings:
-        blocks.append(Table(["op", "finding", "numbers"], findings, code=frozenset({0}),
-                            brief=12))
+        blocks.append(Table(["op or kernel", "finding", "numbers", "fix"], findings,
+                            code=frozenset({0}), views=IN_FILES))
+        blocks.append(Items([f"{where}: {title}: {numbers}. Fix: {fix}"
+                             for where, title, numbers, fix in findings], brief=12,
+                            views=frozenset({TERMINAL})))
+    roofline = roofline_rows(ncu.get("families") or [], limit)
+    if roofline:
+        blocks.append(Table(ROOFLINE_HEADER, roofline, code=frozenset({0}), brief=8,
+                            lead="Roofline per kernel family (from ncu's own counters and "
+                                 "peaks):"))
     if ncu.get("ranks"):
         blocks.append(Table(NCU_RANK_HEADER, rank_rows(ncu), code=frozenset({5}),
                             lead=f"Per rank (the findings above are rank "
@@ -52,7 +60,7 @@ def ncu_line(ncu: dict[str, Any]) -> str:
                      (ncu.get("attribution") or {}).items())
     version = f" {ncu['ncu_version']}" if ncu.get("ncu_version") else ""
     text = (f"ncu{version} ({ncu['source']}, {ncu['file']}): "
-            f"{ncu['launches']} kernel launches ({tied})")
+            f"{count(ncu['launches'], 'kernel launch')} ({tied})")
     if plan:
         text += (f"; plan: {len(plan['ops'])} op(s), skipped {plan['launch_skip']} warm-up "
                  f"launches, profiled {plan['launch_count']}")
@@ -62,10 +70,42 @@ def ncu_line(ncu: dict[str, Any]) -> str:
     return text
 
 
+ROOFLINE_HEADER = ["kernel", "launches", "ms", "FLOP/s", "precision", "FLOP/byte",
+                   "binding roof", "% of roof", "DRAM GB/s"]
+
+
 def findings_rows(report: dict[str, Any]) -> list[list[str]]:
-    """[op, finding title, detail] for every op with ncu numbers, in op-table order."""
-    return [[op[S.NAME], f["title"], f["detail"]] for op in report["ops"] if op.get(S.NCU_KEY)
+    """[op or kernel family, finding, numbers, fix]: every op with ncu numbers in op-table
+    order, then every kernel family no op claims (all of them in a capture without
+    NVTX ranges), the most GPU time first."""
+    rows = [[op[S.NAME], f["title"], f["detail"], f.get("fix") or "-"]
+            for op in report["ops"] if op.get(S.NCU_KEY)
             for f in op[S.NCU_KEY].get("findings", [])]
+    families = (report.get(S.NCU_SECTION) or {}).get("families") or []
+    return rows + [[fam["kernel"], f["title"], f["detail"], f.get("fix") or "-"]
+                   for fam in families if not fam.get("ops") for f in fam.get("findings") or []]
+
+
+def roofline_rows(families: list[dict[str, Any]], limit: Optional[int]) -> list[list[str]]:
+    """One row per kernel family with FLOP counters: its time, FLOP/s, intensity and the
+    roof that binds it."""
+    def num(value: Any, scale: float = 1.0, digits: int = 3) -> str:
+        return "-" if value is None else f"{value / scale:.{digits}g}"
+    return [[f["kernel"], str(f.get("launches") or "-"), num(f.get("duration_ns"), 1e6, 4),
+             rate(f["flop_per_s"]), str(f.get("precision") or "-"), num(f.get("intensity")),
+             str(f.get("roof") or "-"), num(f.get("roof_pct")),
+             num(f.get("dram_bytes_per_s"), 1e9)]
+            for f in families[:limit] if f.get("flop_per_s") is not None]
+
+
+def rate(value: Optional[float]) -> str:
+    """'39.4 T' (per second), '-' when not measured."""
+    if value is None:
+        return "-"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}"
+    return f"{value:.3g}"
 
 
 def rank_rows(ncu: dict[str, Any]) -> list[list[str]]:

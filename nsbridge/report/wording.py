@@ -50,8 +50,9 @@ def pct(share: float) -> str:
 
 
 def count(n: int, noun: str) -> str:
-    """'no op', '1 op', '41 ops'."""
-    return f"no {noun}" if n == 0 else f"{n} {noun}" + ("" if n == 1 else "s")
+    """'no op', '1 op', '41 ops', '2 kernel launches'."""
+    plural = "es" if noun.endswith(("ch", "sh", "s", "x")) else "s"
+    return f"no {noun}" if n == 0 else f"{n} {noun}" + ("" if n == 1 else plural)
 
 
 def int_text(value: Optional[int]) -> str:

@@ -44,6 +44,25 @@
       options: {indexAxis: "y", scales: {x: {min: 0, max: 100}}}});
   }
 
+  if (data.roofline) {
+    var xs = data.roofline.points.map(function (p) { return p.x; });
+    var lo = Math.min.apply(null, xs) / 10, hi = Math.max.apply(null, xs) * 10;
+    var roofSets = data.roofline.roofs.map(function (r, i) {
+      var ridge = r.peak / r.dram;
+      var line = [{x: Math.min(lo, ridge / 10), y: Math.min(lo, ridge / 10) * r.dram},
+                  {x: ridge, y: r.peak}, {x: Math.max(hi, ridge * 10), y: r.peak}];
+      return {type: "line", label: r.label, data: line, borderColor: palette[(i + 3) % palette.length],
+              pointRadius: 0, fill: false};
+    });
+    var pointSets = data.roofline.points.map(function (p, i) {
+      return {type: "scatter", label: p.label, data: [{x: p.x, y: p.y}],
+              backgroundColor: palette[i % palette.length], pointRadius: 6};
+    });
+    chart("chart-roofline", {type: "scatter", data: {datasets: roofSets.concat(pointSets)},
+      options: {scales: {x: {type: "logarithmic", title: {display: true, text: "FLOP/byte (DRAM)"}},
+                         y: {type: "logarithmic", title: {display: true, text: "FLOP/s"}}}}});
+  }
+
   var table = document.getElementById("op-table");
   if (!table) { return; }
   var body = table.tBodies[0];
