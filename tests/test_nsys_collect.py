@@ -75,6 +75,7 @@ def test_argv_and_leftover_qdstrm_is_imported(fake_nsys: dict, tmp_path: Path) -
     assert ["export", "--type", "sqlite"] == next(c for c in calls if c[0] == "export")[:3]
     run = tmp_path / "run"
     assert (run / "timeline.nsys-rep").read_text() == "imported"   # made by QdstrmImporter
+    assert not (run / "timeline.qdstrm").exists()                  # imported, then removed
     report = json.loads((run / "report.json").read_text())
     assert report["timeline"]["op_ranges"] > 0 and report["status"] == "ok"
     nsys_pass = json.loads((run / "manifest.json").read_text())["passes"][-1]

@@ -200,6 +200,7 @@ class _Export:
         self.memcpy = self.memset = empty
         self.osrt = pd.DataFrame(columns=["start", "end", "dur", "global_tid", "name"])
         self.product_version, self.schema_version = "test", "0"
+        self.tables = {"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"}
 
 
 def test_join_is_per_thread_and_innermost() -> None:

@@ -22,7 +22,26 @@ def cnn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                         "--epochs", "1", cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "Timeline: nsys" in proc.stdout
+    (run.parent / "stdout.txt").write_text(proc.stdout)
     return run
+
+
+def test_a_cpu_capture_shows_no_gpu_numbers_and_keeps_no_raw_stream(cnn_run: Path) -> None:
+    """No CUDA in the capture: GPU fields are null (not 0) in report.json and no column of
+    dashes or zeros is shown; the 20+ MB .qdstrm is gone once the report exists."""
+    report = json.loads((cnn_run / "report.json").read_text())
+    timeline = report["timeline"]
+    assert timeline["gpu_traced"] is False
+    assert timeline["kernels"] is None and timeline["gpu_busy_pct"] is None
+    assert all(op["kernel_us"] is None and op["kernels"] is None for op in timeline["ops"])
+    joined = [op["nsys"] for op in report["ops"] if op["nsys"]]
+    assert joined and all(n["kernel_us"] is None and n["range_us"] > 0 for n in joined)
+    shown = [(cnn_run.parent / "stdout.txt").read_text(), (cnn_run / "report.md").read_text(),
+             (cnn_run / "report.html").read_text()]
+    for text in shown:
+        assert "no GPU activity traced" in text
+        assert "kernel ms" not in text and "nsys kernel" not in text and "0.000" not in text
+    assert not list(cnn_run.glob("*.qdstrm"))
 
 
 def test_export_holds_forward_and_backward_op_ranges(cnn_run: Path) -> None:

@@ -151,7 +151,7 @@ def capture(install: NsysInstall, *, trace: Sequence[str], output: Path,
             child_argv: Sequence[str], cwd: Path, env: Mapping[str, str],
             timeout: Optional[float], log: Path, echo: bool = True) -> Capture:
     """Run ``child_argv`` under `nsys profile` into ``output``.nsys-rep, importing a
-    leftover .qdstrm. The child's output reaches the terminal when ``echo``; nsys's
+    leftover .qdstrm (removed once the report exists). The child's output reaches the terminal when ``echo``; nsys's
     progress bars only the log.
 
     Raises:
@@ -176,6 +176,8 @@ def capture(install: NsysInstall, *, trace: Sequence[str], output: Path,
     if not report.is_file():
         raise ToolFailedError(_failure(argv, outcome.returncode, log,
                                        "nsys left no .nsys-rep report"))
+    # the raw stream the report was made from: most of the run directory, read by nothing
+    output.with_suffix(".qdstrm").unlink(missing_ok=True)
     return Capture(outcome=outcome, argv=argv, report=report, imported_with=imported_with)
 
 

@@ -37,6 +37,10 @@ from .nesting import build_tree, longest_gaps, merge_intervals
 from .strings import name_mask
 from .syncs import BLOCKING_CALL
 
+# the export's tables of GPU work: a capture with none of them traced no GPU activity
+GPU_TABLES = frozenset({"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME",
+                        "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"})
+
 NVTX_PUSH_POP, NO_LAUNCH, OUTSIDE_OPS = "nvtx_push_pop", "no_launch_in_capture", "outside_op_ranges"
 _OP_NAME = re.compile(r"^[A-Za-z_][\w.]*::[\w.]+")
 _PID_MASK = ~0xFFFFFF
@@ -203,9 +207,24 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
         "runtime_calls": int(len(runtime)),
         "sync_calls": int(len(syncs)), "sync_us": round(float(syncs["dur"].sum()) / 1e3, 3),
         "osrt_calls": int(len(export.osrt)),
-        "gpu_busy_pct": _busy_pct(gpu),
+        "gpu_busy_pct": _busy_pct(gpu), "gpu_traced": True,
     }
+    if not GPU_TABLES & set(export.tables):
+        op_table, summary = _without_gpu(op_table, summary)
     return Timeline(ops=op_table, gpu=gpu, gaps=gaps, summary=summary)
+
+
+def _without_gpu(ops: pd.DataFrame, summary: dict[str, Any]
+                 ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """A capture with no CUDA trace at all (a CPU-only run): its GPU numbers were not
+    measured, so they are null, not 0; only the ranges remain."""
+    gpu_columns = [c for c in ops.columns if c not in ("op", "ranges", "range_us")]
+    ops = ops.astype({c: object for c in gpu_columns})
+    ops[gpu_columns] = None
+    unmeasured = ("kernels", "copies", "memsets", "no_launch", "runtime_calls", "sync_calls",
+                  "sync_us", "gpu_busy_pct")
+    return ops, {**summary, **{k: None for k in unmeasured}, "attribution": {},
+                 "gpu_traced": False}
 
 
 def _label(tree: Any, pos: np.ndarray, wanted: np.ndarray, codes: np.ndarray,

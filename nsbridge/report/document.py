@@ -78,3 +78,12 @@ class Section:
     def shown_in(self, view: str) -> list[Block]:
         """The blocks ``view`` shows."""
         return [block for block in self.blocks if view in block.views]
+
+
+def without_empty_columns(header: list[str], rows: list[list[str]],
+                          keep: int = 1) -> tuple[list[str], list[list[str]]]:
+    """The table without the columns (after the first ``keep``) that are '-' in every row:
+    what was not measured is not shown as a column of dashes."""
+    shown = [i for i in range(len(header))
+             if i < keep or not rows or any(row[i] != "-" for row in rows)]
+    return [header[i] for i in shown], [[row[i] for i in shown] for row in rows]

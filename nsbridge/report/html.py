@@ -65,7 +65,7 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
         if report.get("device"):
             series["torch.profiler self device ms"] = [(op[S.DEVICE_SELF_US] or 0) / 1e3
                                                       for op in ops]
-        if any(op.get("nsys") for op in ops):
+        if any((op.get("nsys") or {}).get("kernel_us") is not None for op in ops):
             series["nsys kernel ms"] = [((op.get("nsys") or {}).get("kernel_us") or 0) / 1e3
                                         for op in ops]
         out["ops"] = {"labels": _labels(ops), "series": series}

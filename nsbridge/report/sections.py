@@ -17,7 +17,8 @@ from typing import Any, Optional
 
 from .. import schema as S
 from .build import STOPPED
-from .document import EVERYWHERE, IN_FILES, MARKDOWN, Items, Section, Table, Text
+from .document import (EVERYWHERE, IN_FILES, MARKDOWN, Items, Section, Table, Text,
+                       without_empty_columns)
 from .ncu_view import NCU_VIEW
 from .ranks_view import RANKS_VIEW
 from .timeline_view import TIMELINE_VIEW
@@ -74,11 +75,14 @@ def op_table(report: dict[str, Any],
         header, rows = [header[i] for i in keep], [[r[i] for i in keep] for r in rows]
     groups = [(TORCH_SOURCE, len(header))]
     for key, source, columns in _op_column_groups(report["ops"]):
-        header += [c.header for c in columns]
-        for row, op in zip(rows, ops):
-            values = op.get(key) or {}
-            row.extend(cell(values.get(c.key), c.kind) for c in columns)
-        groups.append((source, len(columns)))
+        cells = [[cell((op.get(key) or {}).get(c.key), c.kind) for c in columns] for op in ops]
+        names, cells = without_empty_columns([c.header for c in columns], cells, keep=0)
+        if not names:    # the pass measured none of its columns (nsys without a GPU)
+            continue
+        header += names
+        for row, extra in zip(rows, cells):
+            row.extend(extra)
+        groups.append((source, len(names)))
     return header, rows, groups
 
 
@@ -173,8 +177,9 @@ def _syncs(report: dict[str, Any]) -> Optional[Section]:
     rows = [[p["kind"], where(p), p["op"] or "", str(p["count"]), counted_over(p),
              per_step_cell(p), f"{p['host_ms']:.3f}", ms_or_dash(p.get("gpu_idle_ms"))]
             for p in points]
+    header, rows = without_empty_columns(SYNC_HEADER, rows)   # no GPU: no idle after
     return Section("syncs", "Sync points (host waits for the device)",
-                   [Table(SYNC_HEADER, rows, code=frozenset({1, 2}), brief=5)])
+                   [Table(header, rows, code=frozenset({1, 2}), brief=5)])
 
 
 def _recommendations(report: dict[str, Any]) -> Optional[Section]:

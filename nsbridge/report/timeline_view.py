@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .. import schema as S
-from .document import Items, Section, Table
+from .document import Items, Section, Table, without_empty_columns
 from .views import OpColumn, PassView
 from .wording import attribution, gap_host, int_text, ms
 
@@ -24,7 +24,8 @@ def timeline_section(report: dict[str, Any], limit: Optional[int]) -> Optional[S
         return None
     blocks: list[Any] = []
     if t.get("ops"):
-        blocks.append(Table(TIMELINE_HEADER, _rows(t["ops"][:limit]), code=frozenset({0})))
+        header, rows = without_empty_columns(TIMELINE_HEADER, _rows(t["ops"][:limit]))
+        blocks.append(Table(header, rows, code=frozenset({0})))
     if t.get("idle_gaps"):
         blocks.append(Items([f"GPU {g['device']} idle {g['dur_us'] / 1e3:.3f} ms while the host "
                              f"was in {gap_host(g)}" for g in t["idle_gaps"]], brief=3))
@@ -40,9 +41,10 @@ def _rows(ops: list[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for op in ops:
         lat = op.get("launch_latency_us")
-        rows.append([op["op"], str(op["ranges"]), ms(op.get("range_us")), str(op["kernels"]),
-                     ms(op.get("kernel_us")), str(op.get("copies", 0)), ms(op.get("copy_us")),
-                     str(op.get("memsets", 0)), "-" if lat is None else f"{lat:.1f}",
+        rows.append([op["op"], str(op["ranges"]), ms(op.get("range_us")),
+                     int_text(op.get("kernels")), ms(op.get("kernel_us")),
+                     int_text(op.get("copies")), ms(op.get("copy_us")),
+                     int_text(op.get("memsets")), "-" if lat is None else f"{lat:.1f}",
                      ms(op.get("idle_before_us")), ms(op.get("sync_us"))])
     return rows
 
@@ -50,10 +52,12 @@ def _rows(ops: list[dict[str, Any]]) -> list[list[str]]:
 def timeline_line(t: dict[str, Any]) -> str:
     """The capture in one sentence: version, ranges, GPU work, busy, attribution, window."""
     busy = "-" if t.get("gpu_busy_pct") is None else f"{t['gpu_busy_pct']:.1f}%"
+    gpu = (f"{t['kernels']} kernels, {t['copies']} copies, {t.get('memsets', 0)} memsets, "
+           f"GPU busy {busy}; attribution {attribution(t['attribution'])}"
+           if t.get("gpu_traced", True) else
+           "no GPU activity traced (no CUDA in this capture: the GPU columns are not shown)")
     return (f"nsys {t.get('nsys_version') or '?'}: {t['op_ranges']} op ranges, "
-            f"{t['module_ranges']} module ranges, {t['kernels']} kernels, {t['copies']} copies, "
-            f"{t.get('memsets', 0)} memsets, GPU busy {busy}; attribution "
-            f"{attribution(t['attribution'])}; NVTX ranges emitted "
+            f"{t['module_ranges']} module ranges, {gpu}; NVTX ranges emitted "
             f"{int_text(t['nvtx'].get('emitted'))}, recorded "
             f"{int_text(t['nvtx'].get('recorded'))}; " + _window(t.get("window") or {}))
 
