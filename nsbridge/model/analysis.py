@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -19,6 +19,7 @@ from .rules import Facts, recommend
 from .steps import PHASES, drop_partial_steps, main_thread, step_breakdown, step_windows
 from .strings import name_mask, starts_with
 from .syncs import blocking_calls, gpu_idle_after, sync_cost, sync_points
+from .tensor_cores import common_input_types
 from .verdict import decide, qualify
 
 
@@ -40,6 +41,8 @@ class TraceAnalysis:
     collectives: list[dict[str, Any]]  # model.collectives.collectives (distributed runs)
     facts: Optional[Facts] = None      # what the verdict and the rules read (model.pooled)
     comm_per_step_us: Optional[list[float]] = None   # collectives.time_per_step
+    # per matmul/convolution/attention op: its most common "Input type" list (tensor_cores)
+    input_types: dict[str, str] = field(default_factory=dict)
 
 
 def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
@@ -153,7 +156,10 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                          sync_points=points, verdict=verdict,
                          recommendations=recommend(facts),
                          collectives=collectives(events, tree, gpu, lo, hi, n_steps), facts=facts,
-                         comm_per_step_us=time_per_step(events, windows))
+                         comm_per_step_us=time_per_step(events, windows),
+                         input_types=common_input_types(
+                             host_names[ops_in], events.loc[tree.rows, S.INPUT_TYPES]
+                             .to_numpy()[ops_in]))
 
 
 def measured_window(events: pd.DataFrame, tree: Any, window: str,

@@ -8,6 +8,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from .. import schema as S
+from ..model import tensor_cores
 from ..model.analysis import TraceAnalysis, mean_step
 from ..model.stats import mean_half_widths_pct, summary
 
@@ -41,6 +42,9 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     report["window"] = analysis.window
     report["ranked_by"] = S.RANKED_BY_DEVICE if has_device else S.RANKED_BY_HOST
     report["ops"] = _with_spread(_records(analysis.ops), _runs(analysis.steps))
+    marks = _tensor_core_marks(report["ops"], analysis, (environment or {}).get("math") or {})
+    if marks:
+        report[S.TENSOR_CORES_SECTION] = tensor_cores.summary(marks)
     bare_ms, bare_runs = _unprofiled(child_steps)
     report["steps"] = {
         "detected_by": step_source or _step_source(analysis.steps),
@@ -61,6 +65,24 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     if not (measured_anything(report) and conclusive(report)):
         report["verdict"], report["recommendations"] = None, []
     return clean(report)
+
+
+def _tensor_core_marks(ops: list[dict[str, Any]], analysis: TraceAnalysis,
+                       settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Mark each matmul, convolution and attention op (``ops[].tensor_cores``, set here)
+    with its Tensor Core eligibility (on a GPU run, those that launched kernels
+    themselves: a wrapper such as aten::linear is marked through its child); returns the
+    marks by op."""
+    marks = {}
+    for op in ops:
+        wrapper = analysis.has_device and not op.get(S.KERNELS)   # its children launch
+        if not tensor_cores.is_tensor_core_op(op[S.NAME]) or wrapper:
+            continue
+        found = tensor_cores.mark(op, analysis.input_types.get(op[S.NAME]), settings,
+                                  analysis.has_device)
+        if found is not None:
+            op[S.TENSOR_CORES_SECTION] = marks[op[S.NAME]] = found
+    return marks
 
 
 def conclusive(report: dict[str, Any]) -> bool:

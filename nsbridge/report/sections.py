@@ -21,6 +21,7 @@ from .document import (EVERYWHERE, IN_FILES, MARKDOWN, Items, Section, Table, Te
                        without_empty_columns)
 from .ncu_view import NCU_VIEW
 from .ranks_view import RANKS_VIEW
+from .tensor_cores_view import TENSOR_CORES_VIEW
 from .timeline_view import TIMELINE_VIEW
 from .views import OpColumn, register_view, view_for_key, views_by_op_key
 from .wording import (attribution, cell, counted_over, early_line, int_text, kernel_rate,
@@ -229,5 +230,5 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
-for _view in (RANKS_VIEW, TIMELINE_VIEW, NCU_VIEW):
+for _view in (TENSOR_CORES_VIEW, RANKS_VIEW, TIMELINE_VIEW, NCU_VIEW):
     register_view(_view)

@@ -71,7 +71,7 @@ def aligned(header: list[str], rows: list[list[str]], name_width: int = NAME_WID
 
     def line(cells: list[str]) -> str:
         return "  " + "  ".join(c.rjust(w) if numeric[i] else c.ljust(w)
-                                for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+                                for i, (c, w) in enumerate(zip(cells, widths)))
     return [line(header)] + [line(r) for r in rows]
 
 

@@ -17,8 +17,10 @@ REPORT_KEYS = ("schema_version", "nsbridge_version", "command", "target", "statu
                "recommendations", "collectives", "overhead", "machine", "environment",
                "files", "notes", "sources")
 # the keys other passes add as their own sections (any key not in REPORT_KEYS is one):
-# nsys "timeline", ncu "ncu", the ranks of a job "distributed"
+# nsys "timeline", ncu "ncu", the ranks of a job "distributed"; "tensor_cores" (the count
+# of each Tensor Core mark; each matmul/conv/attention op's own is its ops[].tensor_cores)
 TIMELINE_SECTION, NCU_SECTION, DISTRIBUTED_SECTION = "timeline", "ncu", "distributed"
+TENSOR_CORES_SECTION = "tensor_cores"
 # the keys whose values every pass adds to rather than replaces
 ACCUMULATED_KEYS = ("notes", "files", "sources")
 
