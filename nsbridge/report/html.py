@@ -213,13 +213,27 @@ def _sortable(block: Table) -> str:
 
 
 def _table(header: list[str], rows: Any, code: Collection[int] = frozenset()) -> str:
-    """An escaped table; the columns in ``code`` (names, paths) set as code."""
+    """An escaped table; the columns in ``code`` (names, paths) set as code; numbers
+    right-aligned, text left-aligned."""
     def cell(i: int, value: Any) -> str:
         text = _esc(value)
-        return f"<td><code>{text}</code></td>" if i in code else f"<td>{text}</td>"
+        if i in code:
+            return f"<td class='t'><code>{text}</code></td>"
+        return f"<td>{text}</td>" if _is_number(str(value)) else f"<td class='t'>{text}</td>"
     return ("<table><tr>" + "".join(f"<th>{_esc(h)}</th>" for h in header) + "</tr>"
             + "".join("<tr>" + "".join(cell(i, v) for i, v in enumerate(row)) + "</tr>"
                       for row in rows) + "</table>")
+
+
+def _is_number(cell: str) -> bool:
+    """A cell of a number ('3.487', '±3', '-' for not measured): right-aligned."""
+    if cell == "-":
+        return True
+    try:
+        float(cell.lstrip("±"))
+    except ValueError:
+        return False
+    return True
 
 
 def _sort_value(cell: str) -> str:

@@ -60,7 +60,14 @@
     });
     chart("chart-roofline", {type: "scatter", data: {datasets: roofSets.concat(pointSets)},
       options: {scales: {x: {type: "logarithmic", title: {display: true, text: "FLOP/byte (DRAM)"}},
-                         y: {type: "logarithmic", title: {display: true, text: "FLOP/s"}}}}});
+                         y: {type: "logarithmic", title: {display: true, text: "FLOP/s"},
+                             ticks: {callback: function (v) {
+                               var units = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"]];
+                               for (var i = 0; i < units.length; i++) {
+                                 if (v >= units[i][0]) { return (v / units[i][0]) + " " + units[i][1]; }
+                               }
+                               return v;
+                             }}}}}});
   }
 
   var table = document.getElementById("op-table");
