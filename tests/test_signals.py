@@ -132,9 +132,11 @@ def test_a_script_that_dies_without_a_traceback_is_told_so(tmp_path: Path, body:
 
 
 SPAWNS = """
-import subprocess, sys, time, torch
+import os, subprocess, sys, time
 child = subprocess.Popen(["sleep", "300"])
-open(sys.argv[1], "w").write(str(child.pid))
+open(sys.argv[1] + ".tmp", "w").write(str(child.pid))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+import torch
 while True:
     torch.ones(4).sum()
     time.sleep(0.05)
@@ -145,13 +147,16 @@ while True:
 def test_stopping_the_script_ends_the_processes_it_started(tmp_path: Path, how: str) -> None:
     script, pid_file = tmp_path / "spawns.py", tmp_path / "pid"
     script.write_text(SPAWNS)
-    extra = ["--timeout", "4"] if how == "timeout" else []
+    # long enough for the script to start on a loaded machine (torch's import, the
+    # profiler's start): the timeout counts from the bootstrap's start
+    extra = ["--timeout", "20"] if how == "timeout" else []
     proc = subprocess.Popen([sys.executable, "-m", "nsbridge", "-q", "triage", *extra, "--out",
                              str(tmp_path / "run"), str(script), str(pid_file)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not pid_file.is_file() and time.monotonic() < deadline:
+    while not pid_file.is_file() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
+    assert pid_file.is_file(), proc.communicate(timeout=120)
     sleeper = int(pid_file.read_text())
     assert _alive(sleeper)
     if how == "sigterm":
