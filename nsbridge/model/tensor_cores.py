@@ -83,7 +83,8 @@ def mark(op: Mapping[str, Any], input_types: Optional[str], math: Mapping[str, A
                     "reason": f"{why}; kernels: {_short(off)}"}
     if dtype is None:
         return None
-    evidence = "dtype, shapes and settings" + ("" if gpu_run else " (a CPU run: on a GPU)")
+    evidence = "dtype, shapes and settings" + (
+        "" if gpu_run else "; a CPU run: what a GPU would do")
     return {"status": status, "dtype": dtype, "evidence": evidence, "reason": reason}
 
 
