@@ -66,14 +66,14 @@ def bound(summary: dict[str, Any]) -> Optional[str]:
 def _roofline(s: dict[str, Any]) -> Optional[dict[str, Any]]:
     if not s.get("flop_per_s"):
         return None
-    text = f"{_rate(s['flop_per_s'], 'FLOP/s')} {s['precision']}"
+    text = f"{si(s['flop_per_s'], 'FLOP/s')} {s['precision']}"
     if s.get("intensity") is not None:
         text += f" at {s['intensity']:.3g} FLOP/byte of DRAM traffic"
     if s.get("roof") is None:
         return {"id": "roofline", "title": "roofline: achieved FLOP/s", "detail": text,
                 "fix": "collect the roofline section (--set full) for the peaks"}
-    peak = (_rate(s["flop_peak_per_s"], "FLOP/s") if s["roof"] == "compute"
-            else f"{_rate(s['dram_peak_bytes_per_s'], 'B/s')} x {s['intensity']:.3g} FLOP/byte")
+    peak = (si(s["flop_peak_per_s"], "FLOP/s") if s["roof"] == "compute"
+            else f"{si(s['dram_peak_bytes_per_s'], 'B/s')} x {s['intensity']:.3g} FLOP/byte")
     text += (f"; roof {peak} (ridge {s['ridge']:.3g} FLOP/byte): {s['roof_pct']:.1f}% of "
              f"it, over {(s.get('duration_ns') or 0.0) / 1e6:.2f} ms")
     fix = ("raise the work per byte (fuse, tile, keep data in L2) or move fewer bytes (lower "
@@ -142,7 +142,7 @@ def _why_no_tensor(s: dict[str, Any], kernels: Sequence[str],
     on_ffma = fp32 > 0 and fp32 >= max((v.get("achieved") or 0.0 for v in flops.values()),
                                        default=0.0)
     if (on_ffma or _FP32_ONLY.search(names)) and not _TF32.search(names):
-        numbers = f" ({_rate(fp32, 'FLOP/s')} on the FMA pipe)" if on_ffma else ""
+        numbers = f" ({si(fp32, 'FLOP/s')} on the FMA pipe)" if on_ffma else ""
         return (f"fp32 without TF32: the FFMA path{numbers}", TF32_FIX)
     dims = [int(d) for shape in shapes for d in re.findall(r"\d+", shape)]
     if dims and any(d % 8 for d in dims if d > 1):
@@ -159,8 +159,8 @@ def _why_no_tensor(s: dict[str, Any], kernels: Sequence[str],
             "autocast to bfloat16 and pad dimensions to multiples of 8")
 
 
-def _rate(value: float, unit: str) -> str:
-    """'39.4 TFLOP/s', '114 GB/s'."""
+def si(value: float, unit: str) -> str:
+    """A rate with a decimal prefix: '39.4 TFLOP/s', '114 GB/s'."""
     for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= scale:
             return f"{value / scale:.3g} {prefix}{unit}"

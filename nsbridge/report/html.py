@@ -22,8 +22,8 @@ from .. import schema as S
 from .document import HTML, Items, Section, Table, Text
 from .escape import terminal
 from .sections import sections
-from .wording import (context_lines, shown_verdict, trouble_lines, verdict_headline,
-                      verdict_lines, verdict_title)
+from .wording import (context_lines, is_number, shown_verdict, trouble_lines,
+                      verdict_headline, verdict_lines, verdict_title)
 
 TOP_CHART = 15
 
@@ -219,21 +219,10 @@ def _table(header: list[str], rows: Any, code: Collection[int] = frozenset()) ->
         text = _esc(value)
         if i in code:
             return f"<td class='t'><code>{text}</code></td>"
-        return f"<td>{text}</td>" if _is_number(str(value)) else f"<td class='t'>{text}</td>"
+        return f"<td>{text}</td>" if is_number(str(value)) else f"<td class='t'>{text}</td>"
     return ("<table><tr>" + "".join(f"<th>{_esc(h)}</th>" for h in header) + "</tr>"
             + "".join("<tr>" + "".join(cell(i, v) for i, v in enumerate(row)) + "</tr>"
                       for row in rows) + "</table>")
-
-
-def _is_number(cell: str) -> bool:
-    """A cell of a number ('3.487', '±3', '-' for not measured): right-aligned."""
-    if cell == "-":
-        return True
-    try:
-        float(cell.lstrip("±"))
-    except ValueError:
-        return False
-    return True
 
 
 def _sort_value(cell: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .. import schema as S
+from ..model.ncu_findings import si
 from .document import IN_FILES, TERMINAL, Items, Section, Table
 from .views import OpColumn, PassView
 from .wording import cell, count, us_from_ns
@@ -100,12 +101,7 @@ def roofline_rows(families: list[dict[str, Any]], limit: Optional[int]) -> list[
 
 def rate(value: Optional[float]) -> str:
     """'39.4 T' (per second), '-' when not measured."""
-    if value is None:
-        return "-"
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
-        if value >= scale:
-            return f"{value / scale:.3g} {prefix}"
-    return f"{value:.3g}"
+    return "-" if value is None else si(value, "").rstrip()
 
 
 def rank_rows(ncu: dict[str, Any]) -> list[list[str]]:

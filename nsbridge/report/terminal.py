@@ -10,8 +10,8 @@ from typing import Any, Optional
 from .document import TERMINAL, Items, Table, Text
 from .escape import terminal
 from .sections import sections
-from .wording import (context_lines, shown_verdict, trouble_lines, verdict_headline,
-                      verdict_lines, verdict_title)
+from .wording import (context_lines, is_number, shown_verdict, trouble_lines,
+                      verdict_headline, verdict_lines, verdict_title)
 
 PERFETTO = "https://ui.perfetto.dev"
 NAME_WIDTH = 44
@@ -67,21 +67,10 @@ def aligned(header: list[str], rows: list[list[str]], name_width: int = NAME_WID
     rows = [[clip(terminal(r[0])), *map(terminal, r[1:])] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(header)]
-    numeric = [i > 0 and all(_is_number(r[i]) for r in rows) for i in range(len(header))]
+    numeric = [i > 0 and all(is_number(r[i]) for r in rows) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
         return "  " + "  ".join(c.rjust(w) if numeric[i] else c.ljust(w)
                                 for i, (c, w) in enumerate(zip(cells, widths)))
     return [line(header)] + [line(r) for r in rows]
 
-
-def _is_number(cell: str) -> bool:
-    """'12.5', '±3', '4/s', '-' (not measured) read as numbers."""
-    text = cell.strip().lstrip("±").removesuffix("/s").removesuffix("%")
-    if text == "-":
-        return True
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True

@@ -55,6 +55,18 @@ def count(n: int, noun: str) -> str:
     return f"no {noun}" if n == 0 else f"{n} {noun}" + ("" if n == 1 else plural)
 
 
+def is_number(cell: str) -> bool:
+    """A table cell of a number: '12.5', '±3', '4/s', '7%', or '-' (not measured)."""
+    text = cell.strip().lstrip("±").removesuffix("/s").removesuffix("%")
+    if text == "-":
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def int_text(value: Optional[int]) -> str:
     return "-" if value is None else str(value)
 
