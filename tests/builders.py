@@ -13,7 +13,8 @@ from nsbridge import schema as S
 def events(*rows: dict[str, Any]) -> pd.DataFrame:
     """Build an EVENTS frame; each row needs cat, name, ts, dur; the rest defaults."""
     base = {S.PH: "X", S.PID: "1", S.TID: "1", S.EXT_ID: np.nan, S.CORRELATION: np.nan,
-            S.INPUT_DIMS: None, S.INPUT_TYPES: None, S.BYTES: np.nan, S.DEVICE: np.nan}
+            S.INPUT_DIMS: None, S.INPUT_TYPES: None, S.BYTES: np.nan, S.DEVICE: np.nan,
+            S.KERNEL_FILE: None}
     frame = pd.DataFrame([{**base, **r} for r in rows])[S.EVENT_COLUMNS]
     for col in (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE):
         frame[col] = frame[col].astype(np.float64)

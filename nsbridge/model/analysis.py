@@ -13,6 +13,7 @@ from ..profiles import Analysis as Thresholds
 from .attribution import LAUNCHED_BEFORE_WINDOW, attribute_gpu_events, linking_generation
 from .collectives import collectives, comm_overlap, time_per_step
 from .device import busy_by_device, copies, gpu_work, idle_gaps, launched_before_window
+from .kernel_origins import graph_launch_calls, kernel_origins
 from .nesting import build_host_tree
 from .ops import op_table
 from .rules import Facts, recommend
@@ -107,6 +108,8 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
             LAUNCHED_BEFORE_WINDOW: launched_before_window(in_window),
             "comm": comm_overlap(in_window, dlo, dhi),
             "work": gpu_work(in_window, events.loc[tree.rows, S.NAME].to_numpy()),
+            **kernel_origins(in_window, events.loc[tree.rows, S.NAME].to_numpy(),
+                             graph_launch_calls(events, lo, hi)),
         }
 
     calls = blocking_calls(events, tree, lo, hi)

@@ -15,6 +15,11 @@ neither rule explains stays in the frame, counted and shown, never dropped:
   so work queued in the step before the profiler started still runs inside the window;
   it counts toward the device's busy time, not toward any op.
 - ``outside_ops``: launched from Python between ops (or inside a step range only).
+
+Each GPU event also says how it was launched (``via``: ``cuda_graph`` when its launch call
+is a graph launch, whose kernels torch.profiler shows under the replaying op only) and,
+for torch.compile (Triton) kernels, the generated source file the launching op carries
+(``source``, from the cpu_op's args "kernel_file"; recent torch traces write it).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from .strings import starts_with
 
 EXTERNAL_ID, LAUNCH_CONTAINMENT = "external_id", "launch_containment"
 LAUNCHED_BEFORE_WINDOW, OUTSIDE_OPS = "launched_before_window", "outside_ops"
+CUDA_GRAPH = "cuda_graph"
+GRAPH_LAUNCH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
 
 
 def linking_generation(events: pd.DataFrame) -> str:
@@ -44,7 +51,8 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
 
     Returns columns: cat, name, device (float), stream (str), ts, dur, bytes, op_pos
     (position in ``tree``, -1 without an op), rule (external_id | launch_containment |
-    launched_before_window | outside_ops).
+    launched_before_window | outside_ops), via (cuda_graph or None), source (the
+    launching op's generated kernel file, or None).
     """
     gpu = events[events[S.CAT].isin(S.GPU_CATS)]
     op_pos = np.full(len(gpu), -1, dtype=np.int64)
@@ -76,6 +84,17 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     op_pos[in_step_only] = -1  # launched between ops: a step or nsbridge range is not an op
     rule[in_step_only] = OUTSIDE_OPS
 
+    launch_names = pd.Series(launches[S.NAME].to_numpy(),
+                             index=launches[S.CORRELATION].to_numpy())
+    by_graph = gpu[S.CORRELATION].map(launch_names).isin(GRAPH_LAUNCH_CALLS).to_numpy()
+    source = np.full(len(gpu), None, dtype=object)
+    if len(tree):
+        files = events.loc[tree.rows, S.KERNEL_FILE].to_numpy()
+        launched = op_pos >= 0
+        source[launched] = files[op_pos[launched]]
+    via = np.full(len(gpu), None, dtype=object)
+    via[by_graph] = CUDA_GRAPH
+
     device = gpu[S.DEVICE].to_numpy(np.float64)
     pid_as_device = pd.to_numeric(gpu[S.PID], errors="coerce").to_numpy(np.float64)
     device = np.where(np.isnan(device), pid_as_device, device)
@@ -85,4 +104,5 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
         "device": device, "stream": gpu[S.TID].to_numpy(), "ts": gpu[S.TS].to_numpy(),
         "dur": gpu[S.DUR].to_numpy(), "bytes": gpu[S.BYTES].to_numpy(),
         "op_pos": op_pos, "rule": rule,
+        "via": via, "source": source,
     })

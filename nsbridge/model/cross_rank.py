@@ -315,14 +315,16 @@ def _sum_steps(lists: pd.Series) -> list[float]:
 
 
 def _merge_work(lists: pd.Series) -> list[dict[str, Any]]:
-    """Kernel (or copy) entries of several traces summed by name (and kind)."""
-    merged: dict[tuple[str, Any], dict[str, Any]] = {}
+    """Kernel (or copy) entries of several traces summed by name (and kind, and how it
+    was launched: via, source)."""
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for entries in lists:
         for k in entries:
             fresh = {**k, "calls": 0, "device_us": 0.0}
             if "bytes" in k:
                 fresh["bytes"] = None
-            row = merged.setdefault((k["name"], k.get("kind")), fresh)
+            row = merged.setdefault((k["name"], k.get("kind"), k.get("via"), k.get("source")),
+                                    fresh)
             row["calls"] += k["calls"]
             row["device_us"] = round(row["device_us"] + k["device_us"], 3)
             if k.get("bytes") is not None:

@@ -93,7 +93,8 @@ _KINDS = {S.KERNEL: "kernel", S.MEMCPY: "memcpy", S.MEMSET: "memset"}
 def gpu_work(gpu: pd.DataFrame, op_names: np.ndarray) -> list[dict[str, Any]]:
     """Every kernel, copy and memset of the window by (name, op): kind, name, op (None when
     no op launched it), attribution (the rule: external_id, launch_containment,
-    outside_ops, launched_before_window), calls, device_us, bytes (copies and memsets)."""
+    outside_ops, launched_before_window), via (cuda_graph or None), source (a Triton
+    kernel's generated file or None), calls, device_us, bytes (copies and memsets)."""
     if gpu.empty:
         return []
     pos = gpu["op_pos"].to_numpy()
@@ -102,14 +103,15 @@ def gpu_work(gpu: pd.DataFrame, op_names: np.ndarray) -> list[dict[str, Any]]:
         "name": gpu["name"].astype(str).to_numpy(),
         "op": np.where(pos >= 0, op_names[np.maximum(pos, 0)] if len(op_names) else None,
                        None),
-        "attribution": gpu["rule"].to_numpy(), "dur": gpu["dur"].to_numpy(np.float64),
-        "bytes": gpu["bytes"].to_numpy(np.float64)})
+        "attribution": gpu["rule"].to_numpy(), "via": gpu["via"].fillna("").to_numpy(),
+        "source": gpu["source"].fillna("").to_numpy(),
+        "dur": gpu["dur"].to_numpy(np.float64), "bytes": gpu["bytes"].to_numpy(np.float64)})
     frame["op"] = frame["op"].astype(object).where(frame["op"].notna(), "")
-    agg = frame.groupby(["kind", "name", "op", "attribution"], sort=False).agg(
+    agg = frame.groupby(["kind", "name", "op", "attribution", "via", "source"], sort=False).agg(
         calls=("dur", "size"), device_us=("dur", "sum"), bytes=("bytes", "sum"),
         has_bytes=("bytes", "count")).reset_index()
     agg = agg.sort_values("device_us", ascending=False, kind="stable")
     return [{"kind": r.kind, "name": r.name, "op": r.op or None, "attribution": r.attribution,
-             "calls": int(r.calls), "device_us": round(float(r.device_us), 3),
+             "via": r.via or None, "source": r.source or None, "calls": int(r.calls), "device_us": round(float(r.device_us), 3),
              "bytes": int(r.bytes) if r.has_bytes and r.kind != "kernel" else None}
             for r in agg.itertuples(index=False)]

@@ -26,7 +26,9 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     frees during the op and everything it calls, on the run's device: torch's "CUDA Mem" on
     GPU runs, "CPU Mem" otherwise), both NaN without memory events; self_pct (share of all
     ops' self time in the ranking column); shapes (up to three most common input shapes);
-    kernels (list of {name, calls, device_us}, largest first) and copies (memcpys and
+    kernels (list of {name, calls, device_us}, largest first; with via "cuda_graph" for
+    kernels a graph replay ran and source for a Triton kernel's generated file, when the
+    trace says so) and copies (memcpys and
     memsets: {name, kind, calls, device_us, bytes}): a copy is never a kernel.
     Rows are sorted by self device time when there is a device, else self CPU time.
     ``ProfilerStep#N`` ranges are steps and ``nsbridge::`` ranges nsbridge's own: not ops.
@@ -153,9 +155,11 @@ def _gpu_work_by_op(gpu: pd.DataFrame,
     frame = pd.DataFrame({"op": names[attributed["op_pos"].to_numpy()],
                           "name": attributed["name"].to_numpy(),
                           "cat": attributed["cat"].to_numpy(),
+                          "via": attributed["via"].fillna("").to_numpy(),
+                          "source": attributed["source"].fillna("").to_numpy(),
                           "dur": attributed["dur"].to_numpy(),
                           "bytes": attributed["bytes"].to_numpy(np.float64)})
-    agg = frame.groupby(["op", "name", "cat"], sort=False).agg(
+    agg = frame.groupby(["op", "name", "cat", "via", "source"], sort=False).agg(
         calls=("dur", "size"), device_us=("dur", "sum"), bytes=("bytes", "sum"),
         has_bytes=("bytes", "count")).reset_index()
     agg = agg.sort_values(["op", "device_us"], ascending=[True, False], kind="stable")
@@ -163,7 +167,9 @@ def _gpu_work_by_op(gpu: pd.DataFrame,
     copies: dict[str, list[dict]] = {}
     for row in agg.itertuples(index=False):
         entry = {"name": row.name, "calls": int(row.calls),
-                 "device_us": round(float(row.device_us), 3)}
+                 "device_us": round(float(row.device_us), 3),
+                 **({"via": row.via} if row.via else {}),
+                 **({"source": row.source} if row.source else {})}
         if row.cat == S.KERNEL:
             kernels.setdefault(row.op, []).append(entry)
         else:

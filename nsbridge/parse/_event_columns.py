@@ -24,7 +24,8 @@ CAT_ALIASES = {"runtime": S.CUDA_RUNTIME, "driver": S.CUDA_DRIVER, "memcpy": S.M
 DROP_CATS = {"trace", "overhead", "ac2g", "async_cpu_to_gpu", "async_gpu", "fwdbwd"}
 _ARGS, _CAT, _NAME, _PH, _PID, _TID, _TS = (attrgetter(a) for a in (
     "args", "cat", "name", "ph", "pid", "tid", "ts"))
-_STRING_COLS = (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS, S.INPUT_TYPES)
+_STRING_COLS = (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS, S.INPUT_TYPES,
+                S.KERNEL_FILE)
 _NUMBER_COLS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE)
 # A timestamp or duration at or beyond 2**53 us (about 285 years) is not a time: no float
 # holds it to the microsecond, and ns conversions overflow int64
@@ -72,7 +73,8 @@ class EventColumns:
             types=[None if a.get("Input type") is None
                    else json.dumps(a["Input type"], separators=(",", ":")) for a in args],
             nbytes=[a.get("bytes", a.get("Bytes")) for a in args],
-            devices=[a.get("device", a.get("Device Id")) for a in args])
+            devices=[a.get("device", a.get("Device Id")) for a in args],
+            files=[a.get("kernel_file") for a in args])
 
     def add_records(self, events: Sequence[Any], unset: Any) -> None:
         """A batch of msgspec structs (parse._stream.Event); ``unset`` marks absent fields."""
@@ -89,17 +91,19 @@ class EventColumns:
             nbytes=[None if a is None else (a.Bytes if a.nbytes is unset else a.nbytes)
                     for a in args],
             devices=[None if a is None else (a.device_id if a.device is unset else a.device)
-                     for a in args])
+                     for a in args],
+            files=[None if a is None else a.kernel_file for a in args])
 
     def _add(self, *, cats: list, names: list, phs: list, pids: list, tids: list, ts: list,
              durs: list, exts: list, corrs: list, dims: list, types: list, nbytes: list,
-             devices: list) -> None:
+             devices: list, files: list) -> None:
         cat_codes = self._encode(cats, self._category)
         keep = cat_codes != self._strings[None]   # dropped categories normalise to None
         encode = self._encode
         batch = {S.CAT: cat_codes, S.NAME: encode(names, _name), S.PH: encode(phs, _same),
                  S.PID: encode(pids, str), S.TID: encode(tids, str),
                  S.INPUT_DIMS: encode(dims, _same), S.INPUT_TYPES: encode(types, _same),
+                 S.KERNEL_FILE: encode(files, _text),
                  S.TS: _numeric(ts), S.DUR: _numeric(durs),
                  S.EXT_ID: _numeric(exts), S.CORRELATION: _numeric(corrs),
                  S.BYTES: _numeric(nbytes), S.DEVICE: _numeric(devices)}
@@ -186,6 +190,11 @@ class EventColumns:
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _text(value: Any) -> Any:
+    """A string value as text (None stays None): a path written as a number still reads."""
+    return None if value is None else _name(value)
 
 
 def _name(value: Any) -> str:

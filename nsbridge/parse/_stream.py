@@ -66,6 +66,7 @@ class Args(msgspec.Struct, gc=False):
     Bytes: Union[int, float, None] = None
     device: Union[int, None, msgspec.UnsetType] = msgspec.UNSET
     device_id: Optional[int] = msgspec.field(name="Device Id", default=None)
+    kernel_file: Optional[str] = None
 
 
 class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):

@@ -35,16 +35,21 @@ def kernels(report: dict[str, Any]) -> pd.DataFrame:
     no op launched it), kind (kernel, memcpy, memset), name, calls, device_us, bytes, and
     attribution: how it was tied to its op (external_id, launch_containment), or why not
     (outside_ops: launched between ops; launched_before_window: queued before the window
-    opened). Every kernel of the window is here, attributed or not."""
-    columns = ["op", "kind", "name", "calls", "device_us", "bytes", "attribution"]
+    opened); via (cuda_graph: run by a CUDA graph replay) and source (a torch.compile
+    Triton kernel's generated file), None when the trace does not say. Every kernel of the
+    window is here, attributed or not."""
+    columns = ["op", "kind", "name", "calls", "device_us", "bytes", "attribution", "via",
+               "source"]
     work = (report.get("device") or {}).get("work")
     if work is not None:
         return pd.DataFrame([{c: w.get(c) for c in columns} for w in work], columns=columns)
     rows = [{"op": op["name"], "kind": "kernel", "name": k["name"], "calls": k["calls"],
-             "device_us": k["device_us"], "bytes": None, "attribution": None}
+             "device_us": k["device_us"], "bytes": None, "attribution": None,
+             "via": k.get("via"), "source": k.get("source")}
             for op in report.get("ops", []) for k in op.get("kernels") or []]
     rows += [{"op": op["name"], "kind": c["kind"], "name": c["name"], "calls": c["calls"],
-              "device_us": c["device_us"], "bytes": c.get("bytes"), "attribution": None}
+              "device_us": c["device_us"], "bytes": c.get("bytes"), "attribution": None,
+              "via": None, "source": None}
              for op in report.get("ops", []) for c in op.get("copies") or []]
     return pd.DataFrame(rows, columns=columns)
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .. import schema as S
+from ..model.attribution import CUDA_GRAPH
+from ..model.kernel_origins import TRITON_PREFIX
 from .build import STOPPED
 from .document import (EVERYWHERE, IN_FILES, MARKDOWN, Items, Section, Table, Text,
                        without_empty_columns)
@@ -24,8 +26,8 @@ from .ranks_view import RANKS_VIEW
 from .tensor_cores_view import TENSOR_CORES_VIEW
 from .timeline_view import TIMELINE_VIEW
 from .views import OpColumn, register_view, view_for_key, views_by_op_key
-from .wording import (attribution, cell, counted_over, early_line, int_text, kernel_rate,
-                      mib, ms, ms_or_dash, per_step_cell, shown_recommendations, where)
+from .wording import (attribution, cell, count, counted_over, early_line, int_text,
+                      kernel_rate, mib, ms, ms_or_dash, per_step_cell, shown_recommendations, where)
 
 def sections(report: dict[str, Any], limit: Optional[int] = None) -> list[Section]:
     """Every section the report has, in order; tables of ops, sync points and kernels
@@ -125,6 +127,7 @@ def _ops(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
     header, rows, groups = op_table(report, limit)
     ops = report["ops"][:limit]
     details = [[f"{kind} {k['name']} x{k['calls']}, {k['device_us'] / 1e3:.3f} ms"
+                + (f" (source {k['source']})" if k.get("source") else "")
                 for kind, k in _work(op, kernels=10, copies=5)] for op in ops]
     work = [[op[S.NAME], kind, k["name"][:120], str(k["calls"]), f"{k['device_us'] / 1e3:.3f}"]
             for op in ops for kind, k in _work(op, kernels=3, copies=2)]
@@ -143,9 +146,43 @@ def _ops(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
 
 
 def _work(op: dict[str, Any], kernels: int, copies: int) -> list[tuple[str, dict[str, Any]]]:
-    """An op's first ``kernels`` kernels and ``copies`` copies/memsets, with their kind."""
-    return ([("kernel", k) for k in (op.get(S.KERNELS) or [])[:kernels]]
+    """An op's first ``kernels`` kernels and ``copies`` copies/memsets, with their kind
+    ('graph kernel' for a CUDA graph replay's, 'Triton kernel' for torch.compile's)."""
+    return ([(_kernel_kind(k), k) for k in (op.get(S.KERNELS) or [])[:kernels]]
             + [(c["kind"], c) for c in (op.get(S.COPIES) or [])[:copies]])
+
+
+def _kernel_kind(kernel: dict[str, Any]) -> str:
+    kind = "Triton kernel" if kernel.get("source") or str(kernel["name"]).startswith(
+        TRITON_PREFIX) else "kernel"
+    return f"graph {kind[0].lower()}{kind[1:]}" if kernel.get("via") == CUDA_GRAPH else kind
+
+
+def _graph_line(graph: dict[str, Any]) -> str:
+    """Where a CUDA graph's kernels went: the ops that replayed them."""
+    where = ", ".join(f"{g['op'] or 'no op'} "
+                      f"({count(g['kernels'], 'kernel')}, {g['device_us'] / 1e3:.3f} ms)"
+                      for g in graph["by_op"])
+    return (f"CUDA graphs: {count(graph['kernels'], 'kernel')} "
+            f"({graph['device_us'] / 1e3:.3f} ms of GPU time) ran in "
+            f"{count(graph['launches'], 'graph launch')}; torch.profiler "
+            f"puts them under the op that replayed the graph: {where}")
+
+
+def _triton_blocks(triton: dict[str, Any]) -> list[Any]:
+    """torch.compile's Triton kernels: a line, and per kernel its op and generated source."""
+    known = triton["with_source"]
+    sources = (f"the trace names the generated source of {known} of them" if known
+               else "the trace names no generated source (torch writes it to the "
+                    "launching op's args in recent versions; TORCH_COMPILE_DEBUG=1 keeps "
+                    "the files)")
+    line = (f"torch.compile (Triton) kernels: {count(triton['kernels'], 'launch')}, "
+            f"{triton['device_us'] / 1e3:.3f} ms of GPU time; {sources}")
+    rows = [[k["kernel"], k["op"] or "no op", str(k["calls"]), f"{k['device_us'] / 1e3:.3f}",
+             k["source"] or "-"] for k in triton["by_kernel"]]
+    header, rows = without_empty_columns(["kernel", "op", "calls", "device ms", "source"], rows)
+    code = frozenset(i for i, h in enumerate(header) if h in ("kernel", "op", "source"))
+    return [Text(line), Table(header, rows, code=code, views=IN_FILES)]
 
 
 def _device(report: dict[str, Any]) -> Optional[Section]:
@@ -156,6 +193,10 @@ def _device(report: dict[str, Any]) -> Optional[Section]:
     early = early_line(dev)
     if early:
         blocks.append(Text(f"Launched before the window: {early}"))
+    if dev.get("cuda_graph"):
+        blocks.append(Text(_graph_line(dev["cuda_graph"])))
+    if dev.get("triton"):
+        blocks.extend(_triton_blocks(dev["triton"]))
     if dev.get("idle_gaps"):
         blocks.append(Table(["device", "gap ms", "at ms", "host was in"],
                             [[str(g["device"]), f"{g['dur_us'] / 1e3:.3f}",

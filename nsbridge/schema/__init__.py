@@ -20,6 +20,8 @@ EVENTS (parse.torch_trace.read_trace), one row per complete ('X') or instant ('i
     input_types  object args "Input type" as text, e.g. '["float"]' (None when absent)
     bytes        float  memcpy/memset bytes, or allocation size of a memory event
     device       float  GPU index of a GPU event / memory event (NaN otherwise)
+    kernel_file  object args "kernel_file": the generated source of a torch.compile (Triton)
+                        kernel, on the cpu_op that launches it (None elsewhere)
 
 OPS (model.ops.op_table), one row per op name, the report's hot-op table:
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 CAT, NAME, PH, PID, TID, TS, DUR = "cat", "name", "ph", "pid", "tid", "ts", "dur"
 EXT_ID, CORRELATION, INPUT_DIMS, INPUT_TYPES, BYTES, DEVICE = (
     "ext_id", "correlation", "input_dims", "input_types", "bytes", "device")
+KERNEL_FILE = "kernel_file"
 EVENT_COLUMNS = [CAT, NAME, PH, PID, TID, TS, DUR, EXT_ID, CORRELATION, INPUT_DIMS,
-                 INPUT_TYPES, BYTES, DEVICE]
+                 INPUT_TYPES, BYTES, DEVICE, KERNEL_FILE]
 
 # Categories (after folding)
 CPU_OP, USER_ANNOTATION, PYTHON_FUNCTION = "cpu_op", "user_annotation", "python_function"
