@@ -15,6 +15,7 @@ STAMP  := $(VENV)/.installed
 NSBRIDGE := $(BIN)/nsbridge
 include nsbridge/make/nsbridge.mk
 profile-triage profile-timeline profile-deep perf-gate: install
+.DEFAULT_GOAL := demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -123,8 +123,8 @@ def save(run: Run) -> None:
     finally:
         run.write_records()
         table = run.dir / str(run.report["files"].get("key_averages") or "-")
-        run.write_text(S.REPORT_MD, markdown(run.report, key_averages=table.read_text(
-            encoding="utf-8", errors="replace") if table.is_file() else None))
+        run.write_text(S.REPORT_MD, markdown(run.report, key_averages_file=table.name
+                                             if table.is_file() else None))
         run.write_text(S.REPORT_HTML, html_page(run.report))
 
 

@@ -199,6 +199,9 @@ def test_make_targets_prints_make_rules() -> None:
     assert result.exit_code == 0 and result.stderr == ""
     assert result.stdout == (ROOT / "nsbridge" / "make" / "nsbridge.mk").read_text()
     rules = re.findall(r"^([a-z-]+):\s*$", result.stdout, re.M)
-    assert rules == ["profile-triage", "profile-timeline", "profile-deep", "perf-gate"]
-    assert ".PHONY: profile-triage profile-timeline profile-deep perf-gate" in result.stdout
-    assert "$(NSBRIDGE) diff $(BASE) $(NEW)" in result.stdout
+    assert rules == ["profile-triage", "profile-timeline", "profile-deep", "perf-gate",
+                     "nsbridge-help"]
+    assert (".PHONY: profile-triage profile-timeline profile-deep perf-gate nsbridge-help"
+            in result.stdout)
+    assert "$(NSBRIDGE_CMD) diff $(call nsbridge_q,$(BASE)) $(call nsbridge_q,$(NEW))" in (
+        result.stdout)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -324,7 +325,8 @@ def test_make_fragment_perf_gate(tmp_path: Path) -> None:
     (tmp_path / "nsbridge.mk").write_text(fragment)
     (tmp_path / "Makefile").write_text("include nsbridge.mk\n")
     make = lambda *args: subprocess.run(  # noqa: E731
-        ["make", "--no-print-directory", *args, f"NSBRIDGE={sys.executable} -m nsbridge"],
+        ["make", "--no-print-directory", *args,
+         f"NSBRIDGE_CMD={shlex.quote(sys.executable)} -m nsbridge"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
         env=dict(os.environ, PYTHONPATH=str(ROOT)))
     failed = make("perf-gate", f"BASE={base}", f"NEW={new}", "THRESHOLD=10")

@@ -54,22 +54,48 @@ def test_cnn_report_renders_sorts_and_filters(browser, tmp_path: Path) -> None:
     page, errors = _open(browser, run / "report.html", tmp_path / "cnn.png")
     assert errors == []
     assert (tmp_path / "cnn.png").stat().st_size > 10_000
-    assert page.evaluate("Object.keys(Chart.instances).length") == 3   # steps, ops, memory
+    charts = page.evaluate("Object.values(Chart.instances).map(c => c.canvas.id).sort()")
+    assert charts == ["chart-memory", "chart-memory_curve", "chart-ops", "chart-steps"]
+    _labels_fit(page)
+    curve = page.evaluate("""() => Object.values(Chart.instances).find(
+        c => c.canvas.id === 'chart-memory_curve').data.datasets.map(d => [d.label, d.data.length])""")
+    memory = report["memory"]
+    assert curve[0][1] == len(memory["points"]["t_ms"]) > 10           # the allocated curve
+    assert curve[-1] == [f"peak {memory['peak_mib']:.1f} MiB in {memory['peak_ops'][-1]}", 1]
+    # group by shape: the toggle shows the shape table and hides the op table
+    page.locator("#ops .toggle-bar button", has_text="op and input shapes").click()
+    assert page.locator("#op-table").is_hidden()
+    shapes = page.locator("#op-table-by-shape tbody tr")
+    assert shapes.count() == len(report["op_groups"]["by_shape"]) > 0
+    assert "[[" in shapes.first.inner_text()
+    page.locator("#ops .toggle-bar button[data-show=op-table]").click()
+    assert page.locator("#op-table").is_visible()
     rows = page.locator("#op-table tbody tr")
     assert rows.count() == len(report["ops"])
+    page.locator("#op-table th", has_text="calls").click()   # numbers: largest first
+    calls = [int(v) for v in page.eval_on_selector_all(
+        "#op-table tbody tr", "rows => rows.map(r => r.cells[1].textContent)")]
+    assert calls == sorted(calls, reverse=True) and calls != [op["calls"] for op in report["ops"]]
     page.locator("#op-table th", has_text="calls").click()
     calls = [int(v) for v in page.eval_on_selector_all(
         "#op-table tbody tr", "rows => rows.map(r => r.cells[1].textContent)")]
-    assert calls == sorted(calls) and calls != [op["calls"] for op in report["ops"]]
-    page.locator("#op-table th", has_text="calls").click()
-    calls = [int(v) for v in page.eval_on_selector_all(
-        "#op-table tbody tr", "rows => rows.map(r => r.cells[1].textContent)")]
-    assert calls == sorted(calls, reverse=True)
-    page.fill("#op-filter", "conv")
+    assert calls == sorted(calls)
+    page.fill("input.row-filter[data-table=op-table]", "conv")
     visible = page.eval_on_selector_all("#op-table tbody tr", "rows => rows.filter("
                                         "r => r.style.display !== 'none').length")
     assert 0 < visible == sum("conv" in op["name"].lower() for op in report["ops"])
     assert "Verdict:" in page.locator("#verdict").inner_text()
+
+
+def _labels_fit(page) -> None:
+    """Every horizontal bar chart's category labels are drawn whole inside the canvas:
+    long names are cut in the middle (…), not clipped at the left edge."""
+    cut = page.evaluate("""() => Object.values(Chart.instances)
+        .filter(c => c.options.indexAxis === 'y')
+        .map(c => [c.canvas.id, c.scales.y.left, c.scales.y.ticks.map(t => t.label)])""")
+    for chart, left, labels in cut:
+        assert left >= 0, chart
+        assert all(len(label) <= 44 for label in labels), (chart, labels)
 
 
 def test_gpu_fixture_report_has_device_and_ncu_charts(browser, tmp_path: Path) -> None:
@@ -77,9 +103,15 @@ def test_gpu_fixture_report_has_device_and_ncu_charts(browser, tmp_path: Path) -
                       DATA / "ncu" / "train_cnn_nvtx_sections.raw.csv"], out=tmp_path / "r")
     page, errors = _open(browser, result.run_dir / "report.html", tmp_path / "h200.png")
     assert errors == []
-    for chart in ("steps", "ops", "gaps", "memory", "ncu"):
+    for chart in ("steps", "ops", "kernels", "gaps", "memory_curve", "memory", "ncu"):
         assert page.locator(f"#chart-{chart}").count() == 1, chart
-    assert page.evaluate("Object.keys(Chart.instances).length") == 5
+    assert page.evaluate("Object.keys(Chart.instances).length") == 7
+    _labels_fit(page)
+    kernels = page.evaluate("""() => Object.values(Chart.instances).find(
+        c => c.canvas.id === 'chart-kernels').data.datasets[0].data""")
+    top = [w for w in result.report["device"]["work"] if w["kind"] == "kernel"][:len(kernels)]
+    assert kernels == [w["device_us"] / 1e3 for w in top]
+    assert "grid [" in page.locator("#kernels").inner_text()      # launch configurations
     assert page.locator("#op-table tbody tr").count() == len(result.report["ops"])
     header = page.locator("#op-table thead").inner_text()
     assert "Nsight Compute" in header and "torch.profiler" in header     # columns by source
@@ -112,3 +144,21 @@ def test_the_roofline_chart_places_each_kernel_under_its_roofs(browser, tmp_path
     }""")
     assert drawn["x"] == drawn["y"] == "logarithmic"
     assert sorted(drawn["sets"]) == [["line", 3], ["line", 3], ["scatter", 1], ["scatter", 1]]
+
+
+def test_two_rank_report_puts_the_rank_chart_under_the_verdict(browser, tmp_path: Path) -> None:
+    result = analyze(sorted((TORCH_DATA / "two_ranks").glob("*.json.gz")), out=tmp_path / "r")
+    page, errors = _open(browser, result.run_dir / "report.html", tmp_path / "ranks.png")
+    assert errors == []
+    first = page.evaluate("document.querySelector('#charts canvas').id")
+    assert first == "chart-ranks"
+    bars = page.evaluate("""() => { const c = Object.values(Chart.instances).find(
+        x => x.canvas.id === 'chart-ranks'); return [c.data.labels,
+        c.data.datasets.map(d => [d.label, d.data])]; }""")
+    labels, sets = bars
+    assert labels == ["rank 0", "rank 1"]
+    ranks = result.report["distributed"]["ranks"]
+    for i, rank in enumerate(ranks):     # the stack adds up to the rank's median step
+        assert sum(d[1][i] for d in sets) == pytest.approx(rank["step_ms"], abs=0.01)
+    sections = page.evaluate("Array.from(document.querySelectorAll('section[id]')).map(s => s.id)")
+    assert sections.index("ranks") < sections.index("ops")

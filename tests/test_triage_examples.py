@@ -72,6 +72,49 @@ def test_cnn_run_directory(cnn: tuple) -> None:
     assert report["verdict"]["confidence"] in ("high", "medium", "low")
 
 
+def test_cnn_report_md_is_worth_pasting(cnn: tuple) -> None:
+    """report.md fits a PR comment: at most 80 lines, a line with host, torch and device,
+    no autograd wrappers among the top ops, the top shapes of the top ops, every table
+    of ops labelled with its span, no JSON field list."""
+    _, run, report = cnn
+    text = (run / "report.md").read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 80, len(lines)
+    run_on = next(line for line in lines if line.startswith("Run on:"))
+    assert "torch " in run_on and "no GPU" in run_on and "host " in run_on
+    top_ops = text[text.index("## Top ops"):text.index("Top input shapes")]
+    assert "(totals over the 3 measured steps)" in top_ops
+    rows = [line for line in top_ops.splitlines() if line.startswith("| `")]
+    assert len(rows) == 10
+    assert not any("evaluate_function" in r or "Backward0`" in r for r in rows)
+    assert "autograd wrappers" in top_ops and "left out" in top_ops
+    shapes = text[text.index("Top input shapes"):].split("\n\n")[1]
+    assert "[[32," in shapes
+    assert "## Sources" not in text and "ops.cpu_self_us" not in text
+    assert "key_averages.txt" in text
+
+
+def test_cnn_memory_curve_equals_the_allocator_totals(cnn: tuple) -> None:
+    """The memory peak and levels equal torch's own "Total Allocated" in the trace's CPU
+    memory events inside the measured steps (read here with json alone)."""
+    _, run, report = cnn
+    events = json.loads(gzip.open(run / "trace.json.gz").read())["traceEvents"]
+    window = report["window"]
+    mem = sorted((e for e in events if e.get("cat") == "cpu_instant_event"
+                  and e["args"].get("Device Id", -1) < 0
+                  and window["start_us"] <= e["ts"] < window["end_us"]), key=lambda e: e["ts"])
+    totals = [e["args"]["Total Allocated"] / 2**20 for e in mem]
+    memory = report["memory"]
+    assert memory["device"] == "cpu" and memory["events"] == len(mem) and not memory["relative"]
+    assert memory["peak_mib"] == pytest.approx(max(totals), abs=1e-3)
+    assert memory["end_mib"] == pytest.approx(totals[-1], abs=1e-3)
+    peak = mem[totals.index(max(totals))]
+    assert memory["peak_at_ms"] == pytest.approx((peak["ts"] - window["start_us"]) / 1e3,
+                                                 abs=1e-3)
+    assert memory["peak_ops"] and memory["peak_step"] is not None
+    assert len(memory["per_step_end_mib"]) == 3
+
+
 def test_input_bound_example(tmp_path: Path) -> None:
     """Input-bound; on a busy machine (CI) the verdict may instead name the contention,
     with input-bound among its alternatives: never a bare cpu-bound."""

@@ -1,16 +1,29 @@
-# nsbridge make targets for perf workflows. Include it from your Makefile:
+# nsbridge make targets for perf workflows. Include it from your Makefile, anywhere:
 #     include nsbridge.mk          (write it with: nsbridge make-targets > nsbridge.mk)
+# It leaves your default goal alone: plain `make` still runs your Makefile's first target.
 # then:
 #     make profile-triage  SCRIPT=train.py ARGS="--epochs 1"
 #     make profile-timeline SCRIPT=train.py ARGS="--epochs 1"
 #     make profile-deep    OP=aten::addmm [RUN=nsbridge-runs/...]   (or TOP=5)
 #     make perf-gate       BASE=runs/main NEW=runs/pr THRESHOLD=10 [MIN_STEP_SHARE=2]
 #                          [INCONCLUSIVE=exit|pass|fail] [ALLOW=args,threads]
-#   perf-gate exits 0 (no regression), 1 (regression) or 4 (inconclusive: the data cannot
-#   decide; INCONCLUSIVE=pass or fail maps it to 0 or 1)
-# Every variable can be set on the command line or before the include.
+#     make nsbridge-help   (every target and variable, with its default)
+#   perf-gate fails when `nsbridge diff` exits 1 (regression, or runs it refuses to compare)
+#   or 4 (inconclusive: the data cannot decide; INCONCLUSIVE=pass or fail maps it to 0 or 1).
+#   make prints "Error 1" or "Error 4" and, like any failed make, itself exits 2.
+# Every variable can be set on the command line or before the include. Each value is passed
+# to nsbridge as one argument, quoted for the shell (spaces and quotes in paths are safe),
+# except ARGS, which is shell syntax split into the script's arguments, and OP, which is
+# split on spaces into one --kernel per op. NSBRIDGE is one program path; to run nsbridge
+# another way set NSBRIDGE_CMD, in shell syntax (NSBRIDGE_CMD="python -m nsbridge").
+
+# Targets defined here must not become the includer's default goal: remember it and put it
+# back at the end. Included first, the remembered goal is empty, and resetting it to empty
+# lets the includer's first target become the default, as if this file were not there.
+nsbridge_saved_goal := $(.DEFAULT_GOAL)
 
 NSBRIDGE   ?= nsbridge
+NSBRIDGE_CMD ?= $(call nsbridge_q,$(NSBRIDGE))
 SCRIPT     ?=
 ARGS       ?=
 PROFILE    ?= default
@@ -26,22 +39,66 @@ INCONCLUSIVE ?= exit
 ALLOW      ?=
 GATE_FORMAT ?= text
 
-nsbridge_out = $(if $(OUT),--out $(OUT),)
-nsbridge_run = $(if $(RUN),--run $(RUN),)
+# $(call nsbridge_q,VALUE): VALUE as one single-quoted shell word ('\'' for each quote in it)
+nsbridge_q = '$(subst ','\'',$(1))'
+nsbridge_out = $(if $(OUT),--out $(call nsbridge_q,$(OUT)))
+nsbridge_run = $(if $(RUN),--run $(call nsbridge_q,$(RUN)))
+nsbridge_script = $(if $(SCRIPT),$(call nsbridge_q,$(SCRIPT)) -- $(ARGS))
+nsbridge_ops = $(if $(OP),$(foreach op,$(OP),--kernel $(call nsbridge_q,$(op))),\
+    --top $(call nsbridge_q,$(TOP)))
+nsbridge_gate = --fail-above $(call nsbridge_q,$(THRESHOLD)) \
+    --min-step-share $(call nsbridge_q,$(MIN_STEP_SHARE)) \
+    --inconclusive $(call nsbridge_q,$(INCONCLUSIVE)) \
+    $(if $(ALLOW),--allow $(call nsbridge_q,$(ALLOW))) --format $(call nsbridge_q,$(GATE_FORMAT))
 
-.PHONY: profile-triage profile-timeline profile-deep perf-gate
+.PHONY: profile-triage profile-timeline profile-deep perf-gate nsbridge-help
 
 profile-triage:
-	@test -n "$(SCRIPT)" || { echo "profile-triage: set SCRIPT=path/to/train.py"; exit 2; }
-	$(NSBRIDGE) triage --profile $(PROFILE) $(nsbridge_out) $(SCRIPT) -- $(ARGS)
+	@test -n $(call nsbridge_q,$(SCRIPT)) || { echo "profile-triage: set SCRIPT=path/to/train.py"; exit 2; }
+	$(NSBRIDGE_CMD) triage --profile $(call nsbridge_q,$(PROFILE)) $(nsbridge_out) $(nsbridge_script)
 
 profile-timeline:
-	@test -n "$(SCRIPT)$(RUN)" || { echo "profile-timeline: set SCRIPT=... or RUN=..."; exit 2; }
-	$(NSBRIDGE) timeline --profile $(PROFILE) $(nsbridge_out) $(nsbridge_run) $(SCRIPT) $(if $(SCRIPT),-- $(ARGS),)
+	@test -n $(call nsbridge_q,$(SCRIPT)$(RUN)) || { echo "profile-timeline: set SCRIPT=... or RUN=..."; exit 2; }
+	$(NSBRIDGE_CMD) timeline --profile $(call nsbridge_q,$(PROFILE)) $(nsbridge_out) $(nsbridge_run) $(nsbridge_script)
 
 profile-deep:
-	$(NSBRIDGE) deep $(if $(OP),$(foreach op,$(OP),--kernel '$(op)'),--top $(TOP)) $(nsbridge_run) $(SCRIPT) $(if $(SCRIPT),-- $(ARGS),)
+	$(NSBRIDGE_CMD) deep $(nsbridge_ops) $(nsbridge_run) $(nsbridge_script)
 
 perf-gate:
-	@test -n "$(BASE)" -a -n "$(NEW)" || { echo "perf-gate: set BASE=run-dir NEW=run-dir"; exit 2; }
-	$(NSBRIDGE) diff $(BASE) $(NEW) --fail-above $(THRESHOLD) --min-step-share $(MIN_STEP_SHARE) --inconclusive $(INCONCLUSIVE) $(if $(ALLOW),--allow $(ALLOW),) --format $(GATE_FORMAT)
+	@test -n $(call nsbridge_q,$(BASE)) && test -n $(call nsbridge_q,$(NEW)) || { echo "perf-gate: set BASE=run-dir NEW=run-dir"; exit 2; }
+	$(NSBRIDGE_CMD) diff $(call nsbridge_q,$(BASE)) $(call nsbridge_q,$(NEW)) $(nsbridge_gate)
+
+# Named nsbridge-help, not help, so that it cannot clash with the includer's own help target.
+nsbridge-help:
+	@echo 'nsbridge make targets (from nsbridge.mk; nsbridge make-targets rewrites it):'
+	@echo '  profile-triage     nsbridge triage of SCRIPT (needs SCRIPT)'
+	@echo '  profile-timeline   nsbridge timeline: Nsight Systems on SCRIPT, or added to RUN'
+	@echo '  profile-deep       nsbridge deep: Nsight Compute on the kernels of OP (else the TOP'
+	@echo '                     ops) of RUN, of a triage of SCRIPT, else of the latest run'
+	@echo '  perf-gate          nsbridge diff BASE NEW: fails on a regression or refusal'
+	@echo '                     (nsbridge exit 1) or when inconclusive (exit 4); make exits 2'
+	@echo '  nsbridge-help      this list'
+	@echo 'Variables (NAME=default), set on the command line or before the include:'
+	@echo '  NSBRIDGE=nsbridge      the nsbridge program, one path (quoted for you)'
+	@echo '  NSBRIDGE_CMD=<NSBRIDGE, quoted>'
+	@echo '                         the whole nsbridge command, in shell syntax, used instead'
+	@echo '                         of NSBRIDGE (e.g. NSBRIDGE_CMD="python -m nsbridge")'
+	@echo '  SCRIPT=                the script to profile (triage, timeline, deep)'
+	@echo '  ARGS=                  the script arguments, in shell syntax: split into words,'
+	@echo "                         so quote inside it: ARGS=\"--data 'my dir'\""
+	@echo '  PROFILE=default        triage and timeline profile: a built-in name or a YAML file'
+	@echo '  OUT=                   run directory to create (triage, timeline; must not exist)'
+	@echo '  RUN=                   an existing run to add to (timeline, deep)'
+	@echo '  OP=                    profile-deep ops, separated by spaces (aten::mm aten::addmm)'
+	@echo '  TOP=5                  without OP: profile-deep takes the TOP ops by device time'
+	@echo '  BASE=                  perf-gate: the baseline run (a directory or report.json)'
+	@echo '  NEW=                   perf-gate: the run to judge against BASE'
+	@echo '  THRESHOLD=10           perf-gate: fail on an op slower by over this percent'
+	@echo '  MIN_STEP_SHARE=2       perf-gate: ignore ops adding under this percent of a step'
+	@echo '  INCONCLUSIVE=exit      perf-gate when the data cannot decide: exit (4), pass or fail'
+	@echo '  ALLOW=                 perf-gate: run differences to accept (args,torch,gpu,threads,'
+	@echo '                         cores,target)'
+	@echo '  GATE_FORMAT=text       perf-gate report: text, md or json'
+	@echo 'Each value but ARGS and OP reaches nsbridge as one argument, so paths may hold spaces.'
+
+.DEFAULT_GOAL := $(nsbridge_saved_goal)

@@ -14,8 +14,10 @@ from .attribution import LAUNCHED_BEFORE_WINDOW, attribute_gpu_events, linking_g
 from .collectives import collectives, comm_overlap, time_per_step
 from .device import busy_by_device, copies, gpu_work, idle_gaps, launched_before_window
 from .kernel_origins import graph_launch_calls, kernel_origins
+from .memory import memory_over_window
 from .nesting import build_host_tree
-from .ops import op_table
+from .op_groups import op_groups
+from .ops import op_calls, op_table
 from .rules import Facts, recommend
 from .steps import PHASES, drop_partial_steps, main_thread, step_breakdown, step_windows
 from .strings import name_mask, starts_with
@@ -44,6 +46,8 @@ class TraceAnalysis:
     comm_per_step_us: Optional[list[float]] = None   # collectives.time_per_step
     # per matmul/convolution/attention op: its most common "Input type" list (tensor_cores)
     input_types: dict[str, str] = field(default_factory=dict)
+    memory: Optional[dict[str, Any]] = None   # model.memory.memory_over_window
+    op_groups: Optional[dict[str, Any]] = None   # model.op_groups.op_groups
 
 
 def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
@@ -75,7 +79,9 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                              if len(tree) else False,
                              (gpu["ts"] >= lo).to_numpy() & (gpu["ts"] < hi).to_numpy())]
     steps = step_breakdown(events, tree, windows)
-    ops = op_table(events, tree, in_window, has_device, windows, in_window=ops_in)
+    calls_of_ops = op_calls(events, tree, in_window, has_device, ops_in)
+    ops = op_table(events, tree, in_window, has_device, windows, in_window=ops_in,
+                   calls=calls_of_ops)
     n_steps = len(windows)
     seconds = (hi - lo) / 1e6
     kernels = in_window[in_window["cat"] == S.KERNEL]
@@ -162,7 +168,9 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                          comm_per_step_us=time_per_step(events, windows),
                          input_types=common_input_types(
                              host_names[ops_in], events.loc[tree.rows, S.INPUT_TYPES]
-                             .to_numpy()[ops_in]))
+                             .to_numpy()[ops_in]),
+                         memory=memory_over_window(events, tree, windows, has_device),
+                         op_groups=op_groups(events, tree, calls_of_ops, has_device))
 
 
 def measured_window(events: pd.DataFrame, tree: Any, window: str,

@@ -33,7 +33,7 @@ from .strings import starts_with
 
 EXTERNAL_ID, LAUNCH_CONTAINMENT = "external_id", "launch_containment"
 LAUNCHED_BEFORE_WINDOW, OUTSIDE_OPS = "launched_before_window", "outside_ops"
-CUDA_GRAPH = "cuda_graph"
+CUDA_GRAPH = S.CUDA_GRAPH
 GRAPH_LAUNCH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
 
 
@@ -52,7 +52,8 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     Returns columns: cat, name, device (float), stream (str), ts, dur, bytes, op_pos
     (position in ``tree``, -1 without an op), rule (external_id | launch_containment |
     launched_before_window | outside_ops), via (cuda_graph or None), source (the
-    launching op's generated kernel file, or None).
+    launching op's generated kernel file, or None), launch (the kernel's grid, block,
+    registers and shared memory as the trace gives them, or None).
     """
     gpu = events[events[S.CAT].isin(S.GPU_CATS)]
     op_pos = np.full(len(gpu), -1, dtype=np.int64)
@@ -104,5 +105,5 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
         "device": device, "stream": gpu[S.TID].to_numpy(), "ts": gpu[S.TS].to_numpy(),
         "dur": gpu[S.DUR].to_numpy(), "bytes": gpu[S.BYTES].to_numpy(),
         "op_pos": op_pos, "rule": rule,
-        "via": via, "source": source,
+        "via": via, "source": source, "launch": gpu[S.LAUNCH].to_numpy(),
     })

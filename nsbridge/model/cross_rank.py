@@ -90,7 +90,7 @@ def rank_row(s: dict[str, Any]) -> dict[str, Any]:
     (distributed.summary): status, step times (median, min, max; collectives and the work
     outside them per step), verdict, device figures; ``file`` (its trace: the path given to
     analyze, or the name in its rank folder), ``busy_pct`` (the verdict's device busy %)
-    and ``ops`` (how many ops it ran) where known."""
+    and ``ops`` (how many ops it ran) where known; ``breakdown_ms`` (step_breakdown)."""
     steps = s.get("step_ms") or []
     coll = statistics.median(_collective_per_step(s)) if steps else None
     work = statistics.median(_work_per_step(s)) if steps else None
@@ -105,7 +105,27 @@ def rank_row(s: dict[str, Any]) -> dict[str, Any]:
             "verdict": s.get("verdict"), "device_busy_pct": s.get("device_busy_pct"),
             "comm_overlap_pct": (s.get("comm") or {}).get("overlap_pct"),
             "file": s.get("trace"), "busy_pct": (s.get("numbers") or {}).get("device_busy_pct"),
-            "ops": len(s["ops"]) if s.get("ops") is not None else None}
+            "ops": len(s["ops"]) if s.get("ops") is not None else None,
+            "breakdown_ms": step_breakdown(step, coll, s.get("device_busy_pct"),
+                                           (s.get("comm") or {}).get("overlap_pct"))}
+
+
+def step_breakdown(step: Optional[float], comm: Optional[float], busy_pct: Optional[float],
+                   overlap_pct: Optional[float]) -> Optional[dict[str, Optional[float]]]:
+    """A rank's median step split into parts that add up to it (ms): ``idle`` (the GPU
+    idle: step x (1 - busy)), ``overlap`` (collectives running while compute does),
+    ``communication`` (collectives exposed), ``compute`` (the rest). Without a device,
+    idle and overlap are unknown (None) and compute is the time outside collectives."""
+    if step is None or comm is None:
+        return None
+    if busy_pct is None:
+        return {"compute": round(max(step - comm, 0.0), 3), "communication": round(comm, 3),
+                "overlap": None, "idle": None}
+    idle = step * max(0.0, 1 - busy_pct / 100)
+    overlap = comm * (overlap_pct or 0.0) / 100
+    return {"compute": round(max(step - idle - comm, 0.0), 3),
+            "communication": round(comm - overlap, 3), "overlap": round(overlap, 3),
+            "idle": round(idle, 3)}
 
 
 def _cause_first(summary: dict[str, Any]) -> tuple[bool, float, int]:

@@ -94,7 +94,9 @@ def gpu_work(gpu: pd.DataFrame, op_names: np.ndarray) -> list[dict[str, Any]]:
     """Every kernel, copy and memset of the window by (name, op): kind, name, op (None when
     no op launched it), attribution (the rule: external_id, launch_containment,
     outside_ops, launched_before_window), via (cuda_graph or None), source (a Triton
-    kernel's generated file or None), calls, device_us, bytes (copies and memsets)."""
+    kernel's generated file or None), calls, device_us, bytes (copies and memsets), launch
+    (a kernel's first launch configuration in the trace, or None) and launch_configs (how
+    many different ones it had)."""
     if gpu.empty:
         return []
     pos = gpu["op_pos"].to_numpy()
@@ -105,13 +107,18 @@ def gpu_work(gpu: pd.DataFrame, op_names: np.ndarray) -> list[dict[str, Any]]:
                        None),
         "attribution": gpu["rule"].to_numpy(), "via": gpu["via"].fillna("").to_numpy(),
         "source": gpu["source"].fillna("").to_numpy(),
-        "dur": gpu["dur"].to_numpy(np.float64), "bytes": gpu["bytes"].to_numpy(np.float64)})
+        "dur": gpu["dur"].to_numpy(np.float64), "bytes": gpu["bytes"].to_numpy(np.float64),
+        "launch": gpu["launch"].to_numpy()})
     frame["op"] = frame["op"].astype(object).where(frame["op"].notna(), "")
     agg = frame.groupby(["kind", "name", "op", "attribution", "via", "source"], sort=False).agg(
         calls=("dur", "size"), device_us=("dur", "sum"), bytes=("bytes", "sum"),
-        has_bytes=("bytes", "count")).reset_index()
+        has_bytes=("bytes", "count"), launch=("launch", "first"),
+        launch_configs=("launch", "nunique")).reset_index()
     agg = agg.sort_values("device_us", ascending=False, kind="stable")
     return [{"kind": r.kind, "name": r.name, "op": r.op or None, "attribution": r.attribution,
-             "via": r.via or None, "source": r.source or None, "calls": int(r.calls), "device_us": round(float(r.device_us), 3),
-             "bytes": int(r.bytes) if r.has_bytes and r.kind != "kernel" else None}
+             "via": r.via or None, "source": r.source or None, "calls": int(r.calls),
+             "device_us": round(float(r.device_us), 3),
+             "bytes": int(r.bytes) if r.has_bytes and r.kind != "kernel" else None,
+             "launch": r.launch if isinstance(r.launch, str) else None,
+             "launch_configs": int(r.launch_configs)}
             for r in agg.itertuples(index=False)]

@@ -19,7 +19,7 @@ from .. import schema as S
 from .attribution import CUDA_GRAPH, GRAPH_LAUNCH_CALLS
 from .strings import starts_with
 
-TRITON_PREFIX = "triton"
+TRITON_PREFIX = S.TRITON_PREFIX
 TOP = 10
 
 

@@ -15,7 +15,8 @@ MIB = 1024.0 * 1024.0
 
 
 def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device: bool,
-             windows: pd.DataFrame, in_window: Optional[np.ndarray] = None) -> pd.DataFrame:
+             windows: pd.DataFrame, in_window: Optional[np.ndarray] = None,
+             calls: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     """Aggregate host ops by name into the OPS frame (schema.OP_COLUMNS).
 
     Columns (times in microseconds): calls; cpu_self_us / cpu_total_us (host time without /
@@ -38,26 +39,7 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     they launched (the measured window; None: every op of the trace).
     """
     names = events.loc[tree.rows, S.NAME].to_numpy()
-    n = len(tree)
-    per_op = pd.DataFrame({S.NAME: names, S.CPU_SELF_US: tree.self_us, S.CPU_TOTAL_US: tree.dur,
-                           "shape": events.loc[tree.rows, S.INPUT_DIMS].to_numpy()})
-
-    attributed = gpu[gpu["op_pos"] >= 0]
-    pos, dur = attributed["op_pos"].to_numpy(), attributed["dur"].to_numpy(np.float64)
-    per_op[S.DEVICE_SELF_US] = np.bincount(pos, weights=dur, minlength=n)
-    total = np.zeros(n)
-    for level in tree.ancestors_or_self(pos):
-        ok = level >= 0
-        np.add.at(total, level[ok], dur[ok])
-    per_op[S.DEVICE_TOTAL_US] = total
-    per_op["mem_bytes"] = _allocations(events, tree)
-    per_op["mem_net_bytes"] = _net_memory(events, tree, has_device)
-
-    not_ops = starts_with(per_op["name"].to_numpy(),
-                          (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
-    if in_window is not None:
-        not_ops |= ~in_window
-    per_op = per_op[~not_ops]
+    per_op = op_calls(events, tree, gpu, has_device, in_window) if calls is None else calls
     grouped = per_op.groupby("name", sort=False)
     table = grouped.agg(**{S.CALLS: (S.NAME, "size"),
                            **{col: (col, "sum") for col in (S.CPU_SELF_US, S.CPU_TOTAL_US,
@@ -85,6 +67,36 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     table["copies"] = table["name"].map(copies).apply(lambda v: v if isinstance(v, list) else [])
     table = table.sort_values([rank_col, S.CPU_TOTAL_US], ascending=False, kind="stable")
     return table[S.OP_COLUMNS].reset_index(drop=True)
+
+
+def op_calls(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device: bool,
+             in_window: Optional[np.ndarray] = None) -> pd.DataFrame:
+    """One row per op call (index: its position in ``tree``): name, cpu_self_us,
+    cpu_total_us, shape (input dims text), device_self_us, device_total_us, mem_bytes,
+    mem_net_bytes. Steps and nsbridge's ranges are left out, and with ``in_window`` the
+    ops outside the window."""
+    names = events.loc[tree.rows, S.NAME].to_numpy()
+    n = len(tree)
+    per_op = pd.DataFrame({S.NAME: names, S.CPU_SELF_US: tree.self_us, S.CPU_TOTAL_US: tree.dur,
+                           "shape": events.loc[tree.rows, S.INPUT_DIMS].to_numpy()})
+
+    attributed = gpu[gpu["op_pos"] >= 0]
+    pos, dur = attributed["op_pos"].to_numpy(), attributed["dur"].to_numpy(np.float64)
+    per_op[S.DEVICE_SELF_US] = np.bincount(pos, weights=dur, minlength=n)
+    total = np.zeros(n)
+    for level in tree.ancestors_or_self(pos):
+        ok = level >= 0
+        np.add.at(total, level[ok], dur[ok])
+    per_op[S.DEVICE_TOTAL_US] = total
+    per_op["mem_bytes"] = _allocations(events, tree)
+    per_op["mem_net_bytes"] = _net_memory(events, tree, has_device)
+
+    not_ops = starts_with(per_op["name"].to_numpy(),
+                          (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
+    if in_window is not None:
+        not_ops |= ~in_window
+    per_op = per_op[~not_ops]
+    return per_op
 
 
 def _allocations(events: pd.DataFrame, tree: HostTree) -> np.ndarray:

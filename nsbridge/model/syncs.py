@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .nesting import HostTree, build_host_tree
+from .nesting import HostTree
+from .python_lines import python_lines
 from .strings import name_mask
 
 BLOCKING_CALL = re.compile(
@@ -38,7 +39,6 @@ BLOCKING_CALL = re.compile(
 ITEM_OP = "aten::_local_scalar_dense"
 COPY_OPS = {"aten::_to_copy", "aten::copy_", "aten::to"}
 _SITE = re.compile(r"^(?P<kind>\S+) (?P<device>\S+) (?P<file>.+):(?P<line>\d+)$")
-_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
 WINDOW, WHOLE_RUN, OUTSIDE = "measured steps", "whole run", "outside the steps"
 TRACE_WINDOW = "window"
 
@@ -105,7 +105,7 @@ def blocking_calls(events: pd.DataFrame, tree: HostTree, lo: float, hi: float) -
     frame.insert(0, "start", kept[S.TS].to_numpy(np.float64))
     frame.insert(1, "end", frame["start"].to_numpy() + kept[S.DUR].to_numpy(np.float64))
     if not frame.empty and not frame["site"].all():
-        files, lines = _python_lines(events, kept, probe[keep])
+        files, lines = python_lines(events, kept[S.PID], kept[S.TID], probe[keep])
         no_site = ~frame["site"].to_numpy(dtype=bool)
         for column, values in (("file", files), ("line", lines)):   # object: None stays None
             merged = frame[column].to_numpy(dtype=object).copy()
@@ -250,24 +250,3 @@ def _trace_points(calls: pd.DataFrame, idle_us: np.ndarray, n_steps: int,
              "gpu_idle_ms": round(float(r.idle_us) / 1e3, 3), "run_count": None,
              "library": False, "via": None, "source": "torch.profiler trace"}
             for r in agg.itertuples(index=False)]
-
-
-def _python_lines(events: pd.DataFrame, frames: pd.DataFrame,
-                  probe: np.ndarray) -> tuple[list, list]:
-    """file, line of the innermost python_function around each point (trace with stacks)."""
-    none = [None] * len(frames)
-    if not (events[S.CAT] == S.PYTHON_FUNCTION).any():
-        return none, none
-    py = build_host_tree(events, (S.PYTHON_FUNCTION,))
-    pos = py.enclosing(frames[S.PID], frames[S.TID], probe)
-    names = events.loc[py.rows, S.NAME].to_numpy()
-    files, lines = [], []
-    for p in pos:
-        match = _FRAME.match(str(names[p])) if p >= 0 else None
-        while match and p >= 0 and ("site-packages" in match["file"] or "torch/" in match["file"]
-                                    or match["file"].startswith("<")):
-            p = py.parent[p]
-            match = _FRAME.match(str(names[p])) if p >= 0 else None
-        files.append(match["file"] if match else None)
-        lines.append(int(match["line"]) if match else None)
-    return files, lines

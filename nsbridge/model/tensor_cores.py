@@ -38,6 +38,14 @@ _DTYPES = {"float": "float32", "c10::Half": "float16", "c10::BFloat16": "bfloat1
 _ALIGN = {"float16": 8, "bfloat16": 8, "float32": 4, "int8": 16, "float8": 16}
 
 
+def kernel_path(name: str) -> Optional[str]:
+    """'Tensor Cores' or 'CUDA cores' for a matmul/conv/attention kernel by its name, None
+    when the name does not tell."""
+    if TENSOR_KERNEL.search(name):
+        return "Tensor Cores"
+    return "CUDA cores" if CUDA_CORE_KERNEL.search(name) else None
+
+
 def is_tensor_core_op(name: str) -> bool:
     """A matmul, convolution or attention op: work Tensor Cores can do."""
     return bool(MATMUL_OP.match(name) or ATTENTION_OP.match(name))

@@ -25,8 +25,9 @@ DROP_CATS = {"trace", "overhead", "ac2g", "async_cpu_to_gpu", "async_gpu", "fwdb
 _ARGS, _CAT, _NAME, _PH, _PID, _TID, _TS = (attrgetter(a) for a in (
     "args", "cat", "name", "ph", "pid", "tid", "ts"))
 _STRING_COLS = (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS, S.INPUT_TYPES,
-                S.KERNEL_FILE)
-_NUMBER_COLS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE)
+                S.KERNEL_FILE, S.LAUNCH)
+_NUMBER_COLS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE, S.TOTAL_ALLOCATED,
+                S.TOTAL_RESERVED)
 # A timestamp or duration at or beyond 2**53 us (about 285 years) is not a time: no float
 # holds it to the microsecond, and ns conversions overflow int64
 TIME_LIMIT_US = float(2 ** 53)
@@ -74,7 +75,13 @@ class EventColumns:
                    else json.dumps(a["Input type"], separators=(",", ":")) for a in args],
             nbytes=[a.get("bytes", a.get("Bytes")) for a in args],
             devices=[a.get("device", a.get("Device Id")) for a in args],
-            files=[a.get("kernel_file") for a in args])
+            files=[a.get("kernel_file") for a in args],
+            allocated=[a.get("Total Allocated") for a in args],
+            reserved=[a.get("Total Reserved") for a in args],
+            launches=[None if a.get("grid") is None else launch_text(
+                json.dumps(a["grid"], separators=(",", ":")),
+                json.dumps(a.get("block"), separators=(",", ":")),
+                a.get("registers per thread"), a.get("shared memory")) for a in args])
 
     def add_records(self, events: Sequence[Any], unset: Any) -> None:
         """A batch of msgspec structs (parse._stream.Event); ``unset`` marks absent fields."""
@@ -92,21 +99,28 @@ class EventColumns:
                     for a in args],
             devices=[None if a is None else (a.device_id if a.device is unset else a.device)
                      for a in args],
-            files=[None if a is None else a.kernel_file for a in args])
+            files=[None if a is None else a.kernel_file for a in args],
+            allocated=[None if a is None else a.allocated for a in args],
+            reserved=[None if a is None else a.reserved for a in args],
+            launches=[None if a is None or a.grid is None else launch_text(
+                _compact(a.grid), "null" if a.block is None else _compact(a.block), a.registers,
+                a.smem) for a in args])
 
     def _add(self, *, cats: list, names: list, phs: list, pids: list, tids: list, ts: list,
              durs: list, exts: list, corrs: list, dims: list, types: list, nbytes: list,
-             devices: list, files: list) -> None:
+             devices: list, files: list, allocated: list, reserved: list,
+             launches: list) -> None:
         cat_codes = self._encode(cats, self._category)
         keep = cat_codes != self._strings[None]   # dropped categories normalise to None
         encode = self._encode
         batch = {S.CAT: cat_codes, S.NAME: encode(names, _name), S.PH: encode(phs, _same),
                  S.PID: encode(pids, str), S.TID: encode(tids, str),
                  S.INPUT_DIMS: encode(dims, _same), S.INPUT_TYPES: encode(types, _same),
-                 S.KERNEL_FILE: encode(files, _text),
+                 S.KERNEL_FILE: encode(files, _text), S.LAUNCH: encode(launches, _same),
                  S.TS: _numeric(ts), S.DUR: _numeric(durs),
                  S.EXT_ID: _numeric(exts), S.CORRELATION: _numeric(corrs),
-                 S.BYTES: _numeric(nbytes), S.DEVICE: _numeric(devices)}
+                 S.BYTES: _numeric(nbytes), S.DEVICE: _numeric(devices),
+                 S.TOTAL_ALLOCATED: _numeric(allocated), S.TOTAL_RESERVED: _numeric(reserved)}
         everything = bool(keep.all())
         for col, values in batch.items():
             store = self._codes if col in self._codes else self._numbers
@@ -186,6 +200,13 @@ class EventColumns:
             frame = frame[usable].reset_index(drop=True)
         frame[S.CAT] = frame[S.CAT].astype("category")
         return frame
+
+
+def launch_text(grid: str, block: str, registers: Any, smem: Any) -> str:
+    """A kernel's launch configuration in one string (dictionary-encoded like a name)."""
+    return (f"grid {grid} block {block}" + (f" regs {registers}" if registers is not None
+                                            else "")
+            + (f" smem {smem}" if smem is not None else ""))
 
 
 def _same(value: Any) -> Any:

@@ -67,6 +67,13 @@ class Args(msgspec.Struct, gc=False):
     device: Union[int, None, msgspec.UnsetType] = msgspec.UNSET
     device_id: Optional[int] = msgspec.field(name="Device Id", default=None)
     kernel_file: Optional[str] = None
+    allocated: Union[int, float, None] = msgspec.field(name="Total Allocated", default=None)
+    reserved: Union[int, float, None] = msgspec.field(name="Total Reserved", default=None)
+    grid: Optional[msgspec.Raw] = None
+    block: Optional[msgspec.Raw] = None
+    registers: Union[int, float, None] = msgspec.field(name="registers per thread",
+                                                       default=None)
+    smem: Union[int, float, None] = msgspec.field(name="shared memory", default=None)
 
 
 class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):

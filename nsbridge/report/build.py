@@ -57,6 +57,10 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
         "unprofiled_runs": bare_runs,
     }
     report["device"] = analysis.device if has_device else None
+    if analysis.memory:
+        report[S.MEMORY_SECTION] = analysis.memory
+    if analysis.op_groups and (analysis.op_groups["by_shape"] or analysis.op_groups["by_source"]):
+        report[S.OP_GROUPS_SECTION] = analysis.op_groups
     report["sync_points"] = analysis.sync_points
     report["recommendations"] = analysis.recommendations
     report["collectives"] = analysis.collectives

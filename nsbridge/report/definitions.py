@@ -35,9 +35,9 @@ DEFINITIONS: dict[str, str] = {
 }
 
 
-def markdown_block() -> list[str]:
-    """The collapsed block report.md ends with."""
+def markdown_block(preface: str = "") -> list[str]:
+    """The collapsed block report.md ends with (``preface``: a line before the terms)."""
     lines = ["<details><summary>What each number means (README: \"What each number "
-             "means\")</summary>", ""]
-    lines += [f"- **{term}**: {text}" for term, text in DEFINITIONS.items()]
+             "means\")</summary>", ""] + ([preface, ""] if preface else [])
+    lines.append(" · ".join(f"**{term}**: {text}" for term, text in DEFINITIONS.items()))
     return lines + ["", "</details>"]

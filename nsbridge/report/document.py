@@ -43,8 +43,9 @@ class Table:
     ``code``: columns of names or paths (set as code); ``groups``: (source, columns) runs
     of the header for a second header row; ``details``: per row, sub-items the HTML page
     folds under the row's first cell; ``html_id`` with ``sortable``: the HTML page's
-    interactive table (sorted by a click on a header, filtered by name); ``folded``: the
-    HTML page folds the whole table under its lead."""
+    interactive table (sorted by a click on a header, filtered by name); ``toggle``: the
+    label of its button when a section has several interactive tables, one shown at a
+    time; ``folded``: the HTML page folds the whole table under its lead."""
 
     header: list[str]
     rows: list[list[str]]
@@ -55,6 +56,7 @@ class Table:
     details: list[list[str]] = field(default_factory=list)
     html_id: Optional[str] = None
     sortable: bool = False
+    toggle: Optional[str] = None
     folded: bool = False
     views: frozenset[str] = EVERYWHERE
 
@@ -66,7 +68,7 @@ Block = Union[Text, Items, Table]
 class Section:
     """One section: ``key`` (its anchor), ``title`` (``brief_title`` in the terminal),
     ``lead`` (the sentence after the title: on the title's line in the terminal) and its
-    blocks."""
+    blocks; ``folded``: report.md and report.html fold it under its title."""
 
     key: str
     title: str
@@ -74,6 +76,7 @@ class Section:
     lead: Optional[str] = None
     brief_title: Optional[str] = None
     views: frozenset[str] = EVERYWHERE
+    folded: bool = False
 
     def shown_in(self, view: str) -> list[Block]:
         """The blocks ``view`` shows."""

@@ -21,8 +21,9 @@ from typing import Any, Collection, Optional
 from .. import schema as S
 from .document import HTML, Items, Section, Table, Text
 from .escape import terminal
+from .kernels_view import top_kernels
 from .sections import sections
-from .wording import (context_lines, is_number, shown_verdict, trouble_lines,
+from .wording import (context_lines, is_number, shown_verdict, span_text, trouble_lines,
                       verdict_headline, verdict_lines, verdict_title)
 
 TOP_CHART = 15
@@ -52,6 +53,9 @@ def html_page(report: dict[str, Any]) -> str:
 def chart_data(report: dict[str, Any]) -> dict[str, Any]:
     """What the charts draw (only what the report has)."""
     out: dict[str, Any] = {}
+    ranks = ranks_data(report.get(S.DISTRIBUTED_SECTION) or {})
+    if ranks:
+        out["ranks"] = ranks
     per_step = (report.get("steps") or {}).get("per_step") or []
     if per_step:
         out["steps"] = {"labels": [f"run {s['run']} step {s['step']}" if "run" in s
@@ -74,6 +78,18 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
             out["memory"] = {"labels": _labels(memory),
                              "gross": [op[S.MEM_MIB] for op in memory],
                              "net": [op.get(S.MEM_NET_MIB) for op in memory]}
+    curve = (report.get(S.MEMORY_SECTION) or {})
+    if curve.get("points"):
+        points = curve["points"]
+        out["memory_curve"] = {
+            "allocated": _xy(points["t_ms"], points["allocated_mib"]),
+            "reserved": _xy(points["t_ms"], points["reserved_mib"])
+            if points.get("reserved_mib") else None,
+            "peak": {"x": curve["peak_at_ms"], "y": curve["peak_mib"],
+                     "label": terminal(f"peak {curve['peak_mib']:.1f} MiB"
+                                       + (f" in {curve['peak_ops'][-1]}"
+                                          if curve.get("peak_ops") else ""))},
+            "device": curve["device"]}
     device = report.get("device")
     if device and device.get("idle_gaps"):
         steps = report.get("steps") or {}
@@ -84,6 +100,11 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
                                   for g in device["idle_gaps"]],
                        "spans": [[g["start_us"] / 1e3, (g["start_us"] + g["dur_us"]) / 1e3]
                                  for g in device["idle_gaps"]]}
+    kernels = top_kernels(report)
+    if kernels:
+        out["kernels"] = {"labels": [terminal(f"{w['name']} ({w['op'] or 'no op'})")
+                                     for w in kernels],
+                          "series": {"GPU ms": [w["device_us"] / 1e3 for w in kernels]}}
     roofline = roofline_data((report.get(S.NCU_SECTION) or {}).get("families") or [])
     if roofline:
         out["roofline"] = roofline
@@ -96,6 +117,23 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
                       "series": {label: [op["ncu"].get(k) for op in ncu_ops]
                                  for label, k in keys.items()}}
     return out
+
+
+def ranks_data(dist: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """Per rank, its median step split into compute, collectives (exposed and overlapped)
+    and GPU idle (model.cross_rank.step_breakdown); the straggler marked."""
+    ranks = [r for r in dist.get("ranks") or [] if r.get("breakdown_ms")]
+    if len(ranks) < 2:
+        return None
+    straggler = dist.get("straggler") or {}
+    marked = straggler.get("rank") if straggler.get("verdict") == "straggler" else None
+    parts = {"compute": "compute", "overlap": "collectives overlapped with compute",
+             "communication": "collectives (exposed)", "idle": "GPU idle"}
+    series = {label: [r["breakdown_ms"].get(key) for r in ranks] for key, label in parts.items()
+              if any(r["breakdown_ms"].get(key) is not None for r in ranks)}
+    return {"labels": [f"rank {r['rank']}" + (" (straggler)" if r["rank"] == marked else "")
+                       for r in ranks],
+            "series": series, "straggler": [r["rank"] == marked for r in ranks]}
 
 
 def roofline_data(families: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
@@ -113,6 +151,10 @@ def roofline_data(families: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
     return {"points": [{"label": terminal(f"{f['kernel'][:80]} ({f['precision']})"),
                         "x": f["intensity"], "y": f["flop_per_s"]} for f in placed],
             "roofs": [{"label": terminal(f"{name} roof"), **roof} for name, roof in roofs.items()]}
+
+
+def _xy(xs: list[float], ys: list[float]) -> list[dict[str, float]]:
+    return [{"x": x, "y": y} for x, y in zip(xs, ys)]
 
 
 def _labels(ops: list[dict[str, Any]]) -> list[str]:
@@ -148,10 +190,14 @@ def _verdict(report: dict[str, Any]) -> str:
 
 def _charts(report: dict[str, Any]) -> str:
     data = chart_data(report)
-    titles = {"steps": "Step time per measured step, by phase (ms)",
-              "ops": "Top ops: time by source (ms)",
+    span = span_text(report)
+    titles = {"ranks": "Ranks: median step split into compute, collectives and GPU idle (ms)",
+              "steps": "Step time per measured step, by phase (ms)",
+              "ops": f"Top ops: time {span} by source (ms)",
+              "kernels": f"Top kernels: GPU time {span} (ms)",
               "gaps": "Longest GPU idle gaps over the measured window (ms from its start)",
-              "memory": "Memory per op: gross vs net (MiB)",
+              "memory_curve": "Memory over the measured window (MiB; ms from its start)",
+              "memory": f"Memory per op {span}: gross vs net (MiB)",
               "ncu": "Nsight Compute per op (% of peak / hit rate)",
               "roofline": "Roofline: each kernel family at its arithmetic intensity (FLOP/byte "
                           "of DRAM traffic) and FLOP/s, under its roofs (ncu's own peaks)"}
@@ -163,9 +209,32 @@ def _charts(report: dict[str, Any]) -> str:
 def _section(section: Section) -> str:
     e = _esc
     lead = f"<p>{e(section.lead)}</p>" if section.lead else ""
-    blocks = "".join(_block(b) for b in section.shown_in(HTML))
-    return (f"<section id='{e(section.key)}'><h2>{e(section.title)}</h2>{lead}{blocks}"
+    shown = section.shown_in(HTML)
+    toggled = [b for b in shown if isinstance(b, Table) and b.toggle]
+    parts, first = [], True
+    for block in shown:
+        if len(toggled) > 1 and block in toggled:
+            if first:
+                parts.append(_toggle_bar(toggled))
+            parts.append(f"<div class='toggled' data-toggle='{e(block.html_id)}'"
+                         + ("" if first else " hidden") + f">{_block(block)}</div>")
+            first = False
+        else:
+            parts.append(_block(block))
+    if section.folded:
+        return (f"<section id='{e(section.key)}'><details><summary><h2>{e(section.title)}</h2>"
+                f"</summary>{lead}{''.join(parts)}</details></section>")
+    return (f"<section id='{e(section.key)}'><h2>{e(section.title)}</h2>{lead}{''.join(parts)}"
             "</section>")
+
+
+def _toggle_bar(tables: list[Table]) -> str:
+    """Buttons that show one of a section's interactive tables at a time."""
+    e = _esc
+    buttons = "".join(f"<button type='button' data-show='{e(t.html_id)}' aria-pressed="
+                      f"'{'true' if i == 0 else 'false'}'>{e(t.toggle)}</button>"
+                      for i, t in enumerate(tables))
+    return f"<p class='toggle-bar'>Group by: {buttons}</p>"
 
 
 def _block(block: Any) -> str:
@@ -187,26 +256,34 @@ def _block(block: Any) -> str:
 
 
 def _sortable(block: Table) -> str:
-    """The interactive table (report.js sorts it by a header click and filters it by
-    name): a header row of sources over the column names, each row's details folded
-    under its name."""
+    """An interactive table (report.js sorts it by a header click and filters its rows by
+    name): a header row of sources over the column names (when given), each row's
+    details folded under its name."""
     e = _esc
     ident = e(block.html_id or "table")
+    parts = [f"<p><input class='row-filter' type='search' placeholder='filter ops by name' "
+             f"aria-label='filter ops' data-table='{ident}'> <span class='row-count' "
+             f"data-table='{ident}'>{len(block.rows)} rows</span></p>"
+             f"<table id='{ident}' class='sortable'><thead>"]
     sources = [source for source, width in block.groups for _ in range(width)]
-    parts = [f"<p><input id='op-filter' type='search' placeholder='filter ops by name' "
-             f"aria-label='filter ops'> <span id='op-count'>{len(block.rows)} ops</span></p>"
-             f"<table id='{ident}'><thead><tr class='sources'>"
-             + "".join(f"<th colspan='{n}'>{e(s)}</th>" for s, n in block.groups) + "</tr><tr>"]
-    parts += [f"<th data-col='{i}' title='{e(src)}'>{e(h)}</th>"
-              for i, (h, src) in enumerate(zip(block.header, sources))]
-    parts.append("</tr></thead><tbody>")
+    if block.groups:
+        parts.append("<tr class='sources'>" + "".join(
+            f"<th colspan='{n}'>{e(s)}</th>" for s, n in block.groups) + "</tr>")
+    numeric = [i > 0 and bool(block.rows) and all(is_number(r[i]) for r in block.rows)
+               for i in range(len(block.header))]
+    parts.append("<tr>" + "".join(
+        f"<th data-col='{i}' data-numeric='{'1' if numeric[i] else '0'}'"
+        + (f" title='{e(sources[i])}'" if i < len(sources) else "") + f">{e(h)}</th>"
+        for i, h in enumerate(block.header)) + "</tr></thead><tbody>")
     for i, row in enumerate(block.rows):
         items = "".join(f"<li>{e(d)}</li>" for d in (block.details[i] if i < len(block.details)
                                                    else []))
         name = (f"<details><summary><code>{e(row[0])}</code></summary><ul>{items}</ul>"
                 f"</details>" if items else f"<code>{e(row[0])}</code>")
         parts.append(f"<tr data-name='{e(row[0])}'><td>{name}</td>"
-                     + "".join(f"<td data-v='{e(_sort_value(c))}'>{e(c)}</td>" for c in row[1:])
+                     + "".join(f"<td data-v='{e(_sort_value(c))}'"
+                               + (" class='t'" if not numeric[j + 1] else "") + f">{e(c)}</td>"
+                               for j, c in enumerate(row[1:]))
                      + "</tr>")
     parts.append("</tbody></table>")
     return "".join(parts)

@@ -1,6 +1,5 @@
 """report.md, sized for a GitHub issue or PR comment: the head (status, verdict, steps,
-machine), then each section of report/sections.py, torch's own ``key_averages`` table
-folded, and the definitions. Everything from a trace or a script is escaped where it is
+machine), then each section of report/sections.py, and the definitions folded. Everything from a trace or a script is escaped where it is
 placed: names as code spans in tables (escape.md_code), other text as Markdown text
 (escape.md_cell, md_text)."""
 
@@ -18,24 +17,30 @@ from .wording import (context_lines, shown_verdict, trouble_lines, verdict_headl
 _MARKS = {"!": "**contended:** ", "-": "", "~": "", "?": "*", ">": ""}
 
 
-def markdown(report: dict[str, Any], top: int = 15, key_averages: Optional[str] = None) -> str:
-    """report.md, tables cut to ``top`` rows; ``key_averages`` (torch's own table), when
-    given, goes in a collapsed block."""
+def markdown(report: dict[str, Any], top: int = 10,
+             key_averages_file: Optional[str] = None) -> str:
+    """report.md, sized to paste in a PR comment (about 80 lines): tables cut to ``top``
+    rows (a table or list with a ``brief`` to that many), the definitions folded at the
+    end, with the name of torch's own ``key_averages`` table file when there is one."""
     md = _head(report)
     for section in sections(report, top):
         if MARKDOWN not in section.views:
             continue
-        md += ["", f"## {md_cell(section.title)}"]
-        if section.lead:
-            md += ["", md_text(section.lead)]
+        body = [md_text(section.lead)] if section.lead else []
         for block in section.shown_in(MARKDOWN):
-            md += _block(block)
-    if key_averages:
-        fence = "`" * 3
-        table = "\n".join(terminal(line) for line in key_averages.rstrip().splitlines())
-        md += ["", "<details><summary>torch.profiler's own key_averages() table</summary>", "",
-               fence, table.replace(fence, "'" * 3), fence, "", "</details>"]
-    md += ["", *markdown_block()]
+            body += _block(block)
+        if body and not body[0]:
+            body = body[1:]     # a heading needs no blank line after it
+        if section.folded:
+            md += ["", f"<details><summary>{md_cell(section.title)}</summary>", "", *body, "",
+                   "</details>"]
+        else:
+            md += ["", f"## {md_cell(section.title)}", *body]
+    footer = md_text("Tables show their top rows; report.html and report.json have every row.")
+    if key_averages_file:
+        footer += (" " + md_text("torch.profiler's own key_averages() table: ")
+                   + md_code(key_averages_file))
+    md += ["", *markdown_block(footer)]
     return "\n".join(md) + "\n"
 
 
@@ -61,9 +66,9 @@ def _block(block: Any) -> list[str]:
     lead = ["", md_text(block.lead)] if block.lead else []
     if isinstance(block, Items):
         return lead + [""] + [f"{f'{i}.' if block.numbered else '-'} {md_text(item)}"
-                              for i, item in enumerate(block.items, 1)]
+                              for i, item in enumerate(block.items[:block.brief], 1)]
     assert isinstance(block, Table)
-    return lead + table(block.header, block.rows, block.code)
+    return lead + table(block.header, block.rows[:block.brief], block.code)
 
 
 def table(header: list[str], rows: list[list[str]], code: Collection[int] = ()) -> list[str]:

@@ -24,7 +24,7 @@ def ranks_section(report: dict[str, Any], limit: Optional[int]) -> Optional[Sect
     header = RANK_HEADER + (["file"] if with_file else [])
     table = Table(header, rank_rows(dist, with_file),
                   code=frozenset({len(RANK_HEADER)}) if with_file else frozenset())
-    return Section("ranks", "Ranks", [table, Items(distributed_lines(dist))])
+    return Section("ranks", "Ranks", [table, Items(distributed_lines(dist), brief=3)])
 
 
 def rank_rows(dist: dict[str, Any], with_file: bool = False) -> list[list[str]]:

@@ -13,28 +13,35 @@ A new pass needs no edit here: its section and per-op columns show as they are; 
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 from .. import schema as S
-from ..model.attribution import CUDA_GRAPH
-from ..model.kernel_origins import TRITON_PREFIX
 from .build import STOPPED
-from .document import (EVERYWHERE, IN_FILES, MARKDOWN, Items, Section, Table, Text,
-                       without_empty_columns)
+from .document import (EVERYWHERE, HTML, IN_FILES, MARKDOWN, TERMINAL, Items, Section, Table,
+                       Text, without_empty_columns)
+from .kernels_view import kernel_section, launch_cell
+from .memory_view import MEMORY_VIEW
 from .ncu_view import NCU_VIEW
+from .op_groups_view import OP_GROUPS_VIEW, group_blocks
 from .ranks_view import RANKS_VIEW
 from .tensor_cores_view import TENSOR_CORES_VIEW
 from .timeline_view import TIMELINE_VIEW
 from .views import OpColumn, register_view, view_for_key, views_by_op_key
 from .wording import (attribution, cell, count, counted_over, early_line, int_text,
-                      kernel_rate, mib, ms, ms_or_dash, per_step_cell, shown_recommendations, where)
+                      kernel_rate, mib, ms, ms_or_dash, per_step_cell, shown_recommendations,
+                      span_text, where)
 
 def sections(report: dict[str, Any], limit: Optional[int] = None) -> list[Section]:
     """Every section the report has, in order; tables of ops, sync points and kernels
     keep at most ``limit`` rows (None: all)."""
-    built = [_ops(report, limit), _device(report), _syncs(report), _recommendations(report)]
+    first = [S.DISTRIBUTED_SECTION]   # a job's ranks right under the verdict
+    built = [view.section(report, limit) for key in first if report.get(key)
+             for view in [view_for_key(key)] if view]
+    built += [_ops(report, limit), _device(report), kernel_section(report, limit),
+              _syncs(report), _recommendations(report)]
     for key, value in report.items():
-        if key in S.REPORT_KEYS or not value:
+        if key in S.REPORT_KEYS or key in first or not value:
             continue
         view = view_for_key(key)
         built.append(view.section(report, limit) if view else generic_section(key, value, limit))
@@ -57,6 +64,7 @@ def generic_section(key: str, value: Any, limit: Optional[int]) -> Section:
     return Section(key, key, blocks)
 
 
+_BACKWARD_NODE = re.compile(r"^[A-Z]\w*Backward\d*$")
 OP_HEADER = ["op", "calls", "self CPU ms", "total CPU ms", "self device ms", "total device ms",
              "gross MiB", "net MiB", "%", "±% per step", "kernels", "copies+memsets"]
 _DEVICE_COLUMNS = {"self device ms", "total device ms", "kernels", "copies+memsets"}
@@ -67,11 +75,11 @@ MEMORY_NOTE = ("gross MiB: allocated inside the op itself, not its children (any
 TORCH_SOURCE = "torch.profiler"
 
 
-def op_table(report: dict[str, Any],
-             limit: Optional[int]) -> tuple[list[str], list[list[str]], list[tuple[str, int]]]:
-    """Header, rows and column groups (source, width) of the op table: torch.profiler's
-    columns (no device columns without a device), then each other pass's where it ran."""
-    ops = report["ops"][:limit]
+def op_table(report: dict[str, Any], ops: list[dict[str, Any]]
+             ) -> tuple[list[str], list[list[str]], list[tuple[str, int]]]:
+    """Header, rows and column groups (source, width) of the op table of ``ops``:
+    torch.profiler's columns (no device columns without a device), then each other pass's
+    where it ran."""
     header, rows = list(OP_HEADER), [_torch_cells(op) for op in ops]
     if report.get("device") is None:
         keep = [i for i, h in enumerate(header) if h not in _DEVICE_COLUMNS]
@@ -120,29 +128,45 @@ def _op_column_groups(ops: list[dict[str, Any]]) -> list[tuple[str, str, list[Op
 
 
 def _ops(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
-    """The op table (sortable on the page, each row's kernels folded under it), the memory
-    note, and in report.md each top op's top kernels and copies."""
+    """The op table: on the page every op (sortable, each row's kernels folded under it,
+    grouped by shape or caller behind a toggle); in the terminal and report.md the top
+    ops without autograd's wrappers, whose own time is the engine's, not the model's."""
     if not report["ops"]:
         return None
-    header, rows, groups = op_table(report, limit)
     ops = report["ops"][:limit]
+    header, rows, groups = op_table(report, ops)
+    launches = {(w["name"], w["op"]): w for w in (report.get("device") or {}).get("work") or []
+                if w.get("launch")}
     details = [[f"{kind} {k['name']} x{k['calls']}, {k['device_us'] / 1e3:.3f} ms"
+                + (f", {launch_cell(launches[k['name'], op[S.NAME]])}"
+                   if (k["name"], op[S.NAME]) in launches else "")
                 + (f" (source {k['source']})" if k.get("source") else "")
                 for kind, k in _work(op, kernels=10, copies=5)] for op in ops]
-    work = [[op[S.NAME], kind, k["name"][:120], str(k["calls"]), f"{k['device_us'] / 1e3:.3f}"]
-            for op in ops for kind, k in _work(op, kernels=3, copies=2)]
+    model_ops = [op for op in report["ops"]
+                 if op.get(S.KERNELS) or not is_autograd_wrapper(op[S.NAME])]
+    wrappers = len(report["ops"]) - len(model_ops)
+    short_header, short_rows, short_groups = op_table(report, model_ops[:limit])
     ranked = ("self device time" if report["ranked_by"] == S.DEVICE_SELF_US
               else "self CPU time")
+    brief = frozenset({TERMINAL, MARKDOWN})
     blocks: list[Any] = [
         Table(header, rows, code=frozenset({0}), groups=groups, details=details,
-              html_id="op-table", sortable=True),
-        Text(MEMORY_NOTE, note=True)]
-    if work:
-        blocks.append(Table(["op", "kind", "name", "calls", "device ms"], work,
-                            lead="Kernels and copies per op (top 3 kernels, top 2 copies "
-                                 "each):", code=frozenset({0, 2}),
-                            views=frozenset({MARKDOWN})))
-    return Section("ops", f"Top ops by {ranked}", blocks)
+              html_id="op-table", sortable=True, toggle="op", views=frozenset({HTML})),
+        Table(short_header, short_rows, code=frozenset({0}), groups=short_groups, views=brief),
+        Text(MEMORY_NOTE + (f"; {count(wrappers, 'autograd wrapper')} (autograd::engine::"
+                            "evaluate_function: ..., ...Backward0) left out here, listed in "
+                            "report.html" if wrappers else ""), note=True, views=brief),
+        *group_blocks(report, limit),
+        Text(MEMORY_NOTE, note=True, views=frozenset({HTML}))]
+    return Section("ops", f"Top ops by {ranked} (totals {span_text(report)})", blocks)
+
+
+def is_autograd_wrapper(name: str) -> bool:
+    """autograd's own nodes around a backward op: evaluate_function ranges, ``XBackward0``
+    nodes and AccumulateGrad, whose self time is the engine's bookkeeping (an op that
+    launched kernels itself is never left out)."""
+    return (name.startswith("autograd::engine::evaluate_function:")
+            or name == "torch::autograd::AccumulateGrad" or bool(_BACKWARD_NODE.match(name)))
 
 
 def _work(op: dict[str, Any], kernels: int, copies: int) -> list[tuple[str, dict[str, Any]]]:
@@ -154,8 +178,8 @@ def _work(op: dict[str, Any], kernels: int, copies: int) -> list[tuple[str, dict
 
 def _kernel_kind(kernel: dict[str, Any]) -> str:
     kind = "Triton kernel" if kernel.get("source") or str(kernel["name"]).startswith(
-        TRITON_PREFIX) else "kernel"
-    return f"graph {kind[0].lower()}{kind[1:]}" if kernel.get("via") == CUDA_GRAPH else kind
+        S.TRITON_PREFIX) else "kernel"
+    return f"graph {kind[0].lower()}{kind[1:]}" if kernel.get("via") == S.CUDA_GRAPH else kind
 
 
 def _graph_line(graph: dict[str, Any]) -> str:
@@ -201,7 +225,8 @@ def _device(report: dict[str, Any]) -> Optional[Section]:
         blocks.append(Table(["device", "gap ms", "at ms", "host was in"],
                             [[str(g["device"]), f"{g['dur_us'] / 1e3:.3f}",
                               f"{g['start_us'] / 1e3:.3f}", g["host_op"] or "Python between ops"]
-                             for g in dev["idle_gaps"]], code=frozenset({3}), views=IN_FILES))
+                             for g in dev["idle_gaps"]], code=frozenset({3}), views=frozenset({HTML}),
+                            brief=3))
     lead = (f"busy {dev['busy_pct']:.1f}% of the measured window, {dev['kernels']} kernels "
             f"({kernel_rate(dev)}); linking: {dev.get('linking') or '-'}; attribution: "
             f"{attribution(dev.get('attribution') or {})}")
@@ -220,7 +245,9 @@ def _syncs(report: dict[str, Any]) -> Optional[Section]:
              per_step_cell(p), f"{p['host_ms']:.3f}", ms_or_dash(p.get("gpu_idle_ms"))]
             for p in points]
     header, rows = without_empty_columns(SYNC_HEADER, rows)   # no GPU: no idle after
-    return Section("syncs", "Sync points (host waits for the device)",
+    title = ("Sync points (host waits for the device)" if report.get("device")
+             else "Sync points (calls that would wait for a GPU; on this CPU run none waits)")
+    return Section("syncs", title,
                    [Table(header, rows, code=frozenset({1, 2}), brief=5)])
 
 
@@ -253,7 +280,7 @@ def _sources(report: dict[str, Any]) -> Optional[Section]:
     if not sources:
         return None
     return Section("sources", "Sources", [Items([f"{k}: {v}" for k, v in sources.items()])],
-                   views=IN_FILES)
+                   views=frozenset({HTML}), folded=True)
 
 
 def _is_records(value: Any) -> bool:
@@ -271,5 +298,6 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
-for _view in (TENSOR_CORES_VIEW, RANKS_VIEW, TIMELINE_VIEW, NCU_VIEW):
+for _view in (TENSOR_CORES_VIEW, MEMORY_VIEW, OP_GROUPS_VIEW, RANKS_VIEW, TIMELINE_VIEW,
+              NCU_VIEW):
     register_view(_view)

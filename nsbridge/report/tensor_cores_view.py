@@ -24,7 +24,7 @@ def tensor_cores_section(report: dict[str, Any], limit: Optional[int]) -> Option
     lead = ", ".join(f"{n} {status}" for status, n in counts.items()
                      if status != "ops" and n) + " (from the triage; ncu's counters settle it)"
     return Section("tensor-cores", "Tensor Cores", [Table(HEADER, rows, code=frozenset({0}),
-                                                          brief=6)], lead=lead)
+                                                          brief=3)], lead=lead)
 
 
 TENSOR_CORES_VIEW = PassView(

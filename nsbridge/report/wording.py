@@ -104,6 +104,36 @@ def counted_over(point: dict[str, Any]) -> str:
             else str(point["counted_over"]))
 
 
+def run_on_line(report: dict[str, Any]) -> Optional[str]:
+    """Host, Python, torch, device and cores in one line, where the run recorded them."""
+    env = report.get("environment") or {}
+    if not env:
+        return None
+    gpus = [g if isinstance(g, str) else str(g.get("name")) for g in env.get("gpus") or []]
+    names = sorted(set(gpus))
+    device = (", ".join(f"{n} x{gpus.count(n)}" for n in names)
+              + (f" (CUDA {env['cuda']})" if env.get("cuda") else "")) if gpus else "no GPU"
+    cores = ((report.get("machine") or {}).get("cores") or {}).get("usable")
+    parts = [f"host {env['host']}" if env.get("host") else None,
+             f"Python {env['python']}" if env.get("python") else None,
+             f"torch {env['torch']}" if env.get("torch") else None, device,
+             f"{cores} usable cores" if cores else None]
+    return " · ".join(p for p in parts if p)
+
+
+def span_text(report: dict[str, Any]) -> str:
+    """What a total covers, said the same way everywhere: 'over the 3 measured steps', or
+    'over the 0.087 s window' without steps."""
+    window = report.get("window") or {}
+    ranks = len((report.get("distributed") or {}).get("ranks") or [])
+    summed = f", summed over {ranks} ranks" if ranks > 1 else ""
+    if window.get("kind") == "trace":
+        return f"over the {window['seconds']:.3f} s window{summed}"
+    steps = int(window.get("steps") or (report.get("steps") or {}).get("count") or 0)
+    return (f"over the {steps} measured steps" if steps != 1
+            else "over the 1 measured step") + summed
+
+
 def window_line(report: dict[str, Any]) -> Optional[str]:
     """What the figures cover, when that is not simply the measured steps."""
     window = report.get("window") or {}
@@ -364,6 +394,6 @@ def trouble_lines(report: dict[str, Any]) -> list[str]:
 
 def context_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, text) of the run's steps, window and machine, those it has."""
-    found = (("Steps", step_line(report)), ("Window", window_line(report)),
-             ("Machine", machine_line(report.get("machine"))))
+    found = (("Run on", run_on_line(report)), ("Steps", step_line(report)),
+             ("Window", window_line(report)), ("Machine", machine_line(report.get("machine"))))
     return [(label, text) for label, text in found if text]

@@ -22,6 +22,12 @@ EVENTS (parse.torch_trace.read_trace), one row per complete ('X') or instant ('i
     device       float  GPU index of a GPU event / memory event (NaN otherwise)
     kernel_file  object args "kernel_file": the generated source of a torch.compile (Triton)
                         kernel, on the cpu_op that launches it (None elsewhere)
+    total_allocated, total_reserved
+                 float  a memory event's args "Total Allocated" / "Total Reserved": the
+                        allocator's bytes after it (NaN elsewhere)
+    launch       object a kernel's launch configuration from its args "grid", "block",
+                        "registers per thread", "shared memory":
+                        'grid [120,1,1] block [256,1,1] regs 40 smem 0' (None elsewhere)
 
 OPS (model.ops.op_table), one row per op name, the report's hot-op table:
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 CAT, NAME, PH, PID, TID, TS, DUR = "cat", "name", "ph", "pid", "tid", "ts", "dur"
 EXT_ID, CORRELATION, INPUT_DIMS, INPUT_TYPES, BYTES, DEVICE = (
     "ext_id", "correlation", "input_dims", "input_types", "bytes", "device")
-KERNEL_FILE = "kernel_file"
+KERNEL_FILE, TOTAL_ALLOCATED, TOTAL_RESERVED = "kernel_file", "total_allocated", "total_reserved"
+LAUNCH = "launch"
 EVENT_COLUMNS = [CAT, NAME, PH, PID, TID, TS, DUR, EXT_ID, CORRELATION, INPUT_DIMS,
-                 INPUT_TYPES, BYTES, DEVICE, KERNEL_FILE]
+                 INPUT_TYPES, BYTES, DEVICE, KERNEL_FILE, TOTAL_ALLOCATED, TOTAL_RESERVED, LAUNCH]
 
 # Categories (after folding)
 CPU_OP, USER_ANNOTATION, PYTHON_FUNCTION = "cpu_op", "user_annotation", "python_function"
@@ -18,6 +19,10 @@ HOST_OP_CATS = (CPU_OP, USER_ANNOTATION)
 GPU_CATS = (KERNEL, MEMCPY, MEMSET)
 LAUNCH_CATS = (CUDA_RUNTIME, CUDA_DRIVER)
 PROFILER_STEP_PREFIX = "ProfilerStep#"
+# how a kernel was launched (device.work[].via): by a CUDA graph replay
+CUDA_GRAPH = "cuda_graph"
+# torch.compile's generated kernels are named triton_...
+TRITON_PREFIX = "triton"
 
 # NVTX ranges nsbridge emits (timeline pass): ops "aten::addmm", modules "model.fc",
 # backward module ranges "model.fc [backward]", steps "step N"

@@ -7,6 +7,13 @@
     if (!canvas || typeof Chart === "undefined") { return; }
     config.options = Object.assign({animation: false, maintainAspectRatio: false,
                                      responsive: true}, config.options || {});
+    if (config.options.indexAxis === "y") {   // long names: cut in the middle, full in the tooltip
+      var scales = config.options.scales = config.options.scales || {};
+      scales.y = Object.assign({ticks: {autoSkip: false, callback: function (v) {
+        var label = String(this.getLabelForValue(v));
+        return label.length > 44 ? label.slice(0, 20) + "\u2026" + label.slice(-23) : label;
+      }}}, scales.y || {});
+    }
     new Chart(canvas, config);
   }
   function sets(series, stack) {
@@ -14,6 +21,15 @@
       return {label: name, data: series[name], backgroundColor: palette[i % palette.length],
               stack: stack ? "s" : undefined};
     });
+  }
+  if (data.ranks) {
+    var rankSets = sets(data.ranks.series, true).map(function (set) {
+      set.borderColor = "#b91c1c";
+      set.borderWidth = data.ranks.straggler.map(function (s) { return s ? 3 : 0; });
+      return set;
+    });
+    chart("chart-ranks", {type: "bar", data: {labels: data.ranks.labels, datasets: rankSets},
+      options: {scales: {x: {stacked: true}, y: {stacked: true, title: {display: true, text: "ms per step"}}}}});
   }
   if (data.steps) {
     chart("chart-steps", {type: "bar", data: {labels: data.steps.labels,
@@ -26,12 +42,31 @@
       datasets: sets(data.ops.series, false)},
       options: {indexAxis: "y", scales: {x: {title: {display: true, text: "ms"}}}}});
   }
+  if (data.kernels) {
+    chart("chart-kernels", {type: "bar", data: {labels: data.kernels.labels,
+      datasets: sets(data.kernels.series, false)},
+      options: {indexAxis: "y", scales: {x: {title: {display: true, text: "ms"}}}}});
+  }
   if (data.gaps) {
     chart("chart-gaps", {type: "bar", data: {labels: data.gaps.labels,
       datasets: [{label: "GPU idle (busy " + data.gaps.busy_pct.toFixed(1) + "% of the window)",
                   data: data.gaps.spans, backgroundColor: "#ef4444"}]},
       options: {indexAxis: "y", scales: {x: {min: 0, max: data.gaps.window_ms || undefined,
                 title: {display: true, text: "ms from the window's start"}}}}});
+  }
+  if (data.memory_curve) {
+    var mc = data.memory_curve;
+    var curves = [{type: "line", label: "allocated MiB (" + mc.device + ")", data: mc.allocated,
+                   borderColor: palette[0], pointRadius: 0, stepped: true, fill: false}];
+    if (mc.reserved) {
+      curves.push({type: "line", label: "reserved MiB", data: mc.reserved,
+                   borderColor: palette[5], pointRadius: 0, stepped: true, fill: false});
+    }
+    curves.push({type: "scatter", label: mc.peak.label, data: [{x: mc.peak.x, y: mc.peak.y}],
+                 backgroundColor: palette[3], pointRadius: 6});
+    chart("chart-memory_curve", {type: "scatter", data: {datasets: curves},
+      options: {scales: {x: {type: "linear", title: {display: true, text: "ms from the window's start"}},
+                         y: {title: {display: true, text: "MiB"}}}}});
   }
   if (data.memory) {
     chart("chart-memory", {type: "bar", data: {labels: data.memory.labels,
@@ -70,44 +105,64 @@
                              }}}}}});
   }
 
-  var table = document.getElementById("op-table");
-  if (!table) { return; }
-  var body = table.tBodies[0];
-  var heads = table.querySelectorAll("th[data-col]");
-  function key(row, col) {
-    var cell = row.cells[col];
-    if (col === 0) { return row.getAttribute("data-name"); }
-    var v = cell.getAttribute("data-v");
-    var n = parseFloat(v);
-    return isNaN(n) ? null : n;
-  }
-  heads.forEach(function (th) {
-    th.addEventListener("click", function () {
-      var col = parseInt(th.getAttribute("data-col"), 10);
-      var ascending = th.getAttribute("aria-sort") !== "ascending";
-      heads.forEach(function (h) { h.removeAttribute("aria-sort"); });
-      th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
-      var rows = Array.prototype.slice.call(body.rows);
-      rows.sort(function (a, b) {
-        var x = key(a, col), y = key(b, col);
-        if (x === null && y === null) { return 0; }
-        if (x === null) { return 1; }
-        if (y === null) { return -1; }
-        var order = x < y ? -1 : x > y ? 1 : 0;
-        return ascending ? order : -order;
+  function sortable(table) {
+    var body = table.tBodies[0];
+    var heads = table.querySelectorAll("th[data-col]");
+    function key(row, col) {
+      if (col === 0) { return row.getAttribute("data-name"); }
+      var v = row.cells[col].getAttribute("data-v");
+      if (v === null || v === "") { return null; }
+      var n = parseFloat(v);
+      return isNaN(n) ? v : n;
+    }
+    heads.forEach(function (th) {
+      th.addEventListener("click", function () {
+        var col = parseInt(th.getAttribute("data-col"), 10);
+        var numeric = th.getAttribute("data-numeric") === "1";
+        var current = th.getAttribute("aria-sort");
+        // numbers: largest first on the first click; names: A to Z
+        var ascending = current ? current !== "ascending" : !numeric;
+        heads.forEach(function (h) { h.removeAttribute("aria-sort"); });
+        th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+        var rows = Array.prototype.slice.call(body.rows);
+        rows.sort(function (a, b) {
+          var x = key(a, col), y = key(b, col);
+          if (x === null && y === null) { return 0; }
+          if (x === null) { return 1; }
+          if (y === null) { return -1; }
+          var order = x < y ? -1 : x > y ? 1 : 0;
+          return ascending ? order : -order;
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
       });
-      rows.forEach(function (r) { body.appendChild(r); });
+    });
+  }
+  document.querySelectorAll("table.sortable").forEach(sortable);
+  document.querySelectorAll("input.row-filter").forEach(function (filter) {
+    var table = document.getElementById(filter.getAttribute("data-table"));
+    var count = document.querySelector(".row-count[data-table='" + table.id + "']");
+    filter.addEventListener("input", function () {
+      var q = filter.value.toLowerCase(), shown = 0, rows = table.tBodies[0].rows;
+      Array.prototype.forEach.call(rows, function (r) {
+        var hit = r.getAttribute("data-name").toLowerCase().indexOf(q) >= 0;
+        r.style.display = hit ? "" : "none";
+        if (hit) { shown += 1; }
+      });
+      count.textContent = shown + " of " + rows.length + " rows";
     });
   });
-  var filter = document.getElementById("op-filter");
-  var count = document.getElementById("op-count");
-  filter.addEventListener("input", function () {
-    var q = filter.value.toLowerCase(), shown = 0;
-    Array.prototype.forEach.call(body.rows, function (r) {
-      var hit = r.getAttribute("data-name").toLowerCase().indexOf(q) >= 0;
-      r.style.display = hit ? "" : "none";
-      if (hit) { shown += 1; }
+  document.querySelectorAll(".toggle-bar").forEach(function (bar) {
+    var section = bar.parentNode;
+    bar.querySelectorAll("button[data-show]").forEach(function (button) {
+      button.addEventListener("click", function () {
+        var wanted = button.getAttribute("data-show");
+        section.querySelectorAll("div.toggled").forEach(function (div) {
+          div.hidden = div.getAttribute("data-toggle") !== wanted;
+        });
+        bar.querySelectorAll("button[data-show]").forEach(function (b) {
+          b.setAttribute("aria-pressed", b === button ? "true" : "false");
+        });
+      });
     });
-    count.textContent = shown + " of " + body.rows.length + " ops";
   });
 })();

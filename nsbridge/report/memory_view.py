@@ -1,0 +1,56 @@
+"""The memory section (report key ``memory``, model.memory.memory_over_window): the peak,
+the ops live at it and whether memory grows from step to step; report.html adds the curve."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .. import schema as S
+from .document import Block, Section, Text
+from .views import PassView
+
+GROWTH_MIB = 1.0   # step-end growth above this, in every step, is memory kept across steps
+
+
+def memory_line(memory: dict[str, Any]) -> str:
+    """One sentence: the peak (with its step and ops), the start and end levels."""
+    level = "since the window start" if memory["relative"] else "allocated"
+    where = f" in step {memory['peak_step']}" if memory.get("peak_step") is not None else ""
+    ops = memory.get("peak_ops") or []
+    inside = f", inside {' › '.join(ops[-3:])}" if ops else ""
+    reserved = (f"; reserved peak {memory['reserved_peak_mib']:.1f} MiB"
+                if memory.get("reserved_peak_mib") is not None else "")
+    return (f"peak {memory['peak_mib']:.1f} MiB {level} on {memory['device']} at "
+            f"{memory['peak_at_ms']:.1f} ms{where}{inside}; {memory['start_mib']:.1f} MiB "
+            f"at the window's start, {memory['end_mib']:.1f} MiB at its end{reserved}")
+
+
+def growth_line(memory: dict[str, Any]) -> Optional[str]:
+    """Whether memory held at each step's end grows: a tensor kept across steps."""
+    ends = memory.get("per_step_end_mib") or []
+    if len(ends) < 2:
+        return None
+    rises = [b - a for a, b in zip(ends, ends[1:])]
+    if all(r > GROWTH_MIB for r in rises):
+        return (f"Memory held at the end of each step grows by {sum(rises) / len(rises):.1f} "
+                f"MiB per step ({', '.join(f'{e:.1f}' for e in ends)} MiB): something keeps "
+                "tensors across steps (a loss history without .item() or .detach(), a cache, "
+                "growing buffers); at this rate the run ends out of memory")
+    return (f"Memory held at the end of each step: {', '.join(f'{e:.1f}' for e in ends)} MiB "
+            "(no growth across the measured steps)")
+
+
+def memory_section(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
+    memory = report.get(S.MEMORY_SECTION)
+    if not memory:
+        return None
+    growth = growth_line(memory)
+    blocks: list[Block] = []
+    if memory["relative"]:
+        blocks.append(Text("the trace's memory events carry no allocator totals: levels are "
+                           "bytes allocated minus freed since the window's start", note=True))
+    return Section("memory", "Memory over the measured window", blocks,
+                   lead=memory_line(memory) + (f". {growth}" if growth else ""))
+
+
+MEMORY_VIEW = PassView(report_key=S.MEMORY_SECTION, section=memory_section)
