@@ -11,21 +11,28 @@ import pandas as pd
 
 from . import __version__
 from . import schema as S
-from .model.analysis import TraceAnalysis
 from .report import frames
+from .report.escape import terminal
 from .report.failure import failure_paragraph
+from .report.wording import shown_verdict
 from .run import Run
 
 
-@dataclass
+# the frame attributes, in the order repr lists them (columns: report/frames.py)
+FRAMES = ("ops", "steps", "kernels", "sync_points", "gaps", "op_shapes", "op_sources",
+          "memory", "timeline_ops", "timeline_gaps", "timeline_ranks", "ncu", "ncu_ranks")
+
+
+@dataclass(repr=False)
 class RunResult:
     """What a command produced (or ``nsbridge.load`` read back): the run directory, the
-    report dict and its frames. Renders as a summary in Jupyter."""
+    report dict and its frames (each frame's columns, dtypes and units: the tables in
+    report/frames.py). Its repr is a few lines; it renders as a summary in Jupyter."""
 
     run_dir: Path
     report: dict[str, Any]
-    ops: pd.DataFrame      # OPS frame (schema.OP_COLUMNS), ranked; see frames.ops for load
-    steps: pd.DataFrame    # per step: step, wall_ms, data/forward/backward/optimizer/other_ms
+    ops: pd.DataFrame      # r.ops (report/frames.py)
+    steps: pd.DataFrame    # r.steps: step, wall_ms, data/forward/backward/optimizer/other_ms
     exit_code: int         # 0, the script's own non-zero status, 124 timeout, 130 Ctrl-C
     timeline: Optional[pd.DataFrame] = None  # nsys per-op table (model.timeline.op_summary)
 
@@ -46,24 +53,42 @@ class RunResult:
 
     @property
     def kernels(self) -> pd.DataFrame:
-        """Kernels and copies per op (op, kind, name, calls, device_us, bytes)."""
+        """Every kernel, copy and memset of the window per op, attributed or not."""
         return frames.kernels(self.report)
 
     @property
     def sync_points(self) -> pd.DataFrame:
+        """Where the host waited for the device: one row per call site."""
         return frames.sync_points(self.report)
 
     @property
     def gaps(self) -> pd.DataFrame:
-        """GPU idle gaps in the torch trace's measured window."""
+        """GPU idle gaps in the torch trace's measured window (no rows without a GPU)."""
         return frames.gaps(self.report)
 
     @property
+    def op_shapes(self) -> pd.DataFrame:
+        """Ops by input shape (report/frames.py)."""
+        return frames.op_shapes(self.report)
+
+    @property
+    def op_sources(self) -> pd.DataFrame:
+        """Ops by the script's function that called them (report/frames.py)."""
+        return frames.op_sources(self.report)
+
+    @property
+    def memory(self) -> pd.DataFrame:
+        """The allocator's level over the measured window (report/frames.py)."""
+        return frames.memory(self.report)
+
+    @property
     def timeline_ops(self) -> Optional[pd.DataFrame]:
+        """nsys per op name; None without the nsys pass."""
         return frames.timeline_ops(self.report)
 
     @property
     def timeline_gaps(self) -> Optional[pd.DataFrame]:
+        """nsys's GPU idle gaps; None without the nsys pass."""
         return frames.timeline_gaps(self.report)
 
     @property
@@ -84,17 +109,42 @@ class RunResult:
     def _repr_html_(self) -> str:
         return frames.summary_html(self.report, str(self.run_dir))
 
+    def __repr__(self) -> str:
+        """A few lines, whatever the run's size: command and target, status, verdict, the
+        run directory, and each frame attribute with its rows (None: the pass did not
+        run). Names from the run are shown with control characters escaped."""
+        report = self.report
+        verdict = shown_verdict(report)
+        said = "no verdict" if not verdict else f"verdict {verdict.get('label')}" + (
+            f" ({verdict['confidence']} confidence)" if verdict.get("confidence") else "")
+        code = f", exit code {self.exit_code}" if self.exit_code else ""
+        rows, absent = [], []
+        for name in FRAMES:
+            frame = getattr(self, name)
+            if frame is None:
+                absent.append(name)
+            else:
+                rows.append(f"{name} {len(frame)}")
+        head = (f"<RunResult {_short(report.get('command'), 20)} "
+                f"{_short(report.get('target'), 120)}: {_short(report.get('status'), 20)}"
+                f"{code}, {_short(said, 60)}")
+        return (f"{head}\n  run_dir: {_short(self.run_dir, 200)}\n"
+                f"  frames (rows): {', '.join(rows)}"
+                + (f"; None: {', '.join(absent)}" if absent else "") + ">")
+
+
+def _short(value: object, most: int) -> str:
+    """``value`` as one line of at most ``most`` characters (control characters escaped)."""
+    text = terminal(value)
+    return text if len(text) <= most else text[:most - 1] + "…"
+
 
 def result_of(run: Run, exit_code: int) -> RunResult:
-    """The RunResult of a run: frames from this process's trace analysis when a pass made
-    one (``run.frames``), else from the report (as nsbridge.load gives them)."""
-    analysis: Optional[TraceAnalysis] = run.frames.get("analysis")
-    if analysis is not None:
-        ops, steps = analysis.ops, analysis.steps
-    else:
-        ops, steps = frames.ops(run.report), frames.steps(run.report)
-    return RunResult(run_dir=run.dir, report=run.report, ops=ops, steps=steps,
-                     exit_code=exit_code, timeline=run.frames.get("timeline"))
+    """The RunResult of a run: its frames read from its report, as nsbridge.load gives
+    them, so a command's result and a loaded run are the same."""
+    return RunResult(run_dir=run.dir, report=run.report, ops=frames.ops(run.report),
+                     steps=frames.steps(run.report), exit_code=exit_code,
+                     timeline=run.frames.get("timeline"))
 
 
 def follower_result(run_dir: Path, rank: Any, code: int, command: str,
@@ -108,5 +158,5 @@ def follower_result(run_dir: Path, rank: Any, code: int, command: str,
         report["error"] = {"type": "RankStopped", "message": (
             f"rank {rank.rank} ended with exit status {code} (its messages are above; rank 0's "
             "report names the rank that failed first)")}
-    return RunResult(run_dir=run_dir, report=report, ops=pd.DataFrame(columns=S.OP_COLUMNS),
-                     steps=pd.DataFrame(), exit_code=code)
+    return RunResult(run_dir=run_dir, report=report, ops=frames.ops(report),
+                     steps=frames.steps(report), exit_code=code)

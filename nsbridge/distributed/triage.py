@@ -129,8 +129,8 @@ def reduce(run_dir: Path, summaries: list[dict[str, Any]], profile: Profile, tar
                                          else ""), "rank": first["rank"]}
     notes.append(f"{len(summaries)} ranks: ops, steps, verdict and device figures are rank "
                  f"{lead}'s (" + ("the straggler" if straggler.get("rank") is not None
-                                  else "the slowest") + "); the cross-rank numbers are under "
-                 "`distributed`" if lead is not None else f"{len(summaries)} ranks, none profiled")
+                                  else "the slowest") + "); the Ranks section compares them all"
+                 if lead is not None else f"{len(summaries)} ranks, none profiled")
     cross["shown_rank"] = lead
     folder_name = rank_dir_name(lead) if lead is not None else None
     files = {"trace": f"{folder_name}/{summary['trace']}" if summary else None,

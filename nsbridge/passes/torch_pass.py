@@ -200,8 +200,8 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
         summaries = [summarize(a, rank=t.rank if t.rank is not None else i, host=None,
                                world_size=len(analyses), trace=str(t.path))
                      for i, (t, a) in enumerate(zip(traces, analyses))]
-        notes.append(f"{len(analyses)} traces: ops are summed over all of them; verdict, steps "
-                     f"and device figures are those of the slowest (rank "
+        notes.append(f"{len(analyses)} traces: ops are summed over all of them; verdict, steps, "
+                     f"memory, shape groups and device figures are those of the slowest (rank "
                      f"{summaries[lead_index]['rank']})")
         cross = cross_rank(summaries, profile.analysis.straggler_pct,
                            straggler_min_ms=profile.analysis.straggler_min_ms)
