@@ -168,3 +168,21 @@ def test_a_corrupt_byte_anywhere_is_named_by_its_offset(
     monkeypatch.setattr(_stream.os, "cpu_count", lambda: workers)
     with pytest.raises(TraceFormatError, match=f"corrupt at byte {at:,} "):
         read_trace(bad, streaming=True)
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_real_traces_take_the_typed_fast_path(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every batch of a well-formed real trace (shapes, dtype lists, kernel grids, memory
+    totals) fits the typed structs: none falls back to decoding generic dicts, the slow
+    path that a field type msgspec cannot hold (a Raw inside a Union) once sent every
+    shaped batch to."""
+    from nsbridge.parse import _stream
+    from nsbridge.parse._event_columns import EventColumns
+
+    def refuse(self: EventColumns, events: list) -> None:
+        raise AssertionError(f"generic decode of {len(events)} events")
+
+    monkeypatch.setattr(EventColumns, "add_dicts", refuse)
+    columns = EventColumns()
+    _stream.stream_events(path, path.suffix == ".gz", columns, workers=1)
+    assert len(columns.finish()) > 0

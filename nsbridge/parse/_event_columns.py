@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from functools import lru_cache
 from operator import attrgetter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -93,8 +94,8 @@ class EventColumns:
             durs=[e.dur if e.ph == "X" else 0 for e in rows],
             exts=[None if a is None else (a.ext_lower if a.ext is None else a.ext) for a in args],
             corrs=[None if a is None else a.correlation for a in args],
-            dims=[None if a is None or a.dims is None else _compact(a.dims) for a in args],
-            types=[None if a is None or a.types is None else _compact(a.types) for a in args],
+            dims=[raw_text(a.dims) if a is not None and a.dims else None for a in args],
+            types=[raw_text(a.types) if a is not None and a.types else None for a in args],
             nbytes=[None if a is None else (a.Bytes if a.nbytes is unset else a.nbytes)
                     for a in args],
             devices=[None if a is None else (a.device_id if a.device is unset else a.device)
@@ -102,9 +103,7 @@ class EventColumns:
             files=[None if a is None else a.kernel_file for a in args],
             allocated=[None if a is None else a.allocated for a in args],
             reserved=[None if a is None else a.reserved for a in args],
-            launches=[None if a is None or a.grid is None else launch_text(
-                _compact(a.grid), "null" if a.block is None else _compact(a.block), a.registers,
-                a.smem) for a in args])
+            launches=[_launch(a) if a is not None and a.grid else None for a in args])
 
     def _add(self, *, cats: list, names: list, phs: list, pids: list, tids: list, ts: list,
              durs: list, exts: list, corrs: list, dims: list, types: list, nbytes: list,
@@ -202,6 +201,13 @@ class EventColumns:
         return frame
 
 
+def _launch(args: Any) -> Optional[str]:
+    """launch_text of a msgspec Args struct (None when its grid is a JSON null)."""
+    grid = raw_text(args.grid)
+    return None if grid is None else launch_text(grid, raw_text(args.block) or "null",
+                                                 args.registers, args.smem)
+
+
 def launch_text(grid: str, block: str, registers: Any, smem: Any) -> str:
     """A kernel's launch configuration in one string (dictionary-encoded like a name)."""
     return (f"grid {grid} block {block}" + (f" regs {registers}" if registers is not None
@@ -251,10 +257,19 @@ def _numeric(values: list) -> np.ndarray:
         return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
 
 
-def _compact(raw: Any) -> str:
-    """Text of a msgspec.Raw JSON value without the whitespace json.dumps(separators) drops
-    (shapes hold numbers and lists only, so removing all whitespace is exact)."""
-    return bytes(raw).translate(None, b" \t\r\n").decode("utf-8")
+def raw_text(raw: Any) -> Optional[str]:
+    """A msgspec.Raw JSON value as the dict reader writes it (``json.dumps`` with compact
+    separators); None for an absent field (empty) or a JSON null. Values repeat (shapes,
+    dtype lists), so each distinct one is converted once."""
+    text = bytes(raw)
+    if not text or text == b"null":
+        return None
+    return _compact_json(text)
+
+
+@lru_cache(maxsize=1 << 16)
+def _compact_json(text: bytes) -> str:
+    return json.dumps(json.loads(text), separators=(",", ":"))
 
 
 def readable_events(doc: Any) -> list[dict[str, Any]]:

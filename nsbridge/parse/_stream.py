@@ -52,6 +52,9 @@ _AT_BYTE = re.compile(r"\(byte (\d+)\)")
 _NON_FINITE = re.compile(rb"-?(?:NaN|Infinity)\b")
 
 
+NO_RAW = msgspec.Raw(b"")
+
+
 class Args(msgspec.Struct, gc=False):
     """The ``args`` fields the analysis reads. Strict types decode fastest; a batch that
     does not fit them is decoded generically (see _decode_batch)."""
@@ -59,8 +62,10 @@ class Args(msgspec.Struct, gc=False):
     ext: Optional[int] = msgspec.field(name="External id", default=None)
     ext_lower: Optional[int] = msgspec.field(name="external id", default=None)
     correlation: Optional[int] = None
-    dims: Optional[msgspec.Raw] = msgspec.field(name="Input Dims", default=None)
-    types: Optional[msgspec.Raw] = msgspec.field(name="Input type", default=None)
+    # JSON values kept as raw text: msgspec takes Raw only outside a Union, so an absent
+    # field is an empty Raw and a JSON null the text "null" (parse._event_columns.raw_text)
+    dims: msgspec.Raw = msgspec.field(name="Input Dims", default=NO_RAW)
+    types: msgspec.Raw = msgspec.field(name="Input type", default=NO_RAW)
     nbytes: Union[int, float, None, msgspec.UnsetType] = msgspec.field(name="bytes",
                                                                        default=msgspec.UNSET)
     Bytes: Union[int, float, None] = None
@@ -69,8 +74,8 @@ class Args(msgspec.Struct, gc=False):
     kernel_file: Optional[str] = None
     allocated: Union[int, float, None] = msgspec.field(name="Total Allocated", default=None)
     reserved: Union[int, float, None] = msgspec.field(name="Total Reserved", default=None)
-    grid: Optional[msgspec.Raw] = None
-    block: Optional[msgspec.Raw] = None
+    grid: msgspec.Raw = NO_RAW
+    block: msgspec.Raw = NO_RAW
     registers: Union[int, float, None] = msgspec.field(name="registers per thread",
                                                        default=None)
     smem: Union[int, float, None] = msgspec.field(name="shared memory", default=None)
