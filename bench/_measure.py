@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 
 def measure(argv: list[str]) -> tuple[float, float, str]:
@@ -19,3 +20,17 @@ def measure(argv: list[str]) -> tuple[float, float, str]:
     if code != 0:
         raise RuntimeError(f"{argv[:3]} failed ({code}):\n{err.decode()[-2000:]}")
     return wall, usage.ru_maxrss / 1024.0, out.decode().strip()
+
+
+def write_result(out: Path, benchmark: str, **fields: object) -> None:
+    """Write a bench's results as JSON with the date and the machine it ran on."""
+    import json
+    import platform
+
+    result = {"benchmark": benchmark, "date": time.strftime("%Y-%m-%d"),
+              "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                          "cpus": os.cpu_count(), "processor": platform.processor() or None},
+              **fields}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written to {out}")

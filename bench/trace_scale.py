@@ -17,17 +17,14 @@ bench/results/trace_scale.json with the machine it ran on, printing the ratios.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _measure import measure
+from _measure import measure, write_result
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
@@ -115,14 +112,9 @@ def main() -> None:
             entry["rss_vs_hta"] = round(ours["peak_rss_mib"] / by["hta"]["peak_rss_mib"], 3)
         ratios.append(entry)
         print("ratios", entry)
-    result = {"benchmark": "trace_scale", "date": time.strftime("%Y-%m-%d"),
-              "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                          "cpus": os.cpu_count(), "processor": platform.processor() or None},
-              "runs": args.runs, "hta_version": None if args.skip_hta else HTA_VERSION,
-              "results": rows, "ratios": ratios}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written to {args.out}")
+    write_result(args.out, "trace_scale", runs=args.runs,
+                 hta_version=None if args.skip_hta else HTA_VERSION, results=rows,
+                 ratios=ratios)
 
 
 if __name__ == "__main__":

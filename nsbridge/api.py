@@ -202,16 +202,25 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
                                                  environ=environ)]))
 
 
+def show_profiler_noise(on: bool = True) -> None:
+    """Pass the profiler's known noise from a profiled script's stderr (kineto's USDT
+    lines, the CPU allocator warning) to the terminal too; by default it goes only to the
+    run directory's profiler-noise.log (collect.noise)."""
+    from .collect import noise
+    noise.show(on)
+
+
 def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default",
             deep_profile: ProfileArg = "deep",
             out: Optional[Union[str, Path]] = None, window: str = "steps",
-            environ: Mapping[str, str] = os.environ) -> RunResult:
+            environ: Mapping[str, str] = os.environ, jobs: Optional[int] = None) -> RunResult:
     """Analyse files captured elsewhere: torch.profiler traces (several: the ranks of one
     job), nsys exports (.sqlite, .nsys-rep) and Nsight Compute reports (.ncu-rep, CSV),
     merged into one report keyed by op. ``window``: ``steps`` (the measured steps, in the
     torch trace and, by nsbridge's step ranges, in an nsys export) or ``trace`` (each file
     whole). ``environ`` is where nsys and ncu are looked up (to export a .nsys-rep, or a
-    .ncu-rep without the ncu-report package).
+    .ncu-rep without the ncu-report package). ``jobs``: worker processes for several
+    torch traces (default: one per CPU), each holding one trace at a time.
 
     Raises:
         ValueError: an unknown ``window``.
@@ -236,7 +245,8 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
     target = ", ".join(str(p) for p in paths)
     passes: list[Pass] = []
     if traces:   # read before the run directory exists: a bad trace leaves nothing behind
-        passes.append(Given(analyze_traces(traces, prof, target, window)))
+        passes.append(Given(analyze_traces(traces, prof, target, window,
+                                           jobs=jobs or os.cpu_count() or 1)))
     if nsys_files:
         passes.append(NsysExportsPass(nsys_files, prof, window, environ=environ))
     if ncu_files:

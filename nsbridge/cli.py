@@ -52,6 +52,7 @@ Examples:
   nsbridge analyze trace.json.gz
   nsbridge analyze traces/            (every rank's trace in the folder)
   nsbridge analyze rank0.json.gz rank1.json.gz --out runs/job42
+  nsbridge analyze --jobs 8 traces/   (8 processes, one rank's trace each at a time)
   nsbridge analyze capture.sqlite          (an nsys SQLite export; .nsys-rep with nsys installed)
   nsbridge analyze trace.json.gz kernels.ncu-rep   (ncu numbers in the op rows; CSV exports too)
 """
@@ -79,12 +80,18 @@ def _guard(fn: Callable[[], Any]) -> Any:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nsbridge")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
-def main(quiet: bool) -> None:
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also pass on the profiler's own noise from the script's stderr (USDT "
+                   "lines, the CPU allocator warning), kept in profiler-noise.log otherwise.")
+def main(quiet: bool, verbose: bool) -> None:
     """nsbridge: torch.profiler triage, Nsight timelines and kernel deep dives in one report."""
     from . import progress
     from .errors import stop_on_sigterm
 
     progress.enable(not quiet)
+    if verbose:
+        from .api import show_profiler_noise
+        show_profiler_noise()
     stop_on_sigterm()
 
 
@@ -235,15 +242,18 @@ def _finish(result: Any, top: int) -> None:
 @OUT
 @TOP
 @WINDOW
+@click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Worker processes for several torch traces, each reading one trace at a "
+                   "time (default: one per CPU).")
 @click.argument("paths", nargs=-1, required=True)
 def analyze(profile: str, deep_profile: str, out: Optional[str], top: int, window: str,
-            paths: tuple[str, ...]) -> None:
+            jobs: Optional[int], paths: tuple[str, ...]) -> None:
     """Analyse files captured elsewhere: torch.profiler traces (.json/.json.gz or folders),
     nsys exports (.sqlite, .nsys-rep), Nsight Compute reports (.ncu-rep, CSV)."""
     from .api import analyze as run_analyze
 
     _guard(lambda: _finish(run_analyze(paths, profile=profile, deep_profile=deep_profile,
-                                       out=out, window=window), top))
+                                       out=out, window=window, jobs=jobs), top))
 
 
 DIFF_EPILOG = """\b

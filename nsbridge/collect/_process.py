@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Mapping, Optional, Sequence
 
 from ..errors import Stopped
+from . import noise
 from .process_tree import descendants, end_leftovers
 
 # How long a child may take to write its partial results after being asked to stop: after
@@ -44,18 +45,31 @@ class ChildOutcome:
 
 
 def run_passthrough(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
-                    timeout: Optional[float]) -> ChildOutcome:
+                    timeout: Optional[float], noise_log: Optional[Path] = None) -> ChildOutcome:
     """Run argv with the terminal's stdin/stdout/stderr, as the user would.
 
-    On timeout the child gets SIGTERM (it saves what it has), then SIGKILL after a grace
-    period. On Ctrl-C the child, in the same process group, gets SIGINT from the terminal
-    too; nsbridge forwards one in case the signal reached only nsbridge, then waits. Either
-    way the processes the script started are ended after it.
+    With ``noise_log`` the child's stderr goes through collect.noise: the profiler's known
+    noise lines go to that file, everything else to nsbridge's stderr as it comes (unless
+    ``noise.show()`` asked for everything). On timeout the child gets SIGTERM (it saves
+    what it has), then SIGKILL after a grace period. On Ctrl-C the child, in the same
+    process group, gets SIGINT from the terminal too; nsbridge forwards one in case the
+    signal reached only nsbridge, then waits. Either way the processes the script started
+    are ended after it.
     """
     started = time.monotonic()
+    filtered = noise_log is not None and not noise.shown()
     proc = subprocess.Popen(list(argv), cwd=str(cwd),
-                            env={**env, "NSBRIDGE_PARENT_PID": str(os.getpid())})
-    return _supervise(proc, timeout, started)
+                            env={**env, "NSBRIDGE_PARENT_PID": str(os.getpid())},
+                            stderr=subprocess.PIPE if filtered else None)
+    pump = None
+    if filtered and proc.stderr is not None and noise_log is not None:
+        pump = threading.Thread(target=noise.pump, args=(proc.stderr, sys.stderr, noise_log),
+                                daemon=True)
+        pump.start()
+    outcome = _supervise(proc, timeout, started)
+    if pump is not None:
+        pump.join(timeout=10)
+    return outcome
 
 
 def _supervise(proc: subprocess.Popen, timeout: Optional[float], started: float) -> ChildOutcome:

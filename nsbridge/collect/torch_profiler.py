@@ -51,7 +51,8 @@ def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile
     env = dict(environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     before = machine.snapshot()
-    outcome = run_passthrough(argv, cwd=cwd, env=env, timeout=timeout)
+    outcome = run_passthrough(argv, cwd=cwd, env=env, timeout=timeout,
+                              noise_log=run_dir / S.PROFILER_NOISE_LOG)
     around = {**machine.between(before, machine.snapshot()), "cores": machine.usable_cores()}
     child_path = run_dir / S.CHILD_JSON
     child = None

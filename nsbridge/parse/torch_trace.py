@@ -64,12 +64,15 @@ def streaming_available() -> bool:
     return msgspec is not None
 
 
-def read_trace(path: str | Path, *, streaming: Optional[bool] = None) -> TorchTrace:
+def read_trace(path: str | Path, *, streaming: Optional[bool] = None,
+               workers: Optional[int] = None) -> TorchTrace:
     """Parse one torch.profiler trace file.
 
     Args:
         streaming: True for the msgspec streaming reader, False for the stdlib reader,
             None (default) for streaming when msgspec is installed.
+        workers: processes the streaming reader may split a large plain file across
+            (None: its default; 1 inside a worker process of its own).
 
     Raises:
         TraceNotFoundError: the path does not exist.
@@ -84,7 +87,7 @@ def read_trace(path: str | Path, *, streaming: Optional[bool] = None) -> TorchTr
     columns = EventColumns()
     use_stream = streaming_available() if streaming is None else streaming
     try:
-        meta = (stream_events(path, gzipped, columns) if use_stream
+        meta = (stream_events(path, gzipped, columns, workers=workers) if use_stream
                 else _read_whole(path, gzipped, columns))
     except (OSError, EOFError, zlib.error) as exc:
         raise _gzip_error(path, exc) from exc

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
@@ -83,7 +85,9 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
     files = {"trace": lead.traces[0].name if lead.traces else None,
              "traces": [p.name for p in lead.traces],
              "key_averages": lead.table.name if lead.table else None,
-             "ops_csv": S.OPS_CSV if analysis else None}
+             "ops_csv": S.OPS_CSV if analysis else None,
+             "profiler_noise": (S.PROFILER_NOISE_LOG if (run_dir / S.PROFILER_NOISE_LOG)
+                                .is_file() else None)}
     if len(passes) > 1:
         files["repeats"] = [str(tp.traces[0].relative_to(run_dir)) for tp in passes[1:]
                             if tp.traces]
@@ -165,31 +169,68 @@ def repeat_dir_name(run: int) -> str:
     return f"repeat-{run:02d}"
 
 
+@dataclass(frozen=True)
+class AnalysedTrace:
+    """One trace read and analysed, its events already dropped: what the report of several
+    traces keeps of each (so memory holds one trace's events at a time per worker)."""
+
+    path: Path
+    rank: Optional[int]
+    notes: list[str]
+    analysis: TraceAnalysis
+    has_memory: bool
+
+
+def analyse_trace(path: Path, thresholds: Any, window: str, alone: bool,
+                  read_workers: Optional[int] = None) -> AnalysedTrace | str:
+    """Read and analyse one trace; a file of several that is JSON but not a trace gives
+    the note saying it was skipped. Runs in analyze's worker processes too (module level,
+    its arguments and result picklable); ``read_workers``: the reader's own processes."""
+    try:
+        trace = read_trace(path, workers=read_workers)
+    except TraceFormatError as exc:
+        if alone or "not a torch.profiler trace" not in str(exc):
+            raise
+        return f"skipped {path}: JSON that is not a torch.profiler trace"
+    analysis = analyze_events(trace.events, thresholds=thresholds, window=window)
+    return AnalysedTrace(trace.path, trace.rank, trace.notes(), analysis, has_memory(trace))
+
+
+def _analyse_all(files: Sequence[Path], profile: Profile, window: str,
+                 jobs: int) -> list[AnalysedTrace | str]:
+    """Every file through analyse_trace: in turn, or on ``jobs`` worker processes (each
+    reading with one process, one trace at a time), results in the files' order."""
+    alone = len(files) == 1
+    if jobs <= 1 or len(files) < 2:
+        out = []
+        for path in files:
+            with progress.step(f"reading and analysing {path.name}"):
+                out.append(analyse_trace(path, profile.analysis, window, alone))
+        return out
+    workers = min(jobs, len(files))
+    with progress.step(f"reading and analysing {len(files)} traces on {workers} processes"):
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(analyse_trace, files, repeat(profile.analysis),
+                                 repeat(window), repeat(alone), repeat(1)))
+
+
 def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
-                   window: str = "steps") -> PassOutput:
+                   window: str = "steps", jobs: int = 1) -> PassOutput:
     """Analyse torch.profiler traces captured elsewhere (the ranks of one job: ops summed,
-    the slowest rank's verdict, a per-rank table).
+    the slowest rank's verdict, a per-rank table); ``jobs`` worker processes read and
+    analyse them, one trace at a time each.
 
     Raises:
         TraceNotFoundError, TraceFormatError, EmptyTraceError: a file is not a usable trace.
     """
-    traces: list[TorchTrace] = []
-    notes: list[str] = []
-    for path in files:
-        try:
-            with progress.step(f"reading {path.name}"):
-                traces.append(read_trace(path))
-        except TraceFormatError as exc:
-            if len(files) == 1 or "not a torch.profiler trace" not in str(exc):
-                raise
-            notes.append(f"skipped {path}: JSON that is not a torch.profiler trace")
+    results = _analyse_all(files, profile, window, jobs)
+    notes = [r for r in results if isinstance(r, str)]
+    traces = [r for r in results if isinstance(r, AnalysedTrace)]
     if not traces:
         raise TraceNotFoundError("None of the files given is a torch.profiler trace.")
-    notes.extend(note for t in traces for note in t.notes())
+    notes.extend(note for t in traces for note in t.notes)
     traces.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, str(t.path)))
-    with progress.step(f"analysing {len(traces)} trace(s)"):
-        analyses = [analyze_events(t.events, thresholds=profile.analysis, window=window)
-                    for t in traces]
+    analyses = [t.analysis for t in traces]
     lead_index = slowest([a.verdict["numbers"] for a in analyses]) if len(analyses) > 1 else 0
     lead, lead_path = analyses[lead_index], traces[lead_index].path
     section, recommendations = None, []
@@ -213,7 +254,7 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
                         files={"trace": None, "inputs": [str(t.path) for t in traces],
                                "trace_input": str(Path(lead_path).resolve()),
                                "ops_csv": S.OPS_CSV},
-                        notes=notes, has_memory=any(has_memory(t) for t in traces),
+                        notes=notes, has_memory=any(t.has_memory for t in traces),
                         version=__version__)
     return PassOutput(name="analyze", manifest={"inputs": len(traces)}, core=core,
                       section=section, recommendations=recommendations,

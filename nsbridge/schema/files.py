@@ -28,6 +28,7 @@ NCU_CHILD_CONFIG = "ncu-child-config.json"
 SUMMARY_JSON = "summary.json"             # a rank's summary, in its rank folder
 TRACE_JSON_GZ = "trace.json.gz"
 KEY_AVERAGES = "key_averages.txt"
+PROFILER_NOISE_LOG = "profiler-noise.log"   # the profiler's known noise from the child's stderr
 
 # files nsbridge writes that are JSON but no trace (analyze skips them in a folder)
 NOT_TRACES = frozenset({REPORT_JSON, MANIFEST_JSON, CHILD_JSON, CHILD_CONFIG, NVTX_CHILD_JSON,

@@ -1,0 +1,84 @@
+"""`nsbridge analyze` of a folder of many rank traces: one worker vs several (--jobs).
+
+Builds ``--ranks`` gzipped traces of about ``--events`` events each (bench/make_traces.py,
+then one copy per rank with its own ``distributedInfo.rank``), then runs, as separate
+processes, interleaved, ``--runs`` times each:
+
+  nsbridge analyze --jobs 1 FOLDER     every rank read and analysed in turn
+  nsbridge analyze --jobs J FOLDER     J worker processes, one rank at a time each
+
+and records the median wall time and peak RSS (os.wait4's ru_maxrss: the largest single
+process, here the parent; each worker holds one rank at a time) into
+bench/results/ranks_scale.json with the machine it ran on, printing the speed-up.
+
+    python bench/ranks_scale.py --ranks 64 --events 100000 --jobs 2 [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _measure import measure, write_result
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+
+
+def ensure_ranks(ranks: int, events: int) -> Path:
+    """A folder of ``ranks`` gzipped traces, rank i's metadata saying rank i."""
+    folder = DATA / f"ranks_{ranks}x{events}"
+    if len(list(folder.glob("rank-*.json.gz"))) == ranks:
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    base = DATA / f"trace_{events}.json"
+    if not base.exists():
+        subprocess.run([sys.executable, str(HERE / "make_traces.py"), "--events", str(events),
+                        "--out", str(base)], check=True)
+    doc = json.loads(base.read_text())
+    for rank in range(ranks):
+        doc["distributedInfo"] = {**(doc.get("distributedInfo") or {}), "rank": rank,
+                                  "world_size": ranks}
+        with gzip.open(folder / f"rank-{rank:03d}.json.gz", "wt", compresslevel=1) as fh:
+            json.dump(doc, fh)
+    return folder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ranks", type=int, default=64)
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "ranks_scale.json")
+    args = parser.parse_args()
+    folder = ensure_ranks(args.ranks, args.events)
+    nsbridge = shutil.which("nsbridge", path=str(Path(sys.executable).parent)) or "nsbridge"
+    samples: dict[int, list[tuple[float, float, str]]] = {1: [], args.jobs: []}
+    with tempfile.TemporaryDirectory() as scratch:
+        for run in range(args.runs):
+            for jobs in samples:
+                out = Path(scratch) / f"run-{run}-jobs-{jobs}"
+                samples[jobs].append(measure([nsbridge, "-q", "analyze", "--jobs", str(jobs),
+                                              "--out", str(out), str(folder)]))
+    rows = [{"jobs": jobs, "wall_s": round(statistics.median(r[0] for r in runs), 3),
+             "peak_rss_mib": round(statistics.median(r[1] for r in runs), 1),
+             "runs_wall_s": [round(r[0], 3) for r in runs]} for jobs, runs in samples.items()]
+    for row in rows:
+        print(f"--jobs {row['jobs']:<3} {row['wall_s']:8.2f} s {row['peak_rss_mib']:8.0f} MiB")
+    ratio = round(rows[1]["wall_s"] / rows[0]["wall_s"], 3)
+    print(f"--jobs {args.jobs} takes {ratio:.2f}x the time of --jobs 1")
+    write_result(args.out, "ranks_scale", ranks=args.ranks, events_per_rank=args.events,
+                 runs=args.runs, results=rows, time_vs_one_job=ratio)
+
+
+if __name__ == "__main__":
+    main()
