@@ -57,6 +57,15 @@ def test_is_noise_knows_only_the_profilers_lines() -> None:
     assert not is_noise(OTHER_WARNING) and not is_noise(b"USD: 3\n")
 
 
+def test_torchruns_rank_prefix_is_seen_through() -> None:
+    """torchrun puts "[rankN]:" before each line of a rank's output."""
+    lines = [b"[rank1]:" + ALLOC, b"[rank0]:" + USDT, b"[rank0]: loss 3.2\n"]
+    for cut in (3, 9, 20):
+        text = b"".join(lines)
+        passed, noise = _run([text[:cut], text[cut:]])
+        assert passed == b"[rank0]: loss 3.2\n" and noise == lines[:2], cut
+
+
 SCRIPT = """
 import sys, torch
 model = torch.nn.Linear(16, 16)

@@ -162,3 +162,21 @@ def test_two_rank_report_puts_the_rank_chart_under_the_verdict(browser, tmp_path
         assert sum(d[1][i] for d in sets) == pytest.approx(rank["step_ms"], abs=0.01)
     sections = page.evaluate("Array.from(document.querySelectorAll('section[id]')).map(s => s.id)")
     assert sections.index("ranks") < sections.index("ops")
+
+
+def test_ops_grouped_by_calling_function_on_a_trace_with_stacks(browser, tmp_path: Path) -> None:
+    result = analyze([TORCH_DATA / "h100_bert-small_2025-07.json.gz"], out=tmp_path / "r")
+    page, errors = _open(browser, result.run_dir / "report.html", tmp_path / "bert.png")
+    assert errors == []
+    page.locator("#ops .toggle-bar button[data-show=op-table-by-source]").click()
+    assert page.locator("#op-table").is_hidden() and page.locator("#op-table-by-shape").is_hidden()
+    rows = page.locator("#op-table-by-source tbody tr")
+    by_source = result.report["op_groups"]["by_source"]
+    assert rows.count() == len(by_source) > 0
+    first = rows.first.inner_text()
+    assert by_source[0]["name"] in first and by_source[0]["source"] in first
+    page.fill("input.row-filter[data-table=op-table-by-source]", "addmm")
+    shown = page.eval_on_selector_all("#op-table-by-source tbody tr",
+                                      "rows => rows.filter(r => r.style.display !== 'none').length")
+    assert shown == sum("addmm" in r["name"] for r in by_source)
+    _labels_fit(page)

@@ -63,3 +63,16 @@ def test_report_md_ends_with_the_definitions_the_readme_gives() -> None:
     for term in DEFINITIONS:
         assert f"**{term}**" in block
         assert f"**{term}**" in section, f"README has no definition of {term}"
+
+
+def test_op_totals_say_their_span_and_whose_they_are() -> None:
+    from nsbridge.report.wording import span_text
+
+    steps = {"window": {"kind": "steps", "steps": 3}}
+    assert span_text(steps) == "over the 3 measured steps"
+    two = [{"rank": 0}, {"rank": 1}]
+    assert span_text({**steps, "distributed": {"ranks": two}}) == (
+        "over the 3 measured steps, summed over 2 ranks")            # analyze of 2 traces
+    assert span_text({**steps, "distributed": {"ranks": two, "shown_rank": 1}}) == (
+        "over the 3 measured steps, rank 1's")                        # a job's triage
+    assert span_text({"window": {"kind": "trace", "seconds": 0.5}}) == "over the 0.500 s window"

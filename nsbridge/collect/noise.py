@@ -16,14 +16,16 @@ import re
 from pathlib import Path
 from typing import IO, Any, Optional
 
-# a line of noise, from its first byte (add patterns here; each needs its PREFIX below)
+# a line of noise, from its first byte, after the "[rankN]:" torchrun puts before each line
+# of a rank's output (add patterns here; each needs its start in NOISE_PREFIXES)
+_RANK = rb"^(?:\[rank\d+\]:)?"
 NOISE_LINES = (
-    re.compile(rb"^USDT:"),
-    re.compile(rb"^\[W\d+ [^\]]*CPUAllocator\.cpp:\d+\] Memory block of unknown size "
-               rb"was allocated before the profiling started"),
+    re.compile(_RANK + rb"USDT:"),
+    re.compile(_RANK + rb"\[W\d+ [^\]]*CPUAllocator\.cpp:\d+\] Memory block of unknown "
+               rb"size was allocated before the profiling started"),
 )
 # how each noise line starts: a partial line that may still become one is held back
-NOISE_PREFIXES = (b"USDT:", b"[W")
+NOISE_PREFIXES = (b"USDT:", b"[W", b"[rank")
 READ_SIZE = 65536
 
 _shown = False

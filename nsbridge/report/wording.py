@@ -125,8 +125,10 @@ def span_text(report: dict[str, Any]) -> str:
     """What a total covers, said the same way everywhere: 'over the 3 measured steps', or
     'over the 0.087 s window' without steps."""
     window = report.get("window") or {}
-    ranks = len((report.get("distributed") or {}).get("ranks") or [])
-    summed = f", summed over {ranks} ranks" if ranks > 1 else ""
+    dist = report.get("distributed") or {}
+    ranks = len(dist.get("ranks") or [])
+    summed = ("" if ranks < 2 else f", rank {dist['shown_rank']}'s" if dist.get("shown_rank")
+              is not None else f", summed over {ranks} ranks")
     if window.get("kind") == "trace":
         return f"over the {window['seconds']:.3f} s window{summed}"
     steps = int(window.get("steps") or (report.get("steps") or {}).get("count") or 0)
