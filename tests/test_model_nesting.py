@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from nsbridge import schema as S
-from nsbridge.model.nesting import build_host_tree, clipped_union, merge_intervals
+from nsbridge.model.nesting import build_host_tree, build_tree, clipped_union, merge_intervals
 
 from builders import events, op
 
@@ -59,3 +60,45 @@ def test_interval_union() -> None:
     s, e = merge_intervals(np.array([0.0, 5, 20, 21]), np.array([10.0, 8, 25, 22]))
     assert list(s) == [0, 20] and list(e) == [10, 25]
     assert clipped_union(np.array([0.0, 20]), np.array([10.0, 30]), 5, 25) == 10
+
+
+def _reference_parents(codes: np.ndarray, start: np.ndarray, end: np.ndarray,
+                       top_level: np.ndarray) -> np.ndarray:
+    """A plain stack sweep over intervals sorted by (thread, start, longest first): pop
+    what ended by this start; the top of the stack is the parent."""
+    parent = np.full(len(codes), -1, dtype=np.int64)
+    stack: list[int] = []
+    current = None
+    for k in range(len(codes)):
+        if codes[k] != current:
+            stack, current = [], codes[k]
+        while stack and end[stack[-1]] <= start[k]:
+            stack.pop()
+        if stack and not top_level[k]:
+            parent[k] = stack[-1]
+        stack.append(k)
+    return parent
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_vectorised_nesting_equals_a_stack_sweep(seed: int) -> None:
+    """Random interval sets on a few threads, with equal timestamps, zero durations,
+    intervals that overlap without nesting and forced top-level rows."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    thread = rng.integers(0, 3, n)
+    start = rng.integers(0, 60, n).astype(np.float64)
+    dur = rng.choice([0.0, 0.0, 1.0, 2.0, 5.0, 20.0, 70.0], n)
+    top_level = rng.random(n) < 0.05
+    tree = build_tree(thread, ["a", "b", "c"], start, dur, top_level)
+    order = tree.rows
+    expected = _reference_parents(thread[order], start[order], start[order] + dur[order],
+                                  top_level[order])
+    assert (tree.parent == expected).all()
+    depth = np.zeros(n, dtype=np.int64)
+    for k in range(n):       # depth: the length of the parent chain
+        p, d = expected[k], 0
+        while p >= 0:
+            p, d = expected[p], d + 1
+        depth[k] = d
+    assert (tree.depth == depth).all()
