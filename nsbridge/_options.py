@@ -30,7 +30,7 @@ def script_options(fn: F) -> F:
     for decorator in reversed([
         click.option("-m", "module", metavar="MODULE", help="Run a module, like python -m MODULE."),
         PROFILE, OUT,
-        click.option("--timeout", type=float,
+        click.option("--timeout", type=float, metavar="SECONDS",
                      help="Stop the script after SECONDS; it then gets a quarter of that "
                           "(10-60 s) to write what it recorded, and is killed."),
         TOP,

@@ -82,7 +82,8 @@ def _guard(fn: Callable[[], Any]) -> Any:
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Also pass on the profiler's own noise from the script's stderr (USDT "
-                   "lines, the CPU allocator warning), kept in profiler-noise.log otherwise.")
+                   "lines, the CPU allocator warning); without -v it goes only to "
+                   "profiler-noise.log in the run directory.")
 def main(quiet: bool, verbose: bool) -> None:
     """nsbridge: torch.profiler triage, Nsight timelines and kernel deep dives in one report."""
     from . import progress
@@ -163,7 +164,8 @@ def _rank_list(text: Optional[str], option: str) -> Optional[list[int]]:
 @click.option("--profile", "profile", default="deep", show_default=True,
               help="Deep profile (deep, deep-tensorcore, deep-memory) or a YAML file.")
 @OUT
-@click.option("--timeout", type=float, help="Stop ncu after SECONDS (what it wrote is kept).")
+@click.option("--timeout", type=float, metavar="SECONDS",
+              help="Stop ncu after SECONDS (what it wrote is kept).")
 @click.option("--ranks", "ranks", metavar="1,5",
               help="On a run of several ranks: run ncu on these (default: the median and "
                    "the slowest rank).")
@@ -266,6 +268,7 @@ input; 3 a bug in nsbridge.
 Examples:
   nsbridge diff runs/main runs/pr
   nsbridge diff runs/main runs/pr --fail-above 5 --format md > comment.md
+  nsbridge diff runs/main runs/pr --fail-above 10 --format json > diff.json   (for scripts)
   nsbridge diff runs/main runs/pr --op aten::mm --op aten::addmm
   nsbridge diff runs/main runs/pr --inconclusive fail          (CI: cannot tell = fail)
   nsbridge diff runs/main runs/pr --allow args,threads         (accept intended differences)
@@ -296,7 +299,9 @@ Examples:
               help="What an inconclusive comparison exits with: its own code 4 (exit), 0 "
                    "(pass) or 1 (fail). A refusal always exits 1.")
 @click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]), default="text",
-              show_default=True)
+              show_default=True,
+              help="text for a terminal, md for a PR comment, json for scripts; the exit "
+                   "code is the same in each.")
 def diff_command(base: str, new: str, fail_above: float, min_step_share: float,
                  ops: tuple[str, ...], allow: Optional[str], allow_different_target: bool,
                  when_inconclusive: str, fmt: str) -> None:

@@ -18,14 +18,12 @@ from click.testing import CliRunner, Result
 
 from nsbridge import __version__
 from nsbridge.cli import main
+from nsbridge.collect import noise
 
 from conftest import ROOT, TORCH_DATA
 
 TRACE = TORCH_DATA / "h200" / "input_bound_h200.json.gz"
 COMMANDS = sorted(main.commands)
-# options whose help line is only their choices today (issue 16: reported, cli.py not ours
-# to edit here); remove an entry once the option says what it does
-NO_HELP_TEXT_YET = {("diff", "--format")}
 
 
 @pytest.fixture(autouse=True)
@@ -73,17 +71,29 @@ def test_help_lists_every_option(name: str) -> None:
             assert re.search(rf"(^|[\s,/]){re.escape(spelling)}(?=[\s,=\[]|$)", result.output,
                              re.M), \
                 f"{name} --help does not list {spelling}"
-        if (name, option.opts[0]) not in NO_HELP_TEXT_YET:
-            assert option.help, f"{name} {option.opts[0]} has no help text"
+        assert option.help, f"{name} {option.opts[0]} has no help text"
     for argument in (p for p in command.params if isinstance(p, click.Argument)):
         assert argument.human_readable_name in result.output.splitlines()[0]
 
 
-def test_options_without_help_text_are_still_without() -> None:
-    """NO_HELP_TEXT_YET only shrinks: drop an entry once its option has help text."""
-    for name, spelling in NO_HELP_TEXT_YET:
-        option = next(p for p in main.commands[name].params if spelling in p.opts)
-        assert not getattr(option, "help", None), f"remove {(name, spelling)} from NO_HELP_TEXT_YET"
+@pytest.mark.parametrize("name", ["triage", "timeline", "deep"])
+def test_timeout_reads_seconds(name: str) -> None:
+    assert re.search(r"^  --timeout SECONDS\s+Stop ", invoke(name, "--help").output, re.M)
+
+
+def test_verbose_is_documented() -> None:
+    text = " ".join(invoke("--help").output.split())
+    assert "-v, --verbose Also pass on the profiler's own noise" in text
+    assert "profiler-noise.log in the run directory" in text
+
+
+@pytest.mark.parametrize("flags, shown", [([], False), (["-v"], True), (["--verbose"], True),
+                                          (["-q", "-v"], True)])
+def test_verbose_turns_the_noise_filter_off(flags: list[str], shown: bool,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(noise, "_shown", False)
+    assert invoke(*flags, "make-targets").exit_code == 0
+    assert noise.shown() is shown
 
 
 @pytest.mark.parametrize("name, epilog", [
@@ -104,6 +114,8 @@ def test_diff_help_documents_its_exit_codes() -> None:
                  "2 bad input", "3 a bug in nsbridge"):
         assert code in text, code
     assert "its own code 4 (exit), 0 (pass) or 1 (fail)" in text   # --inconclusive
+    assert "nsbridge diff runs/main runs/pr --fail-above 10 --format json > diff.json" in text
+    assert "--format [text|md|json] text for a terminal, md for a PR comment, json" in text
 
 
 # -- usage errors: exit 2, click's message, nothing run -------------------------------------

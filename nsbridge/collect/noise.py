@@ -19,6 +19,7 @@ from typing import IO, Any, Optional
 # a line of noise, from its first byte, after the "[rankN]:" torchrun puts before each line
 # of a rank's output (add patterns here; each needs its start in NOISE_PREFIXES)
 _RANK = rb"^(?:\[rank\d+\]:)?"
+_RANK_PREFIX = re.compile(rb"\[rank\d+\]:")
 NOISE_LINES = (
     re.compile(_RANK + rb"USDT:"),
     re.compile(_RANK + rb"\[W\d+ [^\]]*CPUAllocator\.cpp:\d+\] Memory block of unknown "
@@ -46,7 +47,10 @@ def is_noise(line: bytes) -> bool:
 
 
 def _may_become_noise(partial: bytes) -> bool:
-    return any(partial[:len(p)] == p[:len(partial)] for p in NOISE_PREFIXES)
+    """Whether a partial line, past a whole "[rankN]:" prefix, may still become noise."""
+    rank = _RANK_PREFIX.match(partial)
+    rest = partial[rank.end():] if rank else partial
+    return any(rest[:len(p)] == p[:len(rest)] for p in NOISE_PREFIXES)
 
 
 class NoiseFilter:
