@@ -204,3 +204,30 @@ def test_a_ranks_progress_update_is_not_held_back() -> None:
     f = NoiseFilter()
     assert f.feed(b"[rank0]: 10%|#   |\r")[0] == b"[rank0]: 10%|#   |\r"
     assert NoiseFilter().feed(b"[rank1]:")[0] == b""   # may still become noise: held
+
+
+def test_a_noise_log_that_cannot_be_written_loses_only_the_noise(tmp_path: Path) -> None:
+    """A full disk (here: a log path that is a folder) must not stop the script's stderr
+    from passing, nor raise in the reader thread."""
+    import io
+    import os
+    import threading
+
+    from nsbridge.collect.noise import pump
+
+    read, write = os.pipe()
+    sink = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    log = tmp_path / "log-is-a-folder"
+    log.mkdir()
+    errors: list[BaseException] = []
+    threading.excepthook = lambda args: errors.append(args.exc_value)   # noqa: E731
+    try:
+        thread = threading.Thread(target=pump, args=(os.fdopen(read, "rb"), sink, log))
+        thread.start()
+        os.write(write, USDT + b"still here\n" + ALLOC + b"and here\n")
+        os.close(write)
+        thread.join(10)
+    finally:
+        threading.excepthook = threading.__excepthook__
+    assert errors == [] and not thread.is_alive()
+    assert sink.buffer.getvalue() == b"still here\nand here\n"

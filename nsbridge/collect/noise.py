@@ -87,9 +87,11 @@ class NoiseFilter:
 
 def pump(stream: IO[bytes], sink: Any, log: Path) -> None:
     """Copy ``stream`` to ``sink`` (a text stream; its binary buffer when it has one) as
-    it arrives, the noise lines to ``log`` (created at the first one)."""
+    it arrives, the noise lines to ``log``. The stream is drained to its end whatever
+    happens, so the script never blocks on a full pipe: a log that cannot be written (a
+    full disk) loses only the noise, a closed terminal only what it would have shown."""
     out = getattr(sink, "buffer", None)
-    log_file: Optional[IO[bytes]] = None
+    noise_log = _NoiseLog(log)
     noise_filter = NoiseFilter()
     try:
         while True:
@@ -98,21 +100,51 @@ def pump(stream: IO[bytes], sink: Any, log: Path) -> None:
             if passed:
                 _write(out, sink, passed)
             if noise:
-                log_file = log_file or log.open("ab")
-                log_file.write(b"".join(noise))
-                log_file.flush()
+                noise_log.write(b"".join(noise))
             if not chunk:
                 return
     finally:
         stream.close()
-        if log_file is not None:
-            log_file.close()
+        noise_log.close()
+
+
+class _NoiseLog:
+    """The run's noise log, created at the first noise line; given up, quietly, at the
+    first write that fails."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._file: Optional[IO[bytes]] = None
+        self._failed = False
+
+    def write(self, data: bytes) -> None:
+        if self._failed:
+            return
+        try:
+            self._file = self._file or self._path.open("ab")
+            self._file.write(data)
+            self._file.flush()
+        except OSError:
+            self._failed = True
+            self.close()
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
 
 
 def _write(out: Optional[IO[bytes]], sink: Any, data: bytes) -> None:
-    if out is not None:
-        out.write(data)
-        out.flush()
-    else:
-        sink.write(data.decode("utf-8", errors="replace"))
-        sink.flush()
+    """Pass bytes on; a sink that is gone (a closed terminal or pipe) takes nothing more."""
+    try:
+        if out is not None:
+            out.write(data)
+            out.flush()
+        else:
+            sink.write(data.decode("utf-8", errors="replace"))
+            sink.flush()
+    except (OSError, ValueError):
+        pass
