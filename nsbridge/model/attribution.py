@@ -33,7 +33,6 @@ from .strings import starts_with
 
 EXTERNAL_ID, LAUNCH_CONTAINMENT = "external_id", "launch_containment"
 LAUNCHED_BEFORE_WINDOW, OUTSIDE_OPS = "launched_before_window", "outside_ops"
-CUDA_GRAPH = S.CUDA_GRAPH
 GRAPH_LAUNCH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
 
 
@@ -94,7 +93,7 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
         launched = op_pos >= 0
         source[launched] = files[op_pos[launched]]
     via = np.full(len(gpu), None, dtype=object)
-    via[by_graph] = CUDA_GRAPH
+    via[by_graph] = S.CUDA_GRAPH
 
     device = gpu[S.DEVICE].to_numpy(np.float64)
     pid_as_device = pd.to_numeric(gpu[S.PID], errors="coerce").to_numpy(np.float64)

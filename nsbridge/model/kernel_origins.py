@@ -16,10 +16,9 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .attribution import CUDA_GRAPH, GRAPH_LAUNCH_CALLS
+from .attribution import GRAPH_LAUNCH_CALLS
 from .strings import starts_with
 
-TRITON_PREFIX = S.TRITON_PREFIX
 TOP = 10
 
 
@@ -42,7 +41,7 @@ def kernel_origins(gpu: pd.DataFrame, op_names: np.ndarray,
     ops = np.where(pos >= 0, op_names[np.maximum(pos, 0)] if len(op_names) else "", "")
     frame = pd.DataFrame({"name": kernels["name"].astype(str).to_numpy(), "op": ops,
                           "source": kernels["source"].fillna("").to_numpy(),
-                          "graph": (kernels["via"] == CUDA_GRAPH).to_numpy(),
+                          "graph": (kernels["via"] == S.CUDA_GRAPH).to_numpy(),
                           "dur": kernels["dur"].to_numpy(np.float64)})
     out: dict[str, Any] = {}
     graph = frame[frame["graph"]]
@@ -55,7 +54,7 @@ def kernel_origins(gpu: pd.DataFrame, op_names: np.ndarray,
             "by_op": [{"op": r.op or None, "kernels": int(r.size),
                        "device_us": round(float(r.sum), 3)}
                       for r in by_op.itertuples(index=False)][:TOP]}
-    triton = frame[starts_with(frame["name"].to_numpy(), TRITON_PREFIX)
+    triton = frame[starts_with(frame["name"].to_numpy(), S.TRITON_PREFIX)
                    | (frame["source"] != "")]
     if len(triton):
         by_kernel = triton.groupby(["name", "source", "op"], sort=False)["dur"].agg(
