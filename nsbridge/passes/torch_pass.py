@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -209,7 +210,10 @@ def _analyse_all(files: Sequence[Path], profile: Profile, window: str,
         return out
     workers = min(jobs, len(files))
     with progress.step(f"reading and analysing {len(files)} traces on {workers} processes"):
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        # forkserver: a fork of a process with threads (a notebook, a test runner) can
+        # deadlock in the child; the fork server is a fresh single-threaded process
+        with ProcessPoolExecutor(max_workers=workers,
+                                 mp_context=multiprocessing.get_context("forkserver")) as pool:
             return list(pool.map(analyse_trace, files, repeat(profile.analysis),
                                  repeat(window), repeat(alone), repeat(1)))
 
