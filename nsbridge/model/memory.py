@@ -17,10 +17,10 @@ import pandas as pd
 
 from .. import schema as S
 from .nesting import HostTree
+from .ops import MIB
 from .strings import starts_with
 
-MIB = 1024.0 * 1024.0
-MAX_POINTS = 400     # the curve keeps each time bucket's highest point, and the peak
+MAX_POINTS = 400     # at most: each time bucket's highest and lowest point, and the peak
 
 
 def memory_over_window(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame,
