@@ -8,6 +8,7 @@ from typing import Any, Optional
 from .. import schema as S
 from .document import Block, Section, Text
 from .views import PassView
+from .wording import is_autograd_wrapper
 
 GROWTH_MIB = 1.0   # step-end growth above this, in every step, is memory kept across steps
 
@@ -16,8 +17,8 @@ def memory_line(memory: dict[str, Any]) -> str:
     """One sentence: the peak (with its step and ops), the start and end levels."""
     level = "since the window start" if memory["relative"] else "allocated"
     where = f" in step {memory['peak_step']}" if memory.get("peak_step") is not None else ""
-    ops = memory.get("peak_ops") or []
-    inside = f", inside {' › '.join(ops[-3:])}" if ops else ""
+    ops = [op for op in memory.get("peak_ops") or [] if not is_autograd_wrapper(op)]
+    inside = f", inside {' › '.join(ops[-2:])}" if ops else ""
     reserved = (f"; reserved peak {memory['reserved_peak_mib']:.1f} MiB"
                 if memory.get("reserved_peak_mib") is not None else "")
     return (f"peak {memory['peak_mib']:.1f} MiB {level} on {memory['device']} at "

@@ -13,7 +13,6 @@ A new pass needs no edit here: its section and per-op columns show as they are; 
 
 from __future__ import annotations
 
-import re
 from typing import Any, Optional
 
 from .. import schema as S
@@ -30,7 +29,7 @@ from .timeline_view import TIMELINE_VIEW
 from .views import OpColumn, register_view, view_for_key, views_by_op_key
 from .wording import (attribution, cell, count, counted_over, early_line, int_text,
                       kernel_rate, mib, ms, ms_or_dash, per_step_cell, shown_recommendations,
-                      span_text, where)
+                      is_autograd_wrapper, span_text, where)
 
 def sections(report: dict[str, Any], limit: Optional[int] = None) -> list[Section]:
     """Every section the report has, in order; tables of ops, sync points and kernels
@@ -64,7 +63,6 @@ def generic_section(key: str, value: Any, limit: Optional[int]) -> Section:
     return Section(key, key, blocks)
 
 
-_BACKWARD_NODE = re.compile(r"^[A-Z]\w*Backward\d*$")
 OP_HEADER = ["op", "calls", "self CPU ms", "total CPU ms", "self device ms", "total device ms",
              "gross MiB", "net MiB", "%", "±% per step", "kernels", "copies+memsets"]
 _DEVICE_COLUMNS = {"self device ms", "total device ms", "kernels", "copies+memsets"}
@@ -159,14 +157,6 @@ def _ops(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
         *group_blocks(report, limit),
         Text(MEMORY_NOTE, note=True, views=frozenset({HTML}))]
     return Section("ops", f"Top ops by {ranked} (totals {span_text(report)})", blocks)
-
-
-def is_autograd_wrapper(name: str) -> bool:
-    """autograd's own nodes around a backward op: evaluate_function ranges, ``XBackward0``
-    nodes and AccumulateGrad, whose self time is the engine's bookkeeping (an op that
-    launched kernels itself is never left out)."""
-    return (name.startswith("autograd::engine::evaluate_function:")
-            or name == "torch::autograd::AccumulateGrad" or bool(_BACKWARD_NODE.match(name)))
 
 
 def _work(op: dict[str, Any], kernels: int, copies: int) -> list[tuple[str, dict[str, Any]]]:

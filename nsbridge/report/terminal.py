@@ -55,7 +55,7 @@ def _block(block: Any) -> list[str]:
         return lead + [f"  {f'{i}.' if block.numbered else '-'} {item}"
                        for i, item in enumerate(block.items[:block.brief], 1)]
     assert isinstance(block, Table)
-    return lead + aligned(block.header, block.rows[:block.brief])
+    return ([""] if lead else []) + lead + aligned(block.header, block.rows[:block.brief])
 
 
 def aligned(header: list[str], rows: list[list[str]], name_width: int = NAME_WIDTH) -> list[str]:

@@ -5,6 +5,7 @@ no layout, no escaping (each renderer escapes where it places the text)."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Optional
 
 from .build import STOPPED, conclusive, measured_anything, measured_steps
@@ -104,6 +105,9 @@ def counted_over(point: dict[str, Any]) -> str:
             else str(point["counted_over"]))
 
 
+_BACKWARD_NODE = re.compile(r"^[A-Z]\w*Backward\d*$")
+
+
 def run_on_line(report: dict[str, Any]) -> Optional[str]:
     """Host, Python, torch, device and cores in one line, where the run recorded them."""
     env = report.get("environment") or {}
@@ -119,6 +123,14 @@ def run_on_line(report: dict[str, Any]) -> Optional[str]:
              f"torch {env['torch']}" if env.get("torch") else None, device,
              f"{cores} usable cores" if cores else None]
     return " · ".join(p for p in parts if p)
+
+
+def is_autograd_wrapper(name: str) -> bool:
+    """autograd's own nodes around a backward op: evaluate_function ranges, ``XBackward0``
+    nodes and AccumulateGrad, whose self time is the engine's bookkeeping (an op that
+    launched kernels itself is never left out)."""
+    return (name.startswith("autograd::engine::evaluate_function:")
+            or name == "torch::autograd::AccumulateGrad" or bool(_BACKWARD_NODE.match(name)))
 
 
 def span_text(report: dict[str, Any]) -> str:
