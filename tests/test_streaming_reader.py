@@ -186,3 +186,25 @@ def test_real_traces_take_the_typed_fast_path(path: Path, monkeypatch: pytest.Mo
     columns = EventColumns()
     _stream.stream_events(path, path.suffix == ".gz", columns, workers=1)
     assert len(columns.finish()) > 0
+
+
+def test_parallel_workers_end_quietly_under_nsbridges_sigterm_handler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture) -> None:
+    """The CLI turns SIGTERM into Stopped; forked readers must not inherit that (a pool
+    ending its workers printed a Stopped traceback from each)."""
+    import signal
+
+    from nsbridge.errors import stop_on_sigterm
+
+    plain = tmp_path / "trace.json"
+    plain.write_bytes(gzip.open(TORCH_DATA / "h100_bert-small_2025-07.json.gz").read())
+    monkeypatch.setattr(_stream, "BLOCK", 64 * 1024)
+    previous = signal.getsignal(signal.SIGTERM)
+    stop_on_sigterm()
+    try:
+        for _ in range(3):
+            assert _stream._parallel(plain, _stream.EventColumns(), 3) is not None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Stopped" not in err

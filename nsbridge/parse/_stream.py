@@ -32,6 +32,7 @@ import json
 import multiprocessing
 import os
 import re
+import signal
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Optional, Union
 
@@ -224,10 +225,12 @@ def _parallel(path: Path, columns: EventColumns, workers: int) -> Optional[dict[
     ranges = [(b, e, i == len(begins) - 1) for i, (b, e) in enumerate(zip(begins, ends))]
     context = multiprocessing.get_context("fork")
     try:
-        with context.Pool(processes=len(ranges) - 1) as pool:
+        with context.Pool(processes=len(ranges) - 1, initializer=_default_sigterm) as pool:
             pending = [pool.apply_async(_read_range, (str(path),) + r) for r in ranges[1:]]
             first = _read_range(str(path), *ranges[0])
             parts = [first] + [p.get() for p in pending]
+            pool.close()   # idle workers exit on their own; terminate() would signal them
+            pool.join()
     except CorruptTrace:
         raise
     except (msgspec.DecodeError, _SplitError, AssertionError, OSError):
@@ -237,6 +240,12 @@ def _parallel(path: Path, columns: EventColumns, workers: int) -> Optional[dict[
         columns.merge(exported)
         tail = part_tail or tail
     return _metadata(header, tail)
+
+
+def _default_sigterm() -> None:
+    """A forked worker ends quietly on SIGTERM: it must not inherit nsbridge's handler,
+    which raises Stopped and prints a traceback from a worker the pool is ending."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _read_range(path: str, begin: int, end: int, last: bool) -> tuple[Any, bytes]:
