@@ -23,8 +23,8 @@ from .. import schema as S
 CAT_ALIASES = {"runtime": S.CUDA_RUNTIME, "driver": S.CUDA_DRIVER, "memcpy": S.MEMCPY,
                "memset": S.MEMSET}
 DROP_CATS = {"trace", "overhead", "ac2g", "async_cpu_to_gpu", "async_gpu", "fwdbwd"}
-_ARGS, _CAT, _NAME, _PH, _PID, _TID, _TS = (attrgetter(a) for a in (
-    "args", "cat", "name", "ph", "pid", "tid", "ts"))
+_ARGS, _CAT, _KERNEL_FILE, _NAME, _PH, _PID, _TID, _TS = (attrgetter(a) for a in (
+    "args", "cat", "kernel_file", "name", "ph", "pid", "tid", "ts"))
 _STRING_COLS = (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS, S.INPUT_TYPES,
                 S.KERNEL_FILE, S.LAUNCH)
 _NUMBER_COLS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE, S.TOTAL_ALLOCATED,
@@ -85,25 +85,26 @@ class EventColumns:
                 a.get("registers per thread"), a.get("shared memory")) for a in args])
 
     def add_records(self, events: Sequence[Any], unset: Any) -> None:
-        """A batch of msgspec structs (parse._stream.Event); ``unset`` marks absent fields."""
+        """A batch of msgspec structs (parse._stream.Event); ``unset`` marks absent fields
+        that fall back to another key. Absent numbers arrive as NaN, so each field is
+        pulled out of the batch by a C-level getter."""
         rows = [e for e in events if e.ph == "X" or e.ph == "i"]
         args = list(map(_ARGS, rows))
+        number = lambda field: _numeric(list(map(attrgetter(field), args)))  # noqa: E731
+        ext = number("ext")
         self._add(
             cats=list(map(_CAT, rows)), names=list(map(_NAME, rows)), phs=list(map(_PH, rows)),
             pids=list(map(_PID, rows)), tids=list(map(_TID, rows)), ts=list(map(_TS, rows)),
             durs=[e.dur if e.ph == "X" else 0 for e in rows],
-            exts=[None if a is None else (a.ext_lower if a.ext is None else a.ext) for a in args],
-            corrs=[None if a is None else a.correlation for a in args],
-            dims=[raw_text(a.dims) if a is not None and a.dims else None for a in args],
-            types=[raw_text(a.types) if a is not None and a.types else None for a in args],
-            nbytes=[None if a is None else (a.Bytes if a.nbytes is unset else a.nbytes)
-                    for a in args],
-            devices=[None if a is None else (a.device_id if a.device is unset else a.device)
-                     for a in args],
-            files=[None if a is None else a.kernel_file for a in args],
-            allocated=[None if a is None else a.allocated for a in args],
-            reserved=[None if a is None else a.reserved for a in args],
-            launches=[_launch(a) if a is not None and a.grid else None for a in args])
+            exts=np.where(np.isnan(ext), number("ext_lower"), ext),
+            corrs=number("correlation"),
+            dims=[raw_text(a.dims) if a.dims else None for a in args],
+            types=[raw_text(a.types) if a.types else None for a in args],
+            nbytes=[a.Bytes if a.nbytes is unset else a.nbytes for a in args],
+            devices=[a.device_id if a.device is unset else a.device for a in args],
+            files=list(map(_KERNEL_FILE, args)), allocated=number("allocated"),
+            reserved=number("reserved"),
+            launches=[_launch(a) if a.grid else None for a in args])
 
     def _add(self, *, cats: list, names: list, phs: list, pids: list, tids: list, ts: list,
              durs: list, exts: list, corrs: list, dims: list, types: list, nbytes: list,
@@ -129,7 +130,7 @@ class EventColumns:
         """Codes into the file's string table. Hashing runs in pandas (C); ``convert``
         (str, ...) runs once per distinct value of the batch, not once per event."""
         try:
-            local, uniques = pd.factorize(np.array(values, dtype=object))
+            local, uniques = pd.factorize(np.fromiter(values, dtype=object, count=len(values)))
         except TypeError:   # an object or array where a string belongs: keyed by its text
             local, uniques = pd.factorize(np.array([_hashable(v) for v in values], dtype=object))
         strings = self._strings
@@ -182,7 +183,7 @@ class EventColumns:
             if col in self._codes:
                 parts = self._codes[col]
                 codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
-                columns[col] = table[codes]
+                columns[col] = _categorical(codes, table) if col == S.CAT else table[codes]
             else:
                 parts = self._numbers[col]
                 columns[col] = np.concatenate(parts) if parts else np.zeros(0)
@@ -194,11 +195,22 @@ class EventColumns:
         if bad_dur.any():
             self.skipped[NO_DURATION] += int(bad_dur.sum())
             columns[S.DUR] = np.where(bad_dur, 0.0, dur)
-        frame = pd.DataFrame(columns)
+        frame = pd.DataFrame(columns, copy=False)   # one block per column: no 2-D copy
         if not usable.all():
             frame = frame[usable].reset_index(drop=True)
-        frame[S.CAT] = frame[S.CAT].astype("category")
+            frame[S.CAT] = frame[S.CAT].cat.remove_unused_categories()
         return frame
+
+
+def _categorical(codes: np.ndarray, table: np.ndarray) -> pd.Categorical:
+    """String-table codes as a Categorical with the values used, sorted (what
+    ``astype("category")`` gives) without hashing a string per row."""
+    used = np.flatnonzero(np.bincount(codes, minlength=len(table)))
+    values = table[used]
+    order = np.argsort(values.astype(str), kind="stable")
+    recode = np.zeros(len(table), dtype=np.int32)
+    recode[used[order]] = np.arange(len(used), dtype=np.int32)
+    return pd.Categorical.from_codes(recode[codes], categories=list(values[order]))
 
 
 def _launch(args: Any) -> Optional[str]:
