@@ -188,11 +188,8 @@ def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.
     new_block = np.empty(len(s), dtype=bool)
     new_block[0] = True
     new_block[1:] = s[1:] > running_end[:-1]
-    block = np.cumsum(new_block) - 1
-    merged_start = s[new_block]
-    merged_end = np.zeros(len(merged_start))
-    np.maximum.at(merged_end, block, e)
-    return merged_start, merged_end
+    firsts = np.flatnonzero(new_block)
+    return s[firsts], np.maximum.reduceat(e, firsts).astype(np.float64, copy=False)
 
 
 def clipped_union(start: np.ndarray, end: np.ndarray, lo: float, hi: float) -> float:
@@ -207,7 +204,7 @@ def longest_gaps(device: np.ndarray, start: np.ndarray, end: np.ndarray, top: in
     """The ``top`` longest stretches without activity, per device: (length, start, device),
     longest first. With ``lo``/``hi`` the window's edges count as gap ends too (and the
     intervals are clipped to it); without, only gaps between activities count."""
-    found = []
+    lengths, starts, devices = [], [], []
     for dev in np.unique(device):
         sel = device == dev
         a, b = start[sel].astype(np.float64), end[sel].astype(np.float64)
@@ -217,8 +214,12 @@ def longest_gaps(device: np.ndarray, start: np.ndarray, end: np.ndarray, top: in
         gap_start, gap_end = e[:-1], s[1:]
         if lo is not None and hi is not None:
             gap_start, gap_end = np.concatenate([[lo], e]), np.concatenate([s, [hi]])
-        for g0, g1 in zip(gap_start, gap_end):
-            if g1 > g0:
-                found.append((float(g1 - g0), float(g0), int(dev)))
-    found.sort(reverse=True)
-    return found[:top]
+        real = gap_end > gap_start
+        lengths.append((gap_end - gap_start)[real])
+        starts.append(gap_start[real])
+        devices.append(np.full(int(real.sum()), dev))
+    if not lengths:
+        return []
+    length, begin, dev = (np.concatenate(x) for x in (lengths, starts, devices))
+    top_rows = np.lexsort((dev, begin, length))[::-1][:top]   # longest first, ties as tuples
+    return [(float(length[i]), float(begin[i]), int(dev[i])) for i in top_rows]

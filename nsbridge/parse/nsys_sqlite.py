@@ -21,7 +21,10 @@ Frames (columns):
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -39,7 +42,8 @@ SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 NVTX = "NVTX_EVENTS"
 OSRT = "OSRT_API"
 PUSH_POP, START_END, DOMAIN_CREATE = 59, 60, 75
-_CHUNK = 1_000_000
+_CHUNK = 250_000     # rows per group_concat query (several per thread on a large table)
+_MAX_THREADS = 4
 _COPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
 
 
@@ -140,17 +144,10 @@ def _ranges(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> p
     have = _columns(conn, NVTX)
     text_id = "coalesce(textId, -1)" if "textId" in have else "-1"
     domain_id = "coalesce(domainId, 0)" if "domainId" in have else "0"
-    lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {NVTX}").fetchone()
-    parts = []
-    for first in range(lo or 0, (hi or -1) + 1, _CHUNK):
-        row = conn.execute(
-            f"SELECT group_concat(rowid), group_concat(start), group_concat(coalesce(\"end\", -1)), "
-            f"group_concat(eventType), group_concat({text_id}), group_concat({domain_id}), "
-            f"group_concat(coalesce(globalTid, 0)) FROM {NVTX} WHERE rowid >= ? AND rowid < ? "
-            f"AND eventType IN ({PUSH_POP}, {START_END}, {DOMAIN_CREATE})",
-            (first, first + _CHUNK)).fetchone()
-        if row[0] is not None:
-            parts.append([np.fromstring(v, dtype=np.int64, sep=",") for v in row])
+    parts = _int_slices(conn, NVTX, [
+        "rowid", "start", 'coalesce("end", -1)', "eventType", text_id, domain_id,
+        "coalesce(globalTid, 0)"],
+        f"eventType IN ({PUSH_POP}, {START_END}, {DOMAIN_CREATE})")
     if not parts:
         return pd.DataFrame(columns=cols)
     rowid, start, end, etype, text_ids, domains, gtid = (np.concatenate(c) for c in zip(*parts))
@@ -197,17 +194,51 @@ def _name_codes(rowid: np.ndarray, text_ids: np.ndarray, texts: dict[int, str],
     return list(names), codes
 
 
+def _int_slices(conn: sqlite3.Connection, table: str, exprs: list[str],
+                where: str) -> list[list[np.ndarray]]:
+    """Integer expressions of the rows matching ``where``, as arrays per rowid slice in
+    rowid order. Each slice is one query whose group_concat text numpy parses (about 3x
+    faster than fetching row tuples); slices run on several threads, each with its own
+    read-only connection, since SQLite releases the GIL while it steps through rows."""
+    lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+    firsts = list(range(lo or 0, (hi or -1) + 1, _CHUNK))
+    sql = (f"SELECT {', '.join(f'group_concat({e})' for e in exprs)} FROM {table} "
+           f"WHERE rowid >= ? AND rowid < ? AND ({where})")
+    database = next((row[2] for row in conn.execute("PRAGMA database_list")
+                     if row[1] == "main"), "")
+    threads = min(len(firsts), os.cpu_count() or 1, _MAX_THREADS) if database else 1
+    opened: list[sqlite3.Connection] = []
+    local = threading.local()
+
+    def one_slice(first: int) -> Optional[list[np.ndarray]]:
+        own = conn
+        if threads > 1:
+            own = getattr(local, "conn", None)
+            if own is None:
+                own = local.conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True,
+                                                   check_same_thread=False)
+                opened.append(own)
+        row = own.execute(sql, (first, first + _CHUNK)).fetchone()
+        return None if row[0] is None else [np.fromstring(v, dtype=np.int64, sep=",")
+                                            for v in row]
+
+    try:
+        if threads > 1:
+            with ThreadPoolExecutor(threads) as pool:
+                found = list(pool.map(one_slice, firsts))
+        else:
+            found = [one_slice(first) for first in firsts]
+    finally:
+        for each in opened:
+            each.close()
+    return [part for part in found if part is not None]
+
+
 def _int_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str],
                  where: str = "1") -> pd.DataFrame:
     """Integer columns of a table (NULL -> -1) read through group_concat in rowid slices."""
-    lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
-    select = ", ".join(f"group_concat(coalesce({expr}, -1))" for expr in exprs.values())
-    parts = []
-    for first in range(lo or 0, (hi or -1) + 1, _CHUNK):
-        row = conn.execute(f"SELECT {select} FROM {table} WHERE rowid >= ? AND rowid < ? "
-                           f"AND ({where})", (first, first + _CHUNK)).fetchone()
-        if row[0] is not None:
-            parts.append([np.fromstring(v, dtype=np.int64, sep=",") for v in row])
+    parts = _int_slices(conn, table, [f"coalesce({expr}, -1)" for expr in exprs.values()],
+                        where)
     if not parts:
         return pd.DataFrame({name: np.zeros(0, dtype=np.int64) for name in exprs})
     return pd.DataFrame({name: np.concatenate(col) for name, col in zip(exprs, zip(*parts))})
