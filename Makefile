@@ -45,6 +45,7 @@ test-gpu: install
 bench: install
 	$(BIN)/python bench/trace_scale.py
 	$(BIN)/python bench/nsys_scale.py
+	$(BIN)/python bench/ranks_scale.py
 	$(BIN)/python bench/triage_overhead.py
 	$(BIN)/python bench/nvtx_overhead.py
 	$(BIN)/python bench/deep_cost.py

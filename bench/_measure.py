@@ -22,6 +22,36 @@ def measure(argv: list[str]) -> tuple[float, float, str]:
     return wall, usage.ru_maxrss / 1024.0, out.decode().strip()
 
 
+PROFILE = """
+import cProfile, pstats, runpy, sys
+mode, target, *rest = sys.argv[1:]
+profiler = cProfile.Profile()
+try:
+    if mode == "-m":
+        sys.argv = [target, *rest]
+        profiler.runcall(runpy.run_module, target, run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = ["-c", *rest]
+        profiler.runcall(exec, compile(target, "<bench>", "exec"), {"__name__": "__main__"})
+except SystemExit:
+    pass
+stats = pstats.Stats(profiler, stream=sys.stderr)
+print("== by cumulative time, nsbridge's own functions ==", file=sys.stderr)
+stats.sort_stats("cumulative").print_stats("nsbridge", 40)
+print("== by own time, everything ==", file=sys.stderr)
+stats.sort_stats("tottime").print_stats(25)
+"""
+
+
+def print_profile(argv: list[str]) -> None:
+    """Run one measured command (``[python, -m, module, ...]`` or ``[python, -c, code,
+    ...]``) under cProfile and print where the time goes: nsbridge's functions by
+    cumulative time, then everything by own time. Profiling slows Python code down, so the
+    times are for finding hot spots, not for results."""
+    assert argv[1] in ("-m", "-c"), "print_profile runs python -m MODULE or python -c CODE"
+    subprocess.run([argv[0], "-c", PROFILE, *argv[1:]], check=True)
+
+
 def write_result(out: Path, benchmark: str, **fields: object) -> None:
     """Write a bench's results as JSON with the date and the machine it ran on."""
     import json

@@ -4,23 +4,24 @@ The export follows the real SQLite schema (NVTX_EVENTS with registered strings i
 StringIds, CUPTI_ACTIVITY_KIND_RUNTIME/KERNEL, META_DATA_EXPORT), shaped like nsbridge's
 own capture: per kernel one module range holding ``aten::linear`` > ``aten::addmm`` (which
 contains the cudaLaunchKernel call) and seven more leaf op ranges. The join (read +
-classify + kernel -> launch -> innermost op) runs in a child process; its wall time and
-peak RSS are added to bench/results/trace_scale.json under "nsys_join".
+classify + kernel -> launch -> innermost op) runs in a child process, interleaved with a
+second child that only reads the export (``read_nsys_sqlite``: the SQLite floor the join
+builds on); medians of wall time and peak RSS go to bench/results/nsys_scale.json.
 
     python bench/nsys_scale.py [--kernels 1000000] [--runs 3]
+    python bench/nsys_scale.py --profile     # where the join's time goes (nothing written)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from _measure import measure
+from _measure import measure, print_profile, write_result
 
 import numpy as np
 
@@ -34,6 +35,13 @@ timeline = join(read_nsys_sqlite(sys.argv[1]))
 s = timeline.summary
 print(s["ranges"], s["kernels"], s["attribution"])
 """
+READ = """
+import sys
+from nsbridge.parse.nsys_sqlite import read_nsys_sqlite
+export = read_nsys_sqlite(sys.argv[1])
+print(len(export.ranges), len(export.kernels), len(export.runtime))
+"""
+TARGETS = {"wall_s": 15, "peak_rss_mib": 2048}   # issue 19 at 1M kernels, 10M ranges
 STRINGS = ["model.fc", "aten::linear", "aten::addmm", "aten::view", "aten::add",
            "aten::relu", "aten::mul", "aten::sum", "aten::t", "aten::copy_",
            "cudaLaunchKernel_v7000", "gemm_kernel", "void gemm_kernel<float>(float*)"]
@@ -93,7 +101,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--kernels", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--results", type=Path, default=HERE / "results" / "trace_scale.json")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "nsys_scale.json")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one join and print where the time goes")
     args = parser.parse_args()
     path = HERE / "data" / f"nsys_{args.kernels}kernels_{args.kernels * RANGES_PER_KERNEL}ranges.sqlite"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,18 +111,24 @@ def main() -> None:
         started = time.perf_counter()
         build(path, args.kernels)
         print(f"built {path} in {time.perf_counter() - started:.0f} s")
-    runs = [measure([sys.executable, "-c", JOIN, str(path)]) for _ in range(args.runs)]
-    entry = {"kernels": args.kernels, "nvtx_ranges": args.kernels * RANGES_PER_KERNEL,
-             "file_mb": round(path.stat().st_size / 1e6, 1),
-             "wall_s": round(statistics.median(r[0] for r in runs), 3),
-             "peak_rss_mib": round(statistics.median(r[1] for r in runs), 1),
-             "runs_wall_s": [round(r[0], 3) for r in runs], "output": runs[0][2],
-             "targets": {"wall_s": 60, "peak_rss_mib": 4096}}
-    print(json.dumps(entry, indent=2))
-    results = json.loads(args.results.read_text()) if args.results.exists() else {}
-    results["nsys_join"] = entry
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(results, indent=2) + "\n")
+    tools = {"join": [sys.executable, "-c", JOIN, str(path)],
+             "read only": [sys.executable, "-c", READ, str(path)]}
+    if args.profile:
+        print_profile(tools["join"])
+        return
+    samples: dict[str, list[tuple[float, float, str]]] = {tool: [] for tool in tools}
+    for _ in range(args.runs):
+        for tool, argv in tools.items():
+            samples[tool].append(measure(argv))
+    rows = []
+    for tool, runs in samples.items():
+        rows.append({"tool": tool, "wall_s": round(statistics.median(r[0] for r in runs), 3),
+                     "peak_rss_mib": round(statistics.median(r[1] for r in runs), 1),
+                     "runs_wall_s": [round(r[0], 3) for r in runs], "output": runs[0][2]})
+        print(f"{tool:<10} {rows[-1]['wall_s']:8.2f} s {rows[-1]['peak_rss_mib']:8.0f} MiB")
+    write_result(args.out, "nsys_scale", runs=args.runs, kernels=args.kernels,
+                 nvtx_ranges=args.kernels * RANGES_PER_KERNEL,
+                 file_mb=round(path.stat().st_size / 1e6, 1), targets=TARGETS, results=rows)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,21 @@
-"""nsbridge vs HolisticTraceAnalysis vs a bare json.load on large torch traces.
+"""nsbridge vs HolisticTraceAnalysis vs bare decodes on large torch traces.
 
 For each size (events), builds a trace from a real GPU trace (bench/make_traces.py), then
 runs, as separate processes, interleaved, ``--runs`` times each:
 
-  nsbridge   read_trace + analyze_events (hot ops, kernels per op, busy/idle, verdict)
+  nsbridge   the whole ``nsbridge -q analyze TRACE --out DIR`` process: read, analyse and
+             write report.json/.md/.html (what a user waits for)
   hta        HolisticTraceAnalysis 0.5.0 in its own venv (bench/.venv-hta, created here):
              TraceAnalysis(trace_dir=...) + get_gpu_kernel_breakdown + get_temporal_breakdown
-  json.load  the floor: decode the file with the standard library, nothing else
+  json.load  the standard library decoding the file, nothing else
+  decode     the limit: msgspec decoding the file into Python objects on one core, nothing
+             else (no tool that decodes every event in Python goes below it on one core)
 
 and records the median wall time and median peak RSS (os.wait4's ru_maxrss) of each into
 bench/results/trace_scale.json with the machine it ran on, printing the ratios.
 
     python bench/trace_scale.py --sizes 100000 1000000 3000000 [--runs 3] [--skip-hta]
+    python bench/trace_scale.py --sizes 1000000 --profile   # where nsbridge's time goes
 """
 
 from __future__ import annotations
@@ -24,21 +28,19 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _measure import measure, write_result
+from _measure import measure, print_profile, write_result
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
 HTA_VENV = HERE / ".venv-hta"
 HTA_VERSION = "0.5.0"
 
-NSBRIDGE = """
+DECODE = """
 import sys
-from nsbridge.parse.torch_trace import read_trace
-from nsbridge.model.analysis import analyze_events
-from nsbridge.profiles import load_profile
-trace = read_trace(sys.argv[1])
-result = analyze_events(trace.events, thresholds=load_profile().analysis)
-print(len(trace.events), result.verdict["label"], result.device.get("busy_pct"))
+import msgspec
+with open(sys.argv[1], "rb") as fh:
+    doc = msgspec.json.decode(fh.read())
+print(len(doc["traceEvents"]))
 """
 HTA = """
 import sys
@@ -73,25 +75,40 @@ def ensure_trace(events: int) -> Path:
     return path
 
 
+def nsbridge_analyze(trace: Path, out: Path) -> list[str]:
+    """The user's command: analyse one trace and write the three reports to ``out``."""
+    return [sys.executable, "-m", "nsbridge", "-q", "analyze", str(trace), "--out", str(out)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 3_000_000])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-hta", action="store_true")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "trace_scale.json")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one nsbridge analyze of the first size and print where "
+                             "the time goes (no results are written)")
     args = parser.parse_args()
+    if args.profile:
+        with tempfile.TemporaryDirectory() as scratch:
+            print_profile(nsbridge_analyze(ensure_trace(args.sizes[0]), Path(scratch) / "out"))
+        return
     hta_python = None if args.skip_hta else ensure_hta()
     rows = []
     for size in args.sizes:
         trace = ensure_trace(size)
         with tempfile.TemporaryDirectory() as rank_dir:  # HTA reads a folder of rank files
             os.symlink(trace, Path(rank_dir) / "rank-0.json")
-            tools = {"nsbridge": [sys.executable, "-c", NSBRIDGE, str(trace)],
+            tools = {"decode": [sys.executable, "-c", DECODE, str(trace)],
                      "json.load": [sys.executable, "-c", JSON_LOAD, str(trace)]}
             if hta_python:
                 tools["hta"] = [hta_python, "-c", HTA, rank_dir]
-            samples: dict[str, list[tuple[float, float, str]]] = {t: [] for t in tools}
-            for _ in range(args.runs):
+            samples: dict[str, list[tuple[float, float, str]]] = {t: [] for t in [
+                "nsbridge", *tools]}
+            for run in range(args.runs):
+                out = Path(rank_dir) / f"nsbridge-{run}"
+                samples["nsbridge"].append(measure(nsbridge_analyze(trace, out)))
                 for tool, argv in tools.items():
                     samples[tool].append(measure(argv))
         for tool, runs in samples.items():
@@ -106,7 +123,8 @@ def main() -> None:
         by = {r["tool"]: r for r in rows if r["events"] == size}
         ours = by["nsbridge"]
         entry = {"events": size,
-                 "wall_vs_json_load": round(ours["wall_s"] / by["json.load"]["wall_s"], 3)}
+                 "wall_vs_json_load": round(ours["wall_s"] / by["json.load"]["wall_s"], 3),
+                 "wall_vs_decode": round(ours["wall_s"] / by["decode"]["wall_s"], 3)}
         if "hta" in by:
             entry["wall_vs_hta"] = round(ours["wall_s"] / by["hta"]["wall_s"], 3)
             entry["rss_vs_hta"] = round(ours["peak_rss_mib"] / by["hta"]["peak_rss_mib"], 3)

@@ -167,7 +167,15 @@ def _previous_reaching_further(codes: np.ndarray, end: np.ndarray) -> np.ndarray
     to where that interval's own pointer points, since all between end no later too."""
     n = len(codes)
     pointer = np.arange(n) - 1
-    pointer[np.r_[True, codes[1:] != codes[:-1]]] = -1
+    first = np.r_[True, codes[1:] != codes[:-1]] if n else np.zeros(0, dtype=bool)
+    pointer[first] = -1
+    # none when no earlier interval of the thread ends later (the running maximum of end):
+    # top-level intervals would otherwise walk back through every earlier one
+    starts = np.flatnonzero(first).tolist() + [n]
+    reach = np.empty(n)
+    for a, b in zip(starts[:-1], starts[1:]):
+        reach[a:b] = np.maximum.accumulate(end[a:b])
+    pointer[1:][reach[:-1] <= end[1:]] = -1
     active = np.nonzero(pointer >= 0)[0]
     while len(active):
         p = pointer[active]

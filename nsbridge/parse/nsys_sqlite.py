@@ -144,48 +144,52 @@ def _ranges(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> p
     have = _columns(conn, NVTX)
     text_id = "coalesce(textId, -1)" if "textId" in have else "-1"
     domain_id = "coalesce(domainId, 0)" if "domainId" in have else "0"
-    parts = _int_slices(conn, NVTX, [
-        "rowid", "start", 'coalesce("end", -1)', "eventType", text_id, domain_id,
-        "coalesce(globalTid, 0)"],
-        f"eventType IN ({PUSH_POP}, {START_END}, {DOMAIN_CREATE})")
+    texts: dict[int, str] = {}   # rowid -> inline text of a range
+    domain_names: dict[int, str] = {}
+    if "text" in have:   # one scan for both: a domain's name is its create event's text
+        for rowid, text, etype, domain in conn.execute(
+                f"SELECT rowid, text, eventType, {domain_id} FROM {NVTX} WHERE text IS NOT NULL "
+                f"AND eventType IN ({PUSH_POP}, {START_END}, {DOMAIN_CREATE})"):
+            if etype == DOMAIN_CREATE:
+                domain_names[int(domain)] = text or ""
+            else:
+                texts[rowid] = text
+    exprs = ["start", '"end"', "eventType", text_id, domain_id, "coalesce(globalTid, 0)"]
+    parts = _int_slices(conn, NVTX, (["rowid"] if texts else []) + exprs,
+                        f"eventType IN ({PUSH_POP}, {START_END}) AND \"end\" IS NOT NULL")
     if not parts:
         return pd.DataFrame(columns=cols)
-    rowid, start, end, etype, text_ids, domains, gtid = (np.concatenate(c) for c in zip(*parts))
-    texts = {}
-    if "text" in have:
-        texts = dict(conn.execute(f"SELECT rowid, text FROM {NVTX} WHERE text IS NOT NULL AND "
-                                  f"eventType IN ({PUSH_POP}, {START_END}, {DOMAIN_CREATE})"))
-    creates = etype == DOMAIN_CREATE
-    domain_names = {int(d): texts.get(int(r), "") or "" for d, r in zip(domains[creates],
-                                                                        rowid[creates])}
-    keep = ~creates & (end >= 0)
-    rowid, start, end, etype, text_ids, domains, gtid = (
-        a[keep] for a in (rowid, start, end, etype, text_ids, domains, gtid))
+    columns = [np.concatenate(c) for c in zip(*parts)]
+    del parts
+    rowid = columns.pop(0) if texts else np.zeros(0, dtype=np.int64)
+    start, end, etype, text_ids, domains, gtid = columns
     names, codes = _name_codes(rowid, text_ids, texts, strings)
-    domain_table = sorted({domain_names.get(int(d), "") for d in np.unique(domains)} | {""})
-    lookup = {d: domain_table.index(domain_names.get(int(d), "")) for d in np.unique(domains)}
-    uniq, inverse = np.unique(domains, return_inverse=True)
-    domain_codes = np.array([lookup[int(u)] for u in uniq], dtype=np.int32)[inverse] \
-        if len(uniq) else np.zeros(0, dtype=np.int32)
+    domain_codes, domain_ids = pd.factorize(domains)
+    domain_table = sorted({domain_names.get(int(d), "") for d in domain_ids} | {""})
+    recode = np.array([domain_table.index(domain_names.get(int(d), "")) for d in domain_ids],
+                      dtype=np.int32)
     frame = pd.DataFrame({
         "start": start, "end": end, "dur": end - start,
         "name": pd.Categorical.from_codes(codes, categories=names),
-        "domain": pd.Categorical.from_codes(domain_codes, categories=domain_table),
-        "style": pd.Categorical.from_codes(np.where(etype == PUSH_POP, 0, 1),
+        "domain": pd.Categorical.from_codes(recode[domain_codes] if len(recode)
+                                            else domain_codes.astype(np.int32),
+                                            categories=domain_table),
+        "style": pd.Categorical.from_codes(np.where(etype == PUSH_POP, 0, 1).astype(np.int8),
                                            categories=["push_pop", "start_end"]),
-        "global_tid": gtid})
+        "global_tid": gtid}, copy=False)
     return _split_tid(frame)[cols]
 
 
 def _name_codes(rowid: np.ndarray, text_ids: np.ndarray, texts: dict[int, str],
                 strings: pd.Series) -> tuple[list[str], np.ndarray]:
-    """(distinct names, code per range): inline text when present, else the registered one."""
-    uniq, inverse = np.unique(text_ids, return_inverse=True)
+    """(distinct names, code per range): inline text when present, else the registered one.
+    ``rowid`` (ascending) is read only when some range has inline text."""
+    local, uniq = pd.factorize(text_ids)
     names: dict[str, int] = {}
     ids = np.array([names.setdefault(str(strings.get(int(u), "")) if u >= 0 else "", len(names))
                     for u in uniq], dtype=np.int32)
-    codes = ids[inverse] if len(uniq) else np.zeros(0, dtype=np.int32)
-    if texts:  # rowid ascends: rowid slices are read in order
+    codes = ids[local] if len(uniq) else np.zeros(0, dtype=np.int32)
+    if texts:
         keys = np.fromiter(texts.keys(), dtype=np.int64, count=len(texts))
         at = np.searchsorted(rowid, keys)
         for key, i, text in zip(keys, at, texts.values()):
