@@ -25,6 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - msgspec is a dependency; the stdlib is the fallback
+    msgspec = None
+
 from . import schema as S
 from .errors import NsbridgeError
 from .report.html import html_page
@@ -130,15 +135,32 @@ def save(run: Run) -> None:
 
 def read_json_trace(path: Path) -> Any:
     """A trace file decoded as the trace reader takes it (gzip or not, a BOM allowed, a
-    byte that is not UTF-8 replaced)."""
+    byte that is not UTF-8 replaced, NaN read as the stdlib reads it). msgspec decodes a
+    well-formed file about three times faster than the stdlib, which takes the rest."""
     with path.open("rb") as raw:
         gzipped = raw.read(2) == b"\x1f\x8b"
     with (gzip.open(path, "rb") if gzipped else path.open("rb")) as fh:
-        return json.loads(fh.read().decode("utf-8-sig", errors="replace"))
+        data = fh.read()
+    if msgspec is not None:
+        try:
+            return msgspec.json.decode(data)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            pass
+    return json.loads(data.decode("utf-8-sig", errors="replace"))
 
 
 def write_json_gz(path: Path, data: Any) -> None:
-    """``data`` as gzipped JSON (level 1: a merged trace is rewritten on every run)."""
+    """``data`` as gzipped JSON (level 1: a merged trace is rewritten on every run),
+    encoded in one call by msgspec (NaN written as null, which Perfetto reads); a string
+    Python holds but UTF-8 cannot (a lone surrogate) goes through the stdlib encoder."""
+    try:
+        encoded = msgspec.json.encode(data) if msgspec is not None else None
+    except (UnicodeEncodeError, TypeError, OverflowError):
+        encoded = None
+    if encoded is not None:
+        with gzip.open(path, "wb", compresslevel=1) as fh:
+            fh.write(encoded)
+        return
     with gzip.open(path, "wt", encoding="utf-8", errors="backslashreplace",
                    compresslevel=1) as fh:
         json.dump(data, fh)

@@ -43,3 +43,25 @@ def test_sync_calls_are_marked_and_the_file_reads_back(tmp_path: Path) -> None:
     blocking = sum(p["count"] for p in result.report["sync_points"])
     assert len(marks) == blocking == 388
     assert read_trace(merged).events["name"].str.startswith("sync: ").sum() == 388
+
+
+def test_merged_trace_io_takes_what_the_reader_takes(tmp_path: Path) -> None:
+    """read_json_trace decodes with msgspec and falls back to the stdlib for what msgspec
+    refuses (a BOM, NaN, bytes that are not UTF-8); write_json_gz encodes with msgspec and
+    falls back for a lone surrogate. Either way the file is JSON that json.loads reads."""
+    from nsbridge.pipeline import read_json_trace, write_json_gz
+
+    doc = {"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1.5, "dur": 2,
+                            "args": {"External id": 7}}], "x": 10 ** 20}
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(doc))
+    assert read_json_trace(plain) == doc
+    odd = tmp_path / "odd.json"
+    odd.write_bytes(b"\xef\xbb\xbf" + b'{"traceEvents": [], "v": NaN, "s": "a\xffb"}')
+    read = read_json_trace(odd)
+    assert read["v"] != read["v"] and read["s"] == "a\ufffdb"
+    out = tmp_path / "out.json.gz"
+    write_json_gz(out, {**doc, "nan": float("nan")})
+    assert json.loads(gzip.open(out).read()) == {**doc, "nan": None}
+    write_json_gz(out, {"name": "lone \udc80 surrogate"})
+    assert json.loads(gzip.open(out).read())["name"].startswith("lone ")

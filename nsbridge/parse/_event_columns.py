@@ -10,6 +10,7 @@ EVENTS frame (nsbridge.schema). The two readers give identical frames; tests hol
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from functools import lru_cache
 from operator import attrgetter
@@ -319,6 +320,6 @@ def _time(value: Any, nonnegative: bool = False) -> Any:
         number = float(value)
     except (TypeError, ValueError, OverflowError):
         return None
-    if isinstance(value, bool) or not np.isfinite(number) or abs(number) >= TIME_LIMIT_US:
+    if isinstance(value, bool) or not math.isfinite(number) or abs(number) >= TIME_LIMIT_US:
         return None
     return None if nonnegative and number < 0 else number
