@@ -264,10 +264,20 @@ _MISSING: Any = _Missing()
 
 
 def _numeric(values: list) -> np.ndarray:
+    """Numbers as float64; anything that is not a number a float can hold is NaN."""
     try:
         return np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):  # None, strings or nested values among numbers
-        return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
+    except (TypeError, ValueError, OverflowError):  # strings, nested values, huge integers
+        return np.array([_number(v) for v in values], dtype=np.float64)
+
+
+def _number(value: Any) -> float:
+    """One value as _numeric reads it: a number (a bool as 0/1, numeric text too), else
+    NaN."""
+    try:
+        return float(value) if isinstance(value, (int, float, str)) else math.nan
+    except (ValueError, OverflowError):
+        return math.nan
 
 
 def raw_text(raw: Any) -> Optional[str]:
