@@ -25,10 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
-try:
-    import msgspec
-except ImportError:  # pragma: no cover - msgspec is a dependency; the stdlib is the fallback
-    msgspec = None
+import msgspec
 
 from . import schema as S
 from .errors import NsbridgeError
@@ -141,12 +138,10 @@ def read_json_trace(path: Path) -> Any:
         gzipped = raw.read(2) == b"\x1f\x8b"
     with (gzip.open(path, "rb") if gzipped else path.open("rb")) as fh:
         data = fh.read()
-    if msgspec is not None:
-        try:
-            return msgspec.json.decode(data)
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            pass
-    return json.loads(data.decode("utf-8-sig", errors="replace"))
+    try:
+        return msgspec.json.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return json.loads(data.decode("utf-8-sig", errors="replace"))
 
 
 def write_json_gz(path: Path, data: Any) -> None:
@@ -154,13 +149,11 @@ def write_json_gz(path: Path, data: Any) -> None:
     encoded in one call by msgspec (NaN written as null, which Perfetto reads); a string
     Python holds but UTF-8 cannot (a lone surrogate) goes through the stdlib encoder."""
     try:
-        encoded = msgspec.json.encode(data) if msgspec is not None else None
+        encoded = msgspec.json.encode(data)
     except (UnicodeEncodeError, TypeError, OverflowError):
-        encoded = None
-    if encoded is not None:
-        with gzip.open(path, "wb", compresslevel=1) as fh:
-            fh.write(encoded)
+        with gzip.open(path, "wt", encoding="utf-8", errors="backslashreplace",
+                       compresslevel=1) as text:
+            json.dump(data, text)
         return
-    with gzip.open(path, "wt", encoding="utf-8", errors="backslashreplace",
-                   compresslevel=1) as fh:
-        json.dump(data, fh)
+    with gzip.open(path, "wb", compresslevel=1) as fh:
+        fh.write(encoded)

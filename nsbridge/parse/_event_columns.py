@@ -175,19 +175,22 @@ class EventColumns:
 
     def finish(self) -> pd.DataFrame:
         """The EVENTS frame. Rows without a usable timestamp are dropped, durations that
-        are not usable become 0; both are counted in ``skipped``."""
+        are not usable become 0; both are counted in ``skipped``. The batches are let go
+        column by column as they are joined (the object is spent afterwards), so a large
+        trace is not held twice."""
         table = np.empty(len(self._strings), dtype=object)
         for value, code in self._strings.items():
             table[code] = value
         columns: dict[str, Any] = {}
         for col in S.EVENT_COLUMNS:
             if col in self._codes:
-                parts = self._codes[col]
+                parts = self._codes.pop(col)
                 codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
                 columns[col] = _categorical(codes, table) if col == S.CAT else table[codes]
             else:
-                parts = self._numbers[col]
+                parts = self._numbers.pop(col)
                 columns[col] = np.concatenate(parts) if parts else np.zeros(0)
+            del parts
         ts, dur = columns[S.TS], columns[S.DUR]
         usable = np.isfinite(ts) & (np.abs(ts) < TIME_LIMIT_US)
         bad_dur = usable & ~(np.isfinite(dur) & (dur >= 0) & (dur < TIME_LIMIT_US))

@@ -214,15 +214,19 @@ def _int_slices(conn: sqlite3.Connection, table: str, exprs: list[str],
     opened: list[sqlite3.Connection] = []
     local = threading.local()
 
+    def connection() -> sqlite3.Connection:
+        """The caller's connection, or this thread's own read-only one."""
+        if threads == 1:
+            return conn
+        own: Optional[sqlite3.Connection] = getattr(local, "conn", None)
+        if own is None:
+            own = local.conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True,
+                                               check_same_thread=False)
+            opened.append(own)
+        return own
+
     def one_slice(first: int) -> Optional[list[np.ndarray]]:
-        own = conn
-        if threads > 1:
-            own = getattr(local, "conn", None)
-            if own is None:
-                own = local.conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True,
-                                                   check_same_thread=False)
-                opened.append(own)
-        row = own.execute(sql, (first, first + _CHUNK)).fetchone()
+        row = connection().execute(sql, (first, first + _CHUNK)).fetchone()
         return None if row[0] is None else [np.fromstring(v, dtype=np.int64, sep=",")
                                             for v in row]
 
