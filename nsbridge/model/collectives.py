@@ -36,6 +36,7 @@ import pandas as pd
 
 from .. import schema as S
 from .nesting import HostTree, clipped_union, merge_intervals
+from .strings import factorize
 
 _BACKENDS = "nccl|gloo|mpi|ucc|xccl"
 _BACKEND = re.compile(rf"^(?:{_BACKENDS}):(?P<op>\S+)")
@@ -109,7 +110,7 @@ def collectives(events: pd.DataFrame, tree: HostTree, gpu: Optional[pd.DataFrame
     """
     if not len(tree):
         return []
-    codes, uniques = pd.factorize(events[S.NAME].to_numpy())   # regexes per distinct name
+    codes, uniques = factorize(events[S.NAME])   # regexes per distinct name
     found = [collective_kind(str(u)) for u in uniques]
     kind_of = np.array([f[0] if f else None for f in found] + [None], dtype=object)
     form_of = np.array([(1 if f[1] == BACKEND_RANGES else 2) if f else 0 for f in found] + [0])
@@ -243,8 +244,7 @@ def time_per_step(events: pd.DataFrame, windows: pd.DataFrame) -> list[float]:
     any thread: the union of their intervals clipped to the step, so overlapping
     collectives (gloo's and DDP's buckets run concurrently) never add up to more than the
     step. Device copies of the ranges (``gpu_user_annotation``) are not host time."""
-    names = events[S.NAME].to_numpy()
-    codes, uniques = pd.factorize(names)
+    codes, uniques = factorize(events[S.NAME])
     is_comm = np.array([bool(COMMUNICATION_OP.match(str(u))) for u in uniques] + [False])
     hit = is_comm[np.where(codes >= 0, codes, len(uniques))] & np.isin(
         events[S.CAT].to_numpy(), S.HOST_OP_CATS)

@@ -1,0 +1,51 @@
+"""model.strings: factorize by object identity first, exactly as pandas factorizes by value."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pandas as pd
+
+from nsbridge.model.strings import factorize, name_mask, starts_with, thread_codes
+from nsbridge.parse.torch_trace import read_trace
+
+from conftest import TORCH_DATA
+
+
+def _assert_same_as_pandas(values: np.ndarray) -> None:
+    codes, uniques = factorize(values)
+    want_codes, want_uniques = pd.factorize(values)
+    assert np.array_equal(codes, want_codes)
+    assert list(uniques) == list(want_uniques)
+
+
+def test_factorize_equals_pandas_on_random_object_arrays() -> None:
+    rng = random.Random(7)
+    pool = ["aten::mm", "aten::add_", "", "void k<float>()", None, float("nan")]
+    for _ in range(300):
+        # equal strings as distinct objects too (built at run time, not interned)
+        items = [rng.choice(pool) if rng.random() < 0.7 else "".join(["aten", "::mm"])
+                 for _ in range(rng.randrange(0, 40))]
+        _assert_same_as_pandas(np.array(items, dtype=object))
+
+
+def test_factorize_and_masks_on_a_real_trace_column() -> None:
+    events = read_trace(TORCH_DATA / "h100_bert-small_2025-07.json.gz").events
+    names = events["name"].to_numpy()
+    _assert_same_as_pandas(names)
+    _assert_same_as_pandas(names[::3].copy())           # a strided subset, copied
+    want = np.array([n.startswith("aten::") for n in names])
+    assert np.array_equal(starts_with(events["name"], "aten::"), want)   # a Series too
+    assert np.array_equal(name_mask(names, lambda n: "gemm" in n),
+                          np.array(["gemm" in n for n in names]))
+    codes, keys = thread_codes(events["pid"], events["tid"])
+    want_keys = [f"{p}/{t}" for p, t in zip(events["pid"], events["tid"])]
+    assert [keys[c] for c in codes] == want_keys
+
+
+def test_factorize_of_nothing() -> None:
+    codes, uniques = factorize([])
+    assert len(codes) == 0 and len(uniques) == 0
+    assert name_mask(np.array([None, float("nan")], dtype=object), lambda n: True).tolist() == [
+        False, False]
