@@ -102,3 +102,20 @@ def test_vectorised_nesting_equals_a_stack_sweep(seed: int) -> None:
             p, d = expected[p], d + 1
         depth[k] = d
     assert (tree.depth == depth).all()
+
+
+def test_covered_within_equals_a_clipped_union_per_window() -> None:
+    """The vectorised coverage of many windows (comm_overlap's, once a loop per NCCL
+    interval over every compute interval) equals clipped_union window by window."""
+    from nsbridge.model.nesting import clipped_union, covered_within, merge_intervals
+
+    rng = np.random.default_rng(1)
+    for _ in range(500):
+        n = int(rng.integers(0, 30))
+        start = rng.integers(0, 100, n).astype(float)
+        merged_start, merged_end = merge_intervals(start, start + rng.integers(0, 15, n))
+        m = int(rng.integers(0, 10))
+        lo = rng.integers(-5, 110, m).astype(float)
+        hi = lo + rng.integers(0, 20, m)
+        want = [clipped_union(merged_start, merged_end, a, b) for a, b in zip(lo, hi)]
+        assert np.allclose(covered_within(merged_start, merged_end, lo, hi), want)

@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .nesting import HostTree, clipped_union, merge_intervals
-from .strings import factorize
+from .nesting import HostTree, clipped_union, covered_within, merge_intervals
+from .strings import factorize, name_mask
 
 _BACKENDS = "nccl|gloo|mpi|ucc|xccl"
 _BACKEND = re.compile(rf"^(?:{_BACKENDS}):(?P<op>\S+)")
@@ -259,7 +259,7 @@ def comm_overlap(gpu: pd.DataFrame, lo: float, hi: float) -> Optional[dict[str, 
     if gpu.empty:
         return None
     kernels = gpu[(gpu["cat"] == S.KERNEL) & (gpu["ts"] >= lo) & (gpu["ts"] < hi)]
-    is_comm = kernels["name"].astype(str).str.contains("nccl", case=False).to_numpy()
+    is_comm = name_mask(kernels["name"], lambda name: "nccl" in name.lower())
     if not is_comm.any():
         return None
     start = kernels["ts"].to_numpy(np.float64)
@@ -267,7 +267,7 @@ def comm_overlap(gpu: pd.DataFrame, lo: float, hi: float) -> Optional[dict[str, 
     comm_s, comm_e = merge_intervals(start[is_comm], end[is_comm])
     comp_s, comp_e = merge_intervals(start[~is_comm], end[~is_comm])
     comm = float((comm_e - comm_s).sum())
-    overlap = sum(clipped_union(comp_s, comp_e, a, b) for a, b in zip(comm_s, comm_e))
+    overlap = float(covered_within(comp_s, comp_e, comm_s, comm_e).sum())
     return {"comm_us": round(comm, 3), "overlap_us": round(overlap, 3),
             "overlap_pct": round(100.0 * overlap / comm, 2) if comm else None}
 

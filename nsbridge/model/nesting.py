@@ -200,6 +200,24 @@ def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.
     return s[firsts], np.maximum.reduceat(e, firsts).astype(np.float64, copy=False)
 
 
+def covered_within(start: np.ndarray, end: np.ndarray, lo: np.ndarray,
+                   hi: np.ndarray) -> np.ndarray:
+    """Per window [lo, hi): how much of it the disjoint, sorted intervals [start, end) cover
+    (merge_intervals' output), for all windows at once: the covered length up to x is
+    a running sum of whole intervals plus the part of the one x falls in."""
+    lengths = end - start
+    before = np.concatenate([[0.0], np.cumsum(lengths)])
+
+    def covered_to(x: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(start, x, side="right") - 1
+        inside = np.clip(x - start[np.maximum(k, 0)], 0.0, lengths[np.maximum(k, 0)])
+        return np.where(k >= 0, before[np.maximum(k, 0)] + inside, 0.0)
+
+    if not len(start):
+        return np.zeros(len(lo))
+    return covered_to(np.asarray(hi, dtype=np.float64)) - covered_to(np.asarray(lo, dtype=np.float64))
+
+
 def clipped_union(start: np.ndarray, end: np.ndarray, lo: float, hi: float) -> float:
     """Length of the union of intervals, clipped to [lo, hi]."""
     s, e = merge_intervals(np.clip(start, lo, hi), np.clip(end, lo, hi))
