@@ -83,3 +83,27 @@ def test_a_cpu_triage_records_the_tf32_settings_and_marks_ops(tmp_path: Path) ->
     assert "allow_tf32 = True" in marks["aten::addmm"]["reason"]
     assert "a CPU run" in marks["aten::addmm"]["evidence"]
     assert "Tensor Cores:" in proc.stdout
+
+
+def test_common_input_types_equals_a_counter_per_name() -> None:
+    """The vectorised count equals a plain Counter per op name (ties: the first seen),
+    on random rows with missing and non-text types."""
+    import random
+    from collections import Counter
+
+    from nsbridge.model.tensor_cores import common_input_types, is_tensor_core_op
+
+    rng = random.Random(3)
+    pool_names = ["aten::mm", "aten::addmm", "aten::conv2d", "aten::relu", "aten::bmm"]
+    pool_types = ['["float"]', '["c10::Half"]', '["float","float"]', None, float("nan"), 7]
+    for _ in range(200):
+        n = rng.randrange(0, 60)
+        names = [rng.choice(pool_names) for _ in range(n)]
+        types = [rng.choice(pool_types) for _ in range(n)]
+        seen: dict[str, Counter] = {}
+        for name, text in zip(names, types):
+            if isinstance(text, str) and is_tensor_core_op(name):
+                seen.setdefault(name, Counter())[text] += 1
+        want = {name: counts.most_common(1)[0][0] for name, counts in seen.items()}
+        got = common_input_types(names, types)
+        assert got == want and list(got) == list(want)

@@ -48,7 +48,7 @@ class HostTree:
 
     def enclosing(self, pid: pd.Series, tid: pd.Series, ts: np.ndarray) -> np.ndarray:
         """Position of the innermost op containing each (thread, time) point, or -1."""
-        local, keys = thread_codes(np.asarray(pid).astype(str), np.asarray(tid).astype(str))
+        local, keys = thread_codes(pid, tid)
         mapping = np.array([self.thread_codes.get(k, -1) for k in keys], dtype=np.int64)
         codes = mapping[local] if len(mapping) else np.full(len(local), -1, dtype=np.int64)
         return self.enclosing_codes(codes, ts)

@@ -17,7 +17,11 @@ import re
 from collections import Counter
 from typing import Any, Mapping, Optional, Sequence
 
+import numpy as np
+import pandas as pd
+
 from .rules import MATMUL_OP
+from .strings import factorize
 
 ATTENTION_OP = re.compile(r"aten::(_scaled_dot_product|scaled_dot_product|_flash_attention|"
                           r"_efficient_attention|_cudnn_attention)")
@@ -52,12 +56,23 @@ def is_tensor_core_op(name: str) -> bool:
 
 
 def common_input_types(names: Sequence[str], types: Sequence[Any]) -> dict[str, str]:
-    """Per matmul/convolution/attention op name, its most common "Input type" list."""
-    seen: dict[str, Counter[str]] = {}
-    for name, text in zip(names, types):
-        if isinstance(text, str) and is_tensor_core_op(str(name)):
-            seen.setdefault(str(name), Counter())[text] += 1
-    return {name: counts.most_common(1)[0][0] for name, counts in seen.items()}
+    """Per matmul/convolution/attention op name, its most common "Input type" list (ties:
+    the one seen first), names in order of first appearance. Counted per distinct
+    (name, types) pair, not per row."""
+    name_codes, name_values = factorize(names)
+    type_codes, type_values = factorize(types)
+    wanted = np.array([is_tensor_core_op(str(n)) for n in name_values] + [False])
+    is_text = np.array([isinstance(t, str) for t in type_values] + [False])
+    rows = np.flatnonzero(wanted[name_codes] & is_text[type_codes])
+    if not len(rows):
+        return {}
+    pairs = pd.DataFrame({"name": name_codes[rows], "types": type_codes[rows], "row": rows})
+    counted = pairs.groupby(["name", "types"], sort=False).agg(
+        count=("row", "size"), first=("row", "min")).reset_index()
+    best = counted.sort_values(["count", "first"], ascending=[False, True]).drop_duplicates(
+        "name").set_index("name")
+    order = pairs.drop_duplicates("name")["name"]
+    return {str(name_values[n]): type_values[best.at[n, "types"]] for n in order}
 
 
 def mark(op: Mapping[str, Any], input_types: Optional[str], math: Mapping[str, Any],
