@@ -24,8 +24,9 @@ from .. import schema as S
 CAT_ALIASES = {"runtime": S.CUDA_RUNTIME, "driver": S.CUDA_DRIVER, "memcpy": S.MEMCPY,
                "memset": S.MEMSET}
 DROP_CATS = {"trace", "overhead", "ac2g", "async_cpu_to_gpu", "async_gpu", "fwdbwd"}
-_ARGS, _CAT, _KERNEL_FILE, _NAME, _PH, _PID, _TID, _TS = (attrgetter(a) for a in (
-    "args", "cat", "kernel_file", "name", "ph", "pid", "tid", "ts"))
+_ARGS, _CAT, _DIMS, _KERNEL_FILE, _NAME, _PH, _PID, _TID, _TS, _TYPES = (
+    attrgetter(a) for a in ("args", "cat", "dims", "kernel_file", "name", "ph", "pid", "tid",
+                            "ts", "types"))
 _STRING_COLS = (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS, S.INPUT_TYPES,
                 S.KERNEL_FILE, S.LAUNCH)
 _NUMBER_COLS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE, S.TOTAL_ALLOCATED,
@@ -99,24 +100,26 @@ class EventColumns:
             durs=[e.dur if e.ph == "X" else 0 for e in rows],
             exts=np.where(np.isnan(ext), number("ext_lower"), ext),
             corrs=number("correlation"),
-            dims=[raw_text(a.dims) if a.dims else None for a in args],
-            types=[raw_text(a.types) if a.types else None for a in args],
+            dims=list(map(bytes, map(_DIMS, args))), types=list(map(bytes, map(_TYPES, args))),
             nbytes=[a.Bytes if a.nbytes is unset else a.nbytes for a in args],
             devices=[a.device_id if a.device is unset else a.device for a in args],
             files=list(map(_KERNEL_FILE, args)), allocated=number("allocated"),
             reserved=number("reserved"),
-            launches=[_launch(a) if a.grid else None for a in args])
+            launches=[_launch(a) if a.grid else None for a in args], raw_json=True)
 
     def _add(self, *, cats: list, names: list, phs: list, pids: list, tids: list, ts: list,
              durs: list, exts: list, corrs: list, dims: list, types: list, nbytes: list,
              devices: list, files: list, allocated: list, reserved: list,
-             launches: list) -> None:
+             launches: list, raw_json: bool = False) -> None:
+        """One batch's columns; with ``raw_json`` dims and types are the raw JSON bytes
+        (b"" when absent), converted to text once per distinct value."""
         cat_codes = self._encode(cats, self._category)
         keep = cat_codes != self._strings[None]   # dropped categories normalise to None
         encode = self._encode
+        json_text = _raw_bytes_text if raw_json else _same
         batch = {S.CAT: cat_codes, S.NAME: encode(names, _name), S.PH: encode(phs, _same),
                  S.PID: encode(pids, str), S.TID: encode(tids, str),
-                 S.INPUT_DIMS: encode(dims, _same), S.INPUT_TYPES: encode(types, _same),
+                 S.INPUT_DIMS: encode(dims, json_text), S.INPUT_TYPES: encode(types, json_text),
                  S.KERNEL_FILE: encode(files, _text), S.LAUNCH: encode(launches, _same),
                  S.TS: _numeric(ts), S.DUR: _numeric(durs),
                  S.EXT_ID: _numeric(exts), S.CORRELATION: _numeric(corrs),
@@ -219,9 +222,15 @@ def _categorical(codes: np.ndarray, table: np.ndarray) -> pd.Categorical:
 
 def _launch(args: Any) -> Optional[str]:
     """launch_text of a msgspec Args struct (None when its grid is a JSON null)."""
-    grid = raw_text(args.grid)
-    return None if grid is None else launch_text(grid, raw_text(args.block) or "null",
-                                                 args.registers, args.smem)
+    return _launch_of(bytes(args.grid), bytes(args.block), args.registers, args.smem)
+
+
+@lru_cache(maxsize=1 << 12, typed=True)   # typed: registers 32 and 32.0 print differently
+def _launch_of(grid: bytes, block: bytes, registers: Any, smem: Any) -> Optional[str]:
+    """_launch for one distinct configuration (kernels repeat a few of them)."""
+    grid_text = raw_text(grid)
+    return None if grid_text is None else launch_text(grid_text, raw_text(block) or "null",
+                                                      registers, smem)
 
 
 def launch_text(grid: str, block: str, registers: Any, smem: Any) -> str:
@@ -281,6 +290,11 @@ def _number(value: Any) -> float:
         return float(value) if isinstance(value, (int, float, str)) else math.nan
     except (ValueError, OverflowError):
         return math.nan
+
+
+def _raw_bytes_text(data: Optional[bytes]) -> Optional[str]:
+    """raw_text of a Raw value's bytes (None: the batch had no value to convert)."""
+    return None if data is None else raw_text(data)
 
 
 def raw_text(raw: Any) -> Optional[str]:
