@@ -171,9 +171,7 @@ def _ranges(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> p
     frame = pd.DataFrame({
         "start": start, "end": end, "dur": end - start,
         "name": pd.Categorical.from_codes(codes, categories=names),
-        "domain": pd.Categorical.from_codes(recode[domain_codes] if len(recode)
-                                            else domain_codes.astype(np.int32),
-                                            categories=domain_table),
+        "domain": pd.Categorical.from_codes(recode[domain_codes], categories=domain_table),
         "style": pd.Categorical.from_codes(np.where(etype == PUSH_POP, 0, 1).astype(np.int8),
                                            categories=["push_pop", "start_end"]),
         "global_tid": gtid}, copy=False)
