@@ -104,6 +104,51 @@ def test_vectorised_nesting_equals_a_stack_sweep(seed: int) -> None:
     assert (tree.depth == depth).all()
 
 
+def _nested_intervals(rng: np.random.Generator, lo: int, hi: int, depth: int,
+                      out: list[tuple[int, int]]) -> None:
+    """Random properly nested intervals inside [lo, hi]: children that touch, repeat
+    their parent's span, share a start or have no length."""
+    at = lo
+    while at < hi and depth < 6:
+        if at == lo and rng.random() < 0.15:         # a child spanning its parent
+            a, b = lo, hi
+        else:
+            a = int(rng.integers(at, hi + 1))
+            b = a if rng.random() < 0.2 else int(rng.integers(a, hi + 1))
+        out.append((a, b))
+        if b > a and rng.random() < 0.7:
+            _nested_intervals(rng, a, b, depth + 1, out)
+        at = b + int(rng.integers(0, 3))
+        if rng.random() < 0.3:
+            break
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_properly_nested_intervals_equal_a_stack_sweep(seed: int) -> None:
+    """Nested sets as real captures have them (ties, zero lengths, touching siblings and,
+    for odd seeds, children ending a hair after their parent, as float rounding does)."""
+    rng = np.random.default_rng(seed)
+    spans: list[tuple[int, int]] = []
+    threads: list[int] = []
+    for code in range(3):
+        before = len(spans)
+        _nested_intervals(rng, 0, 200, 0, spans)
+        threads += [code] * (len(spans) - before)
+    thread = np.array(threads)
+    start = np.array([a for a, _ in spans], dtype=np.float64)
+    dur = np.array([b - a for a, b in spans], dtype=np.float64)
+    if seed % 2:
+        dur[rng.random(len(dur)) < 0.1] += 1e-9
+    shuffle = rng.permutation(len(thread))
+    thread, start, dur = thread[shuffle], start[shuffle], dur[shuffle]
+    top_level = np.zeros(len(thread), dtype=bool)
+    tree = build_tree(thread, ["a", "b", "c"], start, dur, top_level)
+    order = tree.rows
+    expected = _reference_parents(thread[order], start[order], start[order] + dur[order],
+                                  top_level[order])
+    assert (tree.parent == expected).all()
+
+
 def test_covered_within_equals_a_clipped_union_per_window() -> None:
     """The vectorised coverage of many windows (comm_overlap's, once a loop per NCCL
     interval over every compute interval) equals clipped_union window by window."""
@@ -119,3 +164,60 @@ def test_covered_within_equals_a_clipped_union_per_window() -> None:
         hi = lo + rng.integers(0, 20, m)
         want = [clipped_union(merged_start, merged_end, a, b) for a, b in zip(lo, hi)]
         assert np.allclose(covered_within(merged_start, merged_end, lo, hi), want)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_longest_gaps_equal_a_full_sort(seed: int) -> None:
+    """The partitioned pick of the longest gaps equals sorting every gap as a (length,
+    start, device) tuple, ties on every key included."""
+    from nsbridge.model.nesting import longest_gaps, merge_intervals
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 300))
+    device = rng.integers(0, 3, n)
+    start = rng.integers(0, 40, n).astype(float) * 5
+    end = start + rng.choice([1.0, 2.0, 5.0], n)
+    top = int(rng.integers(0, 15))
+    gaps = []
+    for dev in np.unique(device):
+        s, e = merge_intervals(start[device == dev], end[device == dev])
+        gaps += [(b - a, a, int(dev)) for a, b in zip(e[:-1], s[1:]) if b > a]
+    assert longest_gaps(device, start, end, top) == sorted(gaps, reverse=True)[:top]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_tree_of_the_intervals_holding_points_answers_as_the_full_tree(seed: int) -> None:
+    """build_tree(points=...) keeps only intervals holding a point of their thread; every
+    innermost-interval and nearest-wanted-ancestor answer at those points is the full
+    tree's, on nested sets with ties, zero lengths and points on interval edges."""
+    rng = np.random.default_rng(seed)
+    spans: list[tuple[int, int]] = []
+    threads: list[int] = []
+    for code in range(3):
+        before = len(spans)
+        _nested_intervals(rng, 0, 200, 0, spans)
+        threads += [code] * (len(spans) - before)
+    thread = np.array(threads)
+    start = np.array([a for a, _ in spans], dtype=np.float64)
+    dur = np.array([b - a for a, b in spans], dtype=np.float64)
+    m = int(rng.integers(0, 60))
+    point_thread = rng.integers(-1, 4, m)               # -1 and 3: threads without ranges
+    point_time = rng.integers(-5, 206, m).astype(np.float64)
+    wanted = rng.random(len(thread)) < 0.4
+    top = np.zeros(len(thread), dtype=bool)
+    full = build_tree(thread, ["a", "b", "c", "d"], start, dur, top)
+    pruned = build_tree(thread, ["a", "b", "c", "d"], start, dur, top,
+                        points=(point_thread, point_time))
+    assert len(pruned) <= len(full)
+
+    def answers(tree) -> tuple[list[int], list[int]]:
+        at = tree.enclosing_codes(point_thread, point_time)
+        near = tree.nearest(at, wanted[tree.rows])
+        return ([int(tree.rows[p]) if p >= 0 else -1 for p in at],
+                [int(tree.rows[p]) if p >= 0 else -1 for p in near])
+
+    assert answers(pruned) == answers(full)
+    holding = [r for r in range(len(thread))
+               if ((point_thread == thread[r]) & (point_time >= start[r])
+                   & (point_time <= start[r] + dur[r])).any()]
+    assert sorted(pruned.rows) == holding     # exactly the intervals holding a point

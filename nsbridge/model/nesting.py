@@ -11,6 +11,7 @@ decides nesting, so that is tolerated.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -68,11 +69,12 @@ class HostTree:
     def nearest(self, pos: np.ndarray, wanted: np.ndarray) -> np.ndarray:
         """For each position, the closest ancestor-or-self whose ``wanted`` flag is set."""
         cur = pos.copy()
-        while True:
+        while len(self):
             miss = (cur >= 0) & ~wanted[np.maximum(cur, 0)]
             if not miss.any():
-                return cur
+                break
             cur[miss] = self.parent[cur[miss]]
+        return cur
 
     def ancestors_or_self(self, pos: np.ndarray) -> list[np.ndarray]:
         """[pos, parent(pos), grandparent(pos), ...] until every chain ends (-1 entries)."""
@@ -107,19 +109,34 @@ def build_host_tree(events: pd.DataFrame, cats: tuple[str, ...] = S.HOST_OP_CATS
 
 
 def build_tree(thread: np.ndarray, keys: list[str], start: np.ndarray, dur: np.ndarray,
-               top_level: np.ndarray) -> HostTree:
+               top_level: np.ndarray,
+               points: Optional[tuple[np.ndarray, np.ndarray]] = None) -> HostTree:
     """Nest intervals given as arrays: ``thread`` codes index ``keys`` ("pid/tid" or any
-    thread label). ``rows`` of the result are positions in the input arrays."""
+    thread label). ``rows`` of the result are positions in the input arrays.
+
+    With ``points`` (thread codes, times), only intervals holding a point of their thread
+    (start <= time <= end, as ``enclosing`` counts) are kept. For properly nested
+    intervals that tree answers every ``enclosing`` and ``nearest`` query at those points
+    as the full one does: an interval holding none of them is neither a point's
+    innermost interval nor an ancestor of one."""
     order = np.lexsort((-dur, start, thread))
-    codes, start, dur = thread[order], start[order].astype(np.float64), dur[order].astype(np.float64)
+    if points is not None:
+        first = start[order]
+        order = order[_holding(thread[order], first, first + dur[order], *points)]
+        del first
+    codes = thread[order]
+    start = start[order].astype(np.float64, copy=False)
+    dur = dur[order].astype(np.float64, copy=False)
     end = start + dur
     parent = _parents(codes, start, end, top_level[order])
     depth = np.zeros(len(parent), dtype=np.int64)
-    ancestor = parent.copy()
-    while (ancestor >= 0).any():  # one pass per nesting level, vectorised
-        has = ancestor >= 0
-        depth[has] += 1
-        ancestor[has] = parent[ancestor[has]]
+    below = np.flatnonzero(parent >= 0)     # one pass per nesting level over those deeper
+    ancestor = parent[below]
+    while len(below):
+        depth[below] += 1
+        ancestor = parent[ancestor]
+        deeper = ancestor >= 0
+        below, ancestor = below[deeper], ancestor[deeper]
     has_parent = parent >= 0
     child_sum = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=len(parent))
     bounds = np.zeros((len(keys), 2), dtype=np.int64)
@@ -129,6 +146,29 @@ def build_tree(thread: np.ndarray, keys: list[str], start: np.ndarray, dur: np.n
     return HostTree(rows=order, thread=codes, thread_codes={str(k): i for i, k in enumerate(keys)},
                     start=start, end=end, dur=dur, parent=parent, depth=depth,
                     self_us=np.clip(dur - child_sum, 0.0, None), bounds=bounds)
+
+
+def _holding(codes: np.ndarray, start: np.ndarray, end: np.ndarray,
+             point_thread: np.ndarray, point_time: np.ndarray) -> np.ndarray:
+    """Whether each interval (sorted by thread code, then start) holds a point of its
+    thread. Each point's insertion position among its thread's starts is counted, so the
+    running count at an interval indexes the first point at or after its start in the
+    points sorted by (thread, time)."""
+    mine = point_thread >= 0
+    by = np.lexsort((point_time[mine], point_thread[mine]))
+    p_thread, p_time = point_thread[mine][by], point_time[mine][by]
+    position = np.empty(len(p_time), dtype=np.int64)
+    threads, firsts = np.unique(p_thread, return_index=True)
+    for code, a, b in zip(threads, firsts, list(firsts[1:]) + [len(p_time)]):
+        lo, hi = np.searchsorted(codes, code, "left"), np.searchsorted(codes, code, "right")
+        position[a:b] = lo + np.searchsorted(start[lo:hi], p_time[a:b], side="right")
+    if not len(p_time):
+        return np.zeros(len(codes), dtype=bool)
+    first = np.bincount(position, minlength=len(codes) + 1)[:len(codes)]
+    np.cumsum(first, out=first)
+    found = first < len(p_time)
+    np.minimum(first, len(p_time) - 1, out=first)
+    return found & (p_thread[first] == codes) & (p_time[first] <= end)
 
 
 def _parents(codes: np.ndarray, start: np.ndarray, end: np.ndarray,
@@ -145,29 +185,37 @@ def _parents(codes: np.ndarray, start: np.ndarray, end: np.ndarray,
     parent = np.full(n, -1, dtype=np.int64)
     if n < 2:
         return parent
-    further = _previous_reaching_further(codes, end)
-    index = np.arange(n)
-    cand = index - 1
-    cand[np.r_[True, codes[1:] != codes[:-1]]] = -1        # a thread's first interval
-    active = index[cand >= 0]
+    first = _thread_firsts(codes)
+    further = _previous_reaching_further(codes, end, first)
+    active = np.flatnonzero(~first)        # a thread's first interval has no parent
+    cand = active - 1
     while len(active):
-        c = cand[active]
-        open_ = end[c] > start[active]
-        parent[active[open_]] = c[open_]
-        rest = active[~open_]
-        cand[rest] = further[cand[rest]]
-        active = rest[cand[rest] >= 0]
+        open_ = end[cand] > start[active]
+        parent[active[open_]] = cand[open_]
+        closed = ~open_
+        active, cand = active[closed], further[cand[closed]]
+        more = cand >= 0
+        active, cand = active[more], cand[more]
     parent[top_level] = -1
     return parent
 
 
-def _previous_reaching_further(codes: np.ndarray, end: np.ndarray) -> np.ndarray:
+def _thread_firsts(codes: np.ndarray) -> np.ndarray:
+    """Whether each row (sorted by thread code) is its thread's first."""
+    first = np.empty(len(codes), dtype=bool)
+    first[:1] = True
+    np.not_equal(codes[1:], codes[:-1], out=first[1:])
+    return first
+
+
+def _previous_reaching_further(codes: np.ndarray, end: np.ndarray,
+                               first: np.ndarray) -> np.ndarray:
     """For each interval, the latest earlier one of its thread that ends later (-1: none),
     by pointer jumping: a pointer past intervals ending no later than this one may jump
-    to where that interval's own pointer points, since all between end no later too."""
+    to where that interval's own pointer points, since all between end no later too.
+    ``first`` marks each thread's first interval."""
     n = len(codes)
-    pointer = np.arange(n) - 1
-    first = np.r_[True, codes[1:] != codes[:-1]] if n else np.zeros(0, dtype=bool)
+    pointer = np.arange(-1, n - 1)
     pointer[first] = -1
     # none when no earlier interval of the thread ends later (the running maximum of end):
     # top-level intervals would otherwise walk back through every earlier one
@@ -176,13 +224,16 @@ def _previous_reaching_further(codes: np.ndarray, end: np.ndarray) -> np.ndarray
     for a, b in zip(starts[:-1], starts[1:]):
         reach[a:b] = np.maximum.accumulate(end[a:b])
     pointer[1:][reach[:-1] <= end[1:]] = -1
-    active = np.nonzero(pointer >= 0)[0]
+    active = np.flatnonzero(pointer >= 0)
+    own_end = end[active]
     while len(active):
         p = pointer[active]
-        shorter = end[p] <= end[active]
-        active = active[shorter]
-        pointer[active] = pointer[p[shorter]]
-        active = active[pointer[active] >= 0]
+        shorter = end[p] <= own_end
+        active, own_end = active[shorter], own_end[shorter]
+        jumped = pointer[p[shorter]]
+        pointer[active] = jumped
+        more = jumped >= 0
+        active, own_end = active[more], own_end[more]
     return pointer
 
 
@@ -233,7 +284,7 @@ def longest_gaps(device: np.ndarray, start: np.ndarray, end: np.ndarray, top: in
     lengths, starts, devices = [], [], []
     for dev in np.unique(device):
         sel = device == dev
-        a, b = start[sel].astype(np.float64), end[sel].astype(np.float64)
+        a, b = start[sel].astype(np.float64, copy=False), end[sel].astype(np.float64, copy=False)
         if lo is not None and hi is not None:
             a, b = np.clip(a, lo, hi), np.clip(b, lo, hi)
         s, e = merge_intervals(a, b)
@@ -247,5 +298,22 @@ def longest_gaps(device: np.ndarray, start: np.ndarray, end: np.ndarray, top: in
     if not lengths:
         return []
     length, begin, dev = (np.concatenate(x) for x in (lengths, starts, devices))
-    top_rows = np.lexsort((dev, begin, length))[::-1][:top]   # longest first, ties as tuples
-    return [(float(length[i]), float(begin[i]), int(dev[i])) for i in top_rows]
+    keys = [length, begin, dev]
+    rows = _largest(keys, np.arange(len(length)), top)
+    order = np.lexsort((rows, dev[rows], begin[rows], length[rows]))[::-1][:top]
+    return [(float(length[i]), float(begin[i]), int(dev[i])) for i in rows[order]]
+
+
+def _largest(keys: list[np.ndarray], rows: np.ndarray, k: int) -> np.ndarray:
+    """Rows holding the ``k`` largest (keys[0], keys[1], ..., row) tuples, in any order,
+    by partitioning key after key: only rows tied at the cut go on to the next key."""
+    if k <= 0:
+        return rows[:0]
+    if len(rows) <= k:
+        return rows
+    if not keys:
+        return np.sort(rows)[len(rows) - k:]
+    values = keys[0][rows]
+    cut = np.partition(values, len(values) - k)[len(values) - k]
+    above = rows[values > cut]
+    return np.concatenate([above, _largest(keys[1:], rows[values == cut], k - len(above))])

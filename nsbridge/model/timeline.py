@@ -63,27 +63,30 @@ def classify_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
 
     String work happens once per distinct name and domain (both categoricals or strings).
     """
-    frame = ranges.copy()
-    name_codes, names = _codes(frame["name"])
-    frame["name"] = pd.Categorical.from_codes(name_codes, categories=names)
-    domain_codes, domains = _codes(frame["domain"])
+    name_codes, names = _codes(ranges["name"])
+    domain_codes, domains = _codes(ranges["domain"])
     base = np.array([str(n).split(",", 1)[0].strip() for n in names], dtype=object)
     looks_op = np.array([bool(_OP_NAME.match(b)) for b in base], dtype=bool)
     looks_step = np.array([str(n).startswith(S.NVTX_STEP_PREFIX) for n in names], dtype=bool)
     ours_domain = np.array([d == S.NVTX_DOMAIN for d in domains], dtype=bool)
     op_domain = ours_domain | np.array([d == "" for d in domains], dtype=bool)
-    ours = ours_domain[domain_codes] if len(domains) else np.zeros(len(frame), dtype=bool)
+    ours = ours_domain[domain_codes] if len(domains) else np.zeros(len(ranges), dtype=bool)
     is_op = (op_domain[domain_codes] if len(domains) else ours) & looks_op[name_codes]
-    is_step = ours & looks_step[name_codes]
-    kind = np.where(is_op, 0, np.where(is_step, 1, np.where(ours, 2, 3)))
-    frame["kind"] = pd.Categorical.from_codes(kind, categories=["op", "step", "module", "other"])
+    # kind codes: 0 op, 1 step, 2 module (other ranges of ours), 3 other
+    kind = np.where(ours, np.int8(2), np.int8(3))
+    kind[ours & looks_step[name_codes]] = 1
+    kind[is_op] = 0
     op_names = list(dict.fromkeys(base[looks_op]))
     op_index = {n: i for i, n in enumerate(op_names)}
     per_name = np.array([op_index.get(b, -1) for b in base], dtype=np.int32)
-    frame["op"] = pd.Categorical.from_codes(np.where(is_op, per_name[name_codes], -1)
-                                            if len(names) else np.zeros(0, dtype=np.int32),
-                                            categories=op_names)
-    return frame
+    op_codes = np.full(len(ranges), -1, dtype=np.int32)
+    op_codes[is_op] = per_name[name_codes[is_op]]
+    categorical = pd.Categorical.from_codes
+    columns = {"kind": categorical(kind, categories=["op", "step", "module", "other"]),
+               "op": categorical(op_codes, categories=op_names)}
+    if not isinstance(ranges["name"].dtype, pd.CategoricalDtype):
+        columns["name"] = categorical(name_codes, categories=names)
+    return ranges.assign(**columns)
 
 
 def _codes(column: pd.Series) -> tuple[np.ndarray, list]:
@@ -102,10 +105,8 @@ def window_to_steps(export: Any, steps: Optional[list[int]]
         return export, {"kind": "capture", "why": "the whole capture was asked for"}
     ranges = export.ranges
     wanted = {f"{S.NVTX_STEP_PREFIX}{n}" for n in steps}
-    names = ranges["name"].astype(str).to_numpy()
-    is_step = np.isin(names, list(wanted)) & (ranges["domain"].astype(str).to_numpy()
-                                              == S.NVTX_DOMAIN)
-    found = set(names[is_step])
+    is_step = (ranges["name"].isin(wanted) & (ranges["domain"] == S.NVTX_DOMAIN)).to_numpy()
+    found = {str(n) for n in ranges["name"].to_numpy()[is_step]}
     if found != wanted:
         return export, {"kind": "capture", "why": f"the capture lacks {len(wanted - found)} "
                         f"of the measured steps ({', '.join(sorted(wanted - found))})"}
@@ -139,56 +140,58 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
     """Attribute kernels, copies and sync calls to ops; rank GPU idle gaps.
 
     ``export`` is a parse.nsys_sqlite.NsysExport (frames only; this module does no I/O).
-    Works on arrays throughout: ten million ranges are nested without a Python string per
-    range (bench/nsys_scale.py).
+    Works on arrays throughout: ten million ranges are nested, and a million kernels
+    joined, without a Python string per row (bench/nsys_scale.py).
     """
-    ranges = classify_ranges(export.ranges[(export.ranges["style"] == "push_pop").to_numpy()])
+    push_pop = (export.ranges["style"] == "push_pop").to_numpy()
+    ranges = classify_ranges(export.ranges if push_pop.all() else export.ranges[push_pop])
     kind = ranges["kind"].cat.codes.to_numpy()
     nested = kind != 3                                   # op, step and module ranges
-    gtid = ranges["global_tid"].to_numpy(np.int64)[nested]
-    threads, thread = np.unique(gtid, return_inverse=True)
-    tree = build_tree(thread.astype(np.int64), [str(t) for t in threads],
-                      ranges["start"].to_numpy(np.float64)[nested],
-                      ranges["dur"].to_numpy(np.float64)[nested],
-                      np.zeros(int(nested.sum()), dtype=bool))
-    kinds = kind[nested][tree.rows]
-    op_codes = ranges["op"].cat.codes.to_numpy()[nested][tree.rows]
-    name_codes = ranges["name"].cat.codes.to_numpy()[nested][tree.rows]
-    op_names = np.array(list(ranges["op"].cat.categories) + [None], dtype=object)
-    range_names = np.array(list(ranges["name"].cat.categories) + [None], dtype=object)
+    threads, thread = _sorted_codes(_where(ranges["global_tid"].to_numpy(np.int64), nested))
+    start = _where(_numbers(ranges["start"]), nested)
+    dur = _where(_numbers(ranges["dur"]), nested)
 
     runtime = export.runtime.copy()
     rt_gtid = runtime["global_tid"].to_numpy(np.int64)
     where = np.searchsorted(threads, rt_gtid)
     known = (where < len(threads)) & (threads[np.minimum(where, len(threads) - 1)] == rt_gtid) \
         if len(threads) else np.zeros(len(runtime), dtype=bool)
-    pos = tree.enclosing_codes(np.where(known, where, -1), runtime["start"].to_numpy(np.float64))
-    runtime["op"] = _label(tree, pos, kinds == 0, op_codes, op_names)
-    runtime["module"] = _label(tree, pos, kinds == 2, name_codes, range_names)
+    rt_thread, rt_start = np.where(known, where, -1), runtime["start"].to_numpy(np.float64)
+    found_gaps = longest_gaps(*_gpu_spans(export), top_gaps)
+    busiest = int(np.bincount(thread, weights=dur).argmax()) if len(thread) else -1
+    mids = np.array([a + n / 2 for n, a, _ in found_gaps])
+    # the tree holds only ranges around a launch or a gap's midpoint: the rest cannot
+    # label anything (NVTX push/pop ranges nest properly on each thread)
+    tree = build_tree(thread, [str(t) for t in threads], start, dur,
+                      np.zeros(len(thread), dtype=bool),
+                      points=(np.r_[rt_thread, np.full(len(mids), busiest)],
+                              np.r_[rt_start, mids]))
+    rows = tree.rows                                     # positions among nested ranges
+    kinds = _where(kind, nested)[rows]
+    op_codes = _where(ranges["op"].cat.codes.to_numpy(), nested)[rows]
+    name_codes = _where(ranges["name"].cat.codes.to_numpy(), nested)[rows]
+    op_names = np.array(list(ranges["op"].cat.categories) + [None], dtype=object)
+    range_names = np.array(list(ranges["name"].cat.categories) + [None], dtype=object)
+
+    pos = tree.enclosing_codes(rt_thread, rt_start)
+    rt_op = _nearest_code(tree, pos, kinds == 0, op_codes)
+    rt_module = _nearest_code(tree, pos, kinds == 2, name_codes)
+    runtime["op"], runtime["module"] = op_names[rt_op], range_names[rt_module]
     runtime["global_pid"] = rt_gtid & _PID_MASK
 
-    gpu = pd.concat([export.kernels.assign(kind="kernel", direction=None, bytes=np.nan),
-                     export.memcpy.assign(name=lambda f: "Memcpy " + f["kind"],
-                                          direction=lambda f: f["kind"], kind="memcpy"),
-                     export.memset.assign(name="Memset", kind="memset", direction=None)],
-                    ignore_index=True)
-    gpu = gpu[["kind", "name", "direction", "bytes", "device", "stream", "start", "end", "dur",
-               "correlation", "global_pid"]]
-    launches = runtime.drop_duplicates(["correlation", "global_pid"])[
-        ["correlation", "global_pid", "start", "op", "module"]].rename(
-        columns={"start": "launch_start"})
-    gpu = gpu.merge(launches, on=["correlation", "global_pid"], how="left")
-    gpu["rule"] = np.where(gpu["launch_start"].isna(), NO_LAUNCH,
-                           np.where(gpu["op"].isna(), OUTSIDE_OPS, NVTX_PUSH_POP))
-    gpu["launch_latency"] = gpu["start"] - gpu["launch_start"]
-    gpu = gpu.sort_values(["device", "start"], kind="stable").reset_index(drop=True)
-    prev_end = gpu.groupby("device")["end"].transform(lambda e: e.cummax().shift())
-    gpu["idle_before"] = (gpu["start"] - prev_end).clip(lower=0).fillna(0)
-
-    syncs = runtime[name_mask(runtime["name"].to_numpy(), BLOCKING_CALL.match)]
-    op_table = op_summary(ranges, gpu, syncs)
-    gaps = idle_gaps(gpu, tree, kinds, op_codes, op_names, name_codes, range_names, top_gaps)
+    gpu, gpu_op = gpu_work(export, runtime, rt_op, op_names)
+    syncs = name_mask(runtime["name"].to_numpy(), BLOCKING_CALL.match)
+    op_table = op_summary(ranges, gpu, gpu_op, runtime["dur"].to_numpy(np.float64)[syncs],
+                          rt_op[syncs])
+    gap_pos = tree.enclosing_codes(np.full(len(mids), busiest), mids)
+    gaps = [{"device": d, "start_ns": a, "dur_us": round(n / 1e3, 3), "op": op,
+             "module": module, "step": step}
+            for (n, a, d), op, module, step in zip(
+                found_gaps, op_names[_nearest_code(tree, gap_pos, kinds == 0, op_codes)],
+                range_names[_nearest_code(tree, gap_pos, kinds == 2, name_codes)],
+                range_names[_nearest_code(tree, gap_pos, kinds == 1, name_codes)])]
     domain_codes, domains = _codes(ranges["domain"])
+    gpu_kind, rule = gpu["kind"].to_numpy(), gpu["rule"].to_numpy()
     summary = {
         "nsys_version": export.product_version, "schema_version": export.schema_version,
         "ranges": int(len(export.ranges)),
@@ -198,20 +201,111 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
                                    if d == S.NVTX_DOMAIN)),
         "other_domains": sorted({str(d) for i, d in enumerate(domains)
                                  if d and (domain_codes[kind == 3] == i).any()}),
-        "kernels": int((gpu["kind"] == "kernel").sum()),
-        "copies": int((gpu["kind"] == "memcpy").sum()),
-        "memsets": int((gpu["kind"] == "memset").sum()),
-        "attribution": {rule: _by_kind(group)["counts"]
-                        for rule, group in gpu.groupby("rule", sort=True)},
-        "no_launch": _by_kind(gpu[gpu["rule"] == NO_LAUNCH])["totals"],
+        "kernels": int((gpu_kind == "kernel").sum()),
+        "copies": int((gpu_kind == "memcpy").sum()),
+        "memsets": int((gpu_kind == "memset").sum()),
+        "attribution": {r: _by_kind(gpu_kind[rule == r], gpu["dur"].to_numpy()[rule == r]
+                                    )["counts"] for r in sorted(set(rule))},
+        "no_launch": _by_kind(gpu_kind[rule == NO_LAUNCH],
+                              gpu["dur"].to_numpy()[rule == NO_LAUNCH])["totals"],
         "runtime_calls": int(len(runtime)),
-        "sync_calls": int(len(syncs)), "sync_us": round(float(syncs["dur"].sum()) / 1e3, 3),
+        "sync_calls": int(syncs.sum()),
+        "sync_us": round(float(runtime["dur"].to_numpy(np.float64)[syncs].sum()) / 1e3, 3),
         "osrt_calls": int(len(export.osrt)),
         "gpu_busy_pct": _busy_pct(gpu), "gpu_traced": True,
     }
     if not GPU_TABLES & set(export.tables):
         op_table, summary = _without_gpu(op_table, summary)
     return Timeline(ops=op_table, gpu=gpu, gaps=gaps, summary=summary)
+
+
+def _sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values, int32 code of each value): np.unique's answer by hashing."""
+    local, found = pd.factorize(values)
+    distinct = np.sort(found)
+    return distinct, np.searchsorted(distinct, found).astype(np.int32)[local]
+
+
+def _numbers(column: pd.Series) -> np.ndarray:
+    """A numeric column's own array (no copy), any other as float64."""
+    values = column.to_numpy()
+    return values if values.dtype.kind in "iuf" else values.astype(np.float64)
+
+
+def _where(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``values[mask]``, without the copy when every row is kept."""
+    return values if mask.all() else values[mask]
+
+
+def gpu_work(export: Any, runtime: pd.DataFrame, runtime_op: np.ndarray,
+             op_names: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+    """Kernels, copies and memsets as one frame sorted by (device, start), each with its
+    launch (rule 1) and the launch's op and module, and the op's code per row (-1: none).
+
+    ``runtime`` has the op and module columns; ``runtime_op`` is its op code per call."""
+    parts = [export.kernels, export.memcpy, export.memset]
+    sizes = [len(p) for p in parts]
+
+    def ints(col: str) -> np.ndarray:
+        return np.concatenate([p[col].to_numpy(np.int64) for p in parts])
+
+    start, end, dur, device = ints("start"), ints("end"), ints("dur"), ints("device")
+    correlation, global_pid = ints("correlation"), ints("global_pid")
+    copy_kind = export.memcpy["kind"].to_numpy(object)
+    columns: dict[str, Any] = {
+        "kind": np.repeat(np.array(["kernel", "memcpy", "memset"], dtype=object), sizes),
+        "name": np.concatenate([export.kernels["name"].to_numpy(object),
+                                np.array(["Memcpy " + str(k) for k in copy_kind], dtype=object),
+                                np.full(sizes[2], "Memset", dtype=object)]),
+        "direction": np.concatenate([np.full(sizes[0], None, dtype=object), copy_kind,
+                                     np.full(sizes[2], None, dtype=object)]),
+        "bytes": np.concatenate([np.full(sizes[0], np.nan),
+                                 export.memcpy["bytes"].to_numpy(np.float64),
+                                 export.memset["bytes"].to_numpy(np.float64)]),
+        "device": device, "stream": ints("stream"), "start": start, "end": end, "dur": dur,
+        "correlation": correlation, "global_pid": global_pid}
+    launch = _first_match(runtime["correlation"].to_numpy(np.int64),
+                          runtime["global_pid"].to_numpy(np.int64), correlation, global_pid)
+    launched = launch >= 0
+    at = np.maximum(launch, 0)
+    launch_start = np.where(launched, runtime["start"].to_numpy(np.float64)[at]
+                            if len(runtime) else 0.0, np.nan)
+    op = np.where(launched, runtime_op[at] if len(runtime) else -1, -1)
+    columns["launch_start"] = launch_start
+    columns["op"] = op_names[op]
+    columns["module"] = np.where(launched, runtime["module"].to_numpy(object)[at]
+                                 if len(runtime) else None, None)
+    columns["rule"] = np.where(~launched, NO_LAUNCH, np.where(op < 0, OUTSIDE_OPS,
+                                                               NVTX_PUSH_POP)).astype(object)
+    columns["launch_latency"] = start - launch_start
+    order = np.lexsort((start, device))
+    columns = {name: values[order] for name, values in columns.items()}
+    columns["idle_before"] = _idle_before(columns["device"], columns["start"], columns["end"])
+    return pd.DataFrame(columns), op[order]
+
+
+def _first_match(left_a: np.ndarray, left_b: np.ndarray, right_a: np.ndarray,
+                 right_b: np.ndarray) -> np.ndarray:
+    """For each right row, the first left row with the same (a, b) pair, or -1."""
+    a, _ = pd.factorize(np.concatenate([left_a, right_a]))
+    b, found = pd.factorize(np.concatenate([left_b, right_b]))
+    key = a.astype(np.int64) * max(len(found), 1) + b
+    left, right = key[:len(left_a)], key[len(left_a):]
+    keys, first = np.unique(left, return_index=True)
+    at = np.minimum(np.searchsorted(keys, right), max(len(keys) - 1, 0))
+    hit = keys[at] == right if len(keys) else np.zeros(len(right), dtype=bool)
+    return np.where(hit, first[at] if len(keys) else -1, -1)
+
+
+def _idle_before(device: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """GPU idle time just before each activity on its device (rows sorted by device, then
+    start): the start minus the latest end so far, 0 for overlaps and each device's first."""
+    idle = np.zeros(len(start))
+    firsts = np.flatnonzero(np.r_[True, device[1:] != device[:-1]]) if len(device) else []
+    for a, b in zip(firsts, list(firsts[1:]) + [len(device)]):
+        reach = np.maximum.accumulate(end[a:b].astype(np.float64))
+        idle[a + 1:b] = np.clip(start[a + 1:b] - reach[:-1], 0.0, None)
+    return idle
 
 
 def _without_gpu(ops: pd.DataFrame, summary: dict[str, Any]
@@ -227,12 +321,12 @@ def _without_gpu(ops: pd.DataFrame, summary: dict[str, Any]
                  "gpu_traced": False}
 
 
-def _label(tree: Any, pos: np.ndarray, wanted: np.ndarray, codes: np.ndarray,
-           table: np.ndarray) -> np.ndarray:
-    """Name of the nearest enclosing range of a kind, per point (None when there is none)."""
-    found = tree.nearest(pos, wanted) if len(tree) else np.full(len(pos), -1)
-    picked = np.where(found >= 0, codes[np.maximum(found, 0)] if len(codes) else -1, -1)
-    return table[np.where(picked >= 0, picked, len(table) - 1)]
+def _nearest_code(tree: Any, pos: np.ndarray, wanted: np.ndarray,
+                  codes: np.ndarray) -> np.ndarray:
+    """Code of the nearest enclosing range of a kind, per point (-1 when there is none),
+    for a lookup table whose last entry is None."""
+    found = tree.nearest(pos, wanted)
+    return np.where(found >= 0, codes[np.maximum(found, 0)] if len(codes) else -1, -1)
 
 
 _DIRECTIONS = ("HtoD", "DtoH", "DtoD")
@@ -241,39 +335,55 @@ _TIMES = ["range_us", "kernel_us", "copy_us", "memset_us", "gpu_us", "launch_lat
           "idle_before_us", "sync_us"]
 
 
-def op_summary(ranges: pd.DataFrame, gpu: pd.DataFrame, syncs: pd.DataFrame) -> pd.DataFrame:
+def op_summary(ranges: pd.DataFrame, gpu: pd.DataFrame, gpu_op: np.ndarray,
+               sync_dur: np.ndarray, sync_op: np.ndarray) -> pd.DataFrame:
     """Per op (microseconds, bytes): ranges, range_us; kernels, kernel_us; copies, copy_us,
     copy_bytes_htod / _dtoh / _dtod / _other; memsets, memset_us; gpu_us (all three);
     launch_latency_us (mean over its kernels); idle_before_us (GPU idle just before its
-    work); sync_us (blocking calls inside it)."""
+    work); sync_us (blocking calls inside it).
+
+    ``gpu_op`` and ``sync_op`` are codes into the ranges' op categories (-1: no op), per
+    GPU row and per blocking call; sums are bincounts over them."""
     codes = ranges["op"].cat.codes.to_numpy()
-    names = list(ranges["op"].cat.categories)
+    names = np.array(ranges["op"].cat.categories, dtype=object)
     has = codes >= 0
     counts = np.bincount(codes[has], minlength=len(names))
     total = np.bincount(codes[has], weights=ranges["dur"].to_numpy(np.float64)[has],
                         minlength=len(names))
     table = pd.DataFrame({"ranges": counts, "range_us": total}, index=pd.Index(names, name="op"))
     table = table[table["ranges"] > 0]
-    work = gpu[gpu["op"].notna()]
-    kernel = work["kind"] == "kernel"
-    direction = work["direction"].where(work["direction"].isin(_DIRECTIONS), "other")
-    work = work.assign(
-        is_kernel=kernel, kernel_dur=work["dur"].where(kernel, 0),
-        is_copy=work["kind"] == "memcpy", copy_dur=work["dur"].where(work["kind"] == "memcpy", 0),
-        is_memset=work["kind"] == "memset",
-        memset_dur=work["dur"].where(work["kind"] == "memset", 0),
-        kernel_latency=work["launch_latency"].where(kernel),
-        **{f"copy_bytes_{d.lower()}": work["bytes"].where((work["kind"] == "memcpy")
-                                                         & (direction == d), 0)
-           for d in (*_DIRECTIONS, "other")})
-    by_op = work.groupby("op").agg(
-        kernels=("is_kernel", "sum"), kernel_us=("kernel_dur", "sum"),
-        copies=("is_copy", "sum"), copy_us=("copy_dur", "sum"),
-        memsets=("is_memset", "sum"), memset_us=("memset_dur", "sum"), gpu_us=("dur", "sum"),
-        launch_latency_us=("kernel_latency", "mean"), idle_before_us=("idle_before", "sum"),
-        **{f"copy_bytes_{d.lower()}": (f"copy_bytes_{d.lower()}", "sum")
-           for d in (*_DIRECTIONS, "other")})
-    sync = syncs[syncs["op"].notna()].groupby("op")["dur"].sum().rename("sync_us")
+    sel = gpu_op >= 0
+    op = gpu_op[sel]
+    kind = gpu["kind"].to_numpy()[sel]
+    dur = gpu["dur"].to_numpy(np.float64)[sel]
+    is_kernel, is_copy, is_memset = kind == "kernel", kind == "memcpy", kind == "memset"
+    latency = gpu["launch_latency"].to_numpy(np.float64)[sel]
+    timed = is_kernel & ~np.isnan(latency)
+    present = np.bincount(op, minlength=len(names)) > 0
+
+    def per_op(weights: np.ndarray) -> np.ndarray:
+        return np.bincount(op, weights=weights, minlength=len(names))[present]
+
+    direction = gpu["direction"].to_numpy()[sel]
+    size = np.nan_to_num(gpu["bytes"].to_numpy(np.float64)[sel])
+    other = is_copy & ~np.isin(direction, _DIRECTIONS)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        latency_mean = per_op(np.where(timed, latency, 0.0)) / per_op(timed)
+    by_op = pd.DataFrame({
+        "kernels": per_op(is_kernel), "kernel_us": per_op(dur * is_kernel),
+        "copies": per_op(is_copy), "copy_us": per_op(dur * is_copy),
+        "memsets": per_op(is_memset), "memset_us": per_op(dur * is_memset),
+        "gpu_us": per_op(dur), "launch_latency_us": latency_mean,
+        "idle_before_us": per_op(gpu["idle_before"].to_numpy(np.float64)[sel]),
+        **{f"copy_bytes_{d.lower()}": per_op(size * (is_copy & (direction == d)))
+           for d in _DIRECTIONS},
+        "copy_bytes_other": per_op(size * other)},
+        index=pd.Index(names[present], name="op"))
+    has_sync = sync_op >= 0
+    sync = pd.Series(np.bincount(sync_op[has_sync], weights=sync_dur[has_sync],
+                                 minlength=len(names)), index=pd.Index(names, name="op"),
+                     name="sync_us")
+    sync = sync[np.bincount(sync_op[has_sync], minlength=len(names)) > 0]
     table = table.join(by_op, how="outer").join(sync, how="left")
     for col in _TIMES:
         table[col] = table[col] / 1e3
@@ -286,37 +396,25 @@ def op_summary(ranges: pd.DataFrame, gpu: pd.DataFrame, syncs: pd.DataFrame) -> 
     return table.sort_values(["gpu_us", "range_us"], ascending=False).reset_index(drop=True)
 
 
-def _by_kind(gpu: pd.DataFrame) -> dict[str, dict[str, Any]]:
+def _by_kind(kind: np.ndarray, dur: np.ndarray) -> dict[str, dict[str, Any]]:
     """{"counts": {kernels, copies, memsets}, "totals": counts plus kernel_us, copy_us,
-    memset_us (µs)} of a set of GPU rows."""
+    memset_us (µs)} of a set of GPU rows, given their kinds and durations (ns)."""
     counts, totals = {}, {}
-    for kind, key in (("kernel", "kernels"), ("memcpy", "copies"), ("memset", "memsets")):
-        part = gpu[gpu["kind"] == kind]
-        counts[key] = totals[key] = int(len(part))
-        totals[f"{kind.replace('memcpy', 'copy')}_us"] = round(float(part["dur"].sum()) / 1e3, 3)
+    for name, key in (("kernel", "kernels"), ("memcpy", "copies"), ("memset", "memsets")):
+        part = kind == name
+        counts[key] = totals[key] = int(part.sum())
+        totals[f"{name.replace('memcpy', 'copy')}_us"] = round(
+            float(dur[part].astype(np.float64).sum()) / 1e3, 3)
     return {"counts": counts, "totals": totals}
 
 
-def idle_gaps(gpu: pd.DataFrame, tree: Any, kinds: np.ndarray, op_codes: np.ndarray,
-              op_names: np.ndarray, name_codes: np.ndarray, range_names: np.ndarray,
-              top: int) -> list[dict[str, Any]]:
-    """Longest GPU idle stretches between first and last activity, with the host's op,
-    module and step (innermost ranges on the busiest thread at the gap's midpoint)."""
-    found = longest_gaps(gpu["device"].to_numpy(), gpu["start"].to_numpy(np.float64),
-                         gpu["end"].to_numpy(np.float64), top)
-    empty = {"op": None, "module": None, "step": None}
-    if not found or len(tree) == 0:
-        return [{"device": d, "start_ns": a, "dur_us": round(n / 1e3, 3), **empty}
-                for n, a, d in found]
-    busiest = int(np.bincount(tree.thread, weights=tree.dur).argmax())
-    mids = np.array([a + n / 2 for n, a, _ in found])
-    pos = tree.enclosing_codes(np.full(len(mids), busiest), mids)
-    ops = _label(tree, pos, kinds == 0, op_codes, op_names)
-    modules = _label(tree, pos, kinds == 2, name_codes, range_names)
-    steps = _label(tree, pos, kinds == 1, name_codes, range_names)
-    return [{"device": d, "start_ns": a, "dur_us": round(n / 1e3, 3), "op": op,
-             "module": module, "step": step}
-            for (n, a, d), op, module, step in zip(found, ops, modules, steps)]
+def _gpu_spans(export: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(device, start, end) of every kernel, copy and memset."""
+    parts = [export.kernels, export.memcpy, export.memset]
+    device, start, end = (np.concatenate([p[col].to_numpy(dtype) for p in parts])
+                          for col, dtype in (("device", np.int64), ("start", np.float64),
+                                             ("end", np.float64)))
+    return device, start, end
 
 
 def _busy_pct(gpu: pd.DataFrame) -> Optional[float]:

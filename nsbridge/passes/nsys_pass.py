@@ -145,7 +145,7 @@ def _join_window(export: Any, steps: list[int], top_gaps: int) -> Timeline:
     joined = join(cut, top_gaps)
     joined.summary["window"] = window
     joined.summary["nsbridge_ranges"] = int(   # in the whole capture: the NVTX check's count
-        (export.ranges["domain"].astype(str).to_numpy() == S.NVTX_DOMAIN).sum())
+        (export.ranges["domain"] == S.NVTX_DOMAIN).to_numpy().sum())
     return joined
 
 
