@@ -31,7 +31,7 @@ from .distributed.identity import detect as detect_rank
 from .distributed.launch import check_one_node, launcher_argv
 from .distributed.summary import read_summaries
 from .distributed.triage import analyze_ranks, triage_ranks
-from .rundir import DEFAULT_BASE, read_run
+from .rundir import DEFAULT_BASE, check_new_out, read_run
 from .run import Run, Script
 
 __all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "load", "doctor"]
@@ -229,6 +229,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
         that is incomplete or still running), ProfileError.
     """
     check_window(window)
+    check_new_out(Path(out) if out else None)    # before minutes of reading, not after
     prof = _profile(profile)
     paths = list(paths)
     for folder in (Path(p) for p in paths):

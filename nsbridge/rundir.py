@@ -17,6 +17,19 @@ from .errors import RunDirError
 DEFAULT_BASE = Path("nsbridge-runs")
 
 
+def check_new_out(out: Optional[Path], base: Path = DEFAULT_BASE) -> None:
+    """Refuse an ``--out`` that exists with files in it (before any work is done).
+
+    Raises:
+        RunDirError: ``out`` exists and is not an empty directory.
+    """
+    if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise RunDirError(
+            f"--out {out} already exists and is not an empty directory; nsbridge never "
+            "overwrites an earlier run. Choose a new directory, or leave --out off to get "
+            f"a fresh one under {base}/.")
+
+
 def new_run_dir(out: Optional[Path], label: str, base: Path = DEFAULT_BASE,
                 shared: bool = False) -> Path:
     """Create and return a fresh run directory.
@@ -34,11 +47,7 @@ def new_run_dir(out: Optional[Path], label: str, base: Path = DEFAULT_BASE,
         path = Path(out) if out is not None else base / _safe(label)
     elif out is not None:
         path = Path(out)
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise RunDirError(
-                f"--out {path} already exists and is not an empty directory; nsbridge never "
-                "overwrites an earlier run. Choose a new directory, or leave --out off to get "
-                f"a fresh one under {base}/.")
+        check_new_out(path, base)
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = base / f"{stamp}-{_safe(label)}"

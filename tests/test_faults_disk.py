@@ -169,3 +169,23 @@ def _each_file_is_whole(run: Path) -> None:
             json.loads(gzip.open(path).read())
         elif path.name.endswith(".html"):
             assert path.read_text().rstrip().endswith("</html>")
+
+
+def test_analyze_refuses_a_used_out_folder_before_reading_anything(tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    """An --out holding an earlier run is refused at once, not after the trace is read
+    (minutes for a large one), and the earlier run is left as it was."""
+    import nsbridge.passes.torch_pass as torch_pass
+
+    out = tmp_path / "earlier"
+    out.mkdir()
+    (out / "report.json").write_text("{}")
+
+    def unread(*args, **kwargs):
+        raise AssertionError("the trace was read before --out was checked")
+
+    monkeypatch.setattr(torch_pass, "read_trace", unread)
+    with pytest.raises(RunDirError, match="already exists and is not an empty directory"):
+        nsbridge.analyze([TRACE], out=out)
+    assert [p.name for p in out.iterdir()] == ["report.json"]
+    assert (out / "report.json").read_text() == "{}"
