@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from _measure import measure, print_profile, write_result
+from _measure import byte_compile, measure, print_profile, write_result
 
 import numpy as np
 
@@ -105,6 +105,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="profile one join and print where the time goes")
     args = parser.parse_args()
+    byte_compile()
     path = HERE / "data" / f"nsys_{args.kernels}kernels_{args.kernels * RANGES_PER_KERNEL}ranges.sqlite"
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists():

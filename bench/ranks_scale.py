@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _measure import measure, write_result
+from _measure import byte_compile, measure, write_result
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
@@ -60,6 +60,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "ranks_scale.json")
     args = parser.parse_args()
+    byte_compile()
     folder = ensure_ranks(args.ranks, args.events)
     nsbridge = shutil.which("nsbridge", path=str(Path(sys.executable).parent)) or "nsbridge"
     samples: dict[int, list[tuple[float, float, str]]] = {1: [], args.jobs: []}

@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _measure import measure, print_profile, write_result
+from _measure import byte_compile, measure, print_profile, write_result
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
@@ -90,6 +90,7 @@ def main() -> None:
                         help="profile one nsbridge analyze of the first size and print where "
                              "the time goes (no results are written)")
     args = parser.parse_args()
+    byte_compile()
     if args.profile:
         with tempfile.TemporaryDirectory() as scratch:
             print_profile(nsbridge_analyze(ensure_trace(args.sizes[0]), Path(scratch) / "out"))

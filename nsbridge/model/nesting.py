@@ -121,9 +121,10 @@ def build_tree(thread: np.ndarray, keys: list[str], start: np.ndarray, dur: np.n
     innermost interval nor an ancestor of one."""
     order = np.lexsort((-dur, start, thread))
     if points is not None:
-        first = start[order]
-        order = order[_holding(thread[order], first, first + dur[order], *points)]
-        del first
+        sorted_start = start[order]
+        order = order[_holding(thread[order], sorted_start, sorted_start + dur[order],
+                               *points)]
+        del sorted_start                # before the gathers below: 10M ranges are 80 MB each
     codes = thread[order]
     start = start[order].astype(np.float64, copy=False)
     dur = dur[order].astype(np.float64, copy=False)

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .nesting import build_tree, longest_gaps, merge_intervals
+from .nesting import HostTree, build_tree, longest_gaps, merge_intervals
 from .strings import name_mask
 from .syncs import BLOCKING_CALL
 
@@ -148,7 +148,6 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
     kind = ranges["kind"].cat.codes.to_numpy()
     nested = kind != 3                                   # op, step and module ranges
     threads, thread = _sorted_codes(_where(ranges["global_tid"].to_numpy(np.int64), nested))
-    start = _where(_numbers(ranges["start"]), nested)
     dur = _where(_numbers(ranges["dur"]), nested)
 
     runtime = export.runtime.copy()
@@ -159,40 +158,83 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
     rt_thread, rt_start = np.where(known, where, -1), runtime["start"].to_numpy(np.float64)
     found_gaps = longest_gaps(*_gpu_spans(export), top_gaps)
     busiest = int(np.bincount(thread, weights=dur).argmax()) if len(thread) else -1
+    gap_thread = np.full(len(found_gaps), busiest)
     mids = np.array([a + n / 2 for n, a, _ in found_gaps])
-    # the tree holds only ranges around a launch or a gap's midpoint: the rest cannot
-    # label anything (NVTX push/pop ranges nest properly on each thread)
-    tree = build_tree(thread, [str(t) for t in threads], start, dur,
-                      np.zeros(len(thread), dtype=bool),
-                      points=(np.r_[rt_thread, np.full(len(mids), busiest)],
-                              np.r_[rt_start, mids]))
-    rows = tree.rows                                     # positions among nested ranges
-    kinds = _where(kind, nested)[rows]
-    op_codes = _where(ranges["op"].cat.codes.to_numpy(), nested)[rows]
-    name_codes = _where(ranges["name"].cat.codes.to_numpy(), nested)[rows]
-    op_names = np.array(list(ranges["op"].cat.categories) + [None], dtype=object)
-    range_names = np.array(list(ranges["name"].cat.categories) + [None], dtype=object)
+    labels = RangeLabels.build(ranges, nested, threads, thread,
+                               points=(np.r_[rt_thread, gap_thread], np.r_[rt_start, mids]))
 
-    pos = tree.enclosing_codes(rt_thread, rt_start)
-    rt_op = _nearest_code(tree, pos, kinds == 0, op_codes)
-    rt_module = _nearest_code(tree, pos, kinds == 2, name_codes)
-    runtime["op"], runtime["module"] = op_names[rt_op], range_names[rt_module]
+    rt_op, rt_module, _ = labels.at(rt_thread, rt_start)
+    runtime["op"], runtime["module"] = labels.op_names[rt_op], labels.range_names[rt_module]
     runtime["global_pid"] = rt_gtid & _PID_MASK
-
-    gpu, gpu_op = gpu_work(export, runtime, rt_op, op_names)
+    gpu, gpu_op = gpu_work(export, runtime, rt_op, labels.op_names)
     syncs = name_mask(runtime["name"].to_numpy(), BLOCKING_CALL.match)
     op_table = op_summary(ranges, gpu, gpu_op, runtime["dur"].to_numpy(np.float64)[syncs],
                           rt_op[syncs])
-    gap_pos = tree.enclosing_codes(np.full(len(mids), busiest), mids)
+    gap_op, gap_module, gap_step = labels.at(gap_thread, mids)
     gaps = [{"device": d, "start_ns": a, "dur_us": round(n / 1e3, 3), "op": op,
              "module": module, "step": step}
             for (n, a, d), op, module, step in zip(
-                found_gaps, op_names[_nearest_code(tree, gap_pos, kinds == 0, op_codes)],
-                range_names[_nearest_code(tree, gap_pos, kinds == 2, name_codes)],
-                range_names[_nearest_code(tree, gap_pos, kinds == 1, name_codes)])]
+                found_gaps, labels.op_names[gap_op], labels.range_names[gap_module],
+                labels.range_names[gap_step])]
+    summary = _summary(export, ranges, kind, gpu, runtime, syncs)
+    if not GPU_TABLES & set(export.tables):
+        op_table, summary = _without_gpu(op_table, summary)
+    return Timeline(ops=op_table, gpu=gpu, gaps=gaps, summary=summary)
+
+
+@dataclass
+class RangeLabels:
+    """The nested op, step and module ranges as a tree, to name the innermost range of
+    each kind around a point on a thread."""
+
+    tree: HostTree
+    kinds: np.ndarray          # per tree position: 0 op, 1 step, 2 module
+    op_codes: np.ndarray       # per tree position: code into op_names (-1: not an op)
+    name_codes: np.ndarray     # per tree position: code into range_names
+    op_names: np.ndarray       # op names, then None (code -1)
+    range_names: np.ndarray    # range names, then None (code -1)
+
+    @classmethod
+    def build(cls, ranges: pd.DataFrame, nested: np.ndarray, threads: np.ndarray,
+              thread: np.ndarray, points: tuple[np.ndarray, np.ndarray]) -> "RangeLabels":
+        """The ranges where ``nested`` (classified: kind, op), ``thread`` their codes into
+        ``threads``. The tree keeps only ranges around one of ``points`` (thread codes,
+        times): the others cannot label anything, NVTX push/pop ranges being properly
+        nested on each thread (model.nesting.build_tree)."""
+        tree = build_tree(thread, [str(t) for t in threads],
+                          _where(_numbers(ranges["start"]), nested),
+                          _where(_numbers(ranges["dur"]), nested),
+                          np.zeros(len(thread), dtype=bool), points=points)
+
+        def per_position(codes: pd.Series) -> np.ndarray:
+            return _where(codes.cat.codes.to_numpy(), nested)[tree.rows]
+
+        return cls(tree=tree, kinds=per_position(ranges["kind"]),
+                   op_codes=per_position(ranges["op"]), name_codes=per_position(ranges["name"]),
+                   op_names=np.array(list(ranges["op"].cat.categories) + [None], dtype=object),
+                   range_names=np.array(list(ranges["name"].cat.categories) + [None],
+                                        dtype=object))
+
+    def at(self, thread: np.ndarray, time: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(op code, module name code, step name code) of the innermost range of each
+        kind around each point (-1: none; index op_names / range_names with them)."""
+        pos = self.tree.enclosing_codes(thread, time)
+
+        def nearest(kind: int, codes: np.ndarray) -> np.ndarray:
+            found = self.tree.nearest(pos, self.kinds == kind)
+            return np.where(found >= 0, codes[np.maximum(found, 0)] if len(codes) else -1, -1)
+
+        return nearest(0, self.op_codes), nearest(2, self.name_codes), nearest(1, self.name_codes)
+
+
+def _summary(export: Any, ranges: pd.DataFrame, kind: np.ndarray, gpu: pd.DataFrame,
+             runtime: pd.DataFrame, syncs: np.ndarray) -> dict[str, Any]:
+    """report["timeline"]'s counts: ranges by kind and domain, GPU work by kind and
+    attribution rule, runtime and blocking calls, GPU busy share."""
     domain_codes, domains = _codes(ranges["domain"])
-    gpu_kind, rule = gpu["kind"].to_numpy(), gpu["rule"].to_numpy()
-    summary = {
+    gpu_kind, rule, dur = gpu["kind"].to_numpy(), gpu["rule"].to_numpy(), gpu["dur"].to_numpy()
+    return {
         "nsys_version": export.product_version, "schema_version": export.schema_version,
         "ranges": int(len(export.ranges)),
         "op_ranges": int((kind == 0).sum()),
@@ -204,19 +246,15 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
         "kernels": int((gpu_kind == "kernel").sum()),
         "copies": int((gpu_kind == "memcpy").sum()),
         "memsets": int((gpu_kind == "memset").sum()),
-        "attribution": {r: _by_kind(gpu_kind[rule == r], gpu["dur"].to_numpy()[rule == r]
-                                    )["counts"] for r in sorted(set(rule))},
-        "no_launch": _by_kind(gpu_kind[rule == NO_LAUNCH],
-                              gpu["dur"].to_numpy()[rule == NO_LAUNCH])["totals"],
+        "attribution": {r: _by_kind(gpu_kind[rule == r], dur[rule == r])["counts"]
+                        for r in sorted(set(rule))},
+        "no_launch": _by_kind(gpu_kind[rule == NO_LAUNCH], dur[rule == NO_LAUNCH])["totals"],
         "runtime_calls": int(len(runtime)),
         "sync_calls": int(syncs.sum()),
         "sync_us": round(float(runtime["dur"].to_numpy(np.float64)[syncs].sum()) / 1e3, 3),
         "osrt_calls": int(len(export.osrt)),
         "gpu_busy_pct": _busy_pct(gpu), "gpu_traced": True,
     }
-    if not GPU_TABLES & set(export.tables):
-        op_table, summary = _without_gpu(op_table, summary)
-    return Timeline(ops=op_table, gpu=gpu, gaps=gaps, summary=summary)
 
 
 def _sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -319,14 +357,6 @@ def _without_gpu(ops: pd.DataFrame, summary: dict[str, Any]
                   "sync_us", "gpu_busy_pct")
     return ops, {**summary, **{k: None for k in unmeasured}, "attribution": {},
                  "gpu_traced": False}
-
-
-def _nearest_code(tree: Any, pos: np.ndarray, wanted: np.ndarray,
-                  codes: np.ndarray) -> np.ndarray:
-    """Code of the nearest enclosing range of a kind, per point (-1 when there is none),
-    for a lookup table whose last entry is None."""
-    found = tree.nearest(pos, wanted)
-    return np.where(found >= 0, codes[np.maximum(found, 0)] if len(codes) else -1, -1)
 
 
 _DIRECTIONS = ("HtoD", "DtoH", "DtoD")
