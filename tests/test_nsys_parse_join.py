@@ -278,3 +278,19 @@ def test_measured_steps_are_the_first_window_the_torch_pass_saved(tmp_path: Path
     profile = load_profile("default")
     assert measured_steps(tmp_path, profile) == [3, 4, 5]     # repeat 2: the first window
     assert measured_steps(None, profile) == [3, 4, 5]         # the schedule's own rule
+
+
+def test_an_nsys_export_alone_shows_its_ops_without_empty_torch_columns(tmp_path: Path) -> None:
+    """analyze of an nsys export alone: the op table holds the nsys columns, not eleven
+    torch.profiler columns of '-' under 'totals over the 0 measured steps'."""
+    import nsbridge
+
+    nsbridge.analyze([OURS_GPU], out=tmp_path / "run")
+    md = (tmp_path / "run" / "report.md").read_text()
+    section = md[md.index("## Ops"):]
+    section = section[:section.index("\n## ", 1)]
+    assert section.startswith("## Ops (no torch.profiler pass")
+    header = section.splitlines()[1]
+    assert "nsys kernel ms" in header and "self CPU ms" not in header
+    assert "0 measured steps" not in md and "gross MiB" not in section
+    assert "| `aten::addmm` |" in section

@@ -396,7 +396,7 @@ def op_summary(ranges: pd.DataFrame, gpu: pd.DataFrame, gpu_op: np.ndarray,
 
     direction = gpu["direction"].to_numpy()[sel]
     size = np.nan_to_num(gpu["bytes"].to_numpy(np.float64)[sel])
-    other = is_copy & ~np.isin(direction, _DIRECTIONS)
+    other = is_copy & ~np.logical_or.reduce([direction == d for d in _DIRECTIONS])
     with np.errstate(invalid="ignore", divide="ignore"):
         latency_mean = per_op(np.where(timed, latency, 0.0)) / per_op(timed)
     by_op = pd.DataFrame({

@@ -83,6 +83,8 @@ def op_table(report: dict[str, Any], ops: list[dict[str, Any]]
         keep = [i for i, h in enumerate(header) if h not in _DEVICE_COLUMNS]
         header, rows = [header[i] for i in keep], [[r[i] for i in keep] for r in rows]
     groups = [(TORCH_SOURCE, len(header))]
+    if not _torch_measured(report):   # the ops come from other passes only (nsys, ncu)
+        header, rows, groups = header[:1], [r[:1] for r in rows], [("", 1)]
     for key, source, columns in _op_column_groups(report["ops"]):
         cells = [[cell((op.get(key) or {}).get(c.key), c.kind) for c in columns] for op in ops]
         names, cells = without_empty_columns([c.header for c in columns], cells, keep=0)
@@ -93,6 +95,12 @@ def op_table(report: dict[str, Any], ops: list[dict[str, Any]]
             row.extend(extra)
         groups.append((source, len(names)))
     return header, rows, groups
+
+
+def _torch_measured(report: dict[str, Any]) -> bool:
+    """Whether torch.profiler measured the report's ops (an ``analyze`` of nsys exports or
+    ncu reports alone has ops only from those passes)."""
+    return any(op.get(S.CALLS) is not None for op in report["ops"])
 
 
 def _torch_cells(op: dict[str, Any]) -> list[str]:
@@ -147,15 +155,20 @@ def _ops(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
     ranked = ("self device time" if report["ranked_by"] == S.DEVICE_SELF_US
               else "self CPU time")
     brief = frozenset({TERMINAL, MARKDOWN})
+    torch_ran = _torch_measured(report)
     blocks: list[Any] = [
         Table(header, rows, code=frozenset({0}), groups=groups, details=details,
               html_id="op-table", sortable=True, toggle="op", views=frozenset({HTML})),
         Table(short_header, short_rows, code=frozenset({0}), groups=short_groups, views=brief),
-        Text(MEMORY_NOTE + (f"; {count(wrappers, 'autograd wrapper')} (autograd::engine::"
-                            "evaluate_function: ..., ...Backward0) left out here, listed in "
-                            "report.html" if wrappers else ""), note=True, views=brief),
+        *([Text(MEMORY_NOTE + (f"; {count(wrappers, 'autograd wrapper')} (autograd::engine::"
+                               "evaluate_function: ..., ...Backward0) left out here, listed "
+                               "in report.html" if wrappers else ""), note=True, views=brief)]
+          if torch_ran else []),
         *group_blocks(report, limit),
-        Text(MEMORY_NOTE, note=True, views=frozenset({HTML}))]
+        *([Text(MEMORY_NOTE, note=True, views=frozenset({HTML}))] if torch_ran else [])]
+    if not torch_ran:   # an analyze of nsys exports or ncu reports alone
+        return Section("ops", "Ops (no torch.profiler pass: the columns are the other "
+                              "passes')", blocks)
     return Section("ops", f"Top ops by {ranked} (totals {span_text(report)})", blocks)
 
 
