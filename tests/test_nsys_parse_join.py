@@ -294,3 +294,24 @@ def test_an_nsys_export_alone_shows_its_ops_without_empty_torch_columns(tmp_path
     assert "nsys kernel ms" in header and "self CPU ms" not in header
     assert "0 measured steps" not in md and "gross MiB" not in section
     assert "| `aten::addmm` |" in section
+
+
+def test_a_launch_after_an_op_of_another_domain_ended_is_not_that_ops() -> None:
+    """NVTX domains keep separate stacks, so nsbridge's module range may outlive a
+    default-domain op range it began inside: a launch after the op ended belongs to the
+    module only, never to the op that is over."""
+    pid = 5 << 24
+    ranges = _ranges((0, 10, "aten::mm, op_id = 1", "", pid + 1),
+                     (5, 20, "model.fc", "nsbridge", pid + 1))
+    runtime = pd.DataFrame({"start": [3, 15], "end": [4, 16], "dur": [1, 1],
+                            "global_tid": [pid + 1, pid + 1], "correlation": [1, 2],
+                            "name": ["cudaLaunchKernel"] * 2, "api": ["runtime"] * 2,
+                            "pid": [5, 5], "tid": [1, 1]})
+    kernels = pd.DataFrame({"start": [30, 40], "end": [35, 45], "dur": [5, 5],
+                            "device": [0, 0], "stream": [7, 7], "correlation": [1, 2],
+                            "global_pid": [pid, pid], "name": ["during", "after"],
+                            "short_name": ["during", "after"]})
+    by_name = join(_Export(ranges, runtime, kernels)).gpu.set_index("name")
+    assert by_name.loc["during", "op"] == "aten::mm"
+    assert pd.isna(by_name.loc["after", "op"]) and by_name.loc["after", "module"] == "model.fc"
+    assert by_name.loc["after", "rule"] == OUTSIDE_OPS

@@ -118,7 +118,8 @@ def build_tree(thread: np.ndarray, keys: list[str], start: np.ndarray, dur: np.n
     (start <= time <= end, as ``enclosing`` counts) are kept. For properly nested
     intervals that tree answers every ``enclosing`` and ``nearest`` query at those points
     as the full one does: an interval holding none of them is neither a point's
-    innermost interval nor an ancestor of one."""
+    innermost interval nor an ancestor of one. Queried anywhere else it may answer
+    differently, and ``self_us`` counts only the kept children."""
     order = np.lexsort((-dur, start, thread))
     if points is not None:
         sorted_start = start[order]

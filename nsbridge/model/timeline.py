@@ -141,7 +141,9 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
 
     ``export`` is a parse.nsys_sqlite.NsysExport (frames only; this module does no I/O).
     Works on arrays throughout: ten million ranges are nested, and a million kernels
-    joined, without a Python string per row (bench/nsys_scale.py).
+    joined, in seconds (bench/nsys_scale.py). Ranges of different NVTX domains (nsbridge's
+    and the default one keep separate stacks) may overlap without nesting: a launch is
+    labelled only with ranges still open at it, never with one that ended before it.
     """
     push_pop = (export.ranges["style"] == "push_pop").to_numpy()
     ranges = classify_ranges(export.ranges if push_pop.all() else export.ranges[push_pop])
@@ -218,11 +220,21 @@ class RangeLabels:
     def at(self, thread: np.ndarray, time: np.ndarray
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(op code, module name code, step name code) of the innermost range of each
-        kind around each point (-1: none; index op_names / range_names with them)."""
+        kind around each point (-1: none; index op_names / range_names with them). Only
+        the points the tree was built for are answered as the full tree would."""
+        time = np.asarray(time, dtype=np.float64)
         pos = self.tree.enclosing_codes(thread, time)
 
         def nearest(kind: int, codes: np.ndarray) -> np.ndarray:
-            found = self.tree.nearest(pos, self.kinds == kind)
+            """The closest ancestor-or-self of that kind still open at the point: ranges
+            of two domains may overlap without nesting, and one that ended is not it."""
+            wanted, found = self.kinds == kind, pos.copy()
+            while len(self.tree):
+                at = np.maximum(found, 0)
+                miss = (found >= 0) & (~wanted[at] | (self.tree.end[at] < time))
+                if not miss.any():
+                    break
+                found[miss] = self.tree.parent[found[miss]]
             return np.where(found >= 0, codes[np.maximum(found, 0)] if len(codes) else -1, -1)
 
         return nearest(0, self.op_codes), nearest(2, self.name_codes), nearest(1, self.name_codes)
@@ -280,7 +292,9 @@ def gpu_work(export: Any, runtime: pd.DataFrame, runtime_op: np.ndarray,
     """Kernels, copies and memsets as one frame sorted by (device, start), each with its
     launch (rule 1) and the launch's op and module, and the op's code per row (-1: none).
 
-    ``runtime`` has the op and module columns; ``runtime_op`` is its op code per call."""
+    ``runtime`` has the op and module columns; ``runtime_op`` is its op code per call.
+    Times, devices, streams and ids are integers, as read_nsys_sqlite gives them (ns;
+    NULL read as -1)."""
     parts = [export.kernels, export.memcpy, export.memset]
     sizes = [len(p) for p in parts]
 

@@ -98,9 +98,9 @@ def op_table(report: dict[str, Any], ops: list[dict[str, Any]]
 
 
 def _torch_measured(report: dict[str, Any]) -> bool:
-    """Whether torch.profiler measured the report's ops (an ``analyze`` of nsys exports or
-    ncu reports alone has ops only from those passes)."""
-    return any(op.get(S.CALLS) is not None for op in report["ops"])
+    """Whether a torch.profiler pass ranked the report's ops (an ``analyze`` of nsys
+    exports or ncu reports alone has ops only from those passes, and no ranking)."""
+    return report.get("ranked_by") is not None
 
 
 def _torch_cells(op: dict[str, Any]) -> list[str]:
