@@ -315,3 +315,21 @@ def test_a_launch_after_an_op_of_another_domain_ended_is_not_that_ops() -> None:
     assert by_name.loc["during", "op"] == "aten::mm"
     assert pd.isna(by_name.loc["after", "op"]) and by_name.loc["after", "module"] == "model.fc"
     assert by_name.loc["after", "rule"] == OUTSIDE_OPS
+
+
+def test_a_kernel_without_a_correlation_id_has_no_launch() -> None:
+    """NULL correlationIds (read as -1) never pair a kernel with a runtime call that also
+    lacks one: that kernel's launch is unknown, not the first such call."""
+    pid = 5 << 24
+    ranges = _ranges((0, 100, "aten::mm", "nsbridge", pid + 1))
+    runtime = pd.DataFrame({"start": [30, 40], "end": [35, 45], "dur": [5, 5],
+                            "global_tid": [pid + 1, pid + 1], "correlation": [-1, 8],
+                            "name": ["cudaLaunchKernel"] * 2, "api": ["runtime"] * 2,
+                            "pid": [5, 5], "tid": [1, 1]})
+    kernels = pd.DataFrame({"start": [50, 60], "end": [55, 65], "dur": [5, 5],
+                            "device": [0, 0], "stream": [7, 7], "correlation": [-1, 8],
+                            "global_pid": [pid, pid], "name": ["unknown", "known"],
+                            "short_name": ["unknown", "known"]})
+    by_name = join(_Export(ranges, runtime, kernels)).gpu.set_index("name")
+    assert by_name.loc["unknown", "rule"] == NO_LAUNCH
+    assert by_name.loc["known", "rule"] == NVTX_PUSH_POP and by_name.loc["known", "op"] == "aten::mm"

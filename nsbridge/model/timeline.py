@@ -318,6 +318,7 @@ def gpu_work(export: Any, runtime: pd.DataFrame, runtime_op: np.ndarray,
         "correlation": correlation, "global_pid": global_pid}
     launch = _first_match(runtime["correlation"].to_numpy(np.int64),
                           runtime["global_pid"].to_numpy(np.int64), correlation, global_pid)
+    launch[correlation < 0] = -1       # no correlationId (NULL): no launch can be named
     launched = launch >= 0
     at = np.maximum(launch, 0)
     launch_start = np.where(launched, runtime["start"].to_numpy(np.float64)[at]
