@@ -333,3 +333,28 @@ def test_a_kernel_without_a_correlation_id_has_no_launch() -> None:
     by_name = join(_Export(ranges, runtime, kernels)).gpu.set_index("name")
     assert by_name.loc["unknown", "rule"] == NO_LAUNCH
     assert by_name.loc["known", "rule"] == NVTX_PUSH_POP and by_name.loc["known", "op"] == "aten::mm"
+
+
+def test_the_step_window_keeps_kernels_without_a_correlation_id_by_their_own_time() -> None:
+    """window_to_steps: a kernel with no correlationId is in the window when it starts in
+    it, never because some runtime call in the window also lacks an id."""
+    pid = 5 << 24
+    ranges = _ranges((100, 200, "step 1", "nsbridge", pid + 1))
+    runtime = pd.DataFrame({"start": [150], "end": [155], "dur": [5],
+                            "global_tid": [pid + 1], "correlation": [-1],
+                            "name": ["cudaLaunchKernel"], "api": ["runtime"],
+                            "pid": [5], "tid": [1]})
+    kernels = pd.DataFrame({"start": [50, 160], "end": [55, 165], "dur": [5, 5],
+                            "device": [0, 0], "stream": [7, 7], "correlation": [-1, -1],
+                            "global_pid": [pid, pid], "name": ["before", "inside"],
+                            "short_name": ["before", "inside"]})
+    from nsbridge.parse.nsys_sqlite import NsysExport
+
+    frames = _Export(ranges, runtime, kernels)
+    export = NsysExport(path=Path("x.sqlite"), product_version="test", schema_version="0",
+                        tables=frames.tables, ranges=ranges, kernels=kernels, runtime=runtime,
+                        memcpy=frames.memcpy, memset=frames.memset, gpu_syncs=pd.DataFrame(),
+                        osrt=frames.osrt, threads=pd.DataFrame())
+    cut, window = window_to_steps(export, [1])
+    assert window["kind"] == "steps"
+    assert list(cut.kernels["name"]) == ["inside"]

@@ -120,8 +120,9 @@ def window_to_steps(export: Any, steps: Optional[list[int]]
         keys = pd.MultiIndex.from_arrays([frame["correlation"].to_numpy(),
                                           frame["global_pid"].to_numpy().astype(np.int64)])
         start = frame["start"].to_numpy(np.float64)
-        orphan = ~keys.isin(every_launch)
-        return frame[keys.isin(launched) | (orphan & (start >= lo) & (start < hi))]
+        named = frame["correlation"].to_numpy(np.int64) >= 0    # NULL ids name no launch
+        orphan = ~(keys.isin(every_launch) & named)
+        return frame[(keys.isin(launched) & named) | (orphan & (start >= lo) & (start < hi))]
 
     cut = replace(export, ranges=inside(ranges), runtime=runtime, kernels=gpu(export.kernels),
                   memcpy=gpu(export.memcpy), memset=gpu(export.memset),
