@@ -123,20 +123,24 @@ def _nested_intervals(rng: np.random.Generator, lo: int, hi: int, depth: int,
             break
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_properly_nested_intervals_equal_a_stack_sweep(seed: int) -> None:
-    """Nested sets as real captures have them (ties, zero lengths, touching siblings and,
-    for odd seeds, children ending a hair after their parent, as float rounding does)."""
-    rng = np.random.default_rng(seed)
+def _nested_set(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(thread, start, dur) of nested sets on three threads (see _nested_intervals)."""
     spans: list[tuple[int, int]] = []
     threads: list[int] = []
     for code in range(3):
         before = len(spans)
         _nested_intervals(rng, 0, 200, 0, spans)
         threads += [code] * (len(spans) - before)
-    thread = np.array(threads)
-    start = np.array([a for a, _ in spans], dtype=np.float64)
-    dur = np.array([b - a for a, b in spans], dtype=np.float64)
+    return (np.array(threads), np.array([a for a, _ in spans], dtype=np.float64),
+            np.array([b - a for a, b in spans], dtype=np.float64))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_properly_nested_intervals_equal_a_stack_sweep(seed: int) -> None:
+    """Nested sets as real captures have them (ties, zero lengths, touching siblings and,
+    for odd seeds, children ending a hair after their parent, as float rounding does)."""
+    rng = np.random.default_rng(seed)
+    thread, start, dur = _nested_set(rng)
     if seed % 2:
         dur[rng.random(len(dur)) < 0.1] += 1e-9
     shuffle = rng.permutation(len(thread))
@@ -191,15 +195,7 @@ def test_a_tree_of_the_intervals_holding_points_answers_as_the_full_tree(seed: i
     innermost-interval and nearest-wanted-ancestor answer at those points is the full
     tree's, on nested sets with ties, zero lengths and points on interval edges."""
     rng = np.random.default_rng(seed)
-    spans: list[tuple[int, int]] = []
-    threads: list[int] = []
-    for code in range(3):
-        before = len(spans)
-        _nested_intervals(rng, 0, 200, 0, spans)
-        threads += [code] * (len(spans) - before)
-    thread = np.array(threads)
-    start = np.array([a for a, _ in spans], dtype=np.float64)
-    dur = np.array([b - a for a, b in spans], dtype=np.float64)
+    thread, start, dur = _nested_set(rng)
     m = int(rng.integers(0, 60))
     point_thread = rng.integers(-1, 4, m)               # -1 and 3: threads without ranges
     point_time = rng.integers(-5, 206, m).astype(np.float64)
