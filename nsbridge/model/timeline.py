@@ -151,6 +151,7 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
     kind = ranges["kind"].cat.codes.to_numpy()
     nested = kind != 3                                   # op, step and module ranges
     threads, thread = _sorted_codes(_where(ranges["global_tid"].to_numpy(np.int64), nested))
+    start = _where(_numbers(ranges["start"]), nested)
     dur = _where(_numbers(ranges["dur"]), nested)
 
     runtime = export.runtime.copy()
@@ -163,7 +164,7 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
     busiest = int(np.bincount(thread, weights=dur).argmax()) if len(thread) else -1
     gap_thread = np.full(len(found_gaps), busiest)
     mids = np.array([a + n / 2 for n, a, _ in found_gaps])
-    labels = RangeLabels.build(ranges, nested, threads, thread,
+    labels = RangeLabels.build(ranges, nested, threads, thread, start, dur,
                                points=(np.r_[rt_thread, gap_thread], np.r_[rt_start, mids]))
 
     rt_op, rt_module, _ = labels.at(rt_thread, rt_start)
@@ -199,14 +200,14 @@ class RangeLabels:
 
     @classmethod
     def build(cls, ranges: pd.DataFrame, nested: np.ndarray, threads: np.ndarray,
-              thread: np.ndarray, points: tuple[np.ndarray, np.ndarray]) -> "RangeLabels":
-        """The ranges where ``nested`` (classified: kind, op), ``thread`` their codes into
-        ``threads``. The tree keeps only ranges around one of ``points`` (thread codes,
-        times): the others cannot label anything, NVTX push/pop ranges being properly
-        nested on each thread (model.nesting.build_tree)."""
-        tree = build_tree(thread, [str(t) for t in threads],
-                          _where(_numbers(ranges["start"]), nested),
-                          _where(_numbers(ranges["dur"]), nested),
+              thread: np.ndarray, start: np.ndarray, dur: np.ndarray,
+              points: tuple[np.ndarray, np.ndarray]) -> "RangeLabels":
+        """The ranges where ``nested`` (classified: kind, op); ``thread``, ``start`` and
+        ``dur`` are those ranges' thread codes into ``threads``, starts and durations. The
+        tree keeps only ranges around one of ``points`` (thread codes, times): the others
+        cannot label anything, NVTX push/pop ranges being properly nested on each thread
+        (model.nesting.build_tree)."""
+        tree = build_tree(thread, [str(t) for t in threads], start, dur,
                           np.zeros(len(thread), dtype=bool), points=points)
 
         def per_position(codes: pd.Series) -> np.ndarray:
