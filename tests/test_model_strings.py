@@ -30,10 +30,32 @@ def test_factorize_equals_pandas_on_random_object_arrays() -> None:
         _assert_same_as_pandas(np.array(items, dtype=object))
 
 
+def test_factorize_of_a_categorical_equals_pandas_on_its_values() -> None:
+    """The reader's columns are categoricals: their codes are renumbered in order of first
+    appearance, unused categories dropped, missing values -1, as pandas does on values."""
+    rng = random.Random(11)
+    pool = ["aten::mm", "aten::add_", "", "void k<float>()", None]
+    for _ in range(300):
+        items = [rng.choice(pool) for _ in range(rng.randrange(0, 40))]
+        extra = rng.sample(["unused", "zzz", "aaa"], rng.randrange(0, 3))
+        used = sorted({i for i in items if i is not None})
+        column = pd.Series(pd.Categorical(items, categories=sorted(used + extra)))
+        codes, uniques = factorize(column)
+        want_codes, want_uniques = pd.factorize(np.array(items, dtype=object))
+        assert np.array_equal(codes, want_codes)
+        assert list(uniques) == list(want_uniques)
+        assert np.array_equal(name_mask(column, lambda n: n.startswith("aten")),
+                              np.array([isinstance(i, str) and i.startswith("aten")
+                                        for i in items]))
+
+
 def test_factorize_and_masks_on_a_real_trace_column() -> None:
     events = read_trace(TORCH_DATA / "h100_bert-small_2025-07.json.gz").events
     names = events["name"].to_numpy()
     _assert_same_as_pandas(names)
+    codes, uniques = factorize(events["name"])          # the categorical column itself
+    want_codes, want_uniques = pd.factorize(names)
+    assert np.array_equal(codes, want_codes) and list(uniques) == list(want_uniques)
     _assert_same_as_pandas(names[::3].copy())           # a strided subset, copied
     want = np.array([n.startswith("aten::") for n in names])
     assert np.array_equal(starts_with(events["name"], "aten::"), want)   # a Series too

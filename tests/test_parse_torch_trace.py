@@ -34,6 +34,36 @@ def test_every_complete_event_becomes_a_row(name: str) -> None:
         sum(e["dur"] for e in kernels))
 
 
+def test_text_columns_are_categoricals_of_the_values_read() -> None:
+    """Each text column is a Categorical (a few thousand names over a million rows): its
+    values are the trace's, its categories sorted and all used, an absent value missing."""
+    path = TORCH_DATA / "h100_bert-small_2025-07.json.gz"
+    raw = [e for e in _raw(path)["traceEvents"] if e.get("ph") in ("X", "i")
+           and str(e.get("cat", "")).lower() not in ("trace", "overhead")]
+    events = read_trace(path).events
+    for col in (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS, S.INPUT_TYPES,
+                S.KERNEL_FILE, S.LAUNCH):
+        values = events[col]
+        assert isinstance(values.dtype, pd.CategoricalDtype), col
+        categories = list(values.cat.categories)
+        assert categories == sorted(categories) == sorted(set(values.dropna())), col
+    assert events[S.NAME].tolist() == [e["name"] for e in raw]
+    assert events[S.PID].tolist() == [str(e["pid"]) for e in raw]
+    no_shapes = [i for i, e in enumerate(raw) if "Input Dims" not in e.get("args", {})]
+    assert no_shapes and events[S.INPUT_DIMS].iloc[no_shapes].isna().all()
+
+
+def test_a_dropped_event_leaves_no_unused_category(tmp_path: Path) -> None:
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 1, "dur": 3},
+        {"ph": "X", "cat": "cpu_op", "name": "only_here", "pid": 9, "tid": 9, "dur": 3}]}))
+    trace = read_trace(path)
+    assert list(trace.events[S.NAME].cat.categories) == ["aten::mm"]
+    assert list(trace.events[S.PID].cat.categories) == ["1"]
+    assert sum(trace.skipped.values()) == 1
+
+
 def test_libkineto_2022_variant_is_normalised() -> None:
     trace = read_trace(TORCH_DATA / "inference_rank_1_2022-10_libkineto.json.gz")
     cats = set(trace.events[S.CAT].astype(str))

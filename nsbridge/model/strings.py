@@ -33,6 +33,8 @@ def factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:
     rows are first grouped by object identity (the array's slots are pointers, read as
     integers while the array holds the objects alive), then one row of each group is
     factorized by value, so equal strings held as different objects still share a code."""
+    if isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
+        return _factorize_categorical(pd.Categorical(values))
     values = np.ascontiguousarray(np.asarray(values, dtype=object))
     if not len(values):
         return pd.factorize(values)
@@ -42,6 +44,19 @@ def factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:
     firsts[groups[::-1]] = np.arange(len(groups) - 1, -1, -1)
     codes, uniques = pd.factorize(values[firsts])
     return codes[groups], uniques
+
+
+def _factorize_categorical(values: pd.Categorical) -> tuple[np.ndarray, np.ndarray]:
+    """factorize's answer for a Categorical (the trace reader's string columns) from its
+    codes alone: the categories used, renumbered in order of first appearance."""
+    codes = np.asarray(values.codes, dtype=np.intp)
+    categories = np.asarray(values.categories, dtype=object)
+    firsts = np.full(len(categories) + 1, len(codes), dtype=np.intp)  # last slot: missing
+    firsts[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)
+    order = np.argsort(firsts[:-1], kind="stable")[:int((firsts[:-1] < len(codes)).sum())]
+    renumber = np.full(len(categories) + 1, -1, dtype=np.intp)
+    renumber[order] = np.arange(len(order))
+    return renumber[codes], categories[order]
 
 
 def starts_with(values: Any, prefix: str | tuple[str, ...]) -> np.ndarray:

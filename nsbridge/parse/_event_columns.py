@@ -189,7 +189,7 @@ class EventColumns:
             if col in self._codes:
                 parts = self._codes.pop(col)
                 codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
-                columns[col] = _categorical(codes, table) if col == S.CAT else table[codes]
+                columns[col] = _categorical(codes, table)
             else:
                 parts = self._numbers.pop(col)
                 columns[col] = np.concatenate(parts) if parts else np.zeros(0)
@@ -205,19 +205,23 @@ class EventColumns:
         frame = pd.DataFrame(columns, copy=False)   # one block per column: no 2-D copy
         if not usable.all():
             frame = frame[usable].reset_index(drop=True)
-            frame[S.CAT] = frame[S.CAT].cat.remove_unused_categories()
+            for col in _STRING_COLS:
+                frame[col] = frame[col].cat.remove_unused_categories()
         return frame
 
 
 def _categorical(codes: np.ndarray, table: np.ndarray) -> pd.Categorical:
-    """String-table codes as a Categorical with the values used, sorted (what
-    ``astype("category")`` gives) without hashing a string per row."""
+    """String-table codes as a Categorical of the values used, sorted, None as missing
+    (what ``astype("category")`` gives) without hashing a string per row: a column of a
+    million rows holds a few thousand names, and every later groupby or string test works
+    on the small codes, not on a pointer per row."""
     used = np.flatnonzero(np.bincount(codes, minlength=len(table)))
     values = table[used]
-    order = np.argsort(values.astype(str), kind="stable")
-    recode = np.zeros(len(table), dtype=np.int32)
-    recode[used[order]] = np.arange(len(used), dtype=np.int32)
-    return pd.Categorical.from_codes(recode[codes], categories=list(values[order]))
+    present = np.array([v is not None for v in values], dtype=bool)
+    order = np.argsort(values[present].astype(str), kind="stable")
+    recode = np.full(len(table), -1, dtype=np.int32)
+    recode[used[present][order]] = np.arange(len(order), dtype=np.int32)
+    return pd.Categorical.from_codes(recode[codes], categories=list(values[present][order]))
 
 
 def _launch(args: Any) -> Optional[str]:

@@ -7,7 +7,11 @@
 
 Column names:
 
-EVENTS (parse.torch_trace.read_trace), one row per complete ('X') or instant ('i') event:
+EVENTS (parse.torch_trace.read_trace), one row per complete ('X') or instant ('i') event.
+The text columns (cat, name, ph, pid, tid, input_dims, input_types, kernel_file, launch)
+are pandas Categoricals of the values read, categories sorted, NaN where a value is absent:
+a trace holds a few thousand distinct names over millions of rows, and groupbys and string
+tests then work on small integer codes (model.strings):
 
     cat          str    category, lower-case, Kineto aliases folded (Runtime -> cuda_runtime)
     name         str    event name (op, kernel, runtime call, annotation)
@@ -16,18 +20,18 @@ EVENTS (parse.torch_trace.read_trace), one row per complete ('X') or instant ('i
     ts, dur      float  microseconds (dur 0 for instants); ts as written in the trace
     ext_id       float  args "External id" (NaN when absent)
     correlation  float  args "correlation" (NaN when absent)
-    input_dims   object args "Input Dims" as text (None when shapes were not recorded)
-    input_types  object args "Input type" as text, e.g. '["float"]' (None when absent)
+    input_dims   str    args "Input Dims" as text (NaN when shapes were not recorded)
+    input_types  str    args "Input type" as text, e.g. '["float"]' (NaN when absent)
     bytes        float  memcpy/memset bytes, or allocation size of a memory event
     device       float  GPU index of a GPU event / memory event (NaN otherwise)
-    kernel_file  object args "kernel_file": the generated source of a torch.compile (Triton)
-                        kernel, on the cpu_op that launches it (None elsewhere)
+    kernel_file  str    args "kernel_file": the generated source of a torch.compile (Triton)
+                        kernel, on the cpu_op that launches it (NaN elsewhere)
     total_allocated, total_reserved
                  float  a memory event's args "Total Allocated" / "Total Reserved": the
                         allocator's bytes after it (NaN elsewhere)
-    launch       object a kernel's launch configuration from its args "grid", "block",
+    launch       str    a kernel's launch configuration from its args "grid", "block",
                         "registers per thread", "shared memory":
-                        'grid [120,1,1] block [256,1,1] regs 40 smem 0' (None elsewhere)
+                        'grid [120,1,1] block [256,1,1] regs 40 smem 0' (NaN elsewhere)
 
 OPS (model.ops.op_table), one row per op name, the report's hot-op table:
 
