@@ -7,7 +7,8 @@ import random
 import numpy as np
 import pandas as pd
 
-from nsbridge.model.strings import factorize, name_mask, starts_with, thread_codes
+from nsbridge.model.strings import (factorize, name_mask, starts_with, thread_codes,
+                                    value_codes)
 from nsbridge.parse.torch_trace import read_trace
 
 from conftest import TORCH_DATA
@@ -47,6 +48,15 @@ def test_factorize_of_a_categorical_equals_pandas_on_its_values() -> None:
         assert np.array_equal(name_mask(column, lambda n: n.startswith("aten")),
                               np.array([isinstance(i, str) and i.startswith("aten")
                                         for i in items]))
+
+
+def test_value_codes_index_the_values_with_missing_on_the_extra_last_entry() -> None:
+    items = ["b", None, "a", "b", "c"]
+    for column in (pd.Series(pd.Categorical(items, categories=["a", "b", "c", "unused"])),
+                   np.array(items, dtype=object)):
+        codes, values = value_codes(column)
+        table = np.array(list(values) + [None], dtype=object)
+        assert table[codes].tolist() == items
 
 
 def test_factorize_and_masks_on_a_real_trace_column() -> None:

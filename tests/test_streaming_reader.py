@@ -98,6 +98,27 @@ def test_parallel_ranges_give_the_same_frame(tmp_path: Path, monkeypatch: pytest
     pd.testing.assert_frame_equal(read_trace(plain, streaming=True).events, sequential)
 
 
+def test_a_child_reader_that_dies_unanswered_falls_back_to_one_reader(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked reader killed before it answers (the OOM killer) leaves the parent reading
+    the file alone, never waiting forever; a child's exception reaches the parent."""
+    import os
+
+    plain = tmp_path / "trace.json"
+    plain.write_bytes(gzip.open(TORCH_DATA / "h100_bert-small_2025-07.json.gz").read())
+    sequential = read_trace(plain, streaming=False).events
+    monkeypatch.setattr(_stream, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(_stream, "_child_read", lambda *args: os._exit(9))
+    assert _stream._parallel(plain, _stream.EventColumns(), 2) is None
+    pd.testing.assert_frame_equal(read_trace(plain, streaming=True, workers=2).events,
+                                  sequential)
+
+    def fails(send, *args):
+        send.send((False, PermissionError("no read access")))
+    monkeypatch.setattr(_stream, "_child_read", fails)
+    assert _stream._parallel(plain, _stream.EventColumns(), 2) is None   # OSError: fallback
+
+
 def test_no_safe_split_falls_back_to_one_reader(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "t.json"

@@ -68,6 +68,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     stopped the recording inside its last step (the memory budget).
     """
     tree = build_host_tree(events)
+    host_names = events.loc[tree.rows, S.NAME]   # per tree position (categorical: small codes)
     gpu = attribute_gpu_events(events, tree)
     has_device = not gpu.empty
     windows, notes = measured_window(events, tree, window, complete_steps, last_step_cut)
@@ -113,8 +114,8 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
             "attribution": {k: int(v) for k, v in in_window["rule"].value_counts().items()},
             LAUNCHED_BEFORE_WINDOW: launched_before_window(in_window),
             "comm": comm_overlap(in_window, dlo, dhi),
-            "work": gpu_work(in_window, events.loc[tree.rows, S.NAME].to_numpy()),
-            **kernel_origins(in_window, events.loc[tree.rows, S.NAME].to_numpy(),
+            "work": gpu_work(in_window, host_names.to_numpy()),
+            **kernel_origins(in_window, host_names.to_numpy(),
                              graph_launch_calls(events, lo, hi)),
         }
 
@@ -138,7 +139,6 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     contention = (machine or {}).get("contention")
     verdict = qualify(verdict, breakdown=steps, thresholds=thresholds, machine=machine)
 
-    host_names = events.loc[tree.rows, S.NAME].to_numpy()
     loaders = set(host_names[starts_with(host_names, "enumerate(DataLoader)#")])
     loader_kind = None
     if loaders:
@@ -167,8 +167,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                          collectives=collectives(events, tree, gpu, lo, hi, n_steps), facts=facts,
                          comm_per_step_us=time_per_step(events, windows),
                          input_types=common_input_types(
-                             host_names[ops_in], events.loc[tree.rows, S.INPUT_TYPES]
-                             .to_numpy()[ops_in]),
+                             host_names[ops_in], events.loc[tree.rows, S.INPUT_TYPES][ops_in]),
                          memory=memory_over_window(events, tree, windows, has_device),
                          op_groups=op_groups(events, tree, calls_of_ops, has_device))
 

@@ -38,7 +38,7 @@ GRAPH_LAUNCH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
 
 def linking_generation(events: pd.DataFrame) -> str:
     """'new' when GPU events carry their op's External id, 'old' when it copies correlation."""
-    gpu = events[events[S.CAT].isin(S.GPU_CATS)]
+    gpu = events.loc[events[S.CAT].isin(S.GPU_CATS), [S.EXT_ID, S.CORRELATION]]
     both = gpu[gpu[S.EXT_ID].notna() & gpu[S.CORRELATION].notna()]
     if both.empty:
         return "old"
@@ -54,7 +54,9 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     launching op's generated kernel file, or None), launch (the kernel's grid, block,
     registers and shared memory as the trace gives them, or None).
     """
-    gpu = events[events[S.CAT].isin(S.GPU_CATS)]
+    gpu = events.loc[events[S.CAT].isin(S.GPU_CATS),
+                     [S.CAT, S.NAME, S.PID, S.TID, S.TS, S.DUR, S.EXT_ID, S.CORRELATION,
+                      S.BYTES, S.DEVICE, S.LAUNCH]]
     op_pos = np.full(len(gpu), -1, dtype=np.int64)
     rule = np.full(len(gpu), OUTSIDE_OPS, dtype=object)
 
@@ -67,7 +69,8 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
         op_pos[hit] = found[hit].astype(np.int64)
         rule[hit] = EXTERNAL_ID
 
-    launches = events[events[S.CAT].isin(S.LAUNCH_CATS) & events[S.CORRELATION].notna()]
+    launches = events.loc[events[S.CAT].isin(S.LAUNCH_CATS) & events[S.CORRELATION].notna(),
+                          [S.NAME, S.PID, S.TID, S.TS, S.CORRELATION]]
     launches = launches[~launches[S.CORRELATION].duplicated()]
     launch_pos = tree.enclosing(launches[S.PID], launches[S.TID], launches[S.TS].to_numpy())
     corr_to_pos = pd.Series(launch_pos, index=launches[S.CORRELATION].to_numpy())
@@ -78,8 +81,8 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     rule[hit] = LAUNCH_CONTAINMENT
     rule[(op_pos < 0) & np.isnan(found)] = LAUNCHED_BEFORE_WINDOW
 
-    host_names = events.loc[tree.rows, S.NAME].to_numpy()
-    not_op = starts_with(host_names, (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
+    not_op = starts_with(events.loc[tree.rows, S.NAME],
+                         (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
     in_step_only = (op_pos >= 0) & not_op[np.maximum(op_pos, 0)] if len(tree) else op_pos < -1
     op_pos[in_step_only] = -1  # launched between ops: a step or nsbridge range is not an op
     rule[in_step_only] = OUTSIDE_OPS

@@ -36,7 +36,7 @@ import pandas as pd
 
 from .. import schema as S
 from .nesting import HostTree, clipped_union, covered_within, merge_intervals
-from .strings import factorize, name_mask
+from .strings import name_mask, value_codes
 
 _BACKENDS = "nccl|gloo|mpi|ucc|xccl"
 _BACKEND = re.compile(rf"^(?:{_BACKENDS}):(?P<op>\S+)")
@@ -110,12 +110,13 @@ def collectives(events: pd.DataFrame, tree: HostTree, gpu: Optional[pd.DataFrame
     """
     if not len(tree):
         return []
-    codes, uniques = factorize(events[S.NAME])   # regexes per distinct name
+    codes, uniques = value_codes(events[S.NAME])   # regexes per distinct name
     found = [collective_kind(str(u)) for u in uniques]
+    # one extra last entry per table: a missing name's code, -1, reads it
     kind_of = np.array([f[0] if f else None for f in found] + [None], dtype=object)
-    form_of = np.array([(1 if f[1] == BACKEND_RANGES else 2) if f else 0 for f in found] + [0])
+    form_of = np.array([(1 if f[1] == BACKEND_RANGES else 2) if f else 0 for f in found] + [0],
+                       dtype=np.int8)
     comm_of = np.array([bool(COMMUNICATION_OP.match(str(u))) for u in uniques] + [False])
-    codes = np.where(codes >= 0, codes, len(uniques))
 
     # the host tree's ops, by position
     rowpos = events.index.get_indexer(tree.rows)
@@ -130,7 +131,7 @@ def collectives(events: pd.DataFrame, tree: HostTree, gpu: Optional[pd.DataFrame
     calls = backend & in_window
     backend_kinds = set(t_kind[calls])
     # c10d ops: for kinds without backend ranges, outermost, with no backend range inside
-    other_kind = ~pd.Series(t_kind).isin(backend_kinds).to_numpy()
+    other_kind = ~np.array([k in backend_kinds for k in kind_of], dtype=bool)[t_code]
     candidates = np.nonzero(c10d & in_window & other_kind)[0]
     if len(candidates):
         has_backend_inside = np.zeros(len(tree), dtype=bool)
@@ -153,8 +154,8 @@ def collectives(events: pd.DataFrame, tree: HostTree, gpu: Optional[pd.DataFrame
     frame = pd.DataFrame({
         "kind": t_kind[pos], "source": np.where(t_form[pos] == 1, BACKEND_RANGES, C10D_OPS),
         "time": time_us, "host": host_us, "time_source": time_source,
-        "bytes": [_bytes(d, t) for d, t in zip(events[S.INPUT_DIMS].to_numpy()[rows_at],
-                                               events[S.INPUT_TYPES].to_numpy()[rows_at])]})
+        "bytes": [_bytes(d, t) for d, t in zip(events[S.INPUT_DIMS].take(rows_at).to_numpy(),
+                                               events[S.INPUT_TYPES].take(rows_at).to_numpy())]})
     steps = max(n_steps, 1)
     rows = []
     for (kind, source), group in frame.groupby(["kind", "source"], sort=True):
@@ -244,10 +245,9 @@ def time_per_step(events: pd.DataFrame, windows: pd.DataFrame) -> list[float]:
     any thread: the union of their intervals clipped to the step, so overlapping
     collectives (gloo's and DDP's buckets run concurrently) never add up to more than the
     step. Device copies of the ranges (``gpu_user_annotation``) are not host time."""
-    codes, uniques = factorize(events[S.NAME])
+    codes, uniques = value_codes(events[S.NAME])
     is_comm = np.array([bool(COMMUNICATION_OP.match(str(u))) for u in uniques] + [False])
-    hit = is_comm[np.where(codes >= 0, codes, len(uniques))] & np.isin(
-        events[S.CAT].to_numpy(), S.HOST_OP_CATS)
+    hit = is_comm[codes] & events[S.CAT].isin(S.HOST_OP_CATS).to_numpy()
     start = events[S.TS].to_numpy(np.float64)[hit]
     end = start + events[S.DUR].to_numpy(np.float64)[hit]
     return [round(clipped_union(start, end, lo, hi), 3) if len(start) else 0.0

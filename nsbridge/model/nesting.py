@@ -100,11 +100,12 @@ def build_host_tree(events: pd.DataFrame, cats: tuple[str, ...] = S.HOST_OP_CATS
 
     ``rows`` of the result are row labels of ``events``.
     """
-    host = events[events[S.CAT].isin(cats) & (events[S.PH] == "X")]
+    host = events.loc[events[S.CAT].isin(cats) & (events[S.PH] == "X"),
+                      [S.PID, S.TID, S.TS, S.DUR, S.NAME]]
     codes, keys = thread_codes(host[S.PID], host[S.TID])
     tree = build_tree(codes, keys, host[S.TS].to_numpy(np.float64),
                       host[S.DUR].to_numpy(np.float64),
-                      starts_with(host[S.NAME].to_numpy(), S.PROFILER_STEP_PREFIX))
+                      starts_with(host[S.NAME], S.PROFILER_STEP_PREFIX))
     return replace(tree, rows=host.index.to_numpy()[tree.rows])
 
 

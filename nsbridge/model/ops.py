@@ -75,28 +75,28 @@ def op_calls(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     cpu_total_us, shape (input dims text), device_self_us, device_total_us, mem_bytes,
     mem_net_bytes. Steps and nsbridge's ranges are left out, and with ``in_window`` the
     ops outside the window."""
-    names = events.loc[tree.rows, S.NAME].to_numpy()
+    names = events.loc[tree.rows, S.NAME]
     n = len(tree)
-    per_op = pd.DataFrame({S.NAME: names, S.CPU_SELF_US: tree.self_us, S.CPU_TOTAL_US: tree.dur,
-                           "shape": events.loc[tree.rows, S.INPUT_DIMS].to_numpy()})
+    not_ops = starts_with(names, (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
+    if in_window is not None:
+        not_ops |= ~in_window
+    keep = np.flatnonzero(~not_ops)   # the rows are built for these only: no frame copy
 
     attributed = gpu[gpu["op_pos"] >= 0]
     pos, dur = attributed["op_pos"].to_numpy(), attributed["dur"].to_numpy(np.float64)
-    per_op[S.DEVICE_SELF_US] = np.bincount(pos, weights=dur, minlength=n)
     total = np.zeros(n)
     for level in tree.ancestors_or_self(pos):
         ok = level >= 0
         np.add.at(total, level[ok], dur[ok])
-    per_op[S.DEVICE_TOTAL_US] = total
-    per_op["mem_bytes"] = _allocations(events, tree)
-    per_op["mem_net_bytes"] = _net_memory(events, tree, has_device)
-
-    not_ops = starts_with(per_op["name"].to_numpy(),
-                          (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
-    if in_window is not None:
-        not_ops |= ~in_window
-    per_op = per_op[~not_ops]
-    return per_op
+    # no op kept: the name column's type as pandas infers it from all names
+    kept_names = names.to_numpy()[keep] if len(keep) else pd.Series(names.to_numpy())[:0]
+    return pd.DataFrame({
+        S.NAME: kept_names, S.CPU_SELF_US: tree.self_us[keep],
+        S.CPU_TOTAL_US: tree.dur[keep],
+        "shape": events.loc[tree.rows[keep], S.INPUT_DIMS].to_numpy(),
+        S.DEVICE_SELF_US: np.bincount(pos, weights=dur, minlength=n)[keep],
+        S.DEVICE_TOTAL_US: total[keep], "mem_bytes": _allocations(events, tree)[keep],
+        "mem_net_bytes": _net_memory(events, tree, has_device)[keep]}, index=keep)
 
 
 def _allocations(events: pd.DataFrame, tree: HostTree) -> np.ndarray:

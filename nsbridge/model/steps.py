@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .nesting import HostTree, merge_intervals
+from .nesting import HostTree, clipped_union
 from .strings import starts_with
 
 DATA_PREFIX = "enumerate(DataLoader)#"
@@ -103,7 +103,7 @@ def drop_partial_steps(windows: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.
 def _event_counts(events: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
     """Events (step ranges aside) starting in each step."""
     start = np.sort(events[S.TS].to_numpy(np.float64)[~starts_with(
-        events[S.NAME].to_numpy(), S.PROFILER_STEP_PREFIX)])
+        events[S.NAME], S.PROFILER_STEP_PREFIX)])
     lo = np.searchsorted(start, windows["start"].to_numpy(np.float64), side="left")
     hi = np.searchsorted(start, windows["end"].to_numpy(np.float64), side="left")
     return hi - lo
@@ -113,8 +113,7 @@ def _activity_end(events: pd.DataFrame, lo: float, hi: float) -> float:
     """End of the last event (host op, runtime call, GPU work; step ranges aside) that
     starts in [lo, hi), clipped to hi."""
     start = events[S.TS].to_numpy(np.float64)
-    inside = (start >= lo) & (start < hi) & ~starts_with(events[S.NAME].to_numpy(),
-                                                        S.PROFILER_STEP_PREFIX)
+    inside = (start >= lo) & (start < hi) & ~starts_with(events[S.NAME], S.PROFILER_STEP_PREFIX)
     if not inside.any():
         return lo
     return float(np.minimum(start[inside] + events[S.DUR].to_numpy(np.float64)[inside],
@@ -133,33 +132,37 @@ def main_thread(tree: HostTree, windows: pd.DataFrame) -> int:
 
 
 def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) -> pd.DataFrame:
-    """Per step: step, wall_ms and the PHASES columns (milliseconds, summing to wall_ms)."""
-    names = events.loc[tree.rows, S.NAME].to_numpy()
+    """Per step: step, wall_ms and the PHASES columns (milliseconds, summing to wall_ms).
+    Each step looks only at the ops starting inside it (a binary search over the ops
+    sorted by start), not at every op of the trace."""
+    names = events.loc[tree.rows, S.NAME]
     data = starts_with(names, DATA_PREFIX)
     optim = starts_with(names, OPTIMIZER_PREFIXES)
     backward = starts_with(names, BACKWARD_PREFIX)
     is_step = starts_with(names, S.PROFILER_STEP_PREFIX)
     thread = main_thread(tree, windows)
+    under_step = np.zeros(len(tree), dtype=bool)
+    under_step[tree.parent >= 0] = is_step[tree.parent[tree.parent >= 0]]
+    loop_top = (tree.thread == thread) & (((tree.depth == 0) & ~is_step) | under_step)
+    by_start = np.argsort(tree.start, kind="stable")
+    sorted_start = tree.start[by_start]
     rows = []
     for step, lo, hi, pos in windows[["step", "start", "end", "pos"]].itertuples(index=False):
-        inside = (tree.start >= lo) & (tree.start < hi)
-        if pos >= 0:
-            top = inside & (tree.parent == pos)
-        else:   # one window: top-level ops of the loop's thread, or the children of steps
-            under_step = np.zeros(len(tree), dtype=bool)
-            under_step[tree.parent >= 0] = is_step[tree.parent[tree.parent >= 0]]
-            top = inside & (tree.thread == thread) & (((tree.depth == 0) & ~is_step)
-                                                       | under_step)
-        bwd = inside & backward
-        last_bwd = tree.start[bwd].max() if bwd.any() else np.inf   # no backward: inference
-        fwd = top & (tree.start < last_bwd) & ~data & ~optim & ~backward
-        fwd |= _closure_ops(tree, inside, optim, backward)
-        covered, lengths = np.zeros(len(tree), dtype=bool), {}
+        ops = np.sort(by_start[np.searchsorted(sorted_start, lo, "left"):
+                               np.searchsorted(sorted_start, hi, "left")])
+        start, end = tree.start[ops], tree.end[ops]
+        # pos >= 0: the step range's children; one window: the loop thread's top level
+        top = tree.parent[ops] == pos if pos >= 0 else loop_top[ops]
+        bwd = backward[ops]
+        last_bwd = start[bwd].max() if bwd.any() else np.inf   # no backward: inference
+        fwd = top & (start < last_bwd) & ~data[ops] & ~optim[ops] & ~bwd
+        fwd |= _closure_ops(tree, ops, optim[ops], bwd)
+        covered, lengths = np.zeros(len(ops), dtype=bool), {}
         done = 0.0
-        for phase, mask in (("data", inside & data), ("backward", bwd), ("forward", fwd),
-                            ("optimizer", inside & optim)):
+        for phase, mask in (("data", data[ops]), ("backward", bwd), ("forward", fwd),
+                            ("optimizer", optim[ops])):
             covered |= mask
-            union = _union(tree, covered, lo, hi)
+            union = clipped_union(start[covered], end[covered], lo, hi)
             lengths[phase], done = union - done, union
         wall = hi - lo
         rows.append({"step": int(step), "wall_ms": wall / 1e3, "data_ms": lengths["data"] / 1e3,
@@ -170,23 +173,19 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
     return pd.DataFrame(rows, columns=["step", "wall_ms", *PHASES])
 
 
-def _closure_ops(tree: HostTree, inside: np.ndarray, optim: np.ndarray,
+def _closure_ops(tree: HostTree, ops: np.ndarray, optim: np.ndarray,
                  backward: np.ndarray) -> np.ndarray:
-    """Direct children of an optimizer range that start before the last backward range
-    (any thread: on GPUs autograd has its own) within that range's span: the model
-    forward of a closure the optimizer calls (LBFGS)."""
-    out = np.zeros(len(tree), dtype=bool)
-    bwd_start = tree.start[inside & backward]
+    """Of the step's ``ops`` (tree positions; ``optim`` and ``backward`` their masks), the
+    direct children of an optimizer range that start before the last backward range (any
+    thread: on GPUs autograd has its own) within that range's span: the model forward of
+    a closure the optimizer calls (LBFGS)."""
+    out = np.zeros(len(ops), dtype=bool)
+    start = tree.start[ops]
+    bwd_start = start[backward]
     if not len(bwd_start):
         return out
-    for owner in np.nonzero(inside & optim)[0]:
+    for owner in ops[optim]:
         within = bwd_start[(bwd_start >= tree.start[owner]) & (bwd_start < tree.end[owner])]
         if len(within):
-            out |= (inside & (tree.parent == owner) & (tree.start < within.max())
-                    & ~backward & ~optim)
+            out |= ((tree.parent[ops] == owner) & (start < within.max()) & ~backward & ~optim)
     return out
-
-
-def _union(tree: HostTree, mask: np.ndarray, lo: float, hi: float) -> float:
-    s, e = merge_intervals(np.clip(tree.start[mask], lo, hi), np.clip(tree.end[mask], lo, hi))
-    return float((e - s).sum()) if len(s) else 0.0

@@ -46,6 +46,17 @@ def factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:
     return codes[groups], uniques
 
 
+def value_codes(values: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, -1 where missing; the distinct values the codes index), the cheapest
+    way: a Categorical's own small codes and categories (unused ones included), else
+    ``factorize``. A per-value array with one extra last entry is indexed by the codes
+    directly, -1 landing on that entry."""
+    if isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
+        categorical = pd.Categorical(values)
+        return np.asarray(categorical.codes), np.asarray(categorical.categories, dtype=object)
+    return factorize(values)
+
+
 def _factorize_categorical(values: pd.Categorical) -> tuple[np.ndarray, np.ndarray]:
     """factorize's answer for a Categorical (the trace reader's string columns) from its
     codes alone: the categories used, renumbered in order of first appearance."""

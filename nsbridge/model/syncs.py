@@ -69,10 +69,10 @@ def blocking_calls(events: pd.DataFrame, tree: HostTree, lo: float, hi: float) -
     (the tensor's, from the site; else None), site (True when an ``nsbridge::sync_site``
     range named the line).
     """
-    names = events[S.NAME].to_numpy()
     in_window = ((events[S.TS] >= lo) & (events[S.TS] < hi)).to_numpy()
-    calls = events[np.isin(events[S.CAT].to_numpy(), S.LAUNCH_CATS) & in_window
-                   & name_mask(names, BLOCKING_CALL.match)]
+    calls = events.loc[events[S.CAT].isin(S.LAUNCH_CATS).to_numpy() & in_window
+                       & name_mask(events[S.NAME], BLOCKING_CALL.match),
+                       [S.NAME, S.PID, S.TID, S.TS, S.DUR]]
     columns = ["start", "end", "call", "kind", "op", "file", "line", "device", "site"]
     if calls.empty:
         return pd.DataFrame(columns=columns)

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .rules import MATMUL_OP
-from .strings import factorize
+from .strings import value_codes
 
 ATTENTION_OP = re.compile(r"aten::(_scaled_dot_product|scaled_dot_product|_flash_attention|"
                           r"_efficient_attention|_cudnn_attention)")
@@ -59,8 +59,8 @@ def common_input_types(names: Sequence[str], types: Sequence[Any]) -> dict[str, 
     """Per matmul/convolution/attention op name, its most common "Input type" list (ties:
     the one seen first), names in order of first appearance. Counted per distinct
     (name, types) pair, not per row."""
-    name_codes, name_values = factorize(names)
-    type_codes, type_values = factorize(types)
+    name_codes, name_values = value_codes(names)
+    type_codes, type_values = value_codes(types)
     wanted = np.array([is_tensor_core_op(str(n)) for n in name_values] + [False])
     is_text = np.array([isinstance(t, str) for t in type_values] + [False])
     rows = np.flatnonzero(wanted[name_codes] & is_text[type_codes])
