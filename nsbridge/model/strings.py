@@ -2,10 +2,11 @@
 
 A trace of millions of events holds a few thousand distinct names; pandas' ``.str``
 methods would run Python per row. ``name_mask`` factorizes the column and applies the
-predicate to the distinct values only. ``factorize`` is pandas' with a shortcut: the trace
-reader gives every row with the same name the same str object (one string table per file),
-so rows are grouped by object address first (hashing integers, several times faster than
-hashing a million strings) and only one row per group is hashed as a string.
+predicate to the distinct values only. ``factorize`` is pandas' answer, got cheaply: the
+trace reader's text columns are Categoricals, whose codes already are the answer; for
+other columns, rows holding the same str object (one string table per file) are grouped
+by object address first (hashing integers, several times faster than hashing a million
+strings) and only one row per group is hashed as a string.
 """
 
 from __future__ import annotations
