@@ -65,3 +65,26 @@ def test_merged_trace_io_takes_what_the_reader_takes(tmp_path: Path) -> None:
     assert json.loads(gzip.open(out).read()) == {**doc, "nan": None}
     write_json_gz(out, {"name": "lone \udc80 surrogate"})
     assert json.loads(gzip.open(out).read())["name"].startswith("lone ")
+
+
+def test_merging_leaves_the_decoded_trace_as_it_was() -> None:
+    """readable_events hands back the input's own dicts when nothing needs repair, so
+    merge_trace must replace an event it annotates, never change it in place."""
+    import copy
+
+    from nsbridge.pipeline import read_json_trace
+    from nsbridge.report.merged_trace import merge_trace
+
+    trace = read_json_trace(TORCH_DATA / "h200" / "sync_bound_h200.json.gz")
+    trace["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,
+                                 "tid": 1, "ts": 5, "dur": -1, "args": None})   # repaired
+    before = copy.deepcopy(trace)
+    report = {"ops": [{"name": "aten::mm", "nsys": {"kernels": 3}}],
+              "verdict": {"label": "sync-bound", "evidence": ["x"]}, "device": {}}
+    merged = merge_trace(trace, report)["traceEvents"]
+    assert trace == before
+    annotated = [e for e in merged if e.get("name") == "aten::mm" and e.get("cat") == "cpu_op"]
+    assert annotated and all(e["args"]["nsbridge.nsys"] == {"kernels": 3} for e in annotated)
+    repaired = annotated[-1]
+    assert repaired["ts"] == 5.0 and isinstance(repaired["ts"], float) and repaired["dur"] == 0.0
+    assert sum(1 for e in merged if "nsbridge.sync" in (e.get("args") or {})) > 0

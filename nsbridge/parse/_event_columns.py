@@ -318,31 +318,62 @@ def _compact_json(text: bytes) -> str:
 
 def readable_events(doc: Any) -> list[dict[str, Any]]:
     """The events of a decoded trace (an object with ``traceEvents``, or Chrome's bare
-    array) that pass the reader's rules, as copies safe to use: complete and instant events
-    keep a finite ``ts`` (a float) and a usable ``dur`` (else 0, as the reader counts it),
-    ``args`` is an object, ``name`` and ``cat`` are strings. Other phases pass as they are.
-    For consumers of the raw events (the merged trace), so they read what the EVENTS frame
-    read."""
+    array) that pass the reader's rules: complete and instant events keep a finite ``ts``
+    (a float) and a usable ``dur`` (else 0, as the reader counts it), ``args`` is an
+    object, ``name`` and ``cat`` are strings. Other phases pass as they are. For consumers
+    of the raw events (the merged trace), so they read what the EVENTS frame read.
+
+    An event already in that form (nearly all of a real trace) is the input's own dict,
+    not a copy; one that needed a repair is a repaired copy. Either way the input is not
+    changed, and callers must not change an event in place either."""
     raw = doc.get("traceEvents") if isinstance(doc, dict) else doc
     out = []
     for event in raw if isinstance(raw, list) else []:
         if not isinstance(event, dict) or not isinstance(event.get("ph"), str):
             continue
-        event = dict(event)
-        if not isinstance(event.get("args", {}), dict):
-            del event["args"]
-        for key in ("name", "cat"):
-            if key in event and not isinstance(event[key], str):
-                event[key] = _name(event[key])
-        if event["ph"] in ("X", "i"):
-            ts = _time(event.get("ts"))
-            if ts is None:
+        if not _as_read(event):
+            event = _repaired(event)
+            if event is None:
                 continue
-            event["ts"] = ts
-            if event["ph"] == "X":
-                event["dur"] = _time(event.get("dur"), nonnegative=True) or 0.0
         out.append(event)
     return out
+
+
+def _as_read(event: dict[str, Any]) -> bool:
+    """Whether ``_repaired`` would give an equal event: checked without copying, on the
+    common types only (a float ``ts``, a positive float ``dur``); anything else says no."""
+    if (type(event.get("args", _NO_ARGS)) is not dict or type(event.get("name", "")) is not str
+            or type(event.get("cat", "")) is not str):
+        return False
+    ph = event["ph"]
+    if ph != "X" and ph != "i":
+        return True
+    ts = event.get("ts")
+    if type(ts) is not float or not -TIME_LIMIT_US < ts < TIME_LIMIT_US:
+        return False
+    dur = event.get("dur")
+    return ph == "i" or (type(dur) is float and 0.0 < dur < TIME_LIMIT_US)
+
+
+_NO_ARGS: dict[str, Any] = {}
+
+
+def _repaired(event: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """A copy of the event in the reader's form, or None when the reader skips it."""
+    event = dict(event)
+    if not isinstance(event.get("args", {}), dict):
+        del event["args"]
+    for key in ("name", "cat"):
+        if key in event and not isinstance(event[key], str):
+            event[key] = _name(event[key])
+    if event["ph"] in ("X", "i"):
+        ts = _time(event.get("ts"))
+        if ts is None:
+            return None
+        event["ts"] = ts
+        if event["ph"] == "X":
+            event["dur"] = _time(event.get("dur"), nonnegative=True) or 0.0
+    return event
 
 
 def _time(value: Any, nonnegative: bool = False) -> Any:

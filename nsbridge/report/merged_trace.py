@@ -35,24 +35,25 @@ def merge_trace(trace: Any, report: dict[str, Any]) -> dict[str, Any]:
     facts = _op_facts(report)
     ext_to_op: dict[Any, Any] = {}
     for event in events:
-        ext = _external_id(event)
-        if event.get("cat") == "cpu_op" and ext is not None:
-            ext_to_op.setdefault(ext, event.get("name"))
+        if event.get("cat") == "cpu_op":
+            ext = _external_id(event)
+            if ext is not None:
+                ext_to_op.setdefault(ext, event.get("name"))
     steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
              and e["ph"] == "X" and e.get("cat") == "user_annotation"]
     lo = min((e["ts"] for e in steps), default=None)
     hi = max((e["ts"] + e["dur"] for e in steps), default=None)
     added: list[dict[str, Any]] = []
-    for event in events:
+    for at, event in enumerate(events):   # events may be the input's own: replaced, not changed
         cat, args = event.get("cat"), event.get("args") or {}
         op = event.get("name") if cat == "cpu_op" else (
             ext_to_op.get(_external_id(event)) if cat == "kernel" else None)
         if op in facts:
-            event["args"] = {**args, **facts[op]}
+            events[at] = {**event, "args": {**args, **facts[op]}}
         elif cat in ("cuda_runtime", "cuda_driver") and event["ph"] == "X" and BLOCKING_CALL.match(
                 str(event.get("name", ""))) and lo is not None and lo <= event["ts"] < hi:
-            event["args"] = {**args, "nsbridge.sync": "blocking call: the host waits for the "
-                                                      "device here (report: sync_points)"}
+            events[at] = {**event, "args": {**args, "nsbridge.sync": "blocking call: the host "
+                                            "waits for the device here (report: sync_points)"}}
             added.append({"ph": "i", "s": "t", "pid": PID, "tid": TRACKS["sync points"],
                           "name": f"sync: {event['name']}", "ts": event["ts"]})
     added += _findings_tracks(report, lo)
