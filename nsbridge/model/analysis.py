@@ -90,6 +90,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     busy = pd.DataFrame(columns=["device", "busy_us", "busy_pct", "kernels"])
     gaps: list[dict[str, Any]] = []
     if has_device and len(in_window):
+        host_name_values = host_names.to_numpy()
         ends = (in_window["ts"] + in_window["dur"]).to_numpy(np.float64)
         dlo, dhi = lo, max(hi, float(ends.max()))   # work launched inside counts to its end
         if stepless:  # no steps: judge the device over the span it had work
@@ -114,8 +115,8 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
             "attribution": {k: int(v) for k, v in in_window["rule"].value_counts().items()},
             LAUNCHED_BEFORE_WINDOW: launched_before_window(in_window),
             "comm": comm_overlap(in_window, dlo, dhi),
-            "work": gpu_work(in_window, host_names.to_numpy()),
-            **kernel_origins(in_window, host_names.to_numpy(),
+            "work": gpu_work(in_window, host_name_values),
+            **kernel_origins(in_window, host_name_values,
                              graph_launch_calls(events, lo, hi)),
         }
 
