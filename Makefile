@@ -17,7 +17,8 @@ include nsbridge/make/nsbridge.mk
 profile-triage profile-timeline profile-deep perf-gate: install
 .DEFAULT_GOAL := demo
 
-$(STAMP): pyproject.toml
+# setup.py compiles the C trace scanner: a changed scanner reinstalls (rebuilds) it
+$(STAMP): pyproject.toml setup.py nsbridge/parse/_scan.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" "$(NVTX_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[dev]"
@@ -52,4 +53,4 @@ bench: install
 	$(BIN)/python bench/gate_quality.py
 
 clean:
-	rm -rf $(VENV) nsbridge-runs .pytest_cache
+	rm -rf $(VENV) nsbridge-runs .pytest_cache build nsbridge/parse/_scan.*.so

@@ -24,3 +24,18 @@ def test_doctor_without_nsys_warns_with_the_fix(tmp_path: Path) -> None:
     assert any(l.startswith("WARN ncu: not found") for l in lines)
     assert any(l.startswith("OK   torch:") for l in lines)
     assert not any("nvtx round trip" in l for l in lines)
+
+
+def test_doctor_names_the_trace_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OK with the C scanner built; a WARN with the fix when it is missing."""
+    import importlib.util
+
+    from nsbridge.collect import doctor
+
+    check = doctor._trace_reader_check()
+    assert (check.level, check.name) == ("OK", "trace reader") and "C scanner" in check.detail
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "nsbridge.parse._scan" else real(name, *a))
+    check = doctor._trace_reader_check()
+    assert check.level == "WARN" and "msgspec only" in check.detail and "gcc" in check.fix

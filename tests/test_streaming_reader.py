@@ -1,4 +1,5 @@
-"""The streaming (msgspec) reader and the stdlib reader give identical frames."""
+"""The streaming reader (the C scanner, msgspec for what it declines) and the stdlib reader
+give identical frames; tests/test_native_scanner.py holds the scanner to msgspec."""
 
 from __future__ import annotations
 
@@ -196,13 +197,14 @@ def test_real_traces_take_the_typed_fast_path(path: Path, monkeypatch: pytest.Mo
     """Every batch of a well-formed real trace (shapes, dtype lists, kernel grids, memory
     totals) fits the typed structs: none falls back to decoding generic dicts, the slow
     path that a field type msgspec cannot hold (a Raw inside a Union) once sent every
-    shaped batch to."""
+    shaped batch to. The C scanner is switched off: this is the reader without it."""
     from nsbridge.parse import _stream
     from nsbridge.parse._event_columns import EventColumns
 
     def refuse(self: EventColumns, events: list) -> None:
         raise AssertionError(f"generic decode of {len(events)} events")
 
+    monkeypatch.setattr(_stream, "_scan_batch", lambda data, end=-1: None)
     monkeypatch.setattr(EventColumns, "add_dicts", refuse)
     columns = EventColumns()
     _stream.stream_events(path, path.suffix == ".gz", columns, workers=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sqlite3
@@ -83,9 +84,21 @@ def run_checks() -> list[Check]:
     checks.append(Check("OK" if info.get("nvtx") else "WARN", "nvtx package",
                         info.get("nvtx") or "not installed",
                         None if info.get("nvtx") else "pip install nvtx"))
+    checks.append(_trace_reader_check())
     checks.extend(_nsys_checks(info.get("nvtx")))
     checks.extend(_ncu_checks(bool(gpus)))
     return checks
+
+
+def _trace_reader_check() -> Check:
+    """Whether the C trace scanner (nsbridge/parse/_scan.c) was compiled at install."""
+    if importlib.util.find_spec("nsbridge.parse._scan") is not None:
+        return Check("OK", "trace reader", "C scanner (msgspec for batches it declines)")
+    return Check("WARN", "trace reader", "msgspec only: the C scanner was not compiled when "
+                 "nsbridge was installed (no C compiler?); large traces read about 3x slower",
+                 "install a C compiler (apt install gcc) and reinstall nsbridge "
+                 "(pip install --force-reinstall --no-deps nsbridge, or pip install -e . in "
+                 "a checkout)")
 
 
 def probe_python() -> tuple[dict[str, Any], Captured]:

@@ -1,10 +1,11 @@
 """Trace events -> EVENTS columns, chunk by chunk, without keeping an object per event.
 
 Both readers (the streaming msgspec one and the stdlib fallback) hand batches of events to
-``EventColumns``: decoded dicts (``add_dicts``) or msgspec structs (``add_records``). Each
-batch becomes numpy arrays at once; strings are dictionary-encoded against one table for
-the whole file, so a name seen a million times is stored once. ``finish()`` returns the
-EVENTS frame (nsbridge.schema). The two readers give identical frames; tests hold them to it.
+``EventColumns``: columns from the C scanner (``add_scanned``, parse/_scan.c), msgspec
+structs (``add_records``) or decoded dicts (``add_dicts``). Each batch becomes numpy arrays
+at once; strings are dictionary-encoded against one table for the whole file, so a name
+seen a million times is stored once. ``finish()`` returns the EVENTS frame
+(nsbridge.schema). All three ways give identical frames; tests hold them to it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import Any, Callable, Optional, Sequence
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -52,6 +54,7 @@ class EventColumns:
         self._codes: dict[str, list[np.ndarray]] = {c: [] for c in _STRING_COLS}
         self._numbers: dict[str, list[np.ndarray]] = {c: [] for c in _NUMBER_COLS}
         self._cat_cache: dict[Any, Any] = {}
+        self._scanned_codes: dict[str, dict[bytes, int]] = {c: {} for c in SCANNED_STRINGS}
         self.skipped: Counter[str] = Counter()   # reason -> events skipped or repaired
 
     def add_dicts(self, events: Sequence[Any]) -> None:
@@ -113,18 +116,56 @@ class EventColumns:
              launches: list, raw_json: bool = False) -> None:
         """One batch's columns; with ``raw_json`` dims and types are the raw JSON bytes
         (b"" when absent), converted to text once per distinct value."""
-        cat_codes = self._encode(cats, self._category)
-        keep = cat_codes != self._strings[None]   # dropped categories normalise to None
         encode = self._encode
         json_text = _raw_bytes_text if raw_json else _same
-        batch = {S.CAT: cat_codes, S.NAME: encode(names, _name), S.PH: encode(phs, _same),
-                 S.PID: encode(pids, str), S.TID: encode(tids, str),
-                 S.INPUT_DIMS: encode(dims, json_text), S.INPUT_TYPES: encode(types, json_text),
-                 S.KERNEL_FILE: encode(files, _text), S.LAUNCH: encode(launches, _same),
-                 S.TS: _numeric(ts), S.DUR: _numeric(durs),
-                 S.EXT_ID: _numeric(exts), S.CORRELATION: _numeric(corrs),
-                 S.BYTES: _numeric(nbytes), S.DEVICE: _numeric(devices),
-                 S.TOTAL_ALLOCATED: _numeric(allocated), S.TOTAL_RESERVED: _numeric(reserved)}
+        self._store({S.CAT: encode(cats, self._category), S.NAME: encode(names, _name),
+                     S.PH: encode(phs, _same), S.PID: encode(pids, str),
+                     S.TID: encode(tids, str), S.INPUT_DIMS: encode(dims, json_text),
+                     S.INPUT_TYPES: encode(types, json_text),
+                     S.KERNEL_FILE: encode(files, _text), S.LAUNCH: encode(launches, _same),
+                     S.TS: _numeric(ts), S.DUR: _numeric(durs),
+                     S.EXT_ID: _numeric(exts), S.CORRELATION: _numeric(corrs),
+                     S.BYTES: _numeric(nbytes), S.DEVICE: _numeric(devices),
+                     S.TOTAL_ALLOCATED: _numeric(allocated),
+                     S.TOTAL_RESERVED: _numeric(reserved)})
+
+    def add_scanned(self, scanned: tuple[int, tuple[bytes, ...], tuple[bytes, ...],
+                                         tuple[list[bytes], ...]]) -> bool:
+        """A batch as the C scanner gives it (parse/_scan.c: rows, a float64 buffer per
+        SCANNED_NUMBERS column, an int32 code buffer and the distinct raw JSON texts per
+        SCANNED_STRINGS column). Each distinct text becomes its value as the msgspec
+        structs would hold it, then goes through the same conversion as in add_records;
+        the file's table remembers the texts already seen. False, with nothing added, when
+        a text does not decode (the caller then reads the batch another way)."""
+        rows, numbers, codes, distinct = scanned
+        batch: dict[str, np.ndarray] = {}
+        try:
+            for col, local, texts in zip(SCANNED_STRINGS, codes, distinct):
+                batch[col] = self._recode(col, np.frombuffer(local, dtype=np.int32), texts)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return False
+        for col, values in zip(SCANNED_NUMBERS, numbers):
+            batch[col] = np.frombuffer(values, dtype=np.float64)
+        self._store(batch)
+        return True
+
+    def _recode(self, col: str, local: np.ndarray, texts: list[bytes]) -> np.ndarray:
+        """Per-batch codes (-1: absent) of a scanned column as codes of the file's table."""
+        seen = self._scanned_codes[col]
+        ids = np.empty(len(texts) + 1, dtype=np.int32)
+        for i, text in enumerate(texts):
+            code = seen.get(text)
+            if code is None:
+                code = seen[text] = self._strings.setdefault(
+                    _SCANNED_VALUE[col](self, text), len(self._strings))
+            ids[i] = code
+        missing = _SCANNED_VALUE[col](self, None)
+        ids[-1] = self._strings.setdefault(missing, len(self._strings))
+        return ids[local]
+
+    def _store(self, batch: dict[str, np.ndarray]) -> None:
+        """Keep one batch's columns, less the rows of dropped categories."""
+        keep = batch[S.CAT] != self._strings[None]   # dropped categories normalise to None
         everything = bool(keep.all())
         for col, values in batch.items():
             store = self._codes if col in self._codes else self._numbers
@@ -235,6 +276,40 @@ def _launch_of(grid: bytes, block: bytes, registers: Any, smem: Any) -> Optional
     grid_text = raw_text(grid)
     return None if grid_text is None else launch_text(grid_text, raw_text(block) or "null",
                                                       registers, smem)
+
+
+def _decoded(text: Optional[bytes]) -> Any:
+    """A raw JSON value as msgspec decodes it (None for none)."""
+    return None if text is None else _JSON.decode(text)
+
+
+def _scanned_launch(key: Optional[bytes]) -> Optional[str]:
+    """A launch configuration from the scanner's key: the raw texts of grid, block,
+    registers and shared memory, NUL-separated (empty: absent)."""
+    if key is None:
+        return None
+    grid, block, registers, smem = key.split(b"\0")
+    return _launch_of(grid, block, _decoded(registers or None), _decoded(smem or None))
+
+
+_JSON = msgspec.json.Decoder()
+# the scanner's columns, in its order (parse/_scan.c), and how a distinct raw text (None:
+# absent) becomes the value stored in the file's string table
+SCANNED_STRINGS = (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS, S.INPUT_TYPES,
+                   S.KERNEL_FILE, S.LAUNCH)
+SCANNED_NUMBERS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE,
+                   S.TOTAL_ALLOCATED, S.TOTAL_RESERVED)
+_SCANNED_VALUE: dict[str, Callable[[EventColumns, Optional[bytes]], Any]] = {
+    S.CAT: lambda self, text: self._category(_decoded(text)),
+    S.NAME: lambda self, text: _name(_decoded(text)),
+    S.PH: lambda self, text: _decoded(text),
+    S.PID: lambda self, text: str(_decoded(text)),
+    S.TID: lambda self, text: str(_decoded(text)),
+    S.INPUT_DIMS: lambda self, text: _raw_bytes_text(text),
+    S.INPUT_TYPES: lambda self, text: _raw_bytes_text(text),
+    S.KERNEL_FILE: lambda self, text: _text(_decoded(text)),
+    S.LAUNCH: lambda self, text: _scanned_launch(text),
+}
 
 
 def launch_text(grid: str, block: str, registers: Any, smem: Any) -> str:

@@ -1,13 +1,19 @@
-"""Streaming torch-trace reader: the file in blocks, decoded by msgspec into slim structs.
+"""Streaming torch-trace reader: the file in blocks, each block scanned into columns.
 
-Why msgspec: it decodes JSON straight into typed structs and skips every field the
-analysis does not name, without building a dict per event. On the 1M-event benchmark trace
-(194 MB) decoding into these structs takes about 0.9 s where a stdlib json.load takes 6 s
-and 0.9 GB (bench/results/trace_scale.json); orjson, also fast, still builds a dict per
-event and needs the whole document in memory.
+Each batch of events goes first to the C scanner (parse/_scan.c), which writes the
+columns straight from the JSON text with no Python object per event (about 0.4 s of CPU
+for the 1M-event benchmark trace, 194 MB). Whatever it is not sure of (an odd type, an
+escaped key, JSON it would have to guess at) it declines, and msgspec decodes that batch
+into slim typed structs instead, or, when even those do not fit, into generic values. Both
+give the same columns; tests/test_native_scanner.py holds them to it. Without a C
+compiler at install time the scanner is absent and msgspec reads everything (about 3x
+slower). Why msgspec for the rest: it decodes straight into typed structs, skipping every
+field the analysis does not name; orjson builds a dict per event and needs the whole
+document in memory.
 The reader never holds the whole file: it reads BLOCK bytes at a time (through gzip when
-compressed), cuts the ``traceEvents`` array at an event boundary, decodes that slice as a
-JSON array and hands the structs to EventColumns, which keeps arrays only.
+compressed), cuts the ``traceEvents`` array at an event boundary, reads that slice (in
+place for the scanner, as a JSON array for msgspec) and hands the result to
+EventColumns, which keeps arrays only.
 
 A plain file of 64 MiB or more is cut into as many byte ranges as there are CPUs (at most
 4) at event boundaries (a ``},{`` followed by a key Kineto writes first), read by forked
@@ -39,6 +45,11 @@ from typing import Any, BinaryIO, Iterator, Optional, Union
 import msgspec
 
 from ._event_columns import EventColumns
+
+try:
+    from ._scan import scan as _native_scan
+except ImportError:   # built without a C compiler: msgspec reads every batch
+    _native_scan = None
 
 BLOCK = 2 * 1024 * 1024   # a batch's structs, strings and buffer copies are alive together:
                           # 2 MiB blocks read as fast as 8 MiB and peak 50 MiB lower at 1M events
@@ -127,6 +138,24 @@ class Metadata(Skipped, tag="M"):
 
 _EVENTS = msgspec.json.Decoder(list[Union[Event, Instant, FlowStart, FlowEnd, Metadata]])
 _GENERIC = msgspec.json.Decoder()
+
+
+def _scan_batch(data: bytes, end: int = -1) -> Optional[tuple[Any, ...]]:
+    """The C scanner's columns for a JSON array of events (with ``end``: the elements in
+    data[:end], no brackets), or None (declined, or no scanner built)."""
+    return None if _native_scan is None else _native_scan(data, end)
+
+
+def _scanned_into(columns: EventColumns, data: bytes, end: int) -> bool:
+    """Whether the C scanner read the events in data[:end] (elements, no brackets) into
+    ``columns``; on False nothing was added."""
+    scanned = _scan_batch(data, end)
+    return scanned is not None and columns.add_scanned(scanned)
+
+
+def native_scanner() -> bool:
+    """Whether the C trace scanner (parse/_scan.c) was built and is in use."""
+    return _native_scan is not None
 
 
 class NotATrace(Exception):
@@ -350,6 +379,8 @@ def _consume(buffer: bytes, columns: EventColumns) -> bytes:
         end = cut
         if not _BOUNDARY.match(buffer, cut):
             continue
+        if _scanned_into(columns, buffer, cut + 1):   # read in place, no copy of the batch
+            return buffer[buffer.index(b"{", cut + 1):]
         failed_at = _decode_batch(b"[" + buffer[:cut + 1] + b"]", columns)
         if failed_at is None:
             return buffer[buffer.index(b"{", cut + 1):]
@@ -391,7 +422,11 @@ def _consume_odd_tail(buffer: bytes, columns: EventColumns, start: int) -> bytes
 
 def _decode_batch(data: bytes, columns: EventColumns) -> Optional[int]:
     """Decode one JSON array of events into ``columns``. None when it did; else where it
-    is malformed (msgspec's byte offset, or the end for a truncated batch)."""
+    is malformed (msgspec's byte offset, or the end for a truncated batch). The C scanner
+    reads the batch when it can; whatever it declines, msgspec reads."""
+    scanned = _scan_batch(data)
+    if scanned is not None and columns.add_scanned(scanned):
+        return None
     try:
         columns.add_records(_EVENTS.decode(data), msgspec.UNSET)
     except msgspec.ValidationError:  # odd events: decode this batch generically
