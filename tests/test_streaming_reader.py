@@ -119,6 +119,12 @@ def test_a_child_reader_that_dies_unanswered_falls_back_to_one_reader(
     monkeypatch.setattr(_stream, "_child_read", fails)
     assert _stream._parallel(plain, _stream.EventColumns(), 2) is None   # OSError: fallback
 
+    def dies_midway(send, *args):   # the header, then killed before the arrays
+        send.send((True, ([None], {}, b"", [(True, "name", "<i4")])))
+        os._exit(9)
+    monkeypatch.setattr(_stream, "_child_read", dies_midway)
+    assert _stream._parallel(plain, _stream.EventColumns(), 2) is None
+
 
 def test_no_safe_split_falls_back_to_one_reader(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:

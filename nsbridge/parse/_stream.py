@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Optional, Union
 
 import msgspec
+import numpy as np
 
 from ._event_columns import EventColumns
 
@@ -291,13 +292,22 @@ def _start_child(context: Any, path: str, byte_range: tuple[int, int, bool]) -> 
 
 
 def _child_read(send: Any, path: str, begin: int, end: int, last: bool) -> None:
-    """A child's work: its range's columns, or the exception reading them raised."""
+    """A child's work: its range's columns, or the exception reading them raised. The
+    arrays travel as raw bytes after a small pickled header: pickled, each would be copied
+    twice more on the way (about 0.1 s for half of a 1M-event trace)."""
     _default_sigterm()
     try:
-        answer: tuple[bool, Any] = (True, _read_range(path, begin, end, last))
+        (table, codes, numbers, skipped), tail = _read_range(path, begin, end, last)
     except Exception as exc:   # the parent re-raises it
-        answer = (False, exc)
-    send.send(answer)
+        send.send((False, exc))
+        send.close()
+        return
+    arrays = [(True, name, values) for name, values in codes.items()] + [
+        (False, name, values) for name, values in numbers.items()]
+    send.send((True, (table, skipped, tail,
+                      [(is_code, name, values.dtype.str) for is_code, name, values in arrays])))
+    for _, _, values in arrays:
+        send.send_bytes(np.ascontiguousarray(values).data.cast("B"))
     send.close()
 
 
@@ -305,11 +315,16 @@ def _receive(connection: Any) -> tuple[Any, bytes]:
     """A child's columns; its exception raised here; _SplitError if it died unanswered."""
     try:
         ok, value = connection.recv()
+        if not ok:
+            raise value
+        table, skipped, tail, layout = value
+        codes, numbers = {}, {}
+        for is_code, name, dtype in layout:
+            (codes if is_code else numbers)[name] = np.frombuffer(connection.recv_bytes(),
+                                                                   dtype=dtype)
     except EOFError:           # killed (the OOM killer, a signal): read sequentially instead
         raise _SplitError() from None
-    if not ok:
-        raise value
-    return value
+    return (table, codes, numbers, skipped), tail
 
 
 def _default_sigterm() -> None:
