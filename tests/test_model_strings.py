@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pandas as pd
 
-from nsbridge.model.strings import (factorize, name_mask, starts_with, thread_codes,
-                                    value_codes)
+from nsbridge.model.strings import (factorize, name_mask, per_value, row_groups,
+                                    starts_with, thread_codes, value_codes)
 from nsbridge.parse.torch_trace import read_trace
 
 from conftest import TORCH_DATA
@@ -81,3 +81,28 @@ def test_factorize_of_nothing() -> None:
     assert len(codes) == 0 and len(uniques) == 0
     assert name_mask(np.array([None, float("nan")], dtype=object), lambda n: True).tolist() == [
         False, False]
+
+
+def test_row_groups_are_pandas_groups_in_order_of_appearance() -> None:
+    """Grouping by row_groups' codes puts the same rows in the same groups, numbered as
+    groupby(sort=False) numbers them, as grouping by the string columns themselves (a
+    missing value is a group of its own here, where pandas would drop the row)."""
+    rng = random.Random(7)
+    names = [rng.choice(["aten::mm", "aten::add", "k<1>", ""]) for _ in range(3000)]
+    ops = np.array([rng.choice(["a", "b", None]) for _ in range(3000)], dtype=object)
+    kinds = pd.Categorical([rng.choice(["kernel", "memcpy"]) for _ in range(3000)])
+    groups, firsts = row_groups(np.array(names, dtype=object), ops, kinds)
+    frame = pd.DataFrame({"name": names, "op": pd.Series(ops).fillna("<none>"),
+                          "kind": np.asarray(kinds)})
+    want = frame.groupby(["name", "op", "kind"], sort=False).ngroup().to_numpy()
+    assert (groups == want).all()
+    assert (firsts == frame.assign(g=want).drop_duplicates("g").index.to_numpy()).all()
+    assert row_groups(np.array([], dtype=object))[1].size == 0
+
+
+def test_per_value_converts_each_distinct_value_once() -> None:
+    seen = []
+    out = per_value(pd.Categorical(["x", "y", "x", None, "x"]),
+                    lambda v: seen.append(v) or f"<{v}>")
+    assert out.tolist() == ["<x>", "<y>", "<x>", "<nan>", "<x>"]
+    assert seen[:2] == ["x", "y"] and len(seen) == 3

@@ -15,7 +15,7 @@ from .collectives import collectives, comm_overlap, time_per_step
 from .device import busy_by_device, copies, gpu_work, idle_gaps, launched_before_window
 from .kernel_origins import graph_launch_calls, kernel_origins
 from .memory import memory_over_window
-from .nesting import build_host_tree
+from .nesting import at_rows, build_host_tree
 from .op_groups import op_groups
 from .ops import op_calls, op_table
 from .rules import Facts, recommend
@@ -68,7 +68,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     stopped the recording inside its last step (the memory budget).
     """
     tree = build_host_tree(events)
-    host_names = events.loc[tree.rows, S.NAME]   # per tree position (categorical: small codes)
+    host_names = at_rows(events, tree.rows, S.NAME)   # per tree position (categorical: small codes)
     gpu = attribute_gpu_events(events, tree)
     has_device = not gpu.empty
     windows, notes = measured_window(events, tree, window, complete_steps, last_step_cut)
@@ -131,7 +131,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     median_kernel = device.get("median_kernel_us")
     busy_pct = float(busy["busy_pct"].mean()) if has_device and len(busy) else None
     per_step_kernels = (device.get("kernels_per_step") or 0.0) if not stepless else 0.0
-    host_ops = float((events.loc[tree.rows, S.CAT].to_numpy() == S.CPU_OP)[ops_in].sum())
+    host_ops = float((at_rows(events, tree.rows, S.CAT).to_numpy() == S.CPU_OP)[ops_in].sum())
     verdict = decide(breakdown=steps, busy_pct=busy_pct, cost=cost, sync_points=points,
                      ops=ops, has_device=has_device, kernels_per_step=per_step_kernels,
                      median_kernel_us=median_kernel, thresholds=thresholds,
@@ -168,7 +168,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                          collectives=collectives(events, tree, gpu, lo, hi, n_steps), facts=facts,
                          comm_per_step_us=time_per_step(events, windows),
                          input_types=common_input_types(
-                             host_names[ops_in], events.loc[tree.rows, S.INPUT_TYPES][ops_in]),
+                             host_names[ops_in], at_rows(events, tree.rows, S.INPUT_TYPES)[ops_in]),
                          memory=memory_over_window(events, tree, windows, has_device),
                          op_groups=op_groups(events, tree, calls_of_ops, has_device))
 

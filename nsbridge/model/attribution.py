@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .nesting import HostTree
-from .strings import starts_with
+from .nesting import HostTree, at_rows
+from .strings import starts_with, value_codes
 
 EXTERNAL_ID, LAUNCH_CONTAINMENT = "external_id", "launch_containment"
 LAUNCHED_BEFORE_WINDOW, OUTSIDE_OPS = "launched_before_window", "outside_ops"
@@ -61,7 +61,7 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     rule = np.full(len(gpu), OUTSIDE_OPS, dtype=object)
 
     if linking_generation(events) == "new":
-        host_ext = events.loc[tree.rows, S.EXT_ID].to_numpy()
+        host_ext = at_rows(events, tree.rows, S.EXT_ID).to_numpy()
         ext_to_pos = pd.Series(np.arange(len(tree)), index=host_ext)
         ext_to_pos = ext_to_pos[ext_to_pos.index.notna() & ~ext_to_pos.index.duplicated()]
         found = gpu[S.EXT_ID].map(ext_to_pos).to_numpy()
@@ -81,7 +81,7 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     rule[hit] = LAUNCH_CONTAINMENT
     rule[(op_pos < 0) & np.isnan(found)] = LAUNCHED_BEFORE_WINDOW
 
-    not_op = starts_with(events.loc[tree.rows, S.NAME],
+    not_op = starts_with(at_rows(events, tree.rows, S.NAME),
                          (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
     in_step_only = (op_pos >= 0) & not_op[np.maximum(op_pos, 0)] if len(tree) else op_pos < -1
     op_pos[in_step_only] = -1  # launched between ops: a step or nsbridge range is not an op
@@ -92,14 +92,16 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     by_graph = gpu[S.CORRELATION].map(launch_names).isin(GRAPH_LAUNCH_CALLS).to_numpy()
     source = np.full(len(gpu), None, dtype=object)
     if len(tree):
-        files = events.loc[tree.rows, S.KERNEL_FILE].to_numpy()
+        files = at_rows(events, tree.rows, S.KERNEL_FILE).to_numpy()
         launched = op_pos >= 0
         source[launched] = files[op_pos[launched]]
     via = np.full(len(gpu), None, dtype=object)
     via[by_graph] = S.CUDA_GRAPH
 
     device = gpu[S.DEVICE].to_numpy(np.float64)
-    pid_as_device = pd.to_numeric(gpu[S.PID], errors="coerce").to_numpy(np.float64)
+    pid_codes, pids = value_codes(gpu[S.PID])   # converted once per distinct pid
+    pid_as_device = np.append(pd.to_numeric(pd.Series(pids, dtype=object), errors="coerce")
+                              .to_numpy(np.float64), np.nan)[pid_codes]
     device = np.where(np.isnan(device), pid_as_device, device)
     device = np.where(np.isfinite(device), device, 0.0)   # no device and no numeric pid
     return pd.DataFrame({

@@ -9,7 +9,8 @@ import pandas as pd
 
 from .. import schema as S
 from .attribution import LAUNCHED_BEFORE_WINDOW
-from .nesting import HostTree, clipped_union, longest_gaps
+from .nesting import HostTree, at_rows, clipped_union, longest_gaps
+from .strings import per_value, row_groups
 
 
 def busy_by_device(gpu: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
@@ -38,7 +39,7 @@ def idle_gaps(gpu: pd.DataFrame, lo: float, hi: float, events: pd.DataFrame, tre
     if not gaps:
         return []
     mids = np.array([a + n / 2 for n, a, _ in gaps])
-    names = events.loc[tree.rows, S.NAME].to_numpy()
+    names = at_rows(events, tree.rows, S.NAME).to_numpy()
     thread_key = next((k for k, v in tree.thread_codes.items() if v == main_thread), None)
     if thread_key is None:
         pos = np.full(len(mids), -1)
@@ -100,20 +101,23 @@ def gpu_work(gpu: pd.DataFrame, op_names: np.ndarray) -> list[dict[str, Any]]:
     if gpu.empty:
         return []
     pos = gpu["op_pos"].to_numpy()
-    frame = pd.DataFrame({
-        "kind": [_KINDS.get(c, c) for c in gpu["cat"].to_numpy()],
-        "name": gpu["name"].astype(str).to_numpy(),
-        "op": np.where(pos >= 0, op_names[np.maximum(pos, 0)] if len(op_names) else None,
-                       None),
-        "attribution": gpu["rule"].to_numpy(), "via": gpu["via"].fillna("").to_numpy(),
-        "source": gpu["source"].fillna("").to_numpy(),
-        "dur": gpu["dur"].to_numpy(np.float64), "bytes": gpu["bytes"].to_numpy(np.float64),
-        "launch": gpu["launch"].to_numpy()})
-    frame["op"] = frame["op"].astype(object).where(frame["op"].notna(), "")
-    agg = frame.groupby(["kind", "name", "op", "attribution", "via", "source"], sort=False).agg(
+    keys = {"kind": per_value(gpu["cat"], lambda c: _KINDS.get(c, c)),
+            "name": gpu["name"].astype(str).to_numpy(),
+            "op": np.where(pos >= 0, op_names[np.maximum(pos, 0)] if len(op_names) else "",
+                           ""),
+            "attribution": gpu["rule"].to_numpy(), "via": gpu["via"].fillna("").to_numpy(),
+            "source": gpu["source"].fillna("").to_numpy()}
+    keys["op"] = np.where(pd.isna(keys["op"]), "", keys["op"]).astype(object)
+    groups, firsts = row_groups(*keys.values())   # integer keys: no string hashed per row
+    frame = pd.DataFrame({"dur": gpu["dur"].to_numpy(np.float64),
+                          "bytes": gpu["bytes"].to_numpy(np.float64),
+                          "launch": pd.Series(gpu["launch"].to_numpy(), dtype=object)})
+    agg = frame.groupby(groups, sort=False).agg(
         calls=("dur", "size"), device_us=("dur", "sum"), bytes=("bytes", "sum"),
         has_bytes=("bytes", "count"), launch=("launch", "first"),
-        launch_configs=("launch", "nunique")).reset_index()
+        launch_configs=("launch", "nunique")).reset_index(drop=True)
+    for key, values in keys.items():
+        agg[key] = values[firsts]
     agg = agg.sort_values("device_us", ascending=False, kind="stable")
     return [{"kind": r.kind, "name": r.name, "op": r.op or None, "attribution": r.attribution,
              "via": r.via or None, "source": r.source or None, "calls": int(r.calls),

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .nesting import HostTree
-from .strings import starts_with
+from .nesting import HostTree, at_rows
+from .strings import row_groups, starts_with
 
 MIB = 1024.0 * 1024.0
 
@@ -38,14 +38,15 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     ``in_window`` (a flag per tree position): only those ops count, and only the GPU work
     they launched (the measured window; None: every op of the trace).
     """
-    names = events.loc[tree.rows, S.NAME].to_numpy()
+    names = at_rows(events, tree.rows, S.NAME).to_numpy()
     per_op = op_calls(events, tree, gpu, has_device, in_window) if calls is None else calls
-    grouped = per_op.groupby("name", sort=False)
-    table = grouped.agg(**{S.CALLS: (S.NAME, "size"),
-                           **{col: (col, "sum") for col in (S.CPU_SELF_US, S.CPU_TOTAL_US,
-                                                            S.DEVICE_SELF_US, S.DEVICE_TOTAL_US,
-                                                            "mem_bytes", "mem_net_bytes")}}
-                        ).reset_index()
+    groups, firsts = row_groups(per_op[S.NAME])   # integer keys: no string hashed per row
+    sums = [S.CPU_SELF_US, S.CPU_TOTAL_US, S.DEVICE_SELF_US, S.DEVICE_TOTAL_US, "mem_bytes",
+            "mem_net_bytes"]
+    table = per_op[sums].groupby(groups, sort=False).agg(
+        **{S.CALLS: (S.CPU_SELF_US, "size"), **{col: (col, "sum") for col in sums}}
+    ).reset_index(drop=True)
+    table.insert(0, S.NAME, per_op[S.NAME].iloc[firsts].reset_index(drop=True))
     has_memory = bool((events[S.CAT] == S.MEMORY).any())
     table[S.MEM_MIB] = table.pop("mem_bytes") / MIB if has_memory else np.nan
     table[S.MEM_NET_MIB] = table.pop("mem_net_bytes") / MIB if has_memory else np.nan
@@ -75,7 +76,7 @@ def op_calls(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     cpu_total_us, shape (input dims text), device_self_us, device_total_us, mem_bytes,
     mem_net_bytes. Steps and nsbridge's ranges are left out, and with ``in_window`` the
     ops outside the window."""
-    names = events.loc[tree.rows, S.NAME]
+    names = at_rows(events, tree.rows, S.NAME)
     n = len(tree)
     not_ops = starts_with(names, (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
     if in_window is not None:
@@ -93,7 +94,7 @@ def op_calls(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     return pd.DataFrame({
         S.NAME: kept_names, S.CPU_SELF_US: tree.self_us[keep],
         S.CPU_TOTAL_US: tree.dur[keep],
-        "shape": events.loc[tree.rows[keep], S.INPUT_DIMS].to_numpy(),
+        "shape": at_rows(events, tree.rows[keep], S.INPUT_DIMS).to_numpy(),
         S.DEVICE_SELF_US: np.bincount(pos, weights=dur, minlength=n)[keep],
         S.DEVICE_TOTAL_US: total[keep], "mem_bytes": _allocations(events, tree)[keep],
         "mem_net_bytes": _net_memory(events, tree, has_device)[keep]}, index=keep)
@@ -164,16 +165,18 @@ def _gpu_work_by_op(gpu: pd.DataFrame,
     attributed = gpu[gpu["op_pos"] >= 0]
     if attributed.empty:
         return {}, {}
-    frame = pd.DataFrame({"op": names[attributed["op_pos"].to_numpy()],
-                          "name": attributed["name"].to_numpy(),
-                          "cat": attributed["cat"].to_numpy(),
-                          "via": attributed["via"].fillna("").to_numpy(),
-                          "source": attributed["source"].fillna("").to_numpy(),
-                          "dur": attributed["dur"].to_numpy(),
+    keys = {"op": names[attributed["op_pos"].to_numpy()],
+            "name": attributed["name"].to_numpy(), "cat": attributed["cat"].to_numpy(),
+            "via": attributed["via"].fillna("").to_numpy(),
+            "source": attributed["source"].fillna("").to_numpy()}
+    groups, firsts = row_groups(*keys.values())   # integer keys: no string hashed per row
+    frame = pd.DataFrame({"dur": attributed["dur"].to_numpy(),
                           "bytes": attributed["bytes"].to_numpy(np.float64)})
-    agg = frame.groupby(["op", "name", "cat", "via", "source"], sort=False).agg(
+    agg = frame.groupby(groups, sort=False).agg(
         calls=("dur", "size"), device_us=("dur", "sum"), bytes=("bytes", "sum"),
-        has_bytes=("bytes", "count")).reset_index()
+        has_bytes=("bytes", "count")).reset_index(drop=True)
+    for key, values in keys.items():
+        agg[key] = values[firsts]
     agg = agg.sort_values(["op", "device_us"], ascending=[True, False], kind="stable")
     kernels: dict[str, list[dict]] = {}
     copies: dict[str, list[dict]] = {}
@@ -196,7 +199,7 @@ def per_step_times(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame,
     """Per op name, its ranking time (self device µs, else self CPU µs) in each measured
     step, in step order: the spread a comparison of two runs needs to tell a change from
     noise. Host ops count in the step they start in, GPU work in the step it runs in."""
-    names = events.loc[tree.rows, S.NAME].to_numpy()
+    names = at_rows(events, tree.rows, S.NAME).to_numpy()
     edges = windows["start"].to_numpy(np.float64)
     ends = windows["end"].to_numpy(np.float64)
     if has_device:

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .nesting import build_host_tree
+from .nesting import at_rows, build_host_tree
 
 FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
 NSBRIDGE_DIR = str(Path(__file__).resolve().parents[1]) + "/"
@@ -36,7 +36,7 @@ def python_frames(events: pd.DataFrame, pid: Any, tid: Any,
     if not has_stacks(events):
         return [None] * len(probe)
     py = build_host_tree(events, (S.PYTHON_FUNCTION,))
-    names = events.loc[py.rows, S.NAME].astype(str).to_numpy()
+    names = at_rows(events, py.rows, S.NAME).astype(str).to_numpy()
     parsed = [FRAME.match(n) for n in names]
     frames = [(m["file"], int(m["line"]), m["func"]) if m is not None and _is_own(m["file"])
               else None for m in parsed]

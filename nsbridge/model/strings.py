@@ -58,6 +58,32 @@ def value_codes(values: Any) -> tuple[np.ndarray, np.ndarray]:
     return factorize(values)
 
 
+def row_groups(*columns: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(group code per row, first row of each group) for the tuples of the columns'
+    values, codes in order of first appearance as ``groupby(sort=False)`` numbers them. A
+    missing value is a value of its own here. Grouping by these codes puts the same rows
+    in each group, in the same order, as grouping by the columns, without hashing a
+    string per row."""
+    n = len(columns[0])
+    groups = np.zeros(n, dtype=np.int64)
+    for column in columns:
+        codes, uniques = factorize(column)
+        groups, _ = pd.factorize(groups * (len(uniques) + 1) + (codes + 1))
+    firsts = np.empty(int(groups.max()) + 1 if n else 0, dtype=np.int64)
+    firsts[groups[::-1]] = np.arange(n - 1, -1, -1)   # the last write, the first row, wins
+    return groups, firsts
+
+
+def per_value(values: Any, convert: Callable[[Any], Any]) -> np.ndarray:
+    """``convert(value)`` for each entry as an object array, called once per distinct value
+    (a missing entry gets ``convert`` of NaN)."""
+    codes, uniques = factorize(values)
+    table = np.empty(len(uniques) + 1, dtype=object)
+    table[:-1] = [convert(u) for u in uniques]
+    table[-1] = convert(np.nan)
+    return table[codes]
+
+
 def _factorize_categorical(values: pd.Categorical) -> tuple[np.ndarray, np.ndarray]:
     """factorize's answer for a Categorical (the trace reader's string columns) from its
     codes alone: the categories used, renumbered in order of first appearance."""
