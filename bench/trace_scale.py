@@ -7,9 +7,14 @@ runs, as separate processes, interleaved, ``--runs`` times each:
              write report.json/.md/.html (what a user waits for)
   hta        HolisticTraceAnalysis 0.5.0 in its own venv (bench/.venv-hta, created here):
              TraceAnalysis(trace_dir=...) + get_gpu_kernel_breakdown + get_temporal_breakdown
+  read       nsbridge's reader alone (``read_trace``: the C scanner on every core, the
+             EVENTS frame built), no analysis and no report: what reading costs nsbridge
+  cat        the bytes of the file read into memory and nothing else: the floor no reader
+             goes below
   json.load  the standard library decoding the file, nothing else
-  decode     the limit: msgspec decoding the file into Python objects on one core, nothing
-             else (no tool that decodes every event in Python goes below it on one core)
+  decode     msgspec decoding the file into Python objects on one core, nothing else: the
+             floor for any tool that turns every event into a Python object (nsbridge's
+             scanner does not)
 
 and records the median wall time and median peak RSS (os.wait4's ru_maxrss) of each into
 bench/results/trace_scale.json with the machine it ran on, printing the ratios.
@@ -49,6 +54,16 @@ analyzer = TraceAnalysis(trace_dir=sys.argv[1])
 kernels = analyzer.get_gpu_kernel_breakdown(visualize=False)
 temporal = analyzer.get_temporal_breakdown(visualize=False)
 print(len(kernels[0]), temporal.shape)
+"""
+READ = """
+import sys
+from nsbridge.parse.torch_trace import read_trace
+print(len(read_trace(sys.argv[1]).events))
+"""
+CAT = """
+import sys
+with open(sys.argv[1], "rb") as fh:
+    print(len(fh.read()))
 """
 JSON_LOAD = """
 import json, sys
@@ -101,7 +116,9 @@ def main() -> None:
         trace = ensure_trace(size)
         with tempfile.TemporaryDirectory() as rank_dir:  # HTA reads a folder of rank files
             os.symlink(trace, Path(rank_dir) / "rank-0.json")
-            tools = {"decode": [sys.executable, "-c", DECODE, str(trace)],
+            tools = {"read": [sys.executable, "-c", READ, str(trace)],
+                     "cat": [sys.executable, "-c", CAT, str(trace)],
+                     "decode": [sys.executable, "-c", DECODE, str(trace)],
                      "json.load": [sys.executable, "-c", JSON_LOAD, str(trace)]}
             if hta_python:
                 tools["hta"] = [hta_python, "-c", HTA, rank_dir]
@@ -124,6 +141,7 @@ def main() -> None:
         by = {r["tool"]: r for r in rows if r["events"] == size}
         ours = by["nsbridge"]
         entry = {"events": size,
+                 "wall_vs_cat": round(ours["wall_s"] / by["cat"]["wall_s"], 3),
                  "wall_vs_json_load": round(ours["wall_s"] / by["json.load"]["wall_s"], 3),
                  "wall_vs_decode": round(ours["wall_s"] / by["decode"]["wall_s"], 3)}
         if "hta" in by:
