@@ -237,3 +237,38 @@ def test_parallel_workers_end_quietly_under_nsbridges_sigterm_handler(
         signal.signal(signal.SIGTERM, previous)
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Stopped" not in err
+
+
+def test_gzip_read_ahead_stops_its_thread_on_success_and_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper thread that inflates blocks ahead of the scan ends with the read, and a
+    broken gzip stream fails the read in the reader's thread as before."""
+    import threading
+    import time
+
+    def helpers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "nsbridge-read-ahead"]
+
+    src = TORCH_DATA / "h100_bert-small_2025-07.json.gz"
+    assert len(read_trace(src, streaming=True).events) > 0 and not helpers()
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(src.read_bytes()[:len(src.read_bytes()) // 2])
+    with pytest.raises(TraceFormatError):
+        read_trace(cut, streaming=True)
+    assert not helpers()
+    garbage = tmp_path / "garbage.json.gz"   # fails after a few blocks, many more to come
+    garbage.write_bytes(gzip.compress(b'{"traceEvents": [' + b"\0" * (40 * _stream.BLOCK)))
+    closed = []
+    close = _stream._ReadAhead.close
+    monkeypatch.setattr(_stream._ReadAhead, "close",
+                        lambda self: closed.append(self) or close(self))
+    with pytest.raises(TraceFormatError, match="corrupt"):
+        read_trace(garbage, streaming=True)
+    assert len(closed) == 1 and not helpers()
+    with gzip.open(garbage, "rb") as fh:      # stopped while blocked on a full queue
+        ahead = _stream._ReadAhead(fh)
+        assert len(next(ahead)) == _stream.BLOCK
+        while ahead._queue.qsize() < 2:
+            time.sleep(0.01)
+        ahead.close()
+        assert not helpers()

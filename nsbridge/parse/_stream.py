@@ -11,7 +11,7 @@ slower). Why msgspec for the rest: it decodes straight into typed structs, skipp
 field the analysis does not name; orjson builds a dict per event and needs the whole
 document in memory.
 The reader never holds the whole file: it reads BLOCK bytes at a time (through gzip when
-compressed), cuts the ``traceEvents`` array at an event boundary, reads that slice (in
+compressed, inflated by a helper thread a block or two ahead of the scan), cuts the ``traceEvents`` array at an event boundary, reads that slice (in
 place for the scanner, as a JSON array for msgspec) and hands the result to
 EventColumns, which keeps arrays only.
 
@@ -37,8 +37,10 @@ import gzip
 import json
 import multiprocessing
 import os
+import queue
 import re
 import signal
+import threading
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Optional, Union
 
@@ -185,13 +187,14 @@ def stream_events(path: Path, gzipped: bool, columns: EventColumns,
         if result is not None:
             return result
     with (gzip.open(path, "rb") if gzipped else path.open("rb")) as fh:
-        blocks = _blocks(fh)
-        buffer, header = _find_events_start(blocks)
-        read = fh.tell()
-        for block in blocks:
-            read += len(block)
-            buffer = _check_progress(_consume(buffer + block, columns), read)
-        tail = _consume_tail(buffer, columns, read - len(buffer))
+        blocks = _ReadAhead(fh)
+        try:
+            buffer, header = _find_events_start(blocks)
+            for block in blocks:
+                buffer = _check_progress(_consume(buffer + block, columns), blocks.consumed)
+            tail = _consume_tail(buffer, columns, blocks.consumed - len(buffer))
+        finally:
+            blocks.close()
     return _metadata(header, tail)
 
 
@@ -359,12 +362,58 @@ class _SplitError(Exception):
     """A worker's byte range did not decode on its own."""
 
 
-def _blocks(fh: BinaryIO) -> Iterator[bytes]:
-    while True:
-        block = fh.read(BLOCK)
-        if not block:
-            return
-        yield block
+class _ReadAhead:
+    """A file's blocks, read (for gzip: decompressed) up to ``depth`` blocks ahead by a
+    helper thread. zlib and the C scanner both release the GIL, so a gzipped trace is
+    inflated on one core while the previous block is scanned on another. ``consumed``:
+    the bytes handed out so far (where a plain ``fh.tell()`` would be). ``close()`` stops
+    the helper; call it before the file closes."""
+
+    def __init__(self, fh: BinaryIO, depth: int = 2) -> None:
+        self.consumed = 0
+        self._queue: queue.Queue[tuple[bytes, Optional[BaseException]]] = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._finished = False
+        self._thread = threading.Thread(target=self._produce, args=(fh,), daemon=True,
+                                        name="nsbridge-read-ahead")
+        self._thread.start()
+
+    def _produce(self, fh: BinaryIO) -> None:
+        try:
+            while not self._stop.is_set():
+                block = fh.read(BLOCK)
+                self._put((block, None))
+                if not block:
+                    return
+        except BaseException as exc:   # a broken gzip stream: raised in the reader's thread
+            self._put((b"", exc))
+
+    def _put(self, item: tuple[bytes, Optional[BaseException]]) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                continue
+
+    def __iter__(self) -> "_ReadAhead":
+        return self
+
+    def __next__(self) -> bytes:
+        if self._finished:
+            raise StopIteration
+        block, error = self._queue.get()
+        if error is not None or not block:
+            self._finished = True
+            if error is not None:
+                raise error
+            raise StopIteration
+        self.consumed += len(block)
+        return block
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _find_events_start(blocks: Iterator[bytes]) -> tuple[bytes, bytes]:
