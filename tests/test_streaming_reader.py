@@ -272,3 +272,21 @@ def test_gzip_read_ahead_stops_its_thread_on_success_and_failure(
             time.sleep(0.01)
         ahead.close()
         assert not helpers()
+
+
+def test_adopt_takes_over_a_reader_and_refuses_to_mix() -> None:
+    """The parallel reader keeps its own range by adopting it: the same frame and counts
+    as the columns it read, and no silent mix with columns that already hold events."""
+    from nsbridge.parse._event_columns import EventColumns
+
+    own = EventColumns()
+    own.add_dicts([{"ph": "X", "name": "a", "cat": "cpu_op", "ts": 1, "dur": 2}, 7])
+    expected = own.skipped.copy()
+    columns = EventColumns()
+    columns.adopt(own)
+    frame = columns.finish()
+    assert frame["name"].tolist() == ["a"] and columns.skipped == expected and expected
+    with pytest.raises(ValueError):
+        busy = EventColumns()
+        busy.add_dicts([{"ph": "X", "name": "b", "ts": 1, "dur": 1}])
+        busy.adopt(EventColumns())

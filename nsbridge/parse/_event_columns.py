@@ -205,6 +205,16 @@ class EventColumns:
         return (table, {c: join(v, np.int32) for c, v in self._codes.items()},
                 {c: join(v, np.float64) for c, v in self._numbers.items()}, self.skipped)
 
+    def adopt(self, other: EventColumns) -> None:
+        """Take over ``other``'s batches, string table and counts; this one must hold none
+        yet. The parallel reader keeps the range it read itself this way, without the
+        copies an export and a merge make (0.1 s at 3M events)."""
+        if len(self._strings) > 1 or any(self._numbers.values()):
+            raise ValueError("adopt() into columns that already hold events")
+        self._strings, self._codes, self._numbers = other._strings, other._codes, other._numbers
+        self._cat_cache, self._scanned_codes = other._cat_cache, other._scanned_codes
+        self.skipped.update(other.skipped)
+
     def merge(self, part: tuple[list, dict[str, np.ndarray], dict[str, np.ndarray],
                                 Counter]) -> None:
         """Append an exported part, re-coding its strings into this table."""

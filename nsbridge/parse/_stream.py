@@ -264,7 +264,9 @@ def _parallel(path: Path, columns: EventColumns, workers: int) -> Optional[dict[
     try:
         context = multiprocessing.get_context("fork")
         children = [_start_child(context, str(path), r) for r in ranges[1:]]
-        parts = [_read_range(str(path), *ranges[0])] + [_receive(c) for _, c in children]
+        own = EventColumns()   # the parent's range is kept as read, not exported and merged
+        own_tail = _read_range_into(own, str(path), *ranges[0])
+        parts = [_receive(c) for _, c in children]
     except CorruptTrace:
         raise
     except (msgspec.DecodeError, _SplitError, AssertionError, OSError):
@@ -275,7 +277,8 @@ def _parallel(path: Path, columns: EventColumns, workers: int) -> Optional[dict[
             if process.is_alive():     # the parent failed first: its answer is not needed
                 process.terminate()
             process.join()
-    tail = b""
+    columns.adopt(own)
+    tail = own_tail
     for exported, part_tail in parts:
         columns.merge(exported)
         tail = part_tail or tail
@@ -337,8 +340,17 @@ def _default_sigterm() -> None:
 
 
 def _read_range(path: str, begin: int, end: int, last: bool) -> tuple[Any, bytes]:
-    """Decode the events in bytes [begin, end) of the file (a worker's share)."""
+    """The exported columns of the events in bytes [begin, end) of the file (a forked
+    worker's share), and what follows the array when ``last``."""
     columns = EventColumns()
+    tail = _read_range_into(columns, path, begin, end, last)
+    return columns.export(), tail
+
+
+def _read_range_into(columns: EventColumns, path: str, begin: int, end: int,
+                     last: bool) -> bytes:
+    """Decode the events in bytes [begin, end) of the file into ``columns``; return what
+    follows the array when ``last`` (else b"")."""
     with open(path, "rb") as fh:
         fh.seek(begin)
         remaining = end - begin
@@ -350,12 +362,11 @@ def _read_range(path: str, begin: int, end: int, last: bool) -> tuple[Any, bytes
             remaining -= len(block)
             buffer = _check_progress(_consume(buffer + block, columns), end - remaining)
     if last:
-        tail = _consume_tail(buffer, columns, end - remaining - len(buffer))  # before export()
-        return columns.export(), tail
+        return _consume_tail(buffer, columns, end - remaining - len(buffer))
     body = buffer.strip()
     if body and _decode_batch(b"[" + body + b"]", columns) is not None:
         raise _SplitError()
-    return columns.export(), b""
+    return b""
 
 
 class _SplitError(Exception):
