@@ -12,8 +12,11 @@ The contract is narrow on purpose: scan() either gives exactly what the msgspec 
 is read by msgspec as before. It declines on anything it is not sure of: JSON that is not
 strictly valid, a field whose type the structs would refuse, a phase outside X/i/s/f/M,
 an escaped or repeated key it reads, a lone surrogate escape, bytes that are not UTF-8,
-integers of more than 18 digits, nesting deeper than 64 levels. Declining is always safe;
-accepting is held to the msgspec reader by tests on every fixture trace.
+nesting deeper than 64 levels, and, in the fields it reads, an integer of more than 18
+digits or a float that neither exact conversion handles (Clinger's fast path, or a
+long-double candidate proved nearest with 128-bit integers: together they cover Kineto's
+timestamps and durations). Declining is always safe; accepting is held to the msgspec
+reader by tests on every fixture trace.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -61,7 +64,10 @@ typedef struct {
 static int buffer_reserve(Buffer *b, size_t extra) {
     if (b->len + extra <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + extra) cap *= 2;
+    while (cap < b->len + extra) {
+        if (cap > SIZE_MAX / 2) return -1;
+        cap *= 2;
+    }
     char *data = realloc(b->data, cap);
     if (!data) return -1;
     b->data = data;
@@ -127,6 +133,7 @@ static int interner_grow(Interner *t) {
 
 /* the code of a text (a new one gets the next code); -1 on memory failure */
 static int32_t intern(Interner *t, const char *s, size_t n) {
+    if (t->count >= INT32_MAX) return -1;   /* codes are int32 */
     if ((t->count + 1) * 2 > t->capacity && interner_grow(t)) return -1;
     uint64_t h = hash_bytes(s, n);
     size_t at = h & (t->capacity - 1);
@@ -266,9 +273,12 @@ static int scan_string(Cursor *c, int *escaped) {
 }
 
 /* m / 10^k correctly rounded for a mantissa of up to 19 digits (a Kineto timestamp in us
-   has 17): a candidate from long double arithmetic, then proved nearest with exact
-   128-bit integers (x = m / 10^k and d = M * 2^E: d is the nearest double when
-   2 |m * 2^-E - M * 10^k| < 10^k). 0 when the proof fails: the caller uses strtod. */
+   has 16-19): a candidate from long double arithmetic, then proved nearest with exact
+   128-bit integers. With x = m / 10^k and d = M * 2^E (M of 53 bits), d is the nearest
+   double when |x - d| < 2^E / 2; scaled by 10^k * 2^-E (E <= 0) or by 10^k (E > 0), that
+   is 2 |m * 2^-E - M * 10^k| < 10^k, or 2 |m - M * 10^k * 2^E| < 10^k * 2^E (equal: a
+   tie, d when M is even). 0 when the proof fails or the numbers leave the 128-bit range:
+   the caller declines. */
 static int decimal_fast(uint64_t m, int k, double *out) {
     static const long double TEN[] = {1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,
                                       1e8L,  1e9L,  1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L,
@@ -279,14 +289,26 @@ static int decimal_fast(uint64_t m, int k, double *out) {
     double fraction = frexp(d, &e2);                 /* d = fraction * 2^e2, 0.5 <= f < 1 */
     uint64_t M = (uint64_t)ldexp(fraction, 53);       /* d = M * 2^(e2 - 53), exact */
     int E = e2 - 53;
-    if (E > 0 || E < -74 || M == (1ull << 52)) return 0;   /* out of the 128-bit range, or
-                                                               a power of two (uneven gaps) */
+    if (E > 10 || E < -74 || M == (1ull << 52)) return 0;  /* out of range, or a power of
+                                                              two (uneven gaps) */
     unsigned __int128 ten_k = 1;
     for (int i = 0; i < k; i++) ten_k *= 10;
-    unsigned __int128 a = (unsigned __int128)m << (-E), b = (unsigned __int128)M * ten_k;
-    if (-E > 63 && (m >> (127 + E)) != 0) return 0;  /* m * 2^-E would overflow */
+    unsigned __int128 a, b, unit = ten_k;
+    if (E > 0) {   /* a timestamp of 2^53 us or more: M * 10^k * 2^E < 2^(53 + 73 + 10) */
+        if (k > 18) return 0;                        /* keeps it below 2^123 */
+        a = m;
+        b = ((unsigned __int128)M * ten_k) << E;
+        unit = ten_k << E;
+    } else {
+        if (-E > 63 && (m >> (127 + E)) != 0) return 0;  /* m * 2^-E would overflow */
+        a = (unsigned __int128)m << (-E);
+        b = (unsigned __int128)M * ten_k;
+    }
     unsigned __int128 gap = a > b ? a - b : b - a;
-    if (gap >= ((unsigned __int128)1 << 126) || 2 * gap >= ten_k) return 0;
+    if (gap >= ((unsigned __int128)1 << 126)) return 0;
+    /* nearer than half a unit in the last place: d; exactly half (a Kineto timestamp
+       ending in .125 or .5, say): d when its mantissa is even, as IEEE rounding ties */
+    if (2 * gap > unit || (2 * gap == unit && (M & 1))) return 0;
     *out = d;
     return 1;
 }
@@ -297,11 +319,12 @@ static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
 
 /* a number at c->p, checked against JSON's grammar: its kind (K_INT without fraction or
    exponent) and, when ``value`` is given, its value. -1 when the text is not a JSON number,
-   or when a value is asked for and it is not certain to match msgspec's (an integer of
-   more than MAX_INT_DIGITS digits, a float out of range). */
+   or when a value is asked for and it is not certain to match msgspec's: an integer of
+   more than MAX_INT_DIGITS digits, or a float neither exact path below can convert
+   (more than 19 significant digits, or an exponent out of their range). */
 static int scan_number(Cursor *c, int *kind, double *value) {
     const unsigned char *s = c->p, *p = s, *end = c->end;
-    int negative = 0, digits = 0, inexact = 0, is_int = 1;
+    int negative = 0, digits = 0, inexact = 0, is_int = 1, huge = 0;
     long exp10 = 0;
     uint64_t mantissa = 0;
     if (p < end && *p == '-') { negative = 1; p++; }
@@ -341,6 +364,7 @@ static int scan_number(Cursor *c, int *kind, double *value) {
         long e = 0;
         while (p < end && *p >= '0' && *p <= '9') {
             if (e < 100000) e = e * 10 + (*p - '0');
+            else huge = 1;   /* the exponent is no longer exact */
             p++;
         }
         exp10 += negative_exp ? -e : e;
@@ -348,6 +372,7 @@ static int scan_number(Cursor *c, int *kind, double *value) {
     c->p = p;
     *kind = is_int ? K_INT : K_FLOAT;
     if (!value) return 0;
+    if (huge) return -1;
     if (is_int) {
         if (inexact || digits > MAX_INT_DIGITS) return -1;
         int64_t v = (int64_t)mantissa;
@@ -369,17 +394,8 @@ static int scan_number(Cursor *c, int *kind, double *value) {
         if (negative) *value = -*value;
         return 0;
     }
-    char local[128];   /* else the C library's correctly rounded conversion */
-    size_t n = (size_t)(p - s);
-    char *text = n < sizeof local ? local : malloc(n + 1);
-    if (!text) return -1;
-    memcpy(text, s, n);
-    text[n] = 0;
-    double v = strtod(text, NULL);
-    if (text != local) free(text);
-    if (!isfinite(v)) return -1;   /* msgspec refuses a number out of range */
-    *value = v;
-    return 0;
+    return -1;   /* neither exact path applies: msgspec reads this batch (no strtod here:
+                    it follows the C locale, and msgspec differs from it at huge exponents) */
 }
 
 static int skip_value(Cursor *c, int depth);
@@ -743,18 +759,18 @@ fail:
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer view;
+    PyObject *data;   /* bytes only: immutable while the scan runs without the GIL */
     Py_ssize_t end = -1;
-    if (!PyArg_ParseTuple(args, "y*|n:scan", &view, &end)) return NULL;
-    if (end > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "end is past the data");
+    if (!PyArg_ParseTuple(args, "S|n:scan", &data, &end)) return NULL;
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    if (end > size || end < -1) {
+        PyErr_SetString(PyExc_ValueError, "end must be -1 or within the data");
         return NULL;
     }
     Columns cols;
     memset(&cols, 0, sizeof cols);
-    const unsigned char *start = (const unsigned char *)view.buf;
-    Cursor c = {start, start + (end < 0 ? view.len : end)};
+    const unsigned char *start = (const unsigned char *)PyBytes_AS_STRING(data);
+    Cursor c = {start, start + (end < 0 ? size : end)};
     int status;
     Py_BEGIN_ALLOW_THREADS
     status = scan_array(&c, &cols, end >= 0);
@@ -769,7 +785,6 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         result = columns_result(&cols);
     }
     columns_free(&cols);
-    PyBuffer_Release(&view);
     return result;
 }
 
