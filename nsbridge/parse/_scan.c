@@ -528,9 +528,10 @@ static Value *event_field(Event *e, const char *key, size_t n) {
     return NULL;
 }
 
-/* an object's members; ``field`` picks the ones kept. The args object of an event is read
-   with args_field when ``args`` is given. */
-static int read_object(Cursor *c, Event *e, int depth, Value *(*field)(Event *, const char *, size_t)) {
+/* an object's members; ``field`` picks the ones kept. An event's "args" object, when
+   ``field`` names it, is read the same way with args_field. */
+static int read_object(Cursor *c, Event *e, int depth,
+                       Value *(*field)(Event *, const char *, size_t)) {
     c->p++; /* the brace */
     skip_ws(c);
     if (c->p < c->end && *c->p == '}') { c->p++; return 0; }

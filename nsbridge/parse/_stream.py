@@ -11,9 +11,9 @@ slower). Why msgspec for the rest: it decodes straight into typed structs, skipp
 field the analysis does not name; orjson builds a dict per event and needs the whole
 document in memory.
 The reader never holds the whole file: it reads BLOCK bytes at a time (through gzip when
-compressed, inflated by a helper thread a block or two ahead of the scan), cuts the ``traceEvents`` array at an event boundary, reads that slice (in
-place for the scanner, as a JSON array for msgspec) and hands the result to
-EventColumns, which keeps arrays only.
+compressed, inflated by a helper thread a block or two ahead of the scan), cuts the
+``traceEvents`` array at an event boundary, reads that slice (in place for the scanner, as
+a JSON array for msgspec) and hands the result to EventColumns, which keeps arrays only.
 
 A plain file of 64 MiB or more is cut into as many byte ranges as there are CPUs (at most
 4) at event boundaries (a ``},{`` followed by a key Kineto writes first), read by forked
@@ -335,7 +335,7 @@ def _receive(connection: Any) -> tuple[Any, bytes]:
 
 def _default_sigterm() -> None:
     """A forked worker ends quietly on SIGTERM: it must not inherit nsbridge's handler,
-    which raises Stopped and prints a traceback from a worker the pool is ending."""
+    which raises Stopped and prints a traceback from a reader the parent is ending."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
