@@ -17,8 +17,8 @@ include nsbridge/make/nsbridge.mk
 profile-triage profile-timeline profile-deep perf-gate: install
 .DEFAULT_GOAL := demo
 
-# setup.py compiles the C trace scanner: a changed scanner reinstalls (rebuilds) it
-$(STAMP): pyproject.toml setup.py nsbridge/parse/_scan.c
+# setup.py compiles the C extensions: a changed one reinstalls (rebuilds) them
+$(STAMP): pyproject.toml setup.py nsbridge/parse/_scan.c nsbridge/model/_nest.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" "$(NVTX_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[dev]"
@@ -53,4 +53,4 @@ bench: install
 	$(BIN)/python bench/gate_quality.py
 
 clean:
-	rm -rf $(VENV) nsbridge-runs .pytest_cache build nsbridge/parse/_scan.*.so
+	rm -rf $(VENV) nsbridge-runs .pytest_cache build nsbridge/parse/_scan.*.so nsbridge/model/_nest.*.so

@@ -10,6 +10,8 @@ Public API (importing nsbridge starts no tool and does not import torch or panda
 - ``nsbridge.diff(base, new)``: two runs compared op by op
 - ``nsbridge.step()``: mark a step in loops without an optimizer
 - ``nsbridge.load_profile(name_or_path)``; errors in ``nsbridge.errors``
+- ``nsbridge.read_ahead(trace)``: start reading a large trace on background threads; a
+  later read of that file (``analyze``) takes over (imports only numpy and msgspec)
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from .errors import NsbridgeError
 
 __version__ = "0.1.0"
 __all__ = ["triage", "timeline", "deep", "analyze", "load", "diff", "step", "load_profile",
-           "RunResult", "NsbridgeError", "__version__"]
+           "read_ahead", "RunResult", "NsbridgeError", "__version__"]
 
 _LAZY = {"triage": "api", "timeline": "api", "deep": "api", "analyze": "api", "load": "api",
-         "diff": "api", "RunResult": "api", "load_profile": "profiles"}
+         "diff": "api", "RunResult": "api", "load_profile": "profiles",
+         "read_ahead": "parse._stream"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,5 +1,5 @@
 """`python -m nsbridge` = the `nsbridge` command."""
 
-from nsbridge.cli import main
+from nsbridge.cli import command
 
-main()
+command()

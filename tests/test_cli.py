@@ -175,6 +175,19 @@ def test_analyze_prints_the_verdict_and_the_run_directory(two_runs: tuple) -> No
     assert report["command"] == "analyze" and report["status"] == "ok"
 
 
+def test_analyze_of_one_file_starts_reading_it_ahead(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """One trace: its read starts before the analysis modules load; several: not."""
+    from nsbridge.parse import _stream
+
+    started: list[str] = []
+    monkeypatch.setattr(_stream, "read_ahead", started.append)
+    assert invoke("-q", "analyze", TRACE, "--out", tmp_path / "one").exit_code == 0
+    assert started == [str(TRACE)]
+    assert invoke("-q", "analyze", TRACE, TRACE, "--out", tmp_path / "two").exit_code == 0
+    assert started == [str(TRACE)]
+
+
 def test_analyze_of_a_missing_file_is_one_paragraph(tmp_path: Path) -> None:
     missing = tmp_path / "nosuch.json.gz"
     result = invoke("analyze", missing, "--out", tmp_path / "run")
@@ -217,3 +230,39 @@ def test_make_targets_prints_make_rules() -> None:
             in result.stdout)
     assert "$(NSBRIDGE_CMD) diff $(call nsbridge_q,$(BASE)) $(call nsbridge_q,$(NEW))" in (
         result.stdout)
+
+
+QUICK_EXIT = """
+import atexit, sys, threading, time
+from pathlib import Path
+out = Path(sys.argv[1])
+atexit.register(lambda: ((out / "atexit").write_text("ran"), print(" then at exit", end="")))
+if sys.argv[2] == "thread":     # a thread still running: Python joins it before exiting
+    threading.Thread(target=lambda: (time.sleep(0.3), (out / "thread").write_text("ran"))).start()
+print("printed before the exit", end="")
+sys.argv = ["nsbridge", *sys.argv[3:]]
+from nsbridge.cli import command
+command()
+"""
+
+
+@pytest.mark.parametrize(("args", "code"), [(["--version"], 0), (["no-such-command"], 2),
+                                            (["analyze", "/no/such/trace.json"], 1)])
+@pytest.mark.parametrize("thread", ["", "thread"])
+def test_the_console_command_exits_as_python_would(tmp_path: Path, args: list[str], code: int,
+                                                   thread: str) -> None:
+    """The console command ends without tearing the interpreter down, yet keeps what a
+    normal exit does: the exit code, exit handlers, unflushed output, and a running thread
+    waited for."""
+    import os
+    import subprocess
+    import sys
+
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run([sys.executable, "-c", QUICK_EXIT, str(tmp_path), thread, *args],
+                          capture_output=True, text=True, timeout=120, env=buffered)
+    assert done.returncode == code, done.stderr
+    assert done.stdout.startswith("printed before the exit")
+    assert done.stdout.endswith(" then at exit")
+    assert (tmp_path / "atexit").read_text() == "ran"
+    assert (tmp_path / "thread").exists() == bool(thread)

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from nsbridge import schema as S
-from nsbridge.model.nesting import build_host_tree, build_tree, clipped_union, merge_intervals
+from nsbridge.model import nesting
+from nsbridge.model.nesting import (build_host_tree, build_tree, clipped_union, merge_intervals,
+                                    sort_intervals)
 
 from builders import events, op
 
@@ -80,8 +82,25 @@ def _reference_parents(codes: np.ndarray, start: np.ndarray, end: np.ndarray,
     return parent
 
 
+def test_the_c_nesting_sweep_is_built() -> None:
+    """`pip install` compiles it (setup.py); without a C compiler the numpy sweep runs, and
+    the "c" cases below would test numpy twice."""
+    assert nesting.native_nesting(), (
+        "nsbridge/model/_nest.c was not built: is a C compiler installed? "
+        "(pip install -e . prints the compiler's error)")
+
+
+@pytest.fixture(params=["c", "numpy"])
+def sweep(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each parent test twice: the C sweep, and the numpy one an install without a C
+    compiler runs."""
+    if request.param == "numpy":
+        monkeypatch.setattr(nesting, "_native_parents", None)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("seed", range(40))
-def test_vectorised_nesting_equals_a_stack_sweep(seed: int) -> None:
+def test_vectorised_nesting_equals_a_stack_sweep(seed: int, sweep: str) -> None:
     """Random interval sets on a few threads, with equal timestamps, zero durations,
     intervals that overlap without nesting and forced top-level rows."""
     rng = np.random.default_rng(seed)
@@ -136,7 +155,7 @@ def _nested_set(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_properly_nested_intervals_equal_a_stack_sweep(seed: int) -> None:
+def test_properly_nested_intervals_equal_a_stack_sweep(seed: int, sweep: str) -> None:
     """Nested sets as real captures have them (ties, zero lengths, touching siblings and,
     for odd seeds, children ending a hair after their parent, as float rounding does)."""
     rng = np.random.default_rng(seed)
@@ -151,6 +170,27 @@ def test_properly_nested_intervals_equal_a_stack_sweep(seed: int) -> None:
     expected = _reference_parents(thread[order], start[order], start[order] + dur[order],
                                   top_level[order])
     assert (tree.parent == expected).all()
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_interval_order_equals_lexsort(seed: int) -> None:
+    """sort_intervals gives lexsort's (thread, start, longest first) order, stable, on
+    nearly sorted and shuffled sets, many equal starts and lengths, thread codes beyond
+    16 bits or negative, and missing times."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 600))
+    threads = [3, 3, 40000, 2][seed % 4]
+    thread = rng.integers(-1 if seed % 7 == 0 else 0, threads, n)
+    start = np.sort(rng.integers(0, 80, n)).astype(np.float64)
+    if seed % 3 == 0:
+        start = rng.permutation(start)
+    elif n:                                       # a few out of order, as traces have
+        swap = rng.integers(0, n, max(n // 50, 1))
+        start[swap] = start[rng.permutation(swap)]
+    dur = rng.choice([0.0, 1.0, 1.0, 2.5, 30.0], n)
+    if seed % 5 == 0 and n:
+        (start if seed % 2 else dur)[rng.integers(0, n, 3)] = np.nan
+    assert np.array_equal(sort_intervals(thread, start, dur), np.lexsort((-dur, start, thread)))
 
 
 def test_covered_within_equals_a_clipped_union_per_window() -> None:

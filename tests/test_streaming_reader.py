@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -83,12 +84,20 @@ def test_gzip_streams_the_same_as_plain(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(read_trace(src).events, read_trace(plain).events)
 
 
+def _forked_readers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parallel reader of an install without the C scanner: forked processes."""
+    monkeypatch.setattr(_stream, "_native_scan", None)
+
+
+@pytest.mark.parametrize("readers", ["threads", "processes"])
 @pytest.mark.parametrize("workers", [2, 3])
 def test_parallel_ranges_give_the_same_frame(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                             workers: int) -> None:
+                                             workers: int, readers: str) -> None:
     plain = tmp_path / "trace.json"
     plain.write_bytes(gzip.open(TORCH_DATA / "h100_bert-small_2025-07.json.gz").read())
     sequential = read_trace(plain, streaming=False).events
+    if readers == "processes":
+        _forked_readers(monkeypatch)
     monkeypatch.setattr(_stream, "PARALLEL_MIN_BYTES", 1)
     monkeypatch.setattr(_stream, "BLOCK", 64 * 1024)
     columns = _stream.EventColumns()
@@ -108,6 +117,7 @@ def test_a_child_reader_that_dies_unanswered_falls_back_to_one_reader(
     plain = tmp_path / "trace.json"
     plain.write_bytes(gzip.open(TORCH_DATA / "h100_bert-small_2025-07.json.gz").read())
     sequential = read_trace(plain, streaming=False).events
+    _forked_readers(monkeypatch)
     monkeypatch.setattr(_stream, "PARALLEL_MIN_BYTES", 1)
     monkeypatch.setattr(_stream, "_child_read", lambda *args: os._exit(9))
     assert _stream._parallel(plain, _stream.EventColumns(), 2) is None
@@ -180,12 +190,12 @@ def test_garbage_after_a_valid_head_fails_in_bounded_memory(
     assert len(seen) < 10                                       # stopped long before its end
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers", [1, 2, 3])
 @pytest.mark.parametrize("where", [0.5, 0.97, 1.0])
 def test_a_corrupt_byte_anywhere_is_named_by_its_offset(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: float, workers: int) -> None:
     """Also in the last MAX_PENDING bytes (the tail of the array) and in a parallel
-    worker's range: the offset is the file's, never a batch's."""
+    reader's range (threads, 4 ranges each): the offset is the file's, never a batch's."""
     data = bytearray(_many_blocks(tmp_path, monkeypatch))
     end = data.index(b'], "schemaVersion"')              # the end of the events array
     at = data.rindex(b'{"', 0, int(end * where))          # an event's opening brace
@@ -227,6 +237,7 @@ def test_parallel_workers_end_quietly_under_nsbridges_sigterm_handler(
 
     plain = tmp_path / "trace.json"
     plain.write_bytes(gzip.open(TORCH_DATA / "h100_bert-small_2025-07.json.gz").read())
+    _forked_readers(monkeypatch)
     monkeypatch.setattr(_stream, "BLOCK", 64 * 1024)
     previous = signal.getsignal(signal.SIGTERM)
     stop_on_sigterm()
@@ -237,6 +248,75 @@ def test_parallel_workers_end_quietly_under_nsbridges_sigterm_handler(
         signal.signal(signal.SIGTERM, previous)
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Stopped" not in err
+
+
+def _big_plain_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Any]:
+    """A real trace as plain JSON, read in parallel in 64 KiB blocks; its frame as the
+    stdlib reader reads it."""
+    plain = tmp_path / "trace.json"
+    plain.write_bytes(gzip.open(TORCH_DATA / "h100_bert-small_2025-07.json.gz").read())
+    monkeypatch.setattr(_stream, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(_stream, "BLOCK", 64 * 1024)
+    return plain, read_trace(plain, streaming=False).events
+
+
+def test_a_read_started_ahead_is_taken_over(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """read_ahead starts the reader threads; read_trace of the same file joins them (no
+    second split) and gives the stdlib reader's frame; read_ahead leaves alone what it
+    cannot speed up, and a file changed since is read afresh."""
+    import nsbridge
+
+    plain, expected = _big_plain_trace(tmp_path, monkeypatch)
+    splits = []
+    split = _stream._split
+    monkeypatch.setattr(_stream, "_split", lambda *a: splits.append(a) or split(*a))
+    nsbridge.read_ahead(plain, workers=2)
+    assert len(splits) == 1 and len(_stream._EARLY) == 1
+    pd.testing.assert_frame_equal(read_trace(plain, workers=2).events, expected)
+    assert len(splits) == 1 and not _stream._EARLY          # taken over, not split again
+
+    gz = tmp_path / "trace.json.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    for path in (gz, tmp_path / "missing.json", TORCH_DATA / "mi250_rocm6.2_2024-12.json.gz"):
+        nsbridge.read_ahead(path, workers=2)
+    nsbridge.read_ahead(plain, workers=1)                    # one reader: nothing to start
+    assert len(splits) == 1 and not _stream._EARLY
+
+    nsbridge.read_ahead(plain, workers=2)
+    data = plain.read_bytes()
+    plain.write_bytes(data.replace(b'"ph": "X"', b'"ph":  "X"', 1))   # edited since
+    assert len(read_trace(plain, workers=2).events) == len(expected)
+    assert len(splits) == 3                                  # read afresh
+    _stream._EARLY.clear()
+
+
+def test_a_failing_reader_thread_falls_back_or_fails_the_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error in any reader thread reaches the caller: a range that does not decode
+    alone (or an I/O error) makes one sequential reader read the file instead; anything
+    else fails the read with it. The other threads stop taking ranges."""
+    plain, expected = _big_plain_trace(tmp_path, monkeypatch)
+    read_range = _stream._read_range_into
+    started = []
+
+    def failing(error: BaseException) -> Any:
+        def read(columns: Any, path: str, begin: int, end: int, last: bool) -> bytes:
+            started.append(begin)
+            if len(started) == 3:
+                raise error
+            return read_range(columns, path, begin, end, last)
+        return read
+
+    monkeypatch.setattr(_stream, "_read_range_into", failing(_stream._SplitError()))
+    assert _stream._parallel(plain, _stream.EventColumns(), 2) is None
+    assert len(started) < 8                                  # 2 threads x 4 ranges
+    started.clear()                                          # fails again: read alone
+    pd.testing.assert_frame_equal(read_trace(plain, workers=2).events, expected)
+    started.clear()
+    monkeypatch.setattr(_stream, "_read_range_into", failing(MemoryError()))
+    with pytest.raises(MemoryError):
+        _stream._parallel(plain, _stream.EventColumns(), 2)
 
 
 def test_gzip_read_ahead_stops_its_thread_on_success_and_failure(
@@ -290,3 +370,38 @@ def test_adopt_takes_over_a_reader_and_refuses_to_mix() -> None:
         busy = EventColumns()
         busy.add_dicts([{"ph": "X", "name": "b", "ts": 1, "dur": 1}])
         busy.adopt(EventColumns())
+
+
+def test_joining_the_batches_gives_their_memory_back(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """finish() hands the heap's free pages back after joining each column (the batches'
+    small arrays, freed, would otherwise stay in the process's RSS to its end), and
+    release_free_memory really does on glibc: freed small arrays leave the RSS."""
+    import ctypes.util
+    import os
+    import sys
+
+    import numpy as np
+
+    from nsbridge.parse import _event_columns
+    from nsbridge.schema import EVENT_COLUMNS
+
+    calls = []
+    monkeypatch.setattr(_event_columns, "release_free_memory", lambda: calls.append(1))
+    read_trace(TORCH_DATA / "h100_bert-small_2025-07.json.gz")
+    assert len(calls) == len(EVENT_COLUMNS)
+    monkeypatch.undo()
+    if not sys.platform.startswith("linux") or "libc.so" not in str(ctypes.util.find_library("c")):
+        pytest.skip("malloc_trim is glibc's")
+
+    def rss_mib() -> float:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    small = [np.ones(8_000) for _ in range(4_000)]    # 64 KB each on the heap: 244 MiB
+    keep = small[::50]                                # a few stay, holding little
+    del small
+    before = rss_mib()
+    _event_columns.release_free_memory()
+    assert rss_mib() < before - 100, (before, rss_mib())
+    assert len(keep) == 80

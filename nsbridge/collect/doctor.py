@@ -91,11 +91,20 @@ def run_checks() -> list[Check]:
 
 
 def _trace_reader_check() -> Check:
-    """Whether the C trace scanner (nsbridge/parse/_scan.c) was compiled at install."""
-    if importlib.util.find_spec("nsbridge.parse._scan") is not None:
-        return Check("OK", "trace reader", "C scanner (msgspec for batches it declines)")
-    return Check("WARN", "trace reader", "msgspec only: the C scanner was not compiled when "
-                 "nsbridge was installed (no C compiler?); large traces read about 3x slower",
+    """Whether the C extensions were compiled at install: the trace scanner
+    (nsbridge/parse/_scan.c) and the nesting sweep (nsbridge/model/_nest.c)."""
+    scanner = importlib.util.find_spec("nsbridge.parse._scan") is not None
+    nesting = importlib.util.find_spec("nsbridge.model._nest") is not None
+    if scanner and nesting:
+        return Check("OK", "trace reader", "C scanner (msgspec for batches it declines) and "
+                     "C nesting sweep")
+    missing = " and ".join(name for name, built in (("the C scanner", scanner),
+                                                      ("the C nesting sweep", nesting))
+                           if not built)
+    return Check("WARN", "trace reader", f"{missing} not compiled when nsbridge was installed "
+                 "(no C compiler?): "
+                 + ("msgspec reads every batch, large traces about 3x slower"
+                    if not scanner else "numpy nests the ops, a little slower"),
                  "install a C compiler (apt install gcc) and reinstall nsbridge "
                  "(pip install --force-reinstall --no-deps nsbridge, or pip install -e . in "
                  "a checkout)")

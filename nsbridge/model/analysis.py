@@ -20,7 +20,7 @@ from .op_groups import op_groups
 from .ops import op_calls, op_table
 from .rules import Facts, recommend
 from .steps import PHASES, drop_partial_steps, main_thread, step_breakdown, step_windows
-from .strings import name_mask, starts_with
+from .strings import name_mask, row_groups, starts_with
 from .syncs import blocking_calls, gpu_idle_after, sync_cost, sync_points
 from .tensor_cores import common_input_types
 from .verdict import decide, qualify
@@ -147,9 +147,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                        else "single-process")
     top_kernel = None
     if len(kernels) and in_window["dur"].sum() > 0:
-        by_name = kernels.groupby("name")["dur"].sum().sort_values(ascending=False)
-        top_kernel = {"name": str(by_name.index[0]),
-                      "share": float(by_name.iloc[0] / in_window["dur"].sum())}
+        top_kernel = _top_kernel(kernels, float(in_window["dur"].sum()))
     facts = Facts(
         has_device=has_device, verdict=verdict["label"],
         data_share=verdict["numbers"]["data_share"], dataloader_kind=loader_kind,
@@ -171,6 +169,21 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                              host_names[ops_in], at_rows(events, tree.rows, S.INPUT_TYPES)[ops_in]),
                          memory=memory_over_window(events, tree, windows, has_device),
                          op_groups=op_groups(events, tree, calls_of_ops, has_device))
+
+
+def _top_kernel(kernels: pd.DataFrame, total_us: float) -> dict[str, Any]:
+    """The kernel name with the most GPU time, and its share of ``total_us``: summed on
+    integer group codes (no string hashed per kernel), then ranked as pandas ranks
+    ``groupby("name").sum()`` (names sorted, then the sums descending)."""
+    names = kernels["name"]
+    if names.isna().any():   # groupby leaves missing names out; row_groups would not
+        by_name = kernels.groupby("name")["dur"].sum()
+    else:
+        groups, firsts = row_groups(names)
+        sums = kernels["dur"].groupby(groups, sort=False).sum().to_numpy()
+        by_name = pd.Series(sums, index=pd.Index(names.to_numpy()[firsts])).sort_index()
+    by_name = by_name.sort_values(ascending=False)
+    return {"name": str(by_name.index[0]), "share": float(by_name.iloc[0] / total_us)}
 
 
 def measured_window(events: pd.DataFrame, tree: Any, window: str,

@@ -29,7 +29,8 @@ import pandas as pd
 
 from .. import schema as S
 from .nesting import HostTree, at_rows
-from .strings import starts_with, value_codes
+from .keys import first_match
+from .strings import name_mask, starts_with, value_codes
 
 EXTERNAL_ID, LAUNCH_CONTAINMENT = "external_id", "launch_containment"
 LAUNCHED_BEFORE_WINDOW, OUTSIDE_OPS = "launched_before_window", "outside_ops"
@@ -60,26 +61,25 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     op_pos = np.full(len(gpu), -1, dtype=np.int64)
     rule = np.full(len(gpu), OUTSIDE_OPS, dtype=object)
 
-    if linking_generation(events) == "new":
-        host_ext = at_rows(events, tree.rows, S.EXT_ID).to_numpy()
-        ext_to_pos = pd.Series(np.arange(len(tree)), index=host_ext)
-        ext_to_pos = ext_to_pos[ext_to_pos.index.notna() & ~ext_to_pos.index.duplicated()]
-        found = gpu[S.EXT_ID].map(ext_to_pos).to_numpy()
-        hit = ~np.isnan(found)
-        op_pos[hit] = found[hit].astype(np.int64)
+    if linking_generation(events) == "new":   # the first op of each External id
+        found = first_match(at_rows(events, tree.rows, S.EXT_ID).to_numpy(np.float64),
+                            gpu[S.EXT_ID].to_numpy(np.float64))
+        hit = found >= 0
+        op_pos[hit] = found[hit]
         rule[hit] = EXTERNAL_ID
 
     launches = events.loc[events[S.CAT].isin(S.LAUNCH_CATS) & events[S.CORRELATION].notna(),
                           [S.NAME, S.PID, S.TID, S.TS, S.CORRELATION]]
-    launches = launches[~launches[S.CORRELATION].duplicated()]
+    # each GPU event's launch call: the first one with its correlation id
+    launch = first_match(launches[S.CORRELATION].to_numpy(np.float64),
+                         gpu[S.CORRELATION].to_numpy(np.float64))
+    has_launch = launch >= 0
     launch_pos = tree.enclosing(launches[S.PID], launches[S.TID], launches[S.TS].to_numpy())
-    corr_to_pos = pd.Series(launch_pos, index=launches[S.CORRELATION].to_numpy())
-    todo = op_pos < 0
-    found = gpu[S.CORRELATION].map(corr_to_pos).to_numpy()
-    hit = todo & ~np.isnan(found) & (np.nan_to_num(found, nan=-1) >= 0)
-    op_pos[hit] = found[hit].astype(np.int64)
+    found = np.where(has_launch, launch_pos[np.maximum(launch, 0)] if len(launches) else -1, -1)
+    hit = (op_pos < 0) & (found >= 0)
+    op_pos[hit] = found[hit]
     rule[hit] = LAUNCH_CONTAINMENT
-    rule[(op_pos < 0) & np.isnan(found)] = LAUNCHED_BEFORE_WINDOW
+    rule[(op_pos < 0) & ~has_launch] = LAUNCHED_BEFORE_WINDOW
 
     not_op = starts_with(at_rows(events, tree.rows, S.NAME),
                          (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
@@ -87,9 +87,8 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     op_pos[in_step_only] = -1  # launched between ops: a step or nsbridge range is not an op
     rule[in_step_only] = OUTSIDE_OPS
 
-    launch_names = pd.Series(launches[S.NAME].to_numpy(),
-                             index=launches[S.CORRELATION].to_numpy())
-    by_graph = gpu[S.CORRELATION].map(launch_names).isin(GRAPH_LAUNCH_CALLS).to_numpy()
+    graph_launch = name_mask(launches[S.NAME], lambda name: name in GRAPH_LAUNCH_CALLS)
+    by_graph = has_launch & graph_launch[np.maximum(launch, 0)] if len(launches) else has_launch
     source = np.full(len(gpu), None, dtype=object)
     if len(tree):
         files = at_rows(events, tree.rows, S.KERNEL_FILE).to_numpy()
@@ -110,4 +109,4 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
         "dur": gpu[S.DUR].to_numpy(), "bytes": gpu[S.BYTES].to_numpy(),
         "op_pos": op_pos, "rule": rule,
         "via": via, "source": source, "launch": gpu[S.LAUNCH].to_numpy(),
-    })
+    }, copy=False)

@@ -155,7 +155,7 @@ def collectives(events: pd.DataFrame, tree: HostTree, gpu: Optional[pd.DataFrame
         "kind": t_kind[pos], "source": np.where(t_form[pos] == 1, BACKEND_RANGES, C10D_OPS),
         "time": time_us, "host": host_us, "time_source": time_source,
         "bytes": [_bytes(d, t) for d, t in zip(events[S.INPUT_DIMS].take(rows_at).to_numpy(),
-                                               events[S.INPUT_TYPES].take(rows_at).to_numpy())]})
+                                               events[S.INPUT_TYPES].take(rows_at).to_numpy())]}, copy=False)
     steps = max(n_steps, 1)
     rows = []
     for (kind, source), group in frame.groupby(["kind", "source"], sort=True):
@@ -200,9 +200,9 @@ def _device_annotations(events: pd.DataFrame, codes: np.ndarray, form_of: np.nda
         return out
     ext = events[S.EXT_ID].to_numpy(np.float64)
     copies = pd.DataFrame({"code": codes[copy], "ext": ext[copy],
-                           "dur": events[S.DUR].to_numpy(np.float64)[copy]}).dropna()
+                           "dur": events[S.DUR].to_numpy(np.float64)[copy]}, copy=False).dropna()
     per_key = copies.groupby(["code", "ext"])["dur"].sum()
-    keys = pd.DataFrame({"code": call_codes, "ext": ext[call_rows]})
+    keys = pd.DataFrame({"code": call_codes, "ext": ext[call_rows]}, copy=False)
     unique = ~keys.duplicated(keep=False) & keys["ext"].notna()  # ambiguous ids match nothing
     index = pd.MultiIndex.from_frame(keys[unique])
     out[unique.to_numpy()] = per_key.reindex(index).to_numpy(np.float64)

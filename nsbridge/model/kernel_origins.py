@@ -42,7 +42,7 @@ def kernel_origins(gpu: pd.DataFrame, op_names: np.ndarray,
     frame = pd.DataFrame({"name": kernels["name"].astype(str).to_numpy(), "op": ops,
                           "source": kernels["source"].fillna("").to_numpy(),
                           "graph": (kernels["via"] == S.CUDA_GRAPH).to_numpy(),
-                          "dur": kernels["dur"].to_numpy(np.float64)})
+                          "dur": kernels["dur"].to_numpy(np.float64)}, copy=False)
     out: dict[str, Any] = {}
     graph = frame[frame["graph"]]
     if len(graph):

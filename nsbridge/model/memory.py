@@ -89,7 +89,7 @@ def _curve_points(ts: np.ndarray, level: np.ndarray, lo: float, hi: float,
         return np.arange(len(ts))
     buckets = np.minimum(((ts - lo) / max(hi - lo, 1e-9) * (MAX_POINTS // 2)).astype(np.int64),
                          MAX_POINTS // 2 - 1)
-    frame = pd.DataFrame({"b": buckets, "v": level, "i": np.arange(len(ts))})
+    frame = pd.DataFrame({"b": buckets, "v": level, "i": np.arange(len(ts))}, copy=False)
     highs = frame.loc[frame.groupby("b")["v"].idxmax(), "i"].to_numpy()
     lows = frame.loc[frame.groupby("b")["v"].idxmin(), "i"].to_numpy()
     return np.unique(np.concatenate([highs, lows, [0, len(ts) - 1, peak]]))

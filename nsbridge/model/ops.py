@@ -97,7 +97,7 @@ def op_calls(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
         "shape": at_rows(events, tree.rows[keep], S.INPUT_DIMS).to_numpy(),
         S.DEVICE_SELF_US: np.bincount(pos, weights=dur, minlength=n)[keep],
         S.DEVICE_TOTAL_US: total[keep], "mem_bytes": _allocations(events, tree)[keep],
-        "mem_net_bytes": _net_memory(events, tree, has_device)[keep]}, index=keep)
+        "mem_net_bytes": _net_memory(events, tree, has_device)[keep]}, index=keep, copy=False)
 
 
 def _allocations(events: pd.DataFrame, tree: HostTree) -> np.ndarray:
@@ -171,7 +171,7 @@ def _gpu_work_by_op(gpu: pd.DataFrame,
             "source": attributed["source"].fillna("").to_numpy()}
     groups, firsts = row_groups(*keys.values())   # integer keys: no string hashed per row
     frame = pd.DataFrame({"dur": attributed["dur"].to_numpy(),
-                          "bytes": attributed["bytes"].to_numpy(np.float64)})
+                          "bytes": attributed["bytes"].to_numpy(np.float64)}, copy=False)
     agg = frame.groupby(groups, sort=False).agg(
         calls=("dur", "size"), device_us=("dur", "sum"), bytes=("bytes", "sum"),
         has_bytes=("bytes", "count")).reset_index(drop=True)
@@ -210,7 +210,7 @@ def per_step_times(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame,
         name, at, value = names, tree.start, tree.self_us
     step = np.searchsorted(edges, at, side="right") - 1
     inside = (step >= 0) & (at < ends[np.maximum(step, 0)])
-    frame = pd.DataFrame({"name": name[inside], "step": step[inside], "us": value[inside]})
+    frame = pd.DataFrame({"name": name[inside], "step": step[inside], "us": value[inside]}, copy=False)
     table = frame.groupby(["name", "step"])["us"].sum().unstack(fill_value=0.0)
     table = table.reindex(columns=range(len(windows)), fill_value=0.0)
     return {str(n): [round(float(v), 3) for v in row] for n, row in zip(table.index,

@@ -425,7 +425,7 @@ def op_summary(ranges: pd.DataFrame, gpu: pd.DataFrame, gpu_op: np.ndarray,
         **{f"copy_bytes_{d.lower()}": per_op(size * (is_copy & (direction == d)))
            for d in _DIRECTIONS},
         "copy_bytes_other": per_op(size * other)},
-        index=pd.Index(names[present], name="op"))
+        index=pd.Index(names[present], name="op"), copy=False)
     has_sync = sync_op >= 0
     sync = pd.Series(np.bincount(sync_op[has_sync], weights=sync_dur[has_sync],
                                  minlength=len(names)), index=pd.Index(names, name="op"),

@@ -15,9 +15,12 @@ compressed, inflated by a helper thread a block or two ahead of the scan), cuts 
 ``traceEvents`` array at an event boundary, reads that slice (in place for the scanner, as
 a JSON array for msgspec) and hands the result to EventColumns, which keeps arrays only.
 
-A plain file of 64 MiB or more is cut into as many byte ranges as there are CPUs (at most
-4) at event boundaries (a ``},{`` followed by a key Kineto writes first), read by forked
-workers and merged in order; any doubt (no boundary found, a range that does not decode
+A plain file of 16 MiB or more is cut into byte ranges at event boundaries (a ``},{``
+followed by a key Kineto writes first) and read in parallel, the ranges' columns put back
+in file order. With the C scanner, which runs without the GIL, threads of this process
+read them, four ranges per thread taken in turn (_ThreadedRead); ``read_ahead`` starts
+them before the analysis modules are imported. Without it, one forked process per CPU (at
+most 4) reads a range each. Any doubt (no boundary found, a range that does not decode
 alone, no fork) falls back to the single reader. The frame is identical either way.
 
 Finding a boundary without scanning every byte in Python: candidates are ``}`` followed by
@@ -34,6 +37,7 @@ row hold no decodable event the reader stops, naming the offset of the first bad
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import multiprocessing
 import os
@@ -56,7 +60,8 @@ except ImportError:   # built without a C compiler: msgspec reads every batch
 
 BLOCK = 2 * 1024 * 1024   # a batch's structs, strings and buffer copies are alive together:
                           # 2 MiB blocks read as fast as 8 MiB and peak 50 MiB lower at 1M events
-PARALLEL_MIN_BYTES = 64 * 1024 * 1024
+PARALLEL_MIN_BYTES = 16 * 1024 * 1024
+RANGES_PER_READER = 4      # byte ranges per reader thread: a thread that started early takes more
 _SPLIT_WINDOW = 4 * 1024 * 1024
 MAX_PENDING = 4 * BLOCK   # bytes without a decodable event before the file is called corrupt
 # an event boundary followed by a key Kineto writes first: not plausible inside a string
@@ -181,7 +186,7 @@ def stream_events(path: Path, gzipped: bool, columns: EventColumns,
         NotATrace: no ``"traceEvents": [`` in the file.
         msgspec.DecodeError, OSError, EOFError: malformed JSON or a broken gzip stream.
     """
-    workers = workers or min(os.cpu_count() or 1, 4)
+    workers = _workers(workers)
     if not gzipped and workers > 1 and path.stat().st_size >= PARALLEL_MIN_BYTES:
         result = _parallel(path, columns, workers)
         if result is not None:
@@ -239,27 +244,17 @@ def _metadata(header: bytes, tail: bytes) -> dict[str, Any]:
 
 def _parallel(path: Path, columns: EventColumns, workers: int) -> Optional[dict[str, Any]]:
     """Read byte ranges of the events array in parallel; None when no safe split is found
-    or a range does not decode on its own (the caller then reads the file sequentially)."""
-    size = path.stat().st_size
-    with path.open("rb") as fh:
-        head = fh.read(min(size, BLOCK * 4))
-    match = _KEY.search(head)
-    if match is None:
+    or a range does not decode on its own (the caller then reads the file sequentially).
+    With the C scanner, threads of this process read them (_ThreadedRead; one started by
+    read_ahead for this file takes over); without it, forked processes do."""
+    if _native_scan is not None:
+        reads = _EARLY.pop(_file_key(path), None) or _ThreadedRead.start(
+            path, threads=workers - 1, pieces=workers * RANGES_PER_READER)
+        return None if reads is None else reads.finish(columns)
+    split = _split(path, workers)
+    if split is None:
         return None
-    header = head[:match.start()].rstrip().rstrip(b",").removeprefix(b"\xef\xbb\xbf")
-    start = match.end()
-    begins, ends = [start], []
-    with path.open("rb") as fh:
-        for k in range(1, workers):
-            target = start + (size - start) * k // workers
-            fh.seek(target)
-            found = _SPLIT.search(fh.read(_SPLIT_WINDOW))
-            if found is None or target + found.start() <= begins[-1]:
-                return None
-            ends.append(target + found.start() + 1)    # just after the closing brace
-            begins.append(target + found.end())        # the next event's opening brace
-    ends.append(size)
-    ranges = [(b, e, i == len(begins) - 1) for i, (b, e) in enumerate(zip(begins, ends))]
+    header, ranges = split
     children: list[tuple[Any, Any]] = []
     try:
         context = multiprocessing.get_context("fork")
@@ -269,7 +264,7 @@ def _parallel(path: Path, columns: EventColumns, workers: int) -> Optional[dict[
         parts = [_receive(c) for _, c in children]
     except CorruptTrace:
         raise
-    except (msgspec.DecodeError, _SplitError, AssertionError, OSError):
+    except _FALLBACK_ERRORS:
         return None  # a bad split, or no child processes here (daemon, fork refused)
     finally:
         for process, connection in children:
@@ -283,6 +278,149 @@ def _parallel(path: Path, columns: EventColumns, workers: int) -> Optional[dict[
         columns.merge(exported)
         tail = part_tail or tail
     return _metadata(header, tail)
+
+
+def _split(path: Path, pieces: int) -> Optional[tuple[bytes, list[tuple[int, int, bool]]]]:
+    """(the header before the events array, ``pieces`` byte ranges (begin, end, last) of
+    the array cut at event boundaries), or None when no safe cut is found."""
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        head = fh.read(min(size, BLOCK * 4))
+        match = _KEY.search(head)
+        if match is None:
+            return None
+        header = head[:match.start()].rstrip().rstrip(b",").removeprefix(b"\xef\xbb\xbf")
+        start = match.end()
+        begins, ends = [start], []
+        for k in range(1, pieces):
+            target = start + (size - start) * k // pieces
+            found = _boundary_after(fh, target)
+            if found is None or target + found[0] <= begins[-1]:
+                return None
+            ends.append(target + found[0] + 1)    # just after the closing brace
+            begins.append(target + found[1])      # the next event's opening brace
+    ends.append(size)
+    return header, [(b, e, i == len(begins) - 1) for i, (b, e) in enumerate(zip(begins, ends))]
+
+
+def _boundary_after(fh: BinaryIO, at: int) -> Optional[tuple[int, int]]:
+    """(start, end) of the first _SPLIT boundary within _SPLIT_WINDOW bytes after ``at``,
+    relative to ``at``: a short look first, as one is nearly always close."""
+    for window in (min(64 * 1024, _SPLIT_WINDOW), _SPLIT_WINDOW):
+        fh.seek(at)
+        found = _SPLIT.search(fh.read(window))
+        if found is not None:
+            return found.start(), found.end()
+    return None
+
+
+def _file_key(path: Path) -> tuple[str, int, int]:
+    """A file as read_ahead remembers it: an edit or a replacement changes the key."""
+    stat = path.stat()
+    return str(path.resolve()), stat.st_size, stat.st_mtime_ns
+
+
+class _ThreadedRead:
+    """A plain trace's byte ranges read by threads of this process: the C scanner runs
+    without the GIL, so the scans use every core with no copy of the columns between
+    processes, and a read can start before the analysis modules are imported
+    (read_ahead). Each thread takes the next unread range until none is left (a thread
+    that started earlier takes more) and keeps one EventColumns, so each distinct string
+    is converted once per thread; the ranges' batches are put in file order at the end."""
+
+    def __init__(self, path: Path, header: bytes, ranges: list[tuple[int, int, bool]]) -> None:
+        self.path, self.header, self.ranges = path, header, ranges
+        self._next = itertools.count()     # next() on it is atomic: the ranges' dispenser
+        # per range: (the columns that hold it, its first and last+1 batch, its tail)
+        self._read: list[Optional[tuple[EventColumns, int, int, bytes]]] = [None] * len(ranges)
+        self._errors: list[tuple[int, BaseException]] = []
+        self._threads: list[threading.Thread] = []
+
+    @classmethod
+    def start(cls, path: Path, threads: int, pieces: int) -> Optional["_ThreadedRead"]:
+        """Split the file and start ``threads`` reader threads; None: no safe split."""
+        split = _split(path, max(pieces, 2))
+        if split is None:
+            return None
+        reads = cls(path, *split)
+        for _ in range(threads):
+            thread = threading.Thread(target=reads._work, daemon=True, name="nsbridge-reader")
+            thread.start()
+            reads._threads.append(thread)
+        return reads
+
+    def _work(self) -> None:
+        columns = EventColumns()
+        k = -1
+        try:
+            while not self._errors:
+                k = next(self._next)
+                if k >= len(self.ranges):
+                    return
+                first = columns.batches
+                tail = _read_range_into(columns, str(self.path), *self.ranges[k])
+                self._read[k] = (columns, first, columns.batches, tail)
+        except BaseException as exc:   # raised in the caller's thread by finish()
+            self._errors.append((k, exc))
+
+    def finish(self, columns: EventColumns) -> Optional[dict[str, Any]]:
+        """Read along until no range is left, then fill ``columns`` in file order and
+        return the trace's other keys; None when a range did not decode on its own (the
+        caller reads the file sequentially).
+
+        Raises:
+            CorruptTrace: a damaged byte, named by its offset in the file.
+        """
+        self._work()
+        for thread in self._threads:
+            thread.join()
+        if self._errors:
+            _, first_error = min(self._errors, key=lambda error: error[0])
+            if not isinstance(first_error, CorruptTrace) and isinstance(first_error,
+                                                                        _FALLBACK_ERRORS):
+                return None
+            raise first_error
+        mappings: dict[int, Optional[np.ndarray]] = {}
+        for part, first, last, _ in self._read:   # type: ignore[misc]
+            if id(part) not in mappings:
+                mappings[id(part)] = columns.codes_for(part)
+                columns.skipped.update(part.skipped)
+            columns.append_batches(part, first, last, mappings[id(part)])
+        return _metadata(self.header, self._read[-1][3])   # type: ignore[index]
+
+
+_EARLY: dict[tuple[str, int, int], _ThreadedRead] = {}
+
+
+def read_ahead(path: Union[str, Path], workers: Optional[int] = None) -> None:
+    """Start reading a large plain trace on background threads now; a later read of the
+    same, unchanged file (``read_trace``, ``nsbridge.analyze``) takes over and reads
+    along. ``nsbridge analyze FILE`` calls it before importing the analysis, whose
+    imports hold one core for about 0.3 s while the scans, which release the GIL, run on
+    the other. Does nothing where the threaded reader would not run (no C scanner, a
+    gzipped or small file, not a trace) or the file cannot be read now."""
+    path = Path(path)
+    try:
+        key = _file_key(path)
+        if _native_scan is None or key in _EARLY or key[1] < PARALLEL_MIN_BYTES:
+            return
+        with path.open("rb") as fh:
+            if fh.read(2) == b"\x1f\x8b":   # gzip: read sequentially, inflated ahead
+                return
+        workers = _workers(workers)
+        if workers < 2:
+            return
+        reads = _ThreadedRead.start(path, threads=workers - 1,
+                                    pieces=workers * RANGES_PER_READER)
+    except OSError:
+        return
+    if reads is not None:
+        _EARLY[key] = reads
+
+
+def _workers(workers: Optional[int]) -> int:
+    """Readers of a large plain file: the CPU count (at most 4) unless given."""
+    return workers or min(os.cpu_count() or 1, 4)
 
 
 def _start_child(context: Any, path: str, byte_range: tuple[int, int, bool]) -> tuple[Any, Any]:
@@ -371,6 +509,10 @@ def _read_range_into(columns: EventColumns, path: str, begin: int, end: int,
 
 class _SplitError(Exception):
     """A worker's byte range did not decode on its own."""
+
+
+# a parallel read that fails with these is retried by one sequential reader
+_FALLBACK_ERRORS = (msgspec.DecodeError, _SplitError, AssertionError, OSError)
 
 
 class _ReadAhead:

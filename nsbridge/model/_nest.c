@@ -1,0 +1,72 @@
+/* Interval nesting in one pass, for nsbridge.model.nesting: the stack sweep that
+ * nesting._parents vectorises with numpy (several passes over the arrays), done in C in
+ * one. Optional: without a C compiler nsbridge uses the numpy version, which gives the
+ * same parents (tests/test_model_nesting.py holds both to a plain stack sweep).
+ *
+ * parents(codes, start, end, top_level, out): the intervals sorted by (thread code,
+ * start, longest first); out[k] = the latest earlier interval of k's thread still open
+ * at k's start (end > start), -1 for none or where top_level[k]. Buffers: int64, float64,
+ * float64, bool (1 byte), int64 (written), all of one length, C-contiguous; times without
+ * NaN (the caller checks). Runs without the GIL. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+static int sweep(const int64_t *codes, const double *start, const double *end,
+                 const unsigned char *top_level, int64_t *out, Py_ssize_t n) {
+    int64_t *stack = malloc((size_t)(n > 0 ? n : 1) * sizeof *stack);
+    if (!stack) return -1;
+    Py_ssize_t depth = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (k == 0 || codes[k] != codes[k - 1]) depth = 0;   /* a new thread */
+        while (depth > 0 && end[stack[depth - 1]] <= start[k]) depth--;
+        out[k] = (depth > 0 && !top_level[k]) ? stack[depth - 1] : -1;
+        stack[depth++] = k;
+    }
+    free(stack);
+    return 0;
+}
+
+static int length_is(Py_buffer *view, Py_ssize_t n, Py_ssize_t item) {
+    if (view->len != n * item) {
+        PyErr_SetString(PyExc_ValueError, "parents: buffers of different lengths");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *parents(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer codes, start, end, top, out;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*:parents", &codes, &start, &end, &top, &out))
+        return NULL;
+    Py_ssize_t n = codes.len / 8;
+    int status = -2;
+    if (length_is(&codes, n, 8) && length_is(&start, n, 8) && length_is(&end, n, 8) &&
+        length_is(&top, n, 1) && length_is(&out, n, 8)) {
+        Py_BEGIN_ALLOW_THREADS
+        status = sweep(codes.buf, start.buf, end.buf, top.buf, out.buf, n);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&codes);
+    PyBuffer_Release(&start);
+    PyBuffer_Release(&end);
+    PyBuffer_Release(&top);
+    PyBuffer_Release(&out);
+    if (status == -1) return PyErr_NoMemory();
+    if (status == -2) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"parents", parents, METH_VARARGS,
+     "parents(codes, start, end, top_level, out): each interval's parent (see the module)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_nest",
+                                    "Interval nesting in one pass (see _nest.c).", -1,
+                                    methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__nest(void) { return PyModule_Create(&module); }
