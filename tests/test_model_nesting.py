@@ -92,10 +92,11 @@ def test_the_c_nesting_sweep_is_built() -> None:
 
 @pytest.fixture(params=["c", "numpy"])
 def sweep(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each parent test twice: the C sweep, and the numpy one an install without a C
-    compiler runs."""
+    """Each nesting test twice: the C sweep and search, and the numpy versions an install
+    without a C compiler runs."""
     if request.param == "numpy":
         monkeypatch.setattr(nesting, "_native_parents", None)
+        monkeypatch.setattr(nesting, "_native_enclosing", None)
     return str(request.param)
 
 
@@ -230,7 +231,38 @@ def test_longest_gaps_equal_a_full_sort(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_a_tree_of_the_intervals_holding_points_answers_as_the_full_tree(seed: int) -> None:
+def test_innermost_interval_equals_a_plain_search(seed: int, sweep: str) -> None:
+    """enclosing_codes on random sets (overlapping without nesting too, ties, zero
+    lengths), at points on interval edges, between them and on threads the tree lacks:
+    a plain loop's answer (the last interval of the thread starting at or before the
+    point, then up the parents while that one ended before it)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 200))
+    thread = rng.integers(0, 3, n)
+    start = rng.integers(0, 60, n).astype(np.float64)
+    dur = rng.choice([0.0, 1.0, 2.0, 5.0, 20.0, 70.0], n)
+    tree = build_tree(thread, ["a", "b", "c", "d"], start, dur, rng.random(n) < 0.05)
+    m = int(rng.integers(0, 100))
+    codes = rng.integers(-1, 4, m)                         # -1 and 3: no intervals
+    times = np.concatenate([start, start + dur, rng.integers(-5, 140, n)]).astype(
+        np.float64)[rng.integers(0, 3 * n, m)] if n else rng.integers(-5, 140, m) * 1.0
+    expected = []
+    for code, t in zip(codes, times):
+        j = -1
+        if 0 <= code < 4:
+            lo, hi = tree.bounds[code]
+            for k in range(lo, hi):
+                if tree.start[k] <= t:
+                    j = k
+            while j >= 0 and tree.end[j] < t:
+                j = int(tree.parent[j])
+        expected.append(j)
+    assert tree.enclosing_codes(codes, times).tolist() == expected
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_tree_of_the_intervals_holding_points_answers_as_the_full_tree(seed: int,
+                                                                         sweep: str) -> None:
     """build_tree(points=...) keeps only intervals holding a point of their thread; every
     innermost-interval and nearest-wanted-ancestor answer at those points is the full
     tree's, on nested sets with ties, zero lengths and points on interval edges."""

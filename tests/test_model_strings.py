@@ -6,6 +6,7 @@ import random
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from nsbridge.model.strings import (factorize, name_mask, per_value, row_groups,
                                     starts_with, thread_codes, value_codes)
@@ -106,3 +107,18 @@ def test_per_value_converts_each_distinct_value_once() -> None:
                     lambda v: seen.append(v) or f"<{v}>")
     assert out.tolist() == ["<x>", "<y>", "<x>", "<nan>", "<x>"]
     assert seen[:2] == ["x", "y"] and len(seen) == 3
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_is_in_equals_pandas_isin(seed: int) -> None:
+    """is_in, tested per category, against pandas' isin row by row: Categoricals with
+    unused and missing values, and plain object columns."""
+    from nsbridge.model.strings import is_in
+
+    rng = np.random.default_rng(seed)
+    pool = np.array(["kernel", "cpu_op", "cuda_runtime", "gpu_memcpy", None], dtype=object)
+    values = pd.Series(pool[rng.integers(0, len(pool), int(rng.integers(0, 200)))])
+    wanted = {"kernel", "gpu_memcpy", "not there"}
+    for column in (values, values.astype("category"),
+                   values.astype(pd.CategoricalDtype(["zzz", *pool[:4]]))):
+        assert np.array_equal(is_in(column, wanted), column.isin(wanted).to_numpy())

@@ -42,6 +42,10 @@ def test_a_cpu_capture_shows_no_gpu_numbers_and_keeps_no_raw_stream(cnn_run: Pat
     for text in shown:
         assert "no GPU activity traced" in text
         assert "kernel ms" not in text and "nsys kernel" not in text
+        # report.html's op table by input shape lists every shape of every op: three calls
+        # of a tiny CPU op (aten::resize_) can total 0.000 ms there, measured, not a GPU cell
+        text = re.sub(r"<div class='toggled' data-toggle='op-table-by-shape'.*?</table>", "",
+                      text, flags=re.S)
         assert not re.search(r"(?<![\d.])0\.000(?![\d])", text)   # no zero cell (20.000 is fine)
     assert not list(cnn_run.glob("*.qdstrm"))
 

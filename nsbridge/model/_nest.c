@@ -1,7 +1,9 @@
-/* Interval nesting in one pass, for nsbridge.model.nesting: the stack sweep that
- * nesting._parents vectorises with numpy (several passes over the arrays), done in C in
- * one. Optional: without a C compiler nsbridge uses the numpy version, which gives the
- * same parents (tests/test_model_nesting.py holds both to a plain stack sweep).
+/* Interval nesting for nsbridge.model.nesting, in C: the stack sweep that
+ * nesting._parents vectorises with numpy (several passes over the arrays) in one pass,
+ * and the innermost interval around each point (HostTree.enclosing_codes: a binary
+ * search and a climb per point). Optional: without a C compiler nsbridge uses the numpy
+ * versions, which give the same answers (tests/test_model_nesting.py holds both to plain
+ * Python loops).
  *
  * parents(codes, start, end, top_level, out): the intervals sorted by (thread code,
  * start, longest first); out[k] = the latest earlier interval of k's thread still open
@@ -26,6 +28,31 @@ static int sweep(const int64_t *codes, const double *start, const double *end,
     }
     free(stack);
     return 0;
+}
+
+/* For each point (thread code, time): the innermost interval of that thread holding it,
+ * as nesting.HostTree.enclosing_codes finds it: the last interval of the thread starting
+ * at or before the time (a binary search in its sorted starts), then up the parents while
+ * that one ended before the time. -1: none, or a code outside the tree. */
+static void innermost(const int64_t *codes, const double *times, Py_ssize_t m,
+                      const double *start, const double *end, const int64_t *parent,
+                      const int64_t *bounds, Py_ssize_t threads, int64_t *out) {
+    for (Py_ssize_t i = 0; i < m; i++) {
+        int64_t code = codes[i];
+        int64_t j = -1;
+        if (code >= 0 && code < threads) {
+            int64_t lo = bounds[2 * code], a = lo, b = bounds[2 * code + 1];
+            double t = times[i];
+            while (a < b) {                 /* the first start after t */
+                int64_t mid = a + (b - a) / 2;
+                if (start[mid] <= t) a = mid + 1;
+                else b = mid;
+            }
+            j = a - 1 >= lo ? a - 1 : -1;
+            while (j >= 0 && end[j] < t) j = parent[j];
+        }
+        out[i] = j;
+    }
 }
 
 static int length_is(Py_buffer *view, Py_ssize_t n, Py_ssize_t item) {
@@ -59,9 +86,39 @@ static PyObject *parents(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *enclosing(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer codes, times, start, end, parent, bounds, out;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*:enclosing", &codes, &times, &start, &end,
+                          &parent, &bounds, &out))
+        return NULL;
+    Py_ssize_t m = codes.len / 8, n = start.len / 8, threads = bounds.len / 16;
+    int ok = length_is(&codes, m, 8) && length_is(&times, m, 8) && length_is(&out, m, 8) &&
+             length_is(&start, n, 8) && length_is(&end, n, 8) && length_is(&parent, n, 8) &&
+             length_is(&bounds, threads, 16);
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        innermost(codes.buf, times.buf, m, start.buf, end.buf, parent.buf, bounds.buf, threads,
+                  out.buf);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&codes);
+    PyBuffer_Release(&times);
+    PyBuffer_Release(&start);
+    PyBuffer_Release(&end);
+    PyBuffer_Release(&parent);
+    PyBuffer_Release(&bounds);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"parents", parents, METH_VARARGS,
      "parents(codes, start, end, top_level, out): each interval's parent (see the module)."},
+    {"enclosing", enclosing, METH_VARARGS,
+     "enclosing(codes, times, start, end, parent, bounds, out): each point's innermost "
+     "interval (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

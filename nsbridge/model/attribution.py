@@ -30,7 +30,7 @@ import pandas as pd
 from .. import schema as S
 from .nesting import HostTree, at_rows
 from .keys import first_match
-from .strings import name_mask, starts_with, value_codes
+from .strings import is_in, name_mask, starts_with, value_codes
 
 EXTERNAL_ID, LAUNCH_CONTAINMENT = "external_id", "launch_containment"
 LAUNCHED_BEFORE_WINDOW, OUTSIDE_OPS = "launched_before_window", "outside_ops"
@@ -39,7 +39,7 @@ GRAPH_LAUNCH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
 
 def linking_generation(events: pd.DataFrame) -> str:
     """'new' when GPU events carry their op's External id, 'old' when it copies correlation."""
-    gpu = events.loc[events[S.CAT].isin(S.GPU_CATS), [S.EXT_ID, S.CORRELATION]]
+    gpu = events.loc[is_in(events[S.CAT], S.GPU_CATS), [S.EXT_ID, S.CORRELATION]]
     both = gpu[gpu[S.EXT_ID].notna() & gpu[S.CORRELATION].notna()]
     if both.empty:
         return "old"
@@ -55,7 +55,7 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     launching op's generated kernel file, or None), launch (the kernel's grid, block,
     registers and shared memory as the trace gives them, or None).
     """
-    gpu = events.loc[events[S.CAT].isin(S.GPU_CATS),
+    gpu = events.loc[is_in(events[S.CAT], S.GPU_CATS),
                      [S.CAT, S.NAME, S.PID, S.TID, S.TS, S.DUR, S.EXT_ID, S.CORRELATION,
                       S.BYTES, S.DEVICE, S.LAUNCH]]
     op_pos = np.full(len(gpu), -1, dtype=np.int64)
@@ -68,7 +68,8 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
         op_pos[hit] = found[hit]
         rule[hit] = EXTERNAL_ID
 
-    launches = events.loc[events[S.CAT].isin(S.LAUNCH_CATS) & events[S.CORRELATION].notna(),
+    launches = events.loc[is_in(events[S.CAT], S.LAUNCH_CATS)
+                          & events[S.CORRELATION].notna().to_numpy(),
                           [S.NAME, S.PID, S.TID, S.TS, S.CORRELATION]]
     # each GPU event's launch call: the first one with its correlation id
     launch = first_match(launches[S.CORRELATION].to_numpy(np.float64),

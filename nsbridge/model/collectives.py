@@ -36,7 +36,7 @@ import pandas as pd
 
 from .. import schema as S
 from .nesting import HostTree, clipped_union, covered_within, merge_intervals
-from .strings import name_mask, value_codes
+from .strings import is_in, name_mask, value_codes
 
 _BACKENDS = "nccl|gloo|mpi|ucc|xccl"
 _BACKEND = re.compile(rf"^(?:{_BACKENDS}):(?P<op>\S+)")
@@ -247,7 +247,7 @@ def time_per_step(events: pd.DataFrame, windows: pd.DataFrame) -> list[float]:
     step. Device copies of the ranges (``gpu_user_annotation``) are not host time."""
     codes, uniques = value_codes(events[S.NAME])
     is_comm = np.array([bool(COMMUNICATION_OP.match(str(u))) for u in uniques] + [False])
-    hit = is_comm[codes] & events[S.CAT].isin(S.HOST_OP_CATS).to_numpy()
+    hit = is_comm[codes] & is_in(events[S.CAT], S.HOST_OP_CATS)
     start = events[S.TS].to_numpy(np.float64)[hit]
     end = start + events[S.DUR].to_numpy(np.float64)[hit]
     return [round(clipped_union(start, end, lo, hi), 3) if len(start) else 0.0

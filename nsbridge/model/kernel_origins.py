@@ -17,7 +17,7 @@ import pandas as pd
 
 from .. import schema as S
 from .attribution import GRAPH_LAUNCH_CALLS
-from .strings import starts_with
+from .strings import is_in, starts_with
 
 TOP = 10
 
@@ -70,6 +70,6 @@ def kernel_origins(gpu: pd.DataFrame, op_names: np.ndarray,
 
 def graph_launch_calls(events: pd.DataFrame, lo: float, hi: float) -> int:
     """Graph launch calls (cudaGraphLaunch and kin) that start in [lo, hi)."""
-    calls = events.loc[events[S.CAT].isin(S.LAUNCH_CATS), [S.NAME, S.TS]]
+    calls = events.loc[is_in(events[S.CAT], S.LAUNCH_CATS), [S.NAME, S.TS]]
     ts = calls[S.TS].to_numpy(np.float64)
-    return int((calls[S.NAME].isin(GRAPH_LAUNCH_CALLS).to_numpy() & (ts >= lo) & (ts < hi)).sum())
+    return int((is_in(calls[S.NAME], GRAPH_LAUNCH_CALLS) & (ts >= lo) & (ts < hi)).sum())

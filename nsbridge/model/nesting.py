@@ -17,12 +17,13 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .strings import starts_with, thread_codes
+from .strings import is_in, starts_with, thread_codes
 
 try:
+    from ._nest import enclosing as _native_enclosing
     from ._nest import parents as _native_parents
-except ImportError:   # built without a C compiler: the numpy sweep below, same parents
-    _native_parents = None   # type: ignore[assignment]
+except ImportError:   # built without a C compiler: the numpy versions below, same answers
+    _native_enclosing = _native_parents = None   # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,18 @@ class HostTree:
         return self.enclosing_codes(codes, ts)
 
     def enclosing_codes(self, codes: np.ndarray, ts: np.ndarray) -> np.ndarray:
-        """Like ``enclosing`` with the points' threads given as this tree's thread codes."""
+        """Like ``enclosing`` with the points' threads given as this tree's thread codes.
+        The C version answers per point; NaN times (never from the trace reader) take
+        the numpy one."""
         ts = np.asarray(ts, dtype=np.float64)
+        if _native_enclosing is not None and not np.isnan(ts).any():
+            out = np.empty(len(ts), dtype=np.int64)
+            _native_enclosing(np.ascontiguousarray(codes, dtype=np.int64),
+                              np.ascontiguousarray(ts), np.ascontiguousarray(self.start),
+                              np.ascontiguousarray(self.end),
+                              np.ascontiguousarray(self.parent, dtype=np.int64),
+                              np.ascontiguousarray(self.bounds, dtype=np.int64), out)
+            return out
         out = np.full(len(ts), -1, dtype=np.int64)
         for code in np.unique(codes[codes >= 0]):
             sel = np.nonzero(codes == code)[0]
@@ -115,7 +126,7 @@ def build_host_tree(events: pd.DataFrame, cats: tuple[str, ...] = S.HOST_OP_CATS
 
     ``rows`` of the result are row labels of ``events``.
     """
-    host = events.loc[events[S.CAT].isin(cats) & (events[S.PH] == "X"),
+    host = events.loc[is_in(events[S.CAT], cats) & (events[S.PH] == "X").to_numpy(),
                       [S.PID, S.TID, S.TS, S.DUR, S.NAME]]
     codes, keys = thread_codes(host[S.PID], host[S.TID])
     tree = build_tree(codes, keys, host[S.TS].to_numpy(np.float64),

@@ -12,20 +12,28 @@ strings) and only one row per group is hashed as a string.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import numpy as np
 import pandas as pd
 
 
 def name_mask(values: Any, predicate: Callable[[str], Any]) -> np.ndarray:
-    """Boolean array: ``predicate(value)`` for each entry (False for missing values)."""
-    codes, uniques = factorize(values)
+    """Boolean array: ``predicate(value)`` for each entry (False for missing values). A
+    Categorical's predicate runs over its categories, read through its own codes."""
+    codes, uniques = value_codes(values)
     hits = np.fromiter((bool(predicate(str(u))) for u in uniques), dtype=bool,
                        count=len(uniques))
     if not len(hits):
         return np.zeros(len(codes), dtype=bool)
     return np.where(codes >= 0, hits[codes], False)
+
+
+def is_in(values: Any, wanted: Collection[str]) -> np.ndarray:
+    """``values.isin(wanted)`` as a boolean array, tested once per distinct value (a
+    Categorical's categories): pandas' isin maps each row to the wanted codes."""
+    wanted = frozenset(wanted)
+    return name_mask(values, wanted.__contains__)
 
 
 def factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:

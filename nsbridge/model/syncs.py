@@ -31,7 +31,7 @@ import pandas as pd
 from .. import schema as S
 from .nesting import HostTree, at_rows
 from .python_lines import python_lines
-from .strings import name_mask
+from .strings import is_in, name_mask
 
 BLOCKING_CALL = re.compile(
     r"^(cuda|hip)(Stream|Device|Event)Synchronize|^cu(Stream|Ctx|Event)Synchronize"
@@ -70,7 +70,7 @@ def blocking_calls(events: pd.DataFrame, tree: HostTree, lo: float, hi: float) -
     range named the line).
     """
     in_window = ((events[S.TS] >= lo) & (events[S.TS] < hi)).to_numpy()
-    calls = events.loc[events[S.CAT].isin(S.LAUNCH_CATS).to_numpy() & in_window
+    calls = events.loc[is_in(events[S.CAT], S.LAUNCH_CATS) & in_window
                        & name_mask(events[S.NAME], BLOCKING_CALL.match),
                        [S.NAME, S.PID, S.TID, S.TS, S.DUR]]
     columns = ["start", "end", "call", "kind", "op", "file", "line", "device", "site"]
