@@ -30,7 +30,7 @@ import pandas as pd
 from .. import schema as S
 from .nesting import HostTree, at_rows
 from .keys import first_match
-from .strings import is_in, name_mask, starts_with, value_codes
+from .strings import is_in, starts_with, value_codes
 
 EXTERNAL_ID, LAUNCH_CONTAINMENT = "external_id", "launch_containment"
 LAUNCHED_BEFORE_WINDOW, OUTSIDE_OPS = "launched_before_window", "outside_ops"
@@ -88,7 +88,7 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     op_pos[in_step_only] = -1  # launched between ops: a step or nsbridge range is not an op
     rule[in_step_only] = OUTSIDE_OPS
 
-    graph_launch = name_mask(launches[S.NAME], lambda name: name in GRAPH_LAUNCH_CALLS)
+    graph_launch = is_in(launches[S.NAME], GRAPH_LAUNCH_CALLS)
     by_graph = has_launch & graph_launch[np.maximum(launch, 0)] if len(launches) else has_launch
     source = np.full(len(gpu), None, dtype=object)
     if len(tree):

@@ -155,7 +155,8 @@ def collectives(events: pd.DataFrame, tree: HostTree, gpu: Optional[pd.DataFrame
         "kind": t_kind[pos], "source": np.where(t_form[pos] == 1, BACKEND_RANGES, C10D_OPS),
         "time": time_us, "host": host_us, "time_source": time_source,
         "bytes": [_bytes(d, t) for d, t in zip(events[S.INPUT_DIMS].take(rows_at).to_numpy(),
-                                               events[S.INPUT_TYPES].take(rows_at).to_numpy())]}, copy=False)
+                                               events[S.INPUT_TYPES].take(rows_at).to_numpy())]},
+        copy=False)
     steps = max(n_steps, 1)
     rows = []
     for (kind, source), group in frame.groupby(["kind", "source"], sort=True):

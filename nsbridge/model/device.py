@@ -111,7 +111,8 @@ def gpu_work(gpu: pd.DataFrame, op_names: np.ndarray) -> list[dict[str, Any]]:
     groups, firsts = row_groups(*keys.values())   # integer keys: no string hashed per row
     frame = pd.DataFrame({"dur": gpu["dur"].to_numpy(np.float64),
                           "bytes": gpu["bytes"].to_numpy(np.float64),
-                          "launch": pd.Series(gpu["launch"].to_numpy(), dtype=object)}, copy=False)
+                          "launch": pd.Series(gpu["launch"].to_numpy(), dtype=object)},
+                         copy=False)
     agg = frame.groupby(groups, sort=False).agg(
         calls=("dur", "size"), device_us=("dur", "sum"), bytes=("bytes", "sum"),
         has_bytes=("bytes", "count"), launch=("launch", "first"),

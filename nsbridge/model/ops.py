@@ -210,7 +210,8 @@ def per_step_times(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame,
         name, at, value = names, tree.start, tree.self_us
     step = np.searchsorted(edges, at, side="right") - 1
     inside = (step >= 0) & (at < ends[np.maximum(step, 0)])
-    frame = pd.DataFrame({"name": name[inside], "step": step[inside], "us": value[inside]}, copy=False)
+    frame = pd.DataFrame({"name": name[inside], "step": step[inside], "us": value[inside]},
+                         copy=False)
     table = frame.groupby(["name", "step"])["us"].sum().unstack(fill_value=0.0)
     table = table.reindex(columns=range(len(windows)), fill_value=0.0)
     return {str(n): [round(float(v), 3) for v in row] for n, row in zip(table.index,

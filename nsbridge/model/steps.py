@@ -110,7 +110,8 @@ def _event_counts(events: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
     # before[j]: the events starting before edges[j] (NaN lands past every edge)
     before = np.cumsum(np.bincount(np.searchsorted(edges, start, side="right"),
                                    minlength=len(edges) + 1))
-    return (before[np.searchsorted(edges, hi)] - before[np.searchsorted(edges, lo)]).astype(np.int64)
+    counts = before[np.searchsorted(edges, hi)] - before[np.searchsorted(edges, lo)]
+    return counts.astype(np.int64)
 
 
 def _activity_end(events: pd.DataFrame, lo: float, hi: float) -> float:

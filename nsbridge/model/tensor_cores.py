@@ -66,7 +66,8 @@ def common_input_types(names: Sequence[str], types: Sequence[Any]) -> dict[str, 
     rows = np.flatnonzero(wanted[name_codes] & is_text[type_codes])
     if not len(rows):
         return {}
-    pairs = pd.DataFrame({"name": name_codes[rows], "types": type_codes[rows], "row": rows}, copy=False)
+    pairs = pd.DataFrame({"name": name_codes[rows], "types": type_codes[rows], "row": rows},
+                         copy=False)
     counted = pairs.groupby(["name", "types"], sort=False).agg(
         count=("row", "size"), first=("row", "min")).reset_index()
     best = counted.sort_values(["count", "first"], ascending=[False, True]).drop_duplicates(

@@ -248,7 +248,7 @@ def _parallel(path: Path, columns: EventColumns, workers: int) -> Optional[dict[
     With the C scanner, threads of this process read them (_ThreadedRead; one started by
     read_ahead for this file takes over); without it, forked processes do."""
     if _native_scan is not None:
-        reads = _EARLY.pop(_file_key(path), None) or _ThreadedRead.start(
+        reads = _take_early(path) or _ThreadedRead.start(
             path, threads=workers - 1, pieces=workers * RANGES_PER_READER)
         return None if reads is None else reads.finish(columns)
     split = _split(path, workers)
@@ -363,6 +363,10 @@ class _ThreadedRead:
         except BaseException as exc:   # raised in the caller's thread by finish()
             self._errors.append((k, exc))
 
+    def cancel(self) -> None:
+        """Stop the threads after the ranges they are reading (the read is let go)."""
+        self._errors.append((len(self.ranges), _Cancelled()))
+
     def finish(self, columns: EventColumns) -> Optional[dict[str, Any]]:
         """Read along until no range is left, then fill ``columns`` in file order and
         return the trace's other keys; None when a range did not decode on its own (the
@@ -390,6 +394,22 @@ class _ThreadedRead:
 
 
 _EARLY: dict[tuple[str, int, int], _ThreadedRead] = {}
+
+
+class _Cancelled(Exception):
+    """A read started ahead of a file that changed before it was taken over."""
+
+
+def _take_early(path: Path) -> Optional[_ThreadedRead]:
+    """The read read_ahead started for this file, if the file is unchanged since; reads
+    of an earlier version of it are cancelled and let go."""
+    key = _file_key(path)
+    for started in [k for k in _EARLY if k[0] == key[0]]:
+        reads = _EARLY.pop(started)
+        if started == key:
+            return reads
+        reads.cancel()
+    return None
 
 
 def read_ahead(path: Union[str, Path], workers: Optional[int] = None) -> None:
