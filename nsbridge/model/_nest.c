@@ -57,7 +57,7 @@ static void innermost(const int64_t *codes, const double *times, Py_ssize_t m,
 
 static int length_is(Py_buffer *view, Py_ssize_t n, Py_ssize_t item) {
     if (view->len != n * item) {
-        PyErr_SetString(PyExc_ValueError, "parents: buffers of different lengths");
+        PyErr_SetString(PyExc_ValueError, "_nest: buffers of different lengths or item sizes");
         return 0;
     }
     return 1;
