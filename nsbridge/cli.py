@@ -18,6 +18,7 @@ from typing import Any, Callable, NoReturn, Optional
 import click
 
 from . import __version__
+from ._blas import import_numpy_on_one_thread
 from ._options import DEEP_PROFILE, OUT, PROFILE, SCRIPT_COMMAND, TOP, WINDOW, script_options
 from .errors import NsbridgeError, Stopped
 
@@ -123,6 +124,7 @@ def main(quiet: bool, verbose: bool) -> None:
     from .errors import stop_on_sigterm
 
     progress.enable(not quiet)
+    import_numpy_on_one_thread()   # before any command imports it (not for --help)
     if verbose:
         from .api import show_profiler_noise
         show_profiler_noise()

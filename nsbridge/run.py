@@ -30,7 +30,20 @@ from .profiles import Profile
 from .report.build import clean, conclusive
 from .rundir import atomic_path, new_run_dir, read_run, write_json
 
-MERGE_LIMIT = 64 * 1024 * 1024   # trace files larger than this (on disk) are not merged
+MERGE_LIMIT = 64 * 1024 * 1024   # traces of more JSON than this (inflated) are not merged
+
+
+def json_size(path: Path) -> int:
+    """Bytes of JSON in a trace file: a gzip file's inflated size as its trailer gives it
+    (modulo 4 GiB; a trailer smaller than the compressed file says it wrapped), else the
+    file's size."""
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        if fh.read(2) != b"\x1f\x8b" or size < 18:
+            return size
+        fh.seek(-4, os.SEEK_END)
+        inflated = int.from_bytes(fh.read(4), "little")
+    return inflated if inflated >= size else max(size, 1 << 32)
 
 
 @dataclass
@@ -160,13 +173,14 @@ class Run:
         settle_with_ncu(self.report["ops"])
         files = self.report["files"]
         trace = self.dir / str(files.get("trace") or files.get("trace_input") or "-")
-        merge = trace.is_file() and trace.stat().st_size <= MERGE_LIMIT
+        size = json_size(trace) if trace.is_file() else None
+        merge = size is not None and size <= MERGE_LIMIT
         if merge:
             files["merged_trace"] = S.MERGED_TRACE
-        elif trace.is_file():
+        elif size is not None:
             self.report["notes"].append(
-                f"no merged.json.gz: the trace is {trace.stat().st_size >> 20} MiB on disk, "
-                "more than nsbridge loads whole to annotate it")
+                f"no merged.json.gz: the trace is {size >> 20} MiB of JSON, more than "
+                "nsbridge loads whole to annotate it")
         self.report = clean(self.report)
         return trace if merge else None
 

@@ -25,6 +25,24 @@ def test_plain_json_trace_gets_a_merged_trace(tmp_path: Path) -> None:
     assert (tmp_path / "r" / "merged.json.gz").is_file() and result.report["status"] == "ok"
 
 
+def test_the_merge_limit_counts_a_gzipped_traces_json_not_its_size_on_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """merged.json.gz loads the whole trace: a gzipped trace is measured by the JSON it
+    inflates to (its gzip trailer), so a 1M-event trace of 20 MB on disk is not decoded
+    whole into Python objects (7 s and 1.3 GB)."""
+    import nsbridge.run as run_module
+
+    inflated = len(gzip.open(H200).read())
+    assert run_module.json_size(H200) == inflated > H200.stat().st_size
+    monkeypatch.setattr(run_module, "MERGE_LIMIT", (inflated + H200.stat().st_size) // 2)
+    result = analyze([H200], out=tmp_path / "r")
+    assert not (tmp_path / "r" / "merged.json.gz").exists()
+    assert any(f"is {inflated >> 20} MiB of JSON" in n for n in result.report["notes"])
+    monkeypatch.setattr(run_module, "MERGE_LIMIT", inflated)
+    analyze([H200], out=tmp_path / "r2")
+    assert (tmp_path / "r2" / "merged.json.gz").is_file()
+
+
 def test_a_run_folder_is_one_trace_not_two(tmp_path: Path) -> None:
     folder = tmp_path / "earlier-run"
     folder.mkdir()

@@ -266,3 +266,41 @@ def test_the_console_command_exits_as_python_would(tmp_path: Path, args: list[st
     assert done.stdout.endswith(" then at exit")
     assert (tmp_path / "atexit").read_text() == "ran"
     assert (tmp_path / "thread").exists() == bool(thread)
+
+
+ONE_BLAS_THREAD = """
+import os, subprocess, sys
+if sys.argv[1] == "console":
+    os.environ["OPENBLAS_NUM_THREADS"] = "3"
+    from nsbridge.cli import main
+    try:
+        main(["-q", "analyze", "--help"])   # the group's callback runs first
+    except SystemExit:
+        pass
+    assert "numpy" in sys.modules
+else:
+    import numpy
+child = subprocess.run([sys.executable, "-c",
+                        "import os; print(os.environ.get('OPENBLAS_NUM_THREADS'))"],
+                       capture_output=True, text=True).stdout.strip()
+print(len(os.listdir("/proc/self/task")), os.environ.get("OPENBLAS_NUM_THREADS"), child)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads counted in /proc")
+def test_the_console_command_imports_numpy_with_one_blas_thread() -> None:
+    """OpenBLAS's threads, started at numpy's import and spinning for a while, would take
+    CPU from the reader threads: every command imports numpy with one, then puts the
+    environment back, so a script it profiles (a child) gets the user's setting."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    plain = subprocess.run([sys.executable, "-c", ONE_BLAS_THREAD, "plain"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    if plain.stdout.split()[0] == "1":
+        pytest.skip("numpy starts no BLAS thread here (one CPU, or no OpenBLAS)")
+    console = subprocess.run([sys.executable, "-c", ONE_BLAS_THREAD, "console"], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert console.stdout.splitlines()[-1].split() == ["1", "3", "3"], console.stderr

@@ -47,7 +47,8 @@ HEAVY = ("torch", "pandas", "numpy", "click", "msgspec")
 # one above (design.md: collect -> parse -> model -> report, api wires them, cli is click
 # only). A unit is a subpackage (collect, parse, ...) or a top-level module (api, run, ...).
 LAYERS: list[set[str]] = [
-    {"errors", "schema", "_stepping", "progress"},   # stdlib only; progress: rich, lazily
+    {"errors", "schema", "_stepping", "progress",    # stdlib only; progress: rich, lazily;
+     "_blas"},                                       # _blas: numpy, lazily
     {"profiles", "rundir"},                          # YAML recipes; run-directory files
     {"collect", "parse"},                            # tool adapters; file -> frame (siblings)
     {"model"},                                       # frames -> findings, no I/O
@@ -106,10 +107,11 @@ NOT_AT_IMPORT: dict[str, set[str]] = {
 }
 
 # what cli.py and _options.py may import from nsbridge (design.md: click, api, profiles,
-# the renderers, errors; progress is the CLI's switch for stderr progress lines)
-CLI_MAY_IMPORT = {"nsbridge", "nsbridge._options", "nsbridge.api", "nsbridge.errors",
-                  "nsbridge.profiles", "nsbridge.progress", "nsbridge.report.terminal",
-                  "nsbridge.report.diff_render"}
+# the renderers, errors; progress is the CLI's switch for stderr progress lines; _blas
+# imports numpy with one OpenBLAS thread)
+CLI_MAY_IMPORT = {"nsbridge", "nsbridge._blas", "nsbridge._options", "nsbridge.api",
+                  "nsbridge.errors", "nsbridge.profiles", "nsbridge.progress",
+                  "nsbridge.report.terminal", "nsbridge.report.diff_render"}
 
 # (importing module, imported module or unit) -> why it is tolerated for now
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}

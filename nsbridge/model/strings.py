@@ -24,9 +24,12 @@ def name_mask(values: Any, predicate: Callable[[str], Any]) -> np.ndarray:
     codes, uniques = value_codes(values)
     hits = np.fromiter((bool(predicate(str(u))) for u in uniques), dtype=bool,
                        count=len(uniques))
-    if not len(hits):
+    found = np.flatnonzero(hits)
+    if not len(found):
         return np.zeros(len(codes), dtype=bool)
-    return np.where(codes >= 0, hits[codes], False)
+    if len(found) == 1:   # one value: a comparison, no gather
+        return np.asarray(codes == found[0])
+    return np.append(hits, False)[codes]   # a missing value's -1 reads the last: False
 
 
 def is_in(values: Any, wanted: Collection[str]) -> np.ndarray:

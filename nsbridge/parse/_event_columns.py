@@ -261,7 +261,7 @@ class EventColumns:
         """The EVENTS frame. Rows without a usable timestamp are dropped, durations that
         are not usable become 0; both are counted in ``skipped``. The batches are let go
         column by column as they are joined (the object is spent afterwards), so a large
-        trace is not held twice."""
+        trace is not held twice, and their heap pages are given back once at the end."""
         import pandas as pd
 
         table = np.empty(len(self._strings), dtype=object)
@@ -277,7 +277,7 @@ class EventColumns:
                 parts = self._numbers.pop(col)
                 columns[col] = np.concatenate(parts) if parts else np.zeros(0)
             del parts
-            release_free_memory()   # the batches' heap space, before the next column's array
+        release_free_memory()
         ts, dur = columns[S.TS], columns[S.DUR]
         usable = np.isfinite(ts) & (np.abs(ts) < TIME_LIMIT_US)
         bad_dur = usable & ~(np.isfinite(dur) & (dur >= 0) & (dur < TIME_LIMIT_US))
@@ -297,9 +297,10 @@ class EventColumns:
 def release_free_memory() -> None:
     """Give the heap's free pages back to the system (glibc's malloc_trim; elsewhere
     nothing). The batches are many small arrays on the heap; freed once joined into one
-    large array each, their pages would stay counted in the process until it ends: 50 MiB
-    of peak RSS at 1M events, for about 0.04 s (the pages given back are faulted in
-    again as the analysis allocates)."""
+    large array each, their pages would stay counted in the process until it ends. Once,
+    after every column is joined: trimming after each column cost 0.07 s at 1M events
+    (each column's new arrays faulted in afresh) for no lower peak once the reader
+    threads' blocks grew to THREAD_BLOCK."""
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
 

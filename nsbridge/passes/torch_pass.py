@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from .. import __version__, progress
+from .._blas import import_numpy_on_one_thread
 from .. import schema as S
 from ..collect.torch_profiler import TorchPass, run_torch_pass
 from ..errors import ScriptError, TraceError, TraceFormatError, TraceNotFoundError
@@ -213,7 +214,8 @@ def _analyse_all(files: Sequence[Path], profile: Profile, window: str,
         # forkserver: a fork of a process with threads (a notebook, a test runner) can
         # deadlock in the child; the fork server is a fresh single-threaded process
         with ProcessPoolExecutor(max_workers=workers,
-                                 mp_context=multiprocessing.get_context("forkserver")) as pool:
+                                 mp_context=multiprocessing.get_context("forkserver"),
+                                 initializer=import_numpy_on_one_thread) as pool:
             return list(pool.map(analyse_trace, files, repeat(profile.analysis),
                                  repeat(window), repeat(alone), repeat(1)))
 
