@@ -230,12 +230,14 @@ def test_longest_gaps_equal_a_full_sort(seed: int) -> None:
     assert longest_gaps(device, start, end, top) == sorted(gaps, reverse=True)[:top]
 
 
+@pytest.mark.parametrize("order", ["random", "by time"])
 @pytest.mark.parametrize("seed", range(40))
-def test_innermost_interval_equals_a_plain_search(seed: int, sweep: str) -> None:
+def test_innermost_interval_equals_a_plain_search(seed: int, order: str, sweep: str) -> None:
     """enclosing_codes on random sets (overlapping without nesting too, ties, zero
-    lengths), at points on interval edges, between them and on threads the tree lacks:
-    a plain loop's answer (the last interval of the thread starting at or before the
-    point, then up the parents while that one ended before it)."""
+    lengths), at points on interval edges, between them and on threads the tree lacks,
+    in any order and in time order (the C search starts from the thread's previous
+    answer): a plain loop's answer (the last interval of the thread starting at or before
+    the point, then up the parents while that one ended before it)."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(0, 200))
     thread = rng.integers(0, 3, n)
@@ -246,6 +248,8 @@ def test_innermost_interval_equals_a_plain_search(seed: int, sweep: str) -> None
     codes = rng.integers(-1, 4, m)                         # -1 and 3: no intervals
     times = np.concatenate([start, start + dur, rng.integers(-5, 140, n)]).astype(
         np.float64)[rng.integers(0, 3 * n, m)] if n else rng.integers(-5, 140, m) * 1.0
+    if order == "by time":
+        codes, times = codes[np.argsort(times, kind="stable")], np.sort(times)
     expected = []
     for code, t in zip(codes, times):
         j = -1

@@ -232,6 +232,10 @@ def _number_texts(rng: random.Random) -> list[str]:
         if kind == 0:     # a Kineto timestamp: 16 integer digits, a fraction of 1-3
             whole = rng.randrange(10**15, 10**16)
             texts.append(f"{whole}.{rng.randrange(1000):0{rng.randint(1, 3)}d}")
+            # and from 2^50 on, where eighths, quarters and halves fall on doubles or
+            # halfway between two
+            whole = rng.randrange(2**50, 2**53)
+            texts.append(f"{whole}.{rng.choice([125, 250, 375, 500, 625, 750, 875])}")
         elif kind == 1:   # 15-19 significant digits anywhere around the point
             digits = str(rng.randrange(10**14, 10**19))
             at = rng.randrange(1, len(digits))

@@ -30,24 +30,57 @@ static int sweep(const int64_t *codes, const double *start, const double *end,
     return 0;
 }
 
+/* The first position in [lo, hi) whose start is after t (hi: none), given ``near``, the
+   answer for the thread's previous point (-1: none yet). Points come nearly in time order
+   per thread, so the answer is usually at or just after ``near``: a search that doubles
+   its step from there reads a few neighbouring starts instead of a binary search's
+   cache misses across the whole thread. Any order of points gives the same answers. */
+static int64_t first_after(const double *start, int64_t lo, int64_t hi, double t,
+                           int64_t near) {
+    int64_t a = lo, b = hi;
+    if (near >= lo && near <= hi) {
+        if (near < hi && start[near] <= t) {          /* later: gallop forward */
+            int64_t step = 1;
+            a = near + 1;
+            b = a;
+            while (b < hi && start[b] <= t) {
+                a = b + 1;
+                b = a + step;
+                step *= 2;
+            }
+            if (b > hi) b = hi;
+        } else if (near == lo || start[near - 1] <= t) {
+            return near;                              /* the same answer */
+        } else {
+            b = near;                                 /* earlier: search before it */
+        }
+    }
+    while (a < b) {                 /* the first start after t in [a, b) */
+        int64_t mid = a + (b - a) / 2;
+        if (start[mid] <= t) a = mid + 1;
+        else b = mid;
+    }
+    return a;
+}
+
 /* For each point (thread code, time): the innermost interval of that thread holding it,
  * as nesting.HostTree.enclosing_codes finds it: the last interval of the thread starting
- * at or before the time (a binary search in its sorted starts), then up the parents while
- * that one ended before the time. -1: none, or a code outside the tree. */
+ * at or before the time (first_after, less one), then up the parents while that one
+ * ended before the time. -1: none, or a code outside the tree. ``near``: one slot per
+ * thread. */
 static void innermost(const int64_t *codes, const double *times, Py_ssize_t m,
                       const double *start, const double *end, const int64_t *parent,
-                      const int64_t *bounds, Py_ssize_t threads, int64_t *out) {
+                      const int64_t *bounds, Py_ssize_t threads, int64_t *near,
+                      int64_t *out) {
+    for (Py_ssize_t k = 0; k < threads; k++) near[k] = -1;
     for (Py_ssize_t i = 0; i < m; i++) {
         int64_t code = codes[i];
         int64_t j = -1;
         if (code >= 0 && code < threads) {
-            int64_t lo = bounds[2 * code], a = lo, b = bounds[2 * code + 1];
+            int64_t lo = bounds[2 * code];
             double t = times[i];
-            while (a < b) {                 /* the first start after t */
-                int64_t mid = a + (b - a) / 2;
-                if (start[mid] <= t) a = mid + 1;
-                else b = mid;
-            }
+            int64_t a = first_after(start, lo, bounds[2 * code + 1], t, near[code]);
+            near[code] = a;
             j = a - 1 >= lo ? a - 1 : -1;
             while (j >= 0 && end[j] < t) j = parent[j];
         }
@@ -96,12 +129,14 @@ static PyObject *enclosing(PyObject *self, PyObject *args) {
     int ok = length_is(&codes, m, 8) && length_is(&times, m, 8) && length_is(&out, m, 8) &&
              length_is(&start, n, 8) && length_is(&end, n, 8) && length_is(&parent, n, 8) &&
              length_is(&bounds, threads, 16);
-    if (ok) {
+    int64_t *near = ok ? malloc((size_t)(threads > 0 ? threads : 1) * sizeof *near) : NULL;
+    if (ok && near) {
         Py_BEGIN_ALLOW_THREADS
         innermost(codes.buf, times.buf, m, start.buf, end.buf, parent.buf, bounds.buf, threads,
-                  out.buf);
+                  near, out.buf);
         Py_END_ALLOW_THREADS
     }
+    free(near);
     PyBuffer_Release(&codes);
     PyBuffer_Release(&times);
     PyBuffer_Release(&start);
@@ -110,6 +145,7 @@ static PyObject *enclosing(PyObject *self, PyObject *args) {
     PyBuffer_Release(&bounds);
     PyBuffer_Release(&out);
     if (!ok) return NULL;
+    if (!near) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 

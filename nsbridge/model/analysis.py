@@ -68,7 +68,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     stopped the recording inside its last step (the memory budget).
     """
     tree = build_host_tree(events)
-    host_names = at_rows(events, tree.rows, S.NAME)   # per tree position (categorical: small codes)
+    host_names = tree.names   # per tree position (categorical: small codes)
     gpu = attribute_gpu_events(events, tree)
     has_device = not gpu.empty
     windows, notes = measured_window(events, tree, window, complete_steps, last_step_cut)
@@ -90,7 +90,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     busy = pd.DataFrame(columns=["device", "busy_us", "busy_pct", "kernels"])
     gaps: list[dict[str, Any]] = []
     if has_device and len(in_window):
-        host_name_values = host_names.to_numpy()
+        host_name_values = tree.name_values
         ends = (in_window["ts"] + in_window["dur"]).to_numpy(np.float64)
         dlo, dhi = lo, max(hi, float(ends.max()))   # work launched inside counts to its end
         if stepless:  # no steps: judge the device over the span it had work

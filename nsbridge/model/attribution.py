@@ -82,7 +82,7 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     rule[hit] = LAUNCH_CONTAINMENT
     rule[(op_pos < 0) & ~has_launch] = LAUNCHED_BEFORE_WINDOW
 
-    not_op = starts_with(at_rows(events, tree.rows, S.NAME),
+    not_op = starts_with(tree.names,
                          (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
     in_step_only = (op_pos >= 0) & not_op[np.maximum(op_pos, 0)] if len(tree) else op_pos < -1
     op_pos[in_step_only] = -1  # launched between ops: a step or nsbridge range is not an op

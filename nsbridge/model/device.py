@@ -9,7 +9,7 @@ import pandas as pd
 
 from .. import schema as S
 from .attribution import LAUNCHED_BEFORE_WINDOW
-from .nesting import HostTree, at_rows, clipped_union, longest_gaps
+from .nesting import HostTree, clipped_union, longest_gaps
 from .strings import per_value, row_groups
 
 
@@ -39,7 +39,7 @@ def idle_gaps(gpu: pd.DataFrame, lo: float, hi: float, events: pd.DataFrame, tre
     if not gaps:
         return []
     mids = np.array([a + n / 2 for n, a, _ in gaps])
-    names = at_rows(events, tree.rows, S.NAME).to_numpy()
+    names = tree.name_values
     thread_key = next((k for k, v in tree.thread_codes.items() if v == main_thread), None)
     if thread_key is None:
         pos = np.full(len(mids), -1)

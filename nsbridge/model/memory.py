@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .nesting import HostTree, at_rows
+from .nesting import HostTree
 from .ops import MIB
 from .strings import starts_with
 
@@ -98,7 +98,7 @@ def _curve_points(ts: np.ndarray, level: np.ndarray, lo: float, hi: float,
 def _op_stack(events: pd.DataFrame, tree: HostTree, event: pd.DataFrame) -> list[str]:
     """The host ops around one event, outermost first (steps and nsbridge ranges left out)."""
     pos = int(tree.enclosing(event[S.PID], event[S.TID], event[S.TS].to_numpy())[0])
-    names = at_rows(events, tree.rows, S.NAME).to_numpy()
+    names = tree.name_values
     stack = []
     while pos >= 0:
         stack.append(str(names[pos]))

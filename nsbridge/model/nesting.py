@@ -11,7 +11,8 @@ decides nesting, so that is tolerated.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional
+from functools import cached_property
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -37,6 +38,8 @@ class HostTree:
         parent: position of the enclosing op in this tree, -1 for top-level ops.
         depth: 0 for top-level ops.
         self_us: duration minus the durations of direct children (>= 0).
+        names: the ops' names in tree order, as the EVENTS frame holds them (a
+            Categorical from the trace reader), when built from one (build_host_tree).
     """
 
     rows: np.ndarray
@@ -49,9 +52,16 @@ class HostTree:
     depth: np.ndarray
     self_us: np.ndarray
     bounds: np.ndarray  # bounds[code] = (first, last+1) positions of that thread
+    names: Any = None
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    @cached_property
+    def name_values(self) -> np.ndarray:
+        """``names`` as an object array (missing: NaN), made once for the analysis steps
+        that index names by tree position."""
+        return np.asarray(self.names, dtype=object)
 
     def enclosing(self, pid: pd.Series, tid: pd.Series, ts: np.ndarray) -> np.ndarray:
         """Position of the innermost op containing each (thread, time) point, or -1."""
@@ -126,13 +136,15 @@ def build_host_tree(events: pd.DataFrame, cats: tuple[str, ...] = S.HOST_OP_CATS
 
     ``rows`` of the result are row labels of ``events``.
     """
-    host = events.loc[is_in(events[S.CAT], cats) & (events[S.PH] == "X").to_numpy(),
-                      [S.PID, S.TID, S.TS, S.DUR, S.NAME]]
-    codes, keys = thread_codes(host[S.PID], host[S.TID])
-    tree = build_tree(codes, keys, host[S.TS].to_numpy(np.float64),
-                      host[S.DUR].to_numpy(np.float64),
-                      starts_with(host[S.NAME], S.PROFILER_STEP_PREFIX))
-    return replace(tree, rows=host.index.to_numpy()[tree.rows])
+    host = np.flatnonzero(is_in(events[S.CAT], cats) & is_in(events[S.PH], ("X",)))
+    names = events[S.NAME].array.take(host)   # the columns' arrays: no frame copied
+    codes, keys = thread_codes(events[S.PID].array.take(host),
+                               events[S.TID].array.take(host))
+    tree = build_tree(codes, keys, events[S.TS].to_numpy(np.float64)[host],
+                      events[S.DUR].to_numpy(np.float64)[host],
+                      starts_with(names, S.PROFILER_STEP_PREFIX))
+    return replace(tree, rows=events.index.to_numpy()[host[tree.rows]],
+                   names=names.take(tree.rows))
 
 
 def build_tree(thread: np.ndarray, keys: list[str], start: np.ndarray, dur: np.ndarray,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -38,14 +38,14 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     ``in_window`` (a flag per tree position): only those ops count, and only the GPU work
     they launched (the measured window; None: every op of the trace).
     """
-    names = at_rows(events, tree.rows, S.NAME).to_numpy()
+    names = tree.name_values
     per_op = op_calls(events, tree, gpu, has_device, in_window) if calls is None else calls
-    groups, firsts = row_groups(per_op[S.NAME])   # integer keys: no string hashed per row
+    # the names' category codes (the index is tree positions): no string hashed per row
+    groups, firsts = row_groups(tree.names.take(per_op.index.to_numpy()))
     sums = [S.CPU_SELF_US, S.CPU_TOTAL_US, S.DEVICE_SELF_US, S.DEVICE_TOTAL_US, "mem_bytes",
             "mem_net_bytes"]
-    table = per_op[sums].groupby(groups, sort=False).agg(
-        **{S.CALLS: (S.CPU_SELF_US, "size"), **{col: (col, "sum") for col in sums}}
-    ).reset_index(drop=True)
+    table = per_op[sums].groupby(groups, sort=False).sum().reset_index(drop=True)
+    table.insert(0, S.CALLS, np.bincount(groups))   # group codes count from 0 in that order
     table.insert(0, S.NAME, per_op[S.NAME].iloc[firsts].reset_index(drop=True))
     has_memory = bool((events[S.CAT] == S.MEMORY).any())
     table[S.MEM_MIB] = table.pop("mem_bytes") / MIB if has_memory else np.nan
@@ -76,9 +76,8 @@ def op_calls(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     cpu_total_us, shape (input dims text), device_self_us, device_total_us, mem_bytes,
     mem_net_bytes. Steps and nsbridge's ranges are left out, and with ``in_window`` the
     ops outside the window."""
-    names = at_rows(events, tree.rows, S.NAME)
     n = len(tree)
-    not_ops = starts_with(names, (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
+    not_ops = starts_with(tree.names, (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
     if in_window is not None:
         not_ops |= ~in_window
     keep = np.flatnonzero(~not_ops)   # the rows are built for these only: no frame copy
@@ -90,14 +89,25 @@ def op_calls(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
         ok = level >= 0
         np.add.at(total, level[ok], dur[ok])
     # no op kept: the name column's type as pandas infers it from all names
-    kept_names = names.to_numpy()[keep] if len(keep) else pd.Series(names.to_numpy())[:0]
+    kept_names = tree.name_values[keep] if len(keep) else pd.Series(tree.name_values)[:0]
+    index = pd.Index(keep)
     return pd.DataFrame({
         S.NAME: kept_names, S.CPU_SELF_US: tree.self_us[keep],
         S.CPU_TOTAL_US: tree.dur[keep],
-        "shape": at_rows(events, tree.rows[keep], S.INPUT_DIMS).to_numpy(),
+        "shape": _texts(events, tree.rows[keep], S.INPUT_DIMS, index),
         S.DEVICE_SELF_US: np.bincount(pos, weights=dur, minlength=n)[keep],
         S.DEVICE_TOTAL_US: total[keep], "mem_bytes": _allocations(events, tree)[keep],
-        "mem_net_bytes": _net_memory(events, tree, has_device)[keep]}, index=keep, copy=False)
+        "mem_net_bytes": _net_memory(events, tree, has_device)[keep]}, index=index, copy=False)
+
+
+def _texts(events: pd.DataFrame, rows: np.ndarray, column: str, index: pd.Index) -> Any:
+    """``events.loc[rows, column]``'s values as an object array for a frame with ``index``;
+    a column with no value there is typed object at once (pandas would look at every row
+    to find that out: 10 ms at 350k ops)."""
+    values = at_rows(events, rows, column)
+    if isinstance(values.dtype, pd.CategoricalDtype) and not (values.cat.codes >= 0).any():
+        return pd.Series(np.full(len(rows), np.nan, dtype=object), index=index, dtype=object)
+    return values.to_numpy()
 
 
 def _allocations(events: pd.DataFrame, tree: HostTree) -> np.ndarray:
@@ -199,7 +209,7 @@ def per_step_times(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame,
     """Per op name, its ranking time (self device µs, else self CPU µs) in each measured
     step, in step order: the spread a comparison of two runs needs to tell a change from
     noise. Host ops count in the step they start in, GPU work in the step it runs in."""
-    names = at_rows(events, tree.rows, S.NAME).to_numpy()
+    names = tree.name_values
     edges = windows["start"].to_numpy(np.float64)
     ends = windows["end"].to_numpy(np.float64)
     if has_device:

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .nesting import HostTree, at_rows, clipped_union
+from .nesting import HostTree, clipped_union
 from .strings import starts_with
 
 DATA_PREFIX = "enumerate(DataLoader)#"
@@ -44,7 +44,7 @@ def step_windows(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
 
     ``pos`` is the step range's position in the tree (-1 for a whole-run window).
     """
-    names = at_rows(events, tree.rows, S.NAME).to_numpy()
+    names = tree.name_values
     is_step = starts_with(names, S.PROFILER_STEP_PREFIX)
     if is_step.any():
         pos = np.nonzero(is_step)[0]
@@ -140,7 +140,7 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
     """Per step: step, wall_ms and the PHASES columns (milliseconds, summing to wall_ms).
     Each step looks only at the ops starting inside it (a binary search over the ops
     sorted by start), not at every op of the trace."""
-    names = at_rows(events, tree.rows, S.NAME)
+    names = tree.names
     data = starts_with(names, DATA_PREFIX)
     optim = starts_with(names, OPTIMIZER_PREFIXES)
     backward = starts_with(names, BACKWARD_PREFIX)

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .nesting import HostTree, at_rows
+from .nesting import HostTree
 from .python_lines import python_lines
 from .strings import is_in, name_mask
 
@@ -78,7 +78,7 @@ def blocking_calls(events: pd.DataFrame, tree: HostTree, lo: float, hi: float) -
         return pd.DataFrame(columns=columns)
     probe = calls[S.TS].to_numpy(np.float64) + np.minimum(calls[S.DUR].to_numpy(), 1e-3)
     pos = tree.enclosing(calls[S.PID], calls[S.TID], probe)
-    host_names = at_rows(events, tree.rows, S.NAME).to_numpy()
+    host_names = tree.name_values
     rows = []
     for p, call in zip(pos, calls[S.NAME].str.replace(r"_v\d+$", "", regex=True)):
         chain = []

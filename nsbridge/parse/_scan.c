@@ -390,6 +390,21 @@ static int scan_number(Cursor *c, int *kind, double *value) {
         *value = negative ? -v : v;
         return 0;
     }
+    if (!inexact && exp10 < 0 && exp10 >= -3 && mantissa > (1ull << 53)) {
+        /* a Kineto timestamp (16 integer digits, a fraction of 1-3): whole + fraction, the
+           whole exact (< 2^53), the fraction r / 10^k within 2^-53 of its value. The sum,
+           at 2^43 or more, lies on a grid of doubles whose midpoints are multiples of
+           2^-10 at the finest; r / 10^k is either one of them (exact as a double: the
+           sum ties to even as a correct conversion does) or at least 1 / (1000 * 2^10)
+           from every one, far beyond that error: one rounding gives the nearest double */
+        uint64_t scale = exp10 == -1 ? 10 : exp10 == -2 ? 100 : 1000;
+        uint64_t whole = mantissa / scale;
+        if (whole < (1ull << 53)) {
+            double v = (double)whole + (double)(mantissa % scale) / (double)scale;
+            *value = negative ? -v : v;
+            return 0;
+        }
+    }
     if (!inexact && exp10 < 0 && exp10 >= -22 && decimal_fast(mantissa, (int)-exp10, value)) {
         if (negative) *value = -*value;
         return 0;
