@@ -270,7 +270,7 @@ def test_a_read_started_ahead_is_taken_over(tmp_path: Path,
     plain, expected = _big_plain_trace(tmp_path, monkeypatch)
     splits = []
     split = _stream._split
-    monkeypatch.setattr(_stream, "_split", lambda *a: splits.append(a) or split(*a))
+    monkeypatch.setattr(_stream, "_split", lambda *a, **k: splits.append(a) or split(*a, **k))
     nsbridge.read_ahead(plain, workers=2)
     assert len(splits) == 1 and len(_stream._EARLY) == 1
     pd.testing.assert_frame_equal(read_trace(plain, workers=2).events, expected)
@@ -284,10 +284,47 @@ def test_a_read_started_ahead_is_taken_over(tmp_path: Path,
     assert len(splits) == 1 and not _stream._EARLY
 
     nsbridge.read_ahead(plain, workers=2)
+    early = next(iter(_stream._EARLY.values()))
     data = plain.read_bytes()
     plain.write_bytes(data.replace(b'"ph": "X"', b'"ph":  "X"', 1))   # edited since
     assert len(read_trace(plain, workers=2).events) == len(expected)
     assert len(splits) == 3 and not _stream._EARLY           # read afresh; the old one let go
+    for thread in early._threads:                            # and its threads end
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+
+
+def test_reader_threads_convert_nothing_until_the_caller_joins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read started ahead scans every range but keeps the scanner's columns as they are
+    (converting them takes the GIL, which the caller's imports hold; the last range, with
+    the array's end, is not even scanned): nothing is converted until read_trace joins;
+    then every thread converts, and the frame is the stdlib reader's. A range whose kept
+    columns do not convert is read again."""
+    import threading
+    import time
+
+    import nsbridge
+    from nsbridge.parse._event_columns import EventColumns
+
+    plain, expected = _big_plain_trace(tmp_path, monkeypatch)
+    converted: list[str] = []
+    add_scanned = EventColumns.add_scanned
+
+    def add(self: Any, scanned: Any) -> bool:
+        converted.append(threading.current_thread().name)
+        return len(converted) != 2 and add_scanned(self, scanned)   # the 2nd does not
+
+    monkeypatch.setattr(EventColumns, "add_scanned", add)
+    nsbridge.read_ahead(plain, workers=2)
+    early = next(iter(_stream._EARLY.values()))
+    deadline = time.monotonic() + 30
+    while len(early._kept) < len(early.ranges) and time.monotonic() < deadline:
+        time.sleep(0.01)                  # the one reader takes every range alone
+    assert len(early._kept) == len(early.ranges) and converted == []
+    assert early._kept[-1][1] is None     # the last, with the array's end, is read later
+    pd.testing.assert_frame_equal(read_trace(plain, workers=2).events, expected)
+    assert len(converted) >= len(early.ranges) and not early._kept
 
 
 def test_a_failing_reader_thread_falls_back_or_fails_the_read(
@@ -296,25 +333,24 @@ def test_a_failing_reader_thread_falls_back_or_fails_the_read(
     alone (or an I/O error) makes one sequential reader read the file instead; anything
     else fails the read with it. The other threads stop taking ranges."""
     plain, expected = _big_plain_trace(tmp_path, monkeypatch)
-    read_range = _stream._read_range_into
+    scan_range = _stream._scan_range
     started = []
 
     def failing(error: BaseException) -> Any:
-        def read(columns: Any, path: str, begin: int, end: int, last: bool,
-                 **block: int) -> bytes:
+        def scan(path: str, begin: int, end: int) -> Any:
             started.append(begin)
             if len(started) == 3:
                 raise error
-            return read_range(columns, path, begin, end, last, **block)
-        return read
+            return scan_range(path, begin, end)
+        return scan
 
-    monkeypatch.setattr(_stream, "_read_range_into", failing(_stream._SplitError()))
+    monkeypatch.setattr(_stream, "_scan_range", failing(_stream._SplitError()))
     assert _stream._parallel(plain, _stream.EventColumns(), 2) is None
-    assert len(started) < 8                                  # 2 threads x 4 ranges
+    assert len(started) < 7                     # 2 threads x 4 ranges, the last read apart
     started.clear()                                          # fails again: read alone
     pd.testing.assert_frame_equal(read_trace(plain, workers=2).events, expected)
     started.clear()
-    monkeypatch.setattr(_stream, "_read_range_into", failing(MemoryError()))
+    monkeypatch.setattr(_stream, "_scan_range", failing(MemoryError()))
     with pytest.raises(MemoryError):
         _stream._parallel(plain, _stream.EventColumns(), 2)
 
@@ -396,9 +432,10 @@ def test_adopt_takes_over_a_reader_and_refuses_to_mix() -> None:
 
 def test_joining_the_batches_gives_their_memory_back(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """finish() hands the heap's free pages back once the columns are joined (the
-    batches' small arrays, freed, would otherwise stay in the process's RSS to its end),
-    and release_free_memory really does on glibc: freed small arrays leave the RSS."""
+    """finish() hands the heap's free pages back before and once the columns are joined
+    (the reader's buffers and the batches' small arrays, freed, would otherwise stay in
+    the process's RSS to its end), and release_free_memory really does on glibc: freed
+    small arrays leave the RSS."""
     import ctypes.util
     import os
     import sys
@@ -410,7 +447,7 @@ def test_joining_the_batches_gives_their_memory_back(tmp_path: Path,
     calls = []
     monkeypatch.setattr(_event_columns, "release_free_memory", lambda: calls.append(1))
     read_trace(TORCH_DATA / "h100_bert-small_2025-07.json.gz")
-    assert calls == [1]
+    assert calls == [1, 1]        # the reader's garbage before the columns are joined, theirs after
     monkeypatch.undo()
     if not sys.platform.startswith("linux") or "libc.so" not in str(ctypes.util.find_library("c")):
         pytest.skip("malloc_trim is glibc's")

@@ -18,10 +18,13 @@ a JSON array for msgspec) and hands the result to EventColumns, which keeps arra
 A plain file of 16 MiB or more is cut into byte ranges at event boundaries (a ``},{``
 followed by a key Kineto writes first) and read in parallel, the ranges' columns put back
 in file order. With the C scanner, which runs without the GIL, threads of this process
-read them, four ranges per thread taken in turn (_ThreadedRead); ``read_ahead`` starts
-them before the analysis modules are imported. Without it, one forked process per CPU (at
-most 4) reads a range each. Any doubt (no boundary found, a range that does not decode
-alone, no fork) falls back to the single reader. The frame is identical either way.
+read them, four ranges per thread (of THREAD_BLOCK at most) taken in turn, each range
+read and scanned whole (_ThreadedRead); ``read_ahead`` starts them before the analysis
+modules are imported, and until those are, the threads keep what the scanner gives
+without converting it (that needs the GIL, which the imports hold). Without the scanner,
+one forked process per CPU (at most 4) reads a range each. Any doubt (no boundary found,
+a range that does not decode alone, no fork) falls back to the single reader. The frame
+is identical either way.
 
 Finding a boundary without scanning every byte in Python: candidates are ``}`` followed by
 ``,`` and ``{`` (whitespace allowed); a candidate inside a string or a nested object leaves
@@ -37,6 +40,7 @@ row hold no decodable event the reader stops, naming the offset of the first bad
 from __future__ import annotations
 
 import gzip
+import collections
 import itertools
 import json
 import multiprocessing
@@ -60,12 +64,12 @@ except ImportError:   # built without a C compiler: msgspec reads every batch
 
 BLOCK = 2 * 1024 * 1024   # a batch's structs, strings and buffer copies are alive together:
                           # 2 MiB blocks read as fast as 8 MiB and peak 50 MiB lower at 1M events
-# a reader thread's block: each read and each scan gives up the GIL, and taking it back
-# waits for the main thread's switch interval (5 ms) while it imports or analyses; whole
-# ranges in a few large blocks wait a few times instead of a dozen (at 1M events the
-# ranges read during the imports take 0.08 s each instead of 0.1-0.12 s); no structs are
-# built on this path, so the peak does not grow
-THREAD_BLOCK = 32 * 1024 * 1024
+# a reader thread's range at most, read and scanned whole: each read and each scan gives
+# up the GIL, and taking it back waits for the main thread (5 ms or more while it imports);
+# a range in one piece waits twice, not a dozen times. 16 MiB: two of them in flight
+# and the kept columns stay within the peak the analysis reaches anyway (32 MiB: +15 MiB)
+THREAD_BLOCK = 16 * 1024 * 1024
+LAST_RANGE = 256 * 1024    # the reader threads' last range, the array's end: read apart
 PARALLEL_MIN_BYTES = 16 * 1024 * 1024
 RANGES_PER_READER = 4      # byte ranges per reader thread: a thread that started early takes more
 _SPLIT_WINDOW = 4 * 1024 * 1024
@@ -286,9 +290,11 @@ def _parallel(path: Path, columns: EventColumns, workers: int) -> Optional[dict[
     return _metadata(header, tail)
 
 
-def _split(path: Path, pieces: int) -> Optional[tuple[bytes, list[tuple[int, int, bool]]]]:
+def _split(path: Path, pieces: int,
+           last_bytes: int = 0) -> Optional[tuple[bytes, list[tuple[int, int, bool]]]]:
     """(the header before the events array, ``pieces`` byte ranges (begin, end, last) of
-    the array cut at event boundaries), or None when no safe cut is found."""
+    the array cut at event boundaries, and with ``last_bytes`` one more range of about
+    that many bytes at the end), or None when no safe cut is found."""
     size = path.stat().st_size
     with path.open("rb") as fh:
         head = fh.read(min(size, BLOCK * 4))
@@ -305,6 +311,11 @@ def _split(path: Path, pieces: int) -> Optional[tuple[bytes, list[tuple[int, int
                 return None
             ends.append(target + found[0] + 1)    # just after the closing brace
             begins.append(target + found[1])      # the next event's opening brace
+        target = size - last_bytes
+        found = _boundary_after(fh, target) if last_bytes and target > begins[-1] else None
+        if found is not None and target + found[0] > begins[-1]:   # else no such range
+            ends.append(target + found[0] + 1)
+            begins.append(target + found[1])
     ends.append(size)
     return header, [(b, e, i == len(begins) - 1) for i, (b, e) in enumerate(zip(begins, ends))]
 
@@ -332,7 +343,13 @@ class _ThreadedRead:
     processes, and a read can start before the analysis modules are imported
     (read_ahead). Each thread takes the next unread range until none is left (a thread
     that started earlier takes more) and keeps one EventColumns, so each distinct string
-    is converted once per thread; the ranges' batches are put in file order at the end."""
+    is converted once per thread; the ranges' batches are put in file order at the end.
+
+    Until the caller joins (finish), a thread only reads and scans, which hold the GIL for
+    a moment: the scans' Python side (EventColumns.add_scanned) waits, kept as the scanner
+    gave it. Run beside the caller's imports, which hold the GIL nearly throughout, it
+    took a range 35 ms of waiting for 3 ms of work. Once the caller joins, every thread,
+    the caller's included, converts what was kept, into its own columns."""
 
     def __init__(self, path: Path, header: bytes, ranges: list[tuple[int, int, bool]]) -> None:
         self.path, self.header, self.ranges = path, header, ranges
@@ -341,11 +358,15 @@ class _ThreadedRead:
         self._read: list[Optional[tuple[EventColumns, int, int, bytes]]] = [None] * len(ranges)
         self._errors: list[tuple[int, BaseException]] = []
         self._threads: list[threading.Thread] = []
+        self._kept: collections.deque[tuple[int, Any]] = collections.deque()
+        self._joined = threading.Event()   # set by finish() (or cancel()): convert now
 
     @classmethod
     def start(cls, path: Path, threads: int, pieces: int) -> Optional["_ThreadedRead"]:
-        """Split the file and start ``threads`` reader threads; None: no safe split."""
-        split = _split(path, max(pieces, 2))
+        """Split the file (in ranges of THREAD_BLOCK at most) and start ``threads``
+        reader threads; None: no safe split."""
+        pieces = max(pieces, 2, -(-path.stat().st_size // THREAD_BLOCK))
+        split = _split(path, pieces, last_bytes=LAST_RANGE)
         if split is None:
             return None
         reads = cls(path, *split)
@@ -360,19 +381,44 @@ class _ThreadedRead:
         k = -1
         try:
             while not self._errors:
+                self._convert_kept(columns)
                 k = next(self._next)
                 if k >= len(self.ranges):
-                    return
-                first = columns.batches
-                tail = _read_range_into(columns, str(self.path), *self.ranges[k],
-                                        block=THREAD_BLOCK)
-                self._read[k] = (columns, first, columns.batches, tail)
+                    break
+                begin, end, last = self.ranges[k]
+                scanned = None if last else _scan_range(str(self.path), begin, end)
+                if self._joined.is_set():
+                    self._convert(columns, k, scanned)
+                else:   # the last range (small) or a declined one, too, is read later
+                    self._kept.append((k, scanned))
+            self._joined.wait()
+            self._convert_kept(columns)
         except BaseException as exc:   # raised in the caller's thread by finish()
             self._errors.append((k, exc))
+
+    def _convert_kept(self, columns: EventColumns) -> None:
+        """Once the caller joins: the kept ranges, taken in turn by every thread."""
+        while self._joined.is_set() and not self._errors:
+            try:
+                k, scanned = self._kept.popleft()
+            except IndexError:
+                return
+            self._convert(columns, k, scanned)
+
+    def _convert(self, columns: EventColumns, k: int, scanned: Any) -> None:
+        """Range ``k`` into ``columns``: the scanner's columns, or (None, or a text they
+        hold that does not decode) the range read again in blocks."""
+        first = columns.batches
+        tail = b""
+        if scanned is None or not columns.add_scanned(scanned):
+            tail = _read_range_into(columns, str(self.path), *self.ranges[k],
+                                    block=THREAD_BLOCK)
+        self._read[k] = (columns, first, columns.batches, tail)
 
     def cancel(self) -> None:
         """Stop the threads after the ranges they are reading (the read is let go)."""
         self._errors.append((len(self.ranges), _Cancelled()))
+        self._joined.set()
 
     def finish(self, columns: EventColumns) -> Optional[dict[str, Any]]:
         """Read along until no range is left, then fill ``columns`` in file order and
@@ -382,6 +428,7 @@ class _ThreadedRead:
         Raises:
             CorruptTrace: a damaged byte, named by its offset in the file.
         """
+        self._joined.set()
         self._work()
         for thread in self._threads:
             thread.join()
@@ -510,6 +557,15 @@ def _read_range(path: str, begin: int, end: int, last: bool) -> tuple[Any, bytes
     columns = EventColumns()
     tail = _read_range_into(columns, path, begin, end, last)
     return columns.export(), tail
+
+
+def _scan_range(path: str, begin: int, end: int) -> Optional[tuple[Any, ...]]:
+    """The scanner's columns for the events in bytes [begin, end) of the file (whole
+    events, cut by _split), or None: declined, or no scanner built."""
+    with open(path, "rb") as fh:
+        fh.seek(begin)
+        data = fh.read(end - begin)
+    return _scan_batch(data, len(data)) if len(data) == end - begin else None
 
 
 def _read_range_into(columns: EventColumns, path: str, begin: int, end: int,
