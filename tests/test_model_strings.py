@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsbridge.model.strings import (factorize, name_mask, per_value, row_groups,
-                                    starts_with, thread_codes, value_codes)
+from nsbridge.model.strings import (factorize, first_and_distinct, name_mask, per_value,
+                                    row_groups, starts_with, thread_codes, value_codes)
 from nsbridge.parse.torch_trace import read_trace
 
 from conftest import TORCH_DATA
@@ -99,6 +99,25 @@ def test_row_groups_are_pandas_groups_in_order_of_appearance() -> None:
     assert (groups == want).all()
     assert (firsts == frame.assign(g=want).drop_duplicates("g").index.to_numpy()).all()
     assert row_groups(np.array([], dtype=object))[1].size == 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_first_and_distinct_equal_groupby_first_and_nunique(seed: int) -> None:
+    """Per group, the first value that is not missing and the count of distinct ones:
+    pandas' groupby first and nunique (groups with no value at all included; equal
+    strings held as different objects count once)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 300))
+    pool = ["32,1,1 128,1,1", "64,1,1 128,1,1", "".join(["32,1,1 ", "128,1,1"]), None]
+    values = np.array([pool[i] for i in rng.integers(0, len(pool), n)], dtype=object)
+    groups = rng.integers(0, 12, n)
+    groups, _ = pd.factorize(groups)          # codes 0..k-1, as row_groups gives them
+    k = int(groups.max()) + 1 if n else 0
+    first, distinct = first_and_distinct(values, groups, k)
+    grouped = pd.Series(values, dtype=object).groupby(groups, sort=True)
+    want_first = grouped.first().reindex(range(k))
+    assert [None if pd.isna(v) else v for v in want_first] == first.tolist()
+    assert grouped.nunique().reindex(range(k)).tolist() == distinct.tolist()
 
 
 def test_per_value_converts_each_distinct_value_once() -> None:

@@ -24,6 +24,8 @@ for torch.compile (Triton) kernels, the generated source file the launching op c
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -105,9 +107,18 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     device = np.where(np.isnan(device), pid_as_device, device)
     device = np.where(np.isfinite(device), device, 0.0)   # no device and no numeric pid
     return pd.DataFrame({
-        "cat": gpu[S.CAT].astype(str).to_numpy(), "name": gpu[S.NAME].to_numpy(),
+        "cat": _as_text(gpu[S.CAT]), "name": gpu[S.NAME].to_numpy(),
         "device": device, "stream": gpu[S.TID].to_numpy(), "ts": gpu[S.TS].to_numpy(),
         "dur": gpu[S.DUR].to_numpy(), "bytes": gpu[S.BYTES].to_numpy(),
         "op_pos": op_pos, "rule": rule,
         "via": via, "source": source, "launch": gpu[S.LAUNCH].to_numpy(),
     }, copy=False)
+
+
+def _as_text(column: pd.Series) -> Any:
+    """A column of a few distinct words as text: the trace reader's Categorical as it is
+    (its tests, ``== "kernel"`` say, then compare a code per row, not a string), any other
+    column as str."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.array
+    return column.astype(str).to_numpy()

@@ -10,7 +10,7 @@ import pandas as pd
 from .. import schema as S
 from .attribution import LAUNCHED_BEFORE_WINDOW
 from .nesting import HostTree, clipped_union, longest_gaps
-from .strings import per_value, row_groups
+from .strings import first_and_distinct, per_value, row_groups
 
 
 def busy_by_device(gpu: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
@@ -110,13 +110,12 @@ def gpu_work(gpu: pd.DataFrame, op_names: np.ndarray) -> list[dict[str, Any]]:
     keys["op"] = np.where(pd.isna(keys["op"]), "", keys["op"]).astype(object)
     groups, firsts = row_groups(*keys.values())   # integer keys: no string hashed per row
     frame = pd.DataFrame({"dur": gpu["dur"].to_numpy(np.float64),
-                          "bytes": gpu["bytes"].to_numpy(np.float64),
-                          "launch": pd.Series(gpu["launch"].to_numpy(), dtype=object)},
-                         copy=False)
+                          "bytes": gpu["bytes"].to_numpy(np.float64)}, copy=False)
     agg = frame.groupby(groups, sort=False).agg(
         calls=("dur", "size"), device_us=("dur", "sum"), bytes=("bytes", "sum"),
-        has_bytes=("bytes", "count"), launch=("launch", "first"),
-        launch_configs=("launch", "nunique")).reset_index(drop=True)
+        has_bytes=("bytes", "count")).reset_index(drop=True)
+    agg["launch"], agg["launch_configs"] = first_and_distinct(gpu["launch"].to_numpy(),
+                                                              groups, len(agg))
     for key, values in keys.items():
         agg[key] = values[firsts]
     agg = agg.sort_values("device_us", ascending=False, kind="stable")

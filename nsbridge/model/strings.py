@@ -85,6 +85,22 @@ def row_groups(*columns: Any) -> tuple[np.ndarray, np.ndarray]:
     return groups, firsts
 
 
+def first_and_distinct(values: Any, groups: np.ndarray,
+                       n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per group code (0..n-1): its first value that is not missing (None without one)
+    and how many different ones it holds: groupby's ``first`` and ``nunique``, on codes
+    instead of a string per row."""
+    codes, uniques = factorize(values)
+    rows = np.flatnonzero(codes >= 0)
+    first = np.full(n, -1, dtype=np.int64)
+    first[groups[rows][::-1]] = rows[::-1]      # the last write, the first row, wins
+    table = np.append(np.asarray(uniques, dtype=object), None)   # -1 reads the None
+    width = len(uniques) + 1
+    pairs = np.unique(groups[rows].astype(np.int64) * width + codes[rows])
+    return (table[np.where(first >= 0, codes[np.maximum(first, 0)], -1)],
+            np.bincount(pairs // width, minlength=n))
+
+
 def per_value(values: Any, convert: Callable[[Any], Any]) -> np.ndarray:
     """``convert(value)`` for each entry as an object array, called once per distinct value
     (a missing entry gets ``convert`` of NaN)."""
