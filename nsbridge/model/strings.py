@@ -94,7 +94,8 @@ def first_and_distinct(values: Any, groups: np.ndarray,
     rows = np.flatnonzero(codes >= 0)
     first = np.full(n, -1, dtype=np.int64)
     first[groups[rows][::-1]] = rows[::-1]      # the last write, the first row, wins
-    table = np.append(np.asarray(uniques, dtype=object), None)   # -1 reads the None
+    table = np.empty(len(uniques) + 1, dtype=object)   # the last entry, None: for -1
+    table[:-1] = uniques
     width = len(uniques) + 1
     pairs = np.unique(groups[rows].astype(np.int64) * width + codes[rows])
     return (table[np.where(first >= 0, codes[np.maximum(first, 0)], -1)],
