@@ -11,6 +11,13 @@ and records the median wall time and peak RSS (os.wait4's ru_maxrss: the largest
 process, here the parent; each worker holds one rank at a time) into
 bench/results/ranks_scale.json with the machine it ran on, printing the speed-up.
 
+The machine's own limit, measured in the same run: the folder split in ``--jobs`` parts
+(symbolic links), one ``nsbridge analyze --jobs 1`` per part, all started at once and no
+work shared: what ``--jobs J`` could reach if coordinating its workers cost nothing. Its
+time over ``--jobs 1``'s says how far the cores scale on this work (on a 2-vCPU VM two
+processes run at well under twice the speed of one); --jobs J's time over it says what
+nsbridge's pool costs on top.
+
     python bench/ranks_scale.py --ranks 64 --events 100000 --jobs 2 [--runs 3]
 """
 
@@ -25,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from _measure import byte_compile, measure, write_result
@@ -52,6 +60,31 @@ def ensure_ranks(ranks: int, events: int) -> Path:
     return folder
 
 
+def split_folder(folder: Path, parts: int, scratch: Path) -> list[Path]:
+    """The folder's traces in ``parts`` folders of symbolic links, in turn."""
+    traces = sorted(folder.glob("rank-*.json.gz"))
+    out = []
+    for part in range(parts):
+        sub = scratch / f"part-{part}"
+        sub.mkdir()
+        for trace in traces[part::parts]:
+            (sub / trace.name).symlink_to(trace)
+        out.append(sub)
+    return out
+
+
+def measure_together(commands: list[list[str]]) -> float:
+    """Wall seconds from starting every command at once until the last one ends."""
+    start = time.perf_counter()
+    procs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for argv in commands]
+    for proc, argv in zip(procs, commands):
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"{argv[:3]} failed ({proc.returncode}):\n{err.decode()[-2000:]}")
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--ranks", type=int, default=64)
@@ -64,21 +97,33 @@ def main() -> None:
     folder = ensure_ranks(args.ranks, args.events)
     nsbridge = shutil.which("nsbridge", path=str(Path(sys.executable).parent)) or "nsbridge"
     samples: dict[int, list[tuple[float, float, str]]] = {1: [], args.jobs: []}
+    apart: list[float] = []
     with tempfile.TemporaryDirectory() as scratch:
+        parts = split_folder(folder, args.jobs, Path(scratch))
         for run in range(args.runs):
             for jobs in samples:
                 out = Path(scratch) / f"run-{run}-jobs-{jobs}"
                 samples[jobs].append(measure([nsbridge, "-q", "analyze", "--jobs", str(jobs),
                                               "--out", str(out), str(folder)]))
+            apart.append(measure_together([
+                [nsbridge, "-q", "analyze", "--jobs", "1", "--out",
+                 str(Path(scratch) / f"run-{run}-part-{i}"), str(part)]
+                for i, part in enumerate(parts)]))
     rows = [{"jobs": jobs, "wall_s": round(statistics.median(r[0] for r in runs), 3),
              "peak_rss_mib": round(statistics.median(r[1] for r in runs), 1),
              "runs_wall_s": [round(r[0], 3) for r in runs]} for jobs, runs in samples.items()]
     for row in rows:
         print(f"--jobs {row['jobs']:<3} {row['wall_s']:8.2f} s {row['peak_rss_mib']:8.0f} MiB")
     ratio = round(rows[1]["wall_s"] / rows[0]["wall_s"], 3)
-    print(f"--jobs {args.jobs} takes {ratio:.2f}x the time of --jobs 1")
+    limit = {"parts": args.jobs, "wall_s": round(statistics.median(apart), 3),
+             "runs_wall_s": [round(t, 3) for t in apart]}
+    limit["time_vs_one_job"] = round(limit["wall_s"] / rows[0]["wall_s"], 3)
+    print(f"--jobs {args.jobs} takes {ratio:.2f}x the time of --jobs 1; {args.jobs} "
+          f"separate processes on {args.jobs} parts of the folder, at once: "
+          f"{limit['wall_s']:.2f} s, {limit['time_vs_one_job']:.2f}x")
     write_result(args.out, "ranks_scale", ranks=args.ranks, events_per_rank=args.events,
-                 runs=args.runs, results=rows, time_vs_one_job=ratio)
+                 runs=args.runs, results=rows, time_vs_one_job=ratio,
+                 separate_processes_at_once=limit)
 
 
 if __name__ == "__main__":

@@ -23,11 +23,43 @@ def _comparable(report: dict) -> dict:
     return {k: v for k, v in report.items() if k not in ("files",)}
 
 
-def test_two_workers_give_the_report_of_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("start", ["fork", "forkserver"])
+def test_two_workers_give_the_report_of_one(tmp_path: Path, start: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+
+    from nsbridge.passes import torch_pass
+
     one = analyze(RANKS, out=tmp_path / "one", jobs=1).report
+    monkeypatch.setattr(torch_pass, "_worker_context",
+                        lambda: multiprocessing.get_context(start))
     two = analyze(RANKS, out=tmp_path / "two", jobs=2).report
     assert _comparable(one) == _comparable(two)
     assert [r["rank"] for r in two["distributed"]["ranks"]] == [0, 1]
+
+
+WORKER_START = """
+import threading, time
+from nsbridge._blas import import_numpy_on_one_thread
+import_numpy_on_one_thread()        # as the command does: no OpenBLAS thread
+from nsbridge.passes.torch_pass import _worker_context
+alone = _worker_context().get_start_method()
+threading.Thread(target=time.sleep, args=(1,), daemon=True).start()
+print(alone, _worker_context().get_start_method())
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads counted in /proc")
+def test_workers_are_forked_only_from_a_process_of_one_thread() -> None:
+    """Forked workers start with the modules imported; with a second thread running (a
+    Python one here; OpenBLAS's count too) the fork server starts them (a fork could
+    deadlock on a lock that thread held)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", WORKER_START], capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.split() == ["fork", "forkserver"], done.stderr
 
 
 def test_a_broken_trace_among_several_fails_from_a_worker(tmp_path: Path) -> None:
