@@ -81,7 +81,8 @@ def measure_together(commands: list[list[str]]) -> float:
     for proc, argv in zip(procs, commands):
         _, err = proc.communicate()
         if proc.returncode != 0:
-            raise RuntimeError(f"{argv[:3]} failed ({proc.returncode}):\n{err.decode()[-2000:]}")
+            raise RuntimeError(f"{argv[:3]} failed ({proc.returncode}):\n"
+                               f"{err.decode()[-2000:]}")
     return time.perf_counter() - start
 
 

@@ -447,7 +447,7 @@ def test_joining_the_batches_gives_their_memory_back(tmp_path: Path,
     calls = []
     monkeypatch.setattr(_event_columns, "release_free_memory", lambda: calls.append(1))
     read_trace(TORCH_DATA / "h100_bert-small_2025-07.json.gz")
-    assert calls == [1, 1]        # the reader's garbage before the columns are joined, theirs after
+    assert calls == [1, 1]         # the reader's garbage before the join, the batches after
     monkeypatch.undo()
     if not sys.platform.startswith("linux") or "libc.so" not in str(ctypes.util.find_library("c")):
         pytest.skip("malloc_trim is glibc's")
