@@ -138,8 +138,8 @@ def main_thread(tree: HostTree, windows: pd.DataFrame) -> int:
 
 def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) -> pd.DataFrame:
     """Per step: step, wall_ms and the PHASES columns (milliseconds, summing to wall_ms).
-    Each step looks only at the ops starting inside it (a binary search over the ops
-    sorted by start), not at every op of the trace."""
+    Each step looks only at the ops starting inside it (a binary search in each thread's
+    ops, sorted by start), not at every op of the trace."""
     names = tree.names
     data = starts_with(names, DATA_PREFIX)
     optim = starts_with(names, OPTIMIZER_PREFIXES)
@@ -149,12 +149,9 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
     under_step = np.zeros(len(tree), dtype=bool)
     under_step[tree.parent >= 0] = is_step[tree.parent[tree.parent >= 0]]
     loop_top = (tree.thread == thread) & (((tree.depth == 0) & ~is_step) | under_step)
-    by_start = np.argsort(tree.start, kind="stable")
-    sorted_start = tree.start[by_start]
     rows = []
     for step, lo, hi, pos in windows[["step", "start", "end", "pos"]].itertuples(index=False):
-        ops = np.sort(by_start[np.searchsorted(sorted_start, lo, "left"):
-                               np.searchsorted(sorted_start, hi, "left")])
+        ops = _starting_in(tree, lo, hi)
         start, end = tree.start[ops], tree.end[ops]
         # pos >= 0: the step range's children; one window: the loop thread's top level
         top = tree.parent[ops] == pos if pos >= 0 else loop_top[ops]
@@ -176,6 +173,17 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
                      "optimizer_ms": lengths["optimizer"] / 1e3,
                      "other_ms": max(wall - done, 0.0) / 1e3})
     return pd.DataFrame(rows, columns=["step", "wall_ms", *PHASES])
+
+
+def _starting_in(tree: HostTree, lo: float, hi: float) -> np.ndarray:
+    """Tree positions of the ops starting in [lo, hi), in tree order: each thread's ops
+    are sorted by start, so a step's are one run per thread, found by binary search."""
+    runs = []
+    for first, last in tree.bounds:
+        starts = tree.start[first:last]
+        runs.append(np.arange(first + np.searchsorted(starts, lo, "left"),
+                              first + np.searchsorted(starts, hi, "left")))
+    return np.concatenate(runs) if runs else np.zeros(0, dtype=np.int64)
 
 
 def _closure_ops(tree: HostTree, ops: np.ndarray, optim: np.ndarray,

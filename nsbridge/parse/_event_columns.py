@@ -332,7 +332,8 @@ def _categorical(codes: np.ndarray, table: np.ndarray) -> pd.Categorical:
     order = np.argsort(values[present].astype(str), kind="stable")
     recode = np.full(len(table), -1, dtype=np.int32)
     recode[used[present][order]] = np.arange(len(order), dtype=np.int32)
-    return pd.Categorical.from_codes(recode[codes], categories=list(values[present][order]))
+    return pd.Categorical.from_codes(np.take(recode, codes),   # take: no fancy-index setup
+                                     categories=list(values[present][order]))
 
 
 def _launch(args: Any) -> Optional[str]:

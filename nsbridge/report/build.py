@@ -175,6 +175,9 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def clean(value: Any) -> Any:
     """NaN -> None, numpy scalars -> Python, floats rounded to 3 decimals."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:   # most of a report
+        return value
     if isinstance(value, dict):
         return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
