@@ -101,6 +101,18 @@ def test_row_groups_are_pandas_groups_in_order_of_appearance() -> None:
     assert row_groups(np.array([], dtype=object))[1].size == 0
 
 
+def test_row_groups_of_many_wide_columns_do_not_overflow() -> None:
+    """Eight columns of 3000 distinct values: the combined key would pass 2^63, so the
+    groups are renumbered on the way; still pandas' groups."""
+    rng = np.random.default_rng(3)
+    columns = [np.array([f"v{i}" for i in rng.integers(0, 3000, 3000)], dtype=object)
+               for _ in range(8)]
+    groups, _ = row_groups(*columns)
+    frame = pd.DataFrame({f"c{k}": c for k, c in enumerate(columns)})
+    want = frame.groupby(list(frame.columns), sort=False).ngroup().to_numpy()
+    assert (groups == want).all()
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_first_and_distinct_equal_groupby_first_and_nunique(seed: int) -> None:
     """Per group, the first value that is not missing and the count of distinct ones:

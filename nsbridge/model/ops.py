@@ -9,7 +9,7 @@ import pandas as pd
 
 from .. import schema as S
 from .nesting import HostTree, at_rows
-from .strings import row_groups, starts_with
+from .strings import row_groups, starts_with, value_codes
 
 MIB = 1024.0 * 1024.0
 
@@ -38,7 +38,6 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     ``in_window`` (a flag per tree position): only those ops count, and only the GPU work
     they launched (the measured window; None: every op of the trace).
     """
-    names = tree.name_values
     per_op = op_calls(events, tree, gpu, has_device, in_window) if calls is None else calls
     # the names' category codes (the index is tree positions): no string hashed per row
     groups, firsts = row_groups(tree.names.take(per_op.index.to_numpy()))
@@ -63,7 +62,7 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     spread = per_step_times(events, tree, gpu, windows, has_device)
     table[S.PER_STEP_US] = table["name"].map(spread).apply(
         lambda v: v if isinstance(v, list) else [])
-    kernels, copies = _gpu_work_by_op(gpu, names)
+    kernels, copies = _gpu_work_by_op(gpu, tree.names)
     table["kernels"] = table["name"].map(kernels).apply(lambda v: v if isinstance(v, list) else [])
     table["copies"] = table["name"].map(copies).apply(lambda v: v if isinstance(v, list) else [])
     table = table.sort_values([rank_col, S.CPU_TOTAL_US], ascending=False, kind="stable")
@@ -170,13 +169,14 @@ _COPY_KIND = {S.MEMCPY: "memcpy", S.MEMSET: "memset"}
 
 
 def _gpu_work_by_op(gpu: pd.DataFrame,
-                    names: np.ndarray) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
-    """Per op name: its kernels and, apart, its copies and memsets, largest first."""
+                    names: Any) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
+    """Per op name (``names``: the host tree's, a Categorical from the trace reader): its
+    kernels and, apart, its copies and memsets, largest first."""
     attributed = gpu[gpu["op_pos"] >= 0]
     if attributed.empty:
         return {}, {}
-    keys = {"op": names[attributed["op_pos"].to_numpy()],
-            "name": attributed["name"].to_numpy(), "cat": attributed["cat"].to_numpy(),
+    keys = {"op": names.take(attributed["op_pos"].to_numpy()),
+            "name": attributed["name"].to_numpy(), "cat": attributed["cat"].array,
             "via": attributed["via"].fillna("").to_numpy(),
             "source": attributed["source"].fillna("").to_numpy()}
     groups, firsts = row_groups(*keys.values())   # integer keys: no string hashed per row
@@ -186,7 +186,7 @@ def _gpu_work_by_op(gpu: pd.DataFrame,
         calls=("dur", "size"), device_us=("dur", "sum"), bytes=("bytes", "sum"),
         has_bytes=("bytes", "count")).reset_index(drop=True)
     for key, values in keys.items():
-        agg[key] = values[firsts]
+        agg[key] = np.asarray(values.take(firsts), dtype=object)
     agg = agg.sort_values(["op", "device_us"], ascending=[True, False], kind="stable")
     kernels: dict[str, list[dict]] = {}
     copies: dict[str, list[dict]] = {}
@@ -209,20 +209,20 @@ def per_step_times(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame,
     """Per op name, its ranking time (self device µs, else self CPU µs) in each measured
     step, in step order: the spread a comparison of two runs needs to tell a change from
     noise. Host ops count in the step they start in, GPU work in the step it runs in."""
-    names = tree.name_values
+    codes, names = value_codes(tree.names)   # grouped by name code: no string hashed
     edges = windows["start"].to_numpy(np.float64)
     ends = windows["end"].to_numpy(np.float64)
     if has_device:
         work = gpu[gpu["op_pos"] >= 0]
-        name, at, value = (names[work["op_pos"].to_numpy()], work["ts"].to_numpy(np.float64),
+        name, at, value = (codes[work["op_pos"].to_numpy()], work["ts"].to_numpy(np.float64),
                            work["dur"].to_numpy(np.float64))
     else:
-        name, at, value = names, tree.start, tree.self_us
+        name, at, value = codes, tree.start, tree.self_us
     step = np.searchsorted(edges, at, side="right") - 1
-    inside = (step >= 0) & (at < ends[np.maximum(step, 0)])
+    inside = (step >= 0) & (at < ends[np.maximum(step, 0)]) & (name >= 0)   # a name
     frame = pd.DataFrame({"name": name[inside], "step": step[inside], "us": value[inside]},
                          copy=False)
     table = frame.groupby(["name", "step"])["us"].sum().unstack(fill_value=0.0)
     table = table.reindex(columns=range(len(windows)), fill_value=0.0)
-    return {str(n): [round(float(v), 3) for v in row] for n, row in zip(table.index,
-                                                                     table.to_numpy())}
+    return {str(names[n]): [round(float(v), 3) for v in row]
+            for n, row in zip(table.index, table.to_numpy())}

@@ -77,9 +77,15 @@ def row_groups(*columns: Any) -> tuple[np.ndarray, np.ndarray]:
     string per row."""
     n = len(columns[0])
     groups = np.zeros(n, dtype=np.int64)
+    width = 1   # the distinct values groups can take so far
     for column in columns:
         codes, uniques = factorize(column)
-        groups, _ = pd.factorize(groups * (len(uniques) + 1) + (codes + 1))
+        if width * (len(uniques) + 1) >= 1 << 62:   # renumber before it could overflow
+            groups, seen = pd.factorize(groups)
+            width = len(seen)
+        groups = groups * (len(uniques) + 1) + (codes + 1)
+        width *= len(uniques) + 1
+    groups, _ = pd.factorize(groups)   # numbered in order of first appearance
     firsts = np.empty(int(groups.max()) + 1 if n else 0, dtype=np.int64)
     firsts[groups[::-1]] = np.arange(n - 1, -1, -1)   # the last write, the first row, wins
     return groups, firsts
