@@ -97,7 +97,16 @@ def sweep(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
     if request.param == "numpy":
         monkeypatch.setattr(nesting, "_native_parents", None)
         monkeypatch.setattr(nesting, "_native_enclosing", None)
+        monkeypatch.setattr(nesting, "_native_depths", None)
     return str(request.param)
+
+
+def test_depths_take_parents_in_any_order(sweep: str) -> None:
+    """Depths count ancestors; parents listed after their children (never from the
+    sweep) are counted too (the C pass declines them, the level passes take them)."""
+    assert nesting._depths(np.array([-1, 0, 1, 0, -1])).tolist() == [0, 1, 2, 1, 0]
+    assert nesting._depths(np.array([2, -1, 1])).tolist() == [2, 0, 1]
+    assert nesting._depths(np.zeros(0, dtype=np.int64)).tolist() == []
 
 
 @pytest.mark.parametrize("seed", range(40))

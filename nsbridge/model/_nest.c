@@ -149,12 +149,41 @@ static PyObject *enclosing(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* depths(parent, out): out[k] = the number of k's ancestors, parents before children
+   (parent[k] < k, as parents() gives them); False, with out unfinished, where that does
+   not hold. Without the GIL. */
+static PyObject *depths(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer parent, out;
+    if (!PyArg_ParseTuple(args, "y*w*:depths", &parent, &out)) return NULL;
+    Py_ssize_t n = parent.len / 8;
+    int ok = length_is(&parent, n, 8) && length_is(&out, n, 8), ordered = 1;
+    if (ok) {
+        const int64_t *up = parent.buf;
+        int64_t *depth = out.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t k = 0; k < n && ordered; k++) {
+            int64_t p = up[k];
+            if (p < 0) depth[k] = 0;
+            else if (p < k) depth[k] = depth[p] + 1;
+            else ordered = 0;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&parent);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    return PyBool_FromLong(ordered);
+}
+
 static PyMethodDef methods[] = {
     {"parents", parents, METH_VARARGS,
      "parents(codes, start, end, top_level, out): each interval's parent (see the module)."},
     {"enclosing", enclosing, METH_VARARGS,
      "enclosing(codes, times, start, end, parent, bounds, out): each point's innermost "
      "interval (see the module)."},
+    {"depths", depths, METH_VARARGS,
+     "depths(parent, out) -> bool: each interval's number of ancestors (see depths)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -21,10 +21,11 @@ from .. import schema as S
 from .strings import is_in, starts_with, thread_codes
 
 try:
+    from ._nest import depths as _native_depths
     from ._nest import enclosing as _native_enclosing
     from ._nest import parents as _native_parents
 except ImportError:   # built without a C compiler: the numpy versions below, same answers
-    _native_enclosing = _native_parents = None   # type: ignore[assignment]
+    _native_depths = _native_enclosing = _native_parents = None   # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -170,14 +171,7 @@ def build_tree(thread: np.ndarray, keys: list[str], start: np.ndarray, dur: np.n
     dur = dur[order].astype(np.float64, copy=False)
     end = start + dur
     parent = _parents(codes, start, end, top_level[order])
-    depth = np.zeros(len(parent), dtype=np.int64)
-    below = np.flatnonzero(parent >= 0)     # one pass per nesting level over those deeper
-    ancestor = parent[below]
-    while len(below):
-        depth[below] += 1
-        ancestor = parent[ancestor]
-        deeper = ancestor >= 0
-        below, ancestor = below[deeper], ancestor[deeper]
+    depth = _depths(parent)
     has_parent = parent >= 0
     child_sum = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=len(parent))
     bounds = np.zeros((len(keys), 2), dtype=np.int64)
@@ -238,6 +232,24 @@ def _holding(codes: np.ndarray, start: np.ndarray, end: np.ndarray,
 def native_nesting() -> bool:
     """Whether the C nesting sweep (model/_nest.c) was built and is in use."""
     return _native_parents is not None
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    """Each interval's number of ancestors: in C, one pass (parents come before their
+    children); in numpy, one pass per nesting level over the intervals that deep."""
+    depth = np.zeros(len(parent), dtype=np.int64)
+    if _native_depths is not None and _native_depths(
+            np.ascontiguousarray(parent, dtype=np.int64), depth):
+        return depth
+    depth[:] = 0
+    below = np.flatnonzero(parent >= 0)
+    ancestor = parent[below]
+    while len(below):
+        depth[below] += 1
+        ancestor = parent[ancestor]
+        deeper = ancestor >= 0
+        below, ancestor = below[deeper], ancestor[deeper]
+    return depth
 
 
 def _parents(codes: np.ndarray, start: np.ndarray, end: np.ndarray,

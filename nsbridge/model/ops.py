@@ -103,10 +103,16 @@ def _texts(events: pd.DataFrame, rows: np.ndarray, column: str, index: pd.Index)
     """``events.loc[rows, column]``'s values as an object array for a frame with ``index``;
     a column with no value there is typed object at once (pandas would look at every row
     to find that out: 10 ms at 350k ops)."""
-    values = at_rows(events, rows, column)
-    if isinstance(values.dtype, pd.CategoricalDtype) and not (values.cat.codes >= 0).any():
-        return pd.Series(np.full(len(rows), np.nan, dtype=object), index=index, dtype=object)
-    return values.to_numpy()
+    whole = events[column]
+    if isinstance(whole.dtype, pd.CategoricalDtype) and not len(whole.cat.categories):
+        values = None   # the trace reader's column, with no value anywhere (no shapes)
+    else:
+        values = at_rows(events, rows, column)
+        if not isinstance(values.dtype, pd.CategoricalDtype) or (values.cat.codes >= 0).any():
+            return values.to_numpy()
+    missing = np.empty(len(rows), dtype=object)
+    missing.fill(np.nan)
+    return pd.Series(missing, index=index, dtype=object, copy=False)
 
 
 def _allocations(events: pd.DataFrame, tree: HostTree) -> np.ndarray:

@@ -44,11 +44,10 @@ def step_windows(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
 
     ``pos`` is the step range's position in the tree (-1 for a whole-run window).
     """
-    names = tree.name_values
-    is_step = starts_with(names, S.PROFILER_STEP_PREFIX)
+    is_step = starts_with(tree.names, S.PROFILER_STEP_PREFIX)   # tested per distinct name
     if is_step.any():
         pos = np.nonzero(is_step)[0]
-        frame = pd.DataFrame({"name": names[pos], "start": tree.start[pos],
+        frame = pd.DataFrame({"name": tree.name_values[pos], "start": tree.start[pos],
                               "end": tree.end[pos], "pos": pos}, copy=False)
         frame = frame.drop_duplicates("name").sort_values("start", kind="stable")
         frame["step"] = _step_numbers(frame["name"].str[len(S.PROFILER_STEP_PREFIX):])
