@@ -37,15 +37,22 @@ from .strings import is_in, starts_with, value_codes
 EXTERNAL_ID, LAUNCH_CONTAINMENT = "external_id", "launch_containment"
 LAUNCHED_BEFORE_WINDOW, OUTSIDE_OPS = "launched_before_window", "outside_ops"
 GRAPH_LAUNCH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
+_RULES = (EXTERNAL_ID, LAUNCH_CONTAINMENT, LAUNCHED_BEFORE_WINDOW, OUTSIDE_OPS)
 
 
 def linking_generation(events: pd.DataFrame) -> str:
     """'new' when GPU events carry their op's External id, 'old' when it copies correlation."""
     gpu = events.loc[is_in(events[S.CAT], S.GPU_CATS), [S.EXT_ID, S.CORRELATION]]
-    both = gpu[gpu[S.EXT_ID].notna() & gpu[S.CORRELATION].notna()]
-    if both.empty:
+    return _generation(gpu[S.EXT_ID].to_numpy(np.float64),
+                       gpu[S.CORRELATION].to_numpy(np.float64))
+
+
+def _generation(ext_id: np.ndarray, correlation: np.ndarray) -> str:
+    """linking_generation of the GPU events' External ids and correlation ids."""
+    both = ~np.isnan(ext_id) & ~np.isnan(correlation)
+    if not both.any():
         return "old"
-    return "new" if (both[S.EXT_ID] != both[S.CORRELATION]).mean() > 0.5 else "old"
+    return "new" if (ext_id[both] != correlation[both]).mean() > 0.5 else "old"
 
 
 def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
@@ -61,14 +68,15 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
                      [S.CAT, S.NAME, S.PID, S.TID, S.TS, S.DUR, S.EXT_ID, S.CORRELATION,
                       S.BYTES, S.DEVICE, S.LAUNCH]]
     op_pos = np.full(len(gpu), -1, dtype=np.int64)
-    rule = np.full(len(gpu), OUTSIDE_OPS, dtype=object)
+    rule = np.full(len(gpu), _RULES.index(OUTSIDE_OPS), dtype=np.int8)   # codes into _RULES
+    ext_id = gpu[S.EXT_ID].to_numpy(np.float64)
 
-    if linking_generation(events) == "new":   # the first op of each External id
-        found = first_match(at_rows(events, tree.rows, S.EXT_ID).to_numpy(np.float64),
-                            gpu[S.EXT_ID].to_numpy(np.float64))
+    if _generation(ext_id, gpu[S.CORRELATION].to_numpy(np.float64)) == "new":
+        # the first op of each External id
+        found = first_match(at_rows(events, tree.rows, S.EXT_ID).to_numpy(np.float64), ext_id)
         hit = found >= 0
         op_pos[hit] = found[hit]
-        rule[hit] = EXTERNAL_ID
+        rule[hit] = _RULES.index(EXTERNAL_ID)
 
     launches = events.loc[is_in(events[S.CAT], S.LAUNCH_CATS)
                           & events[S.CORRELATION].notna().to_numpy(),
@@ -81,14 +89,14 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
     found = np.where(has_launch, launch_pos[np.maximum(launch, 0)] if len(launches) else -1, -1)
     hit = (op_pos < 0) & (found >= 0)
     op_pos[hit] = found[hit]
-    rule[hit] = LAUNCH_CONTAINMENT
-    rule[(op_pos < 0) & ~has_launch] = LAUNCHED_BEFORE_WINDOW
+    rule[hit] = _RULES.index(LAUNCH_CONTAINMENT)
+    rule[(op_pos < 0) & ~has_launch] = _RULES.index(LAUNCHED_BEFORE_WINDOW)
 
     not_op = starts_with(tree.names,
                          (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
     in_step_only = (op_pos >= 0) & not_op[np.maximum(op_pos, 0)] if len(tree) else op_pos < -1
     op_pos[in_step_only] = -1  # launched between ops: a step or nsbridge range is not an op
-    rule[in_step_only] = OUTSIDE_OPS
+    rule[in_step_only] = _RULES.index(OUTSIDE_OPS)
 
     graph_launch = is_in(launches[S.NAME], GRAPH_LAUNCH_CALLS)
     by_graph = has_launch & graph_launch[np.maximum(launch, 0)] if len(launches) else has_launch
@@ -110,7 +118,7 @@ def attribute_gpu_events(events: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
         "cat": _as_text(gpu[S.CAT]), "name": gpu[S.NAME].to_numpy(),
         "device": device, "stream": gpu[S.TID].to_numpy(), "ts": gpu[S.TS].to_numpy(),
         "dur": gpu[S.DUR].to_numpy(), "bytes": gpu[S.BYTES].to_numpy(),
-        "op_pos": op_pos, "rule": rule,
+        "op_pos": op_pos, "rule": np.array(_RULES, dtype=object)[rule],
         "via": via, "source": source, "launch": gpu[S.LAUNCH].to_numpy(),
     }, copy=False)
 
