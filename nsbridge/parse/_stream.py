@@ -39,8 +39,8 @@ row hold no decodable event the reader stops, naming the offset of the first bad
 
 from __future__ import annotations
 
-import gzip
 import collections
+import gzip
 import itertools
 import json
 import multiprocessing
