@@ -90,3 +90,23 @@ def test_a_run_no_pass_finished_is_saved_as_failed(tmp_path: Path) -> None:
     save(run)
     assert json.loads((run.dir / "report.json").read_text())["status"] == "failed"
     assert json.loads((run.dir / "manifest.json").read_text())["status"] == "failed"
+
+
+def test_json_size_reads_a_gzip_trailer_and_distrusts_one_that_wrapped(tmp_path: Path) -> None:
+    """A gzipped trace's JSON is its trailer's inflated size; a trailer smaller than the
+    compressed file can only have wrapped past 4 GiB (so it counts as more than that), and a
+    plain file is its size."""
+    import gzip
+
+    from nsbridge.run import json_size
+
+    text = b'{"traceEvents": []}' * 1000
+    packed = tmp_path / "t.json.gz"
+    packed.write_bytes(gzip.compress(text))
+    assert json_size(packed) == len(text)
+    wrapped = tmp_path / "w.json.gz"
+    wrapped.write_bytes(gzip.compress(text)[:-4] + (7).to_bytes(4, "little"))
+    assert json_size(wrapped) >= 1 << 32
+    plain = tmp_path / "t.json"
+    plain.write_bytes(text)
+    assert json_size(plain) == len(text)
