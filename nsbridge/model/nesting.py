@@ -241,7 +241,7 @@ def _depths(parent: np.ndarray) -> np.ndarray:
     if _native_depths is not None and _native_depths(
             np.ascontiguousarray(parent, dtype=np.int64), depth):
         return depth
-    depth[:] = 0
+    depth[:] = 0   # the C pass stopped at a parent listed after its child
     below = np.flatnonzero(parent >= 0)
     ancestor = parent[below]
     while len(below):

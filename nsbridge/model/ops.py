@@ -104,11 +104,10 @@ def _texts(events: pd.DataFrame, rows: np.ndarray, column: str, index: pd.Index)
     a column with no value there is typed object at once (pandas would look at every row
     to find that out: 10 ms at 350k ops)."""
     whole = events[column]
-    if isinstance(whole.dtype, pd.CategoricalDtype) and not len(whole.cat.categories):
-        values = None   # the trace reader's column, with no value anywhere (no shapes)
-    else:
+    categorical = isinstance(whole.dtype, pd.CategoricalDtype)
+    if not categorical or len(whole.cat.categories):   # else no value anywhere (no shapes)
         values = at_rows(events, rows, column)
-        if not isinstance(values.dtype, pd.CategoricalDtype) or (values.cat.codes >= 0).any():
+        if not categorical or (values.cat.codes >= 0).any():
             return values.to_numpy()
     missing = np.empty(len(rows), dtype=object)
     missing.fill(np.nan)
