@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from nsbridge.api import analyze
 from nsbridge.parse.torch_trace import read_trace
-from nsbridge.report.merged_trace import PID, TRACKS
+from nsbridge.report.merged_trace import PID, TRACKS, merge_trace, merged_trace_json
 
 from conftest import DATA, TORCH_DATA
 
@@ -45,37 +48,60 @@ def test_sync_calls_are_marked_and_the_file_reads_back(tmp_path: Path) -> None:
     assert read_trace(merged).events["name"].str.startswith("sync: ").sum() == 388
 
 
-def test_merged_trace_io_takes_what_the_reader_takes(tmp_path: Path) -> None:
-    """read_json_trace decodes with msgspec and falls back to the stdlib for what msgspec
-    refuses (a BOM, NaN, bytes that are not UTF-8); write_json_gz encodes with msgspec and
-    falls back for a lone surrogate. Either way the file is JSON that json.loads reads."""
-    from nsbridge.pipeline import read_json_trace, write_json_gz
+def test_a_file_msgspec_refuses_is_merged_by_the_stdlibs_rules() -> None:
+    """A BOM, NaN, bytes that are not UTF-8, a lone surrogate, Chrome's bare array: the
+    merged file is still JSON that json.loads reads, with the events the reader reads."""
+    odd = b'\xef\xbb\xbf{"traceEvents": [], "v": NaN, "s": "a\xffb", "x": 10}'
+    merged = json.loads(merged_trace_json(odd, {}))
+    assert merged == {"traceEvents": [], "v": None, "s": "a\ufffdb", "x": 10}
+    lone = b'{"traceEvents": [], "name": "lone \\udc80 surrogate"}'
+    assert json.loads(merged_trace_json(lone, {}))["name"] == "lone \udc80 surrogate"
+    bare = b'[{"ph": "X", "name": "aten::mm", "ts": 1.5, "dur": 2.0}, 7, {"ts": 1}]'
+    assert json.loads(merged_trace_json(bare, {})) == {
+        "traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1.5, "dur": 2.0}]}
 
-    doc = {"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1.5, "dur": 2,
-                            "args": {"External id": 7}}], "x": 10 ** 20}
-    plain = tmp_path / "plain.json"
-    plain.write_text(json.dumps(doc))
-    assert read_json_trace(plain) == doc
-    odd = tmp_path / "odd.json"
-    odd.write_bytes(b"\xef\xbb\xbf" + b'{"traceEvents": [], "v": NaN, "s": "a\xffb"}')
-    read = read_json_trace(odd)
-    assert read["v"] != read["v"] and read["s"] == "a\ufffdb"
-    out = tmp_path / "out.json.gz"
-    write_json_gz(out, {**doc, "nan": float("nan")})
-    assert json.loads(gzip.open(out).read()) == {**doc, "nan": None}
-    write_json_gz(out, {"name": "lone \udc80 surrogate"})
-    assert json.loads(gzip.open(out).read())["name"].startswith("lone ")
+
+ODD_EVENTS = [   # each needs the reader's repair, or is skipped by it
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5, "dur": -1,
+     "args": None},
+    {"ph": "X", "cat": "cpu_op", "name": 7, "pid": 1, "tid": 1, "ts": "6.5", "dur": 0.0},
+    {"ph": "i", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "ts": "later"},
+    {"cat": "cpu_op", "name": "no phase", "ts": 1.0},
+    {"ph": 3, "name": "a phase that is not a string"},
+    {"ph": "M", "name": "process_name", "args": {"name": "kept as it is"}},
+]
+
+
+@pytest.mark.parametrize("fixture", ["sync_bound_h200.json.gz", "train_cnn_h200.json.gz"])
+@pytest.mark.parametrize("per_op", [False, True])
+def test_splicing_equals_merging_every_decoded_event(fixture: str, per_op: bool,
+                                                    tmp_path: Path) -> None:
+    """merged_trace_json decodes only the events merge_trace may change or read; its file
+    decodes to what merge_trace gives on the whole decoded trace, on real traces with odd
+    events added, with and without per-op numbers to attach. An event it does not decode
+    keeps its own bytes (a number written 1.50 stays so)."""
+    doc = json.loads(gzip.open(TORCH_DATA / "h200" / fixture).read())
+    doc["traceEvents"] += copy.deepcopy(ODD_EVENTS)
+    text = json.dumps(doc).encode()
+    text = text.replace(b'"name": "kept as it is"}', b'"name": "kept as it is", "w": 1.50}')
+    doc["traceEvents"][-1]["args"]["w"] = 1.5
+    report = analyze([TORCH_DATA / "h200" / fixture], out=tmp_path / "r").report
+    if per_op:
+        report = {**report, "ops": [{**op, "nsys": {"kernels": 3, "kernel_us": 2.5}}
+                                    for op in report["ops"]]}
+    spliced = merged_trace_json(text, report)
+    expected = json.loads(json.dumps(merge_trace(doc, report)))
+    assert json.loads(spliced) == expected
+    assert b'"w": 1.50}' in spliced
+    marked = [e for e in expected["traceEvents"] if "nsbridge.sync" in e.get("args", {})]
+    assert marked or fixture != "sync_bound_h200.json.gz"
+    assert any("nsbridge.nsys" in e.get("args", {}) for e in expected["traceEvents"]) == per_op
 
 
 def test_merging_leaves_the_decoded_trace_as_it_was() -> None:
     """readable_events hands back the input's own dicts when nothing needs repair, so
     merge_trace must replace an event it annotates, never change it in place."""
-    import copy
-
-    from nsbridge.pipeline import read_json_trace
-    from nsbridge.report.merged_trace import merge_trace
-
-    trace = read_json_trace(TORCH_DATA / "h200" / "sync_bound_h200.json.gz")
+    trace = json.loads(gzip.open(TORCH_DATA / "h200" / "sync_bound_h200.json.gz").read())
     trace["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,
                                  "tid": 1, "ts": 5, "dur": -1, "args": None})   # repaired
     before = copy.deepcopy(trace)

@@ -77,10 +77,11 @@ def test_triage_with_nsys_and_deep_writes_each_file_once(
     script.write_text(SCRIPT)
     written = _count_writes(monkeypatch)
     opened, merged = [], []
-    real_open, real_merge = Run.open, pipeline.merge_trace
+    real_open, real_merge = Run.open, pipeline.merged_trace_json
     monkeypatch.setattr(Run, "open", classmethod(lambda cls, p: opened.append(p) or
                                                  real_open.__func__(cls, p)))
-    monkeypatch.setattr(pipeline, "merge_trace", lambda *a: merged.append(1) or real_merge(*a))
+    monkeypatch.setattr(pipeline, "merged_trace_json",
+                        lambda *a: merged.append(1) or real_merge(*a))
     monkeypatch.setattr(api, "TorchProfilerPass", RecordedTorchPass)
     result = nsbridge.triage(str(script), out=tmp_path / "run", nsys=True, deep_top=1,
                              environ=fake_ncu_env(tmp_path), cwd=tmp_path)

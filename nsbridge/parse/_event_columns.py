@@ -464,40 +464,45 @@ def _compact_json(text: bytes) -> str:
 
 def readable_events(doc: Any) -> list[dict[str, Any]]:
     """The events of a decoded trace (an object with ``traceEvents``, or Chrome's bare
-    array) that pass the reader's rules: complete and instant events keep a finite ``ts``
-    (a float) and a usable ``dur`` (else 0, as the reader counts it), ``args`` is an
-    object, ``name`` and ``cat`` are strings. Other phases pass as they are. For consumers
-    of the raw events (the merged trace), so they read what the EVENTS frame read.
+    array) that pass the reader's rules (``readable_event``). For consumers of the raw
+    events (the merged trace), so they read what the EVENTS frame read."""
+    raw = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    out = []
+    for event in raw if isinstance(raw, list) else []:
+        event = readable_event(event)
+        if event is not None:
+            out.append(event)
+    return out
+
+
+def readable_event(event: Any) -> Optional[dict[str, Any]]:
+    """The event as the reader reads it, or None when the reader skips it: complete and
+    instant events keep a finite ``ts`` (a float) and a usable ``dur`` (else 0, as the
+    reader counts it), ``args`` is an object, ``name`` and ``cat`` are strings. Other
+    phases pass as they are.
 
     An event already in that form (nearly all of a real trace) is the input's own dict,
     not a copy; one that needed a repair is a repaired copy. Either way the input is not
     changed, and callers must not change an event in place either."""
-    raw = doc.get("traceEvents") if isinstance(doc, dict) else doc
-    out = []
-    for event in raw if isinstance(raw, list) else []:
-        if not isinstance(event, dict) or not isinstance(event.get("ph"), str):
-            continue
-        if not _as_read(event):
-            event = _repaired(event)
-            if event is None:
-                continue
-        out.append(event)
-    return out
+    if not isinstance(event, dict) or not isinstance(event.get("ph"), str):
+        return None
+    if fields_as_read(event["ph"], event.get("name", ""), event.get("cat", ""),
+                      event.get("ts"), event.get("dur"),
+                      type(event.get("args", _NO_ARGS)) is dict):
+        return event
+    return _repaired(event)
 
 
-def _as_read(event: dict[str, Any]) -> bool:
-    """Whether ``_repaired`` would give an equal event: checked without copying, on the
-    common types only (a float ``ts``, a positive float ``dur``); anything else says no."""
-    if (type(event.get("args", _NO_ARGS)) is not dict or type(event.get("name", "")) is not str
-            or type(event.get("cat", "")) is not str):
+def fields_as_read(ph: str, name: Any, cat: Any, ts: Any, dur: Any, args_object: bool) -> bool:
+    """Whether an event with these fields needs no repair (``_repaired`` would give an
+    equal event): checked on the common types only (a float ``ts``, a positive float
+    ``dur``); anything else says no."""
+    if not args_object or type(name) is not str or type(cat) is not str:
         return False
-    ph = event["ph"]
     if ph != "X" and ph != "i":
         return True
-    ts = event.get("ts")
     if type(ts) is not float or not -TIME_LIMIT_US < ts < TIME_LIMIT_US:
         return False
-    dur = event.get("dur")
     return ph == "i" or (type(dur) is float and 0.0 < dur < TIME_LIMIT_US)
 
 

@@ -7,18 +7,22 @@
   instant at the window's start), the longest GPU idle gaps (slices, with the host op),
   and every blocking sync call in the window (instants);
 - the runtime's blocking calls themselves get ``nsbridge.sync`` args.
-Pure: a decoded trace in (an object or Chrome's bare array), a trace dict out. Its events
-are read by the trace reader's rules (parse._event_columns.readable_events): an event the
-analysis skipped is left out here too.
+Pure: ``merge_trace`` takes a decoded trace (an object or Chrome's bare array) and gives a
+trace dict; ``merged_trace_json`` takes the trace file's JSON bytes and gives the merged
+file's. Events are read by the trace reader's rules (parse._event_columns.readable_events):
+an event the analysis skipped is left out here too.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+import msgspec
 
 from .. import schema as S
 from ..model.syncs import BLOCKING_CALL
-from ..parse._event_columns import readable_events
+from ..parse._event_columns import fields_as_read, readable_event, readable_events
 
 PID = 2_000_000_000          # a pid no real process has: nsbridge's own tracks
 TRACKS = {"verdict": 1, "GPU idle gaps": 2, "sync points": 3}
@@ -58,6 +62,93 @@ def merge_trace(trace: Any, report: dict[str, Any]) -> dict[str, Any]:
                           "name": f"sync: {event['name']}", "ts": event["ts"]})
     added += _findings_tracks(report, lo)
     return {**(trace if isinstance(trace, dict) else {}), "traceEvents": events + added}
+
+
+def merged_trace_json(data: bytes, report: dict[str, Any]) -> bytes:
+    """``merge_trace`` from JSON bytes to JSON bytes. An event ``merge_trace`` would hand
+    back as it is keeps its own bytes: only the events it may change or reads to place its
+    marks (every one the reader repairs, the blocking runtime calls, the step annotations,
+    and the ops and kernels when the report has per-op numbers to attach) are decoded and
+    merged: 0.15 s for a 100k-event trace, where decoding every event took 0.4 s. A file
+    msgspec does not take (NaN, a BOM, bytes that are not UTF-8, a bare array) is decoded
+    whole by the stdlib's rules and merged as it is."""
+    try:
+        return _merged_by_splice(data, report)
+    except (msgspec.DecodeError, UnicodeEncodeError, TypeError, OverflowError):
+        return _encode(merge_trace(_decode(data), report))
+
+
+class _EventView(msgspec.Struct, gc=False):
+    """The fields that decide whether merge_trace may change an event; ``args`` kept raw."""
+    ph: Any = None
+    name: Any = ""
+    cat: Any = ""
+    ts: Any = None
+    dur: Any = None
+    args: msgspec.Raw = msgspec.Raw()
+
+
+_CHANGED_CATS = ("cuda_runtime", "cuda_driver")
+_PER_OP_CATS = ("cpu_op", "kernel")
+
+
+def _merged_by_splice(data: bytes, report: dict[str, Any]) -> bytes:
+    """The top-level keys and the events as raw JSON, the events merge_trace reads decoded
+    and merged, the rest spliced back as they were, in their order.
+
+    Raises:
+        msgspec.DecodeError: a file msgspec does not take, or one that is not an object.
+    """
+    top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+    listed = top.get("traceEvents", msgspec.Raw(b"[]"))
+    events: list[Any] = msgspec.json.decode(listed, type=list[msgspec.Raw])
+    views = msgspec.json.decode(listed, type=list[_EventView])
+    per_op = bool(_op_facts(report))
+    read = {at: readable_event(msgspec.json.decode(events[at]))
+            for at, view in enumerate(views) if _merge_reads(view, per_op)}
+    kept = [at for at, event in read.items() if event is not None]
+    merged = merge_trace({"traceEvents": [read[at] for at in kept]}, report)["traceEvents"]
+    for at, event in zip(kept, merged):
+        events[at] = event
+    if len(kept) < len(read):   # events the reader skips are left out
+        events = [e for at, e in enumerate(events) if at not in read or read[at] is not None]
+    return msgspec.json.encode({**top, "traceEvents": events + merged[len(kept):]})
+
+
+def _merge_reads(view: _EventView, per_op: bool) -> bool:
+    """Whether merge_trace may change or read this event: one the reader repairs or skips,
+    a blocking runtime call, a step annotation, or an op or kernel when there are per-op
+    numbers to attach. Any other event merge_trace hands back as it is."""
+    cat, name, ph = view.cat, view.name, view.ph
+    if type(name) is str and (
+            (cat in _CHANGED_CATS and BLOCKING_CALL.match(name))
+            or (cat == "user_annotation" and name.startswith("ProfilerStep#"))):
+        return True
+    if per_op and cat in _PER_OP_CATS:
+        return True
+    args = bytes(view.args)
+    return type(ph) is not str or not fields_as_read(ph, name, cat, view.ts, view.dur,
+                                                     not args or args[:1] == b"{")
+
+
+def _decode(data: bytes) -> Any:
+    """A trace file's JSON as the trace reader takes it (a BOM allowed, a byte that is not
+    UTF-8 replaced, NaN read as the stdlib reads it): msgspec for a well-formed file,
+    three times faster than the stdlib, which takes the rest."""
+    try:
+        return msgspec.json.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return json.loads(data.decode("utf-8-sig", errors="replace"))
+
+
+def _encode(doc: Any) -> bytes:
+    """``doc`` as JSON in one msgspec call (NaN written as null, which Perfetto reads); a
+    string Python holds but UTF-8 cannot (a lone surrogate) goes through the stdlib's
+    ASCII encoder."""
+    try:
+        return msgspec.json.encode(doc)
+    except (UnicodeEncodeError, TypeError, OverflowError):
+        return json.dumps(doc).encode("ascii")
 
 
 def _external_id(event: dict[str, Any]) -> Any:
