@@ -199,3 +199,14 @@ def test_calls_with_and_without_a_site_range_in_one_trace() -> None:
                             thresholds=THRESHOLDS)
     lines = sorted((p["line"] is None, p["line"]) for p in result.sync_points)
     assert lines == [(False, 42), (True, None)]
+
+
+def test_a_sync_every_other_step_is_half_a_sync_per_step_not_zero() -> None:
+    """The GPU busy in the steps without a sync, starved after the sync in the others."""
+    steps = [_step(n, 100 * (n - 1), sync=n % 2 == 0, kernel_us=10 if n % 2 == 0 else 60)
+             for n in (1, 2, 3, 4)]
+    result = analyze_events(events(*(row for step in steps for row in step)),
+                            thresholds=THRESHOLDS)
+    assert result.verdict["label"] == "sync-bound"
+    assert result.verdict["numbers"]["sync_calls_per_step"] == 0.5
+    assert result.verdict["evidence"][0].startswith("0.5 host-device syncs per step")

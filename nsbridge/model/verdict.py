@@ -122,7 +122,7 @@ def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost
                         f"them: {_describe(top)}")
     elif top:
         evidence.append(f"secondary: {len(sync_points)} sync point(s), "
-                        f"{cost.calls_per_step:.2g} per step"
+                        f"{_per_step(cost.calls_per_step)} per step"
                         + (f" (GPU idle after them {cost.idle_share or 0.0:.0%} of the step)"
                            if cost.gpu_idle_ms is not None else "")
                         + f"; the costliest is {_describe(top)}")
@@ -242,13 +242,18 @@ def _sync_lines(cost: SyncCost, wall: float, seconds: Optional[float] = None) ->
                 f"them {cost.gpu_idle_ms or 0:.2f} ms ({cost.idle_share or 0:.0%} of the "
                 f"window) and the host is blocked in them {cost.blocked_ms or 0:.2f} ms"]
     if cost.gpu_idle_ms is None:
-        return [f"{cost.calls_per_step:.0f} host-device sync calls per step; on a GPU each one "
-                "blocks the host until every queued kernel has finished"]
-    return [f"{cost.calls_per_step:.0f} host-device syncs per step; each drains the GPU's "
+        return [f"{_per_step(cost.calls_per_step)} host-device sync calls per step; on a GPU "
+                "each one blocks the host until every queued kernel has finished"]
+    return [f"{_per_step(cost.calls_per_step)} host-device syncs per step; each drains the GPU's "
             "queue, so the GPU idles while the host prepares the next launches",
             f"the GPU sits idle after syncs {cost.gpu_idle_ms:.2f} ms per step "
             f"({cost.idle_share or 0:.0%} of the {wall:.2f} ms step) and the host is blocked "
             f"in them {cost.blocked_ms:.2f} ms per step ({cost.blocked_share or 0:.0%})"]
+
+
+def _per_step(count: float) -> str:
+    """A count per step as people write it: 12, 1.5, 0.19 (a sync every few steps is not 0)."""
+    return f"{round(count, 2):g}"
 
 
 def _describe(point: dict[str, Any]) -> str:
