@@ -6,6 +6,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 
 def byte_compile() -> None:
@@ -19,8 +20,17 @@ def byte_compile() -> None:
     compileall.compile_dir(Path(__file__).resolve().parent.parent / "nsbridge", quiet=1)
 
 
-def measure(argv: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MiB from os.wait4, stdout) of one child process."""
+class Sample(NamedTuple):
+    """One child process's run: wall seconds, peak RSS MiB (os.wait4: the child itself),
+    stdout, and CPU seconds (user + system, its waited-for children included)."""
+    wall_s: float
+    peak_mib: float
+    stdout: str
+    cpu_s: float
+
+
+def measure(argv: list[str]) -> Sample:
+    """One child process, run to its end and measured."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = proc.stdout.read(), proc.stderr.read()
@@ -30,7 +40,8 @@ def measure(argv: list[str]) -> tuple[float, float, str]:
     proc.returncode = code
     if code != 0:
         raise RuntimeError(f"{argv[:3]} failed ({code}):\n{err.decode()[-2000:]}")
-    return wall, usage.ru_maxrss / 1024.0, out.decode().strip()
+    return Sample(wall, usage.ru_maxrss / 1024.0, out.decode().strip(),
+                  usage.ru_utime + usage.ru_stime)
 
 
 PROFILE = """

@@ -86,7 +86,7 @@ def main() -> None:
     said: dict[str, str] = {}
     for _ in range(args.runs):
         for name, command in argv.items():
-            wall, peak, out = measure(command)
+            wall, peak, out, _ = measure(command)
             times[name].append(wall)
             rss[name].append(peak)
             said[name] = out
