@@ -116,6 +116,8 @@ def collectives(events: pd.DataFrame, tree: HostTree, gpu: Optional[pd.DataFrame
     kind_of = np.array([f[0] if f else None for f in found] + [None], dtype=object)
     form_of = np.array([(1 if f[1] == BACKEND_RANGES else 2) if f else 0 for f in found] + [0],
                        dtype=np.int8)
+    if not form_of.any():   # no collective in the trace: no op to place
+        return []
     comm_of = np.array([bool(COMMUNICATION_OP.match(str(u))) for u in uniques] + [False])
 
     # the host tree's ops, by position
