@@ -49,13 +49,16 @@ def test_sync_calls_are_marked_and_the_file_reads_back(tmp_path: Path) -> None:
 
 
 def test_a_file_msgspec_refuses_is_merged_by_the_stdlibs_rules() -> None:
-    """A BOM, NaN, bytes that are not UTF-8, a lone surrogate, Chrome's bare array: the
-    merged file is still JSON that json.loads reads, with the events the reader reads."""
+    """A BOM, NaN, bytes that are not UTF-8 (in an event the splice would keep as it is
+    too), a lone surrogate, Chrome's bare array: the merged file is still JSON that
+    json.loads reads, with the events the reader reads."""
     odd = b'\xef\xbb\xbf{"traceEvents": [], "v": NaN, "s": "a\xffb", "x": 10}'
     merged = json.loads(merged_trace_json(odd, {}))
     assert merged == {"traceEvents": [], "v": None, "s": "a\ufffdb", "x": 10}
     lone = b'{"traceEvents": [], "name": "lone \\udc80 surrogate"}'
     assert json.loads(merged_trace_json(lone, {}))["name"] == "lone \udc80 surrogate"
+    in_args = b'{"traceEvents": [{"ph": "M", "name": "x", "args": {"s": "a\xffb"}}]}'
+    assert json.loads(merged_trace_json(in_args, {}))["traceEvents"][0]["args"]["s"] == "a\ufffdb"
     bare = b'[{"ph": "X", "name": "aten::mm", "ts": 1.5, "dur": 2.0}, 7, {"ts": 1}]'
     assert json.loads(merged_trace_json(bare, {})) == {
         "traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1.5, "dur": 2.0}]}

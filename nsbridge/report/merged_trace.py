@@ -74,7 +74,7 @@ def merged_trace_json(data: bytes, report: dict[str, Any]) -> bytes:
     whole by the stdlib's rules and merged as it is."""
     try:
         return _merged_by_splice(data, report)
-    except (msgspec.DecodeError, UnicodeEncodeError, TypeError, OverflowError):
+    except (msgspec.DecodeError, UnicodeError, TypeError, OverflowError):
         return _encode(merge_trace(_decode(data), report))
 
 
@@ -98,7 +98,10 @@ def _merged_by_splice(data: bytes, report: dict[str, Any]) -> bytes:
 
     Raises:
         msgspec.DecodeError: a file msgspec does not take, or one that is not an object.
+        UnicodeDecodeError: bytes that are not UTF-8 (msgspec passes them in raw JSON).
     """
+    if not data.isascii():
+        data.decode("utf-8")
     top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
     listed = top.get("traceEvents", msgspec.Raw(b"[]"))
     events: list[Any] = msgspec.json.decode(listed, type=list[msgspec.Raw])
