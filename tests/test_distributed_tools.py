@@ -183,6 +183,14 @@ def nsys_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "run"
 
 
+def _errors(stderr: str) -> str:
+    """Each rank's error lines (the first rank to fail says why; torchrun then stops the
+    others, whose errors come last), then the end of the output."""
+    said = [line for line in stderr.splitlines() if "nsbridge: error" in line
+            or line.startswith(("Traceback", "  File", "[rank"))]
+    return "\n".join(said[-60:]) + "\n...\n" + stderr[-3000:]
+
+
 def _nsbridge_ranges(sqlite: Path) -> int:
     """nsbridge's ranges in one export, counted with SQL (independent of nsbridge's reader)."""
     with sqlite3.connect(sqlite) as db:
@@ -224,7 +232,7 @@ def test_nsys_per_rank_under_torchrun(tmp_path: Path) -> None:
     _nsys_or_skip()
     proc = _run(["-q", "triage", "--nsys", "--timeout", "300", "--out", str(tmp_path / "run"),
                  DDP, "--", "--steps", "8"], cwd=tmp_path, launcher=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, _errors(proc.stderr)
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert [r["rank"] for r in report["timeline"]["ranks"]] == [0, 1]
     assert all((tmp_path / "run" / f"rank-0{r}" / "timeline.nsys-rep").is_file() for r in (0, 1))
