@@ -252,8 +252,9 @@ def _sync_lines(cost: SyncCost, wall: float, seconds: Optional[float] = None) ->
 
 
 def _per_step(count: float) -> str:
-    """A count per step as people write it: 12, 1.5, 0.19 (a sync every few steps is not 0)."""
-    return f"{round(count, 2):g}"
+    """A count per step as people write it: 129, 12, 2.3, 0.19 (two significant digits
+    below ten, whole numbers above; a sync every few steps is not 0)."""
+    return f"{count:.0f}" if count >= 10 else f"{float(f'{count:.2g}'):g}"
 
 
 def _describe(point: dict[str, Any]) -> str:
