@@ -26,6 +26,8 @@ from ..parse._event_columns import fields_as_read, readable_event, readable_even
 
 PID = 2_000_000_000          # a pid no real process has: nsbridge's own tracks
 TRACKS = {"verdict": 1, "GPU idle gaps": 2, "sync points": 3}
+_RUNTIME_CATS = ("cuda_runtime", "cuda_driver")   # their blocking calls get marks
+_PER_OP_CATS = ("cpu_op", "kernel")               # they get the op's nsys and ncu numbers
 _OP_FIELDS = {S.NSYS_KEY: ("kernels", "kernel_us", "copies", "copy_us", "launch_latency_us",
                        "idle_before_us", "sync_us"),
               S.NCU_KEY: ("launches", "duration_ns", "sm_pct", "memory_pct",
@@ -54,7 +56,7 @@ def merge_trace(trace: Any, report: dict[str, Any]) -> dict[str, Any]:
             ext_to_op.get(_external_id(event)) if cat == "kernel" else None)
         if op in facts:
             events[at] = {**event, "args": {**args, **facts[op]}}
-        elif cat in ("cuda_runtime", "cuda_driver") and event["ph"] == "X" and BLOCKING_CALL.match(
+        elif cat in _RUNTIME_CATS and event["ph"] == "X" and BLOCKING_CALL.match(
                 str(event.get("name", ""))) and lo is not None and lo <= event["ts"] < hi:
             events[at] = {**event, "args": {**args, "nsbridge.sync": "blocking call: the host "
                                             "waits for the device here (report: sync_points)"}}
@@ -88,8 +90,6 @@ class _EventView(msgspec.Struct, gc=False):
     args: msgspec.Raw = msgspec.Raw()
 
 
-_CHANGED_CATS = ("cuda_runtime", "cuda_driver")
-_PER_OP_CATS = ("cpu_op", "kernel")
 
 
 def _merged_by_splice(data: bytes, report: dict[str, Any]) -> bytes:
@@ -124,7 +124,7 @@ def _merge_reads(view: _EventView, per_op: bool) -> bool:
     numbers to attach. Any other event merge_trace hands back as it is."""
     cat, name, ph = view.cat, view.name, view.ph
     if type(name) is str and (
-            (cat in _CHANGED_CATS and BLOCKING_CALL.match(name))
+            (cat in _RUNTIME_CATS and BLOCKING_CALL.match(name))
             or (cat == "user_annotation" and name.startswith("ProfilerStep#"))):
         return True
     if per_op and cat in _PER_OP_CATS:
