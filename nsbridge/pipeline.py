@@ -26,6 +26,7 @@ from typing import Any, Protocol, Sequence
 
 from . import schema as S
 from .errors import NsbridgeError
+from .parse.torch_trace import read_inflated
 from .report.html import html_page
 from .report.merged_trace import merged_trace_json
 from .report.ops_csv import ops_csv
@@ -125,20 +126,6 @@ def save(run: Run) -> None:
         run.write_text(S.REPORT_MD, markdown(run.report, key_averages_file=table.name
                                              if table.is_file() else None))
         run.write_text(S.REPORT_HTML, html_page(run.report))
-
-
-_INFLATE_BLOCK = 4 << 20
-
-
-def read_inflated(path: Path) -> bytes:
-    """A file's bytes, inflated when it is gzip (read in blocks: faster than
-    ``gzip.decompress``, which grows its output buffer as it goes)."""
-    with path.open("rb") as raw:
-        gzipped = raw.read(2) == b"\x1f\x8b"
-    if not gzipped:
-        return path.read_bytes()
-    with gzip.open(path, "rb") as fh:
-        return b"".join(iter(lambda: fh.read(_INFLATE_BLOCK), b""))
 
 
 def write_gz(path: Path, data: bytes) -> None:
