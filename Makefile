@@ -29,13 +29,14 @@ install: $(STAMP)
 demo: install
 	$(BIN)/nsbridge triage examples/train_cnn.py -- --epochs 1
 
-# the perf gate on the bundled example: a baseline, then a run with a planted slowdown
-# (extra matmuls); the gate fails and names aten::mm
+# the perf gate on the bundled example: a baseline run, and a run with a planted slowdown
+# (extra matmuls; NSBRIDGE_* variables are recorded in the run's manifest), measured again
+# in interleaved pairs by `nsbridge gate`: it fails and names aten::mm
 demo-gate: install
 	rm -rf nsbridge-runs/gate-base nsbridge-runs/gate-new
-	$(NSBRIDGE) triage --out nsbridge-runs/gate-base examples/train_cnn.py > /dev/null
-	NSBRIDGE_EXAMPLE_SLOW_MATMULS=64 $(NSBRIDGE) triage --out nsbridge-runs/gate-new examples/train_cnn.py > /dev/null
-	-$(MAKE) --no-print-directory perf-gate BASE=nsbridge-runs/gate-base NEW=nsbridge-runs/gate-new THRESHOLD=50
+	$(NSBRIDGE) -q triage --threads 1 --out nsbridge-runs/gate-base examples/train_cnn.py -- --steps 30 > /dev/null
+	NSBRIDGE_EXAMPLE_SLOW_MATMULS=64 $(NSBRIDGE) -q triage --threads 1 --out nsbridge-runs/gate-new examples/train_cnn.py -- --steps 30 > /dev/null
+	-$(MAKE) --no-print-directory perf-gate BASE=nsbridge-runs/gate-base NEW=nsbridge-runs/gate-new PROCESSES=3 GATE_STEPS=20
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -1,17 +1,30 @@
-"""How good is `nsbridge diff` as a gate? False alarms on unchanged code and detection of
-planted slowdowns, on a quiet machine and with CPU hogs running, in the same run.
+"""How good is `nsbridge gate`? False alarms and passes on unchanged code, detection of
+planted slowdowns of the same work and of a dtype switch, on a quiet machine, beside one
+`nice` background process and beside two CPU hogs, with one process per side and with
+interleaved pairs, all in one run.
 
-For each condition (quiet; N busy-loop processes started here and ended by PID):
-  - ``--pairs``+1 unchanged triages of bench/gate_workload.py, each compared with the next:
-    every exit 1 is a false alarm (0 pass and 4 inconclusive are not);
-  - ``--planted`` triages per slowdown (10, 25, 50, 100% more aten::bmm work), each compared
-    with an unchanged one: detected when diff exits 1 naming aten::bmm;
-  - the smallest slowdown detected every time.
-``--runs R`` triages each side with ``triage --runs R`` (pooled processes); ``--keep DIR``
-keeps the run directories (to compare them again with another gate). Results go to
-bench/results/gate_quality.json (and a Markdown table on stdout).
+The workload is bench/gate_workload.py: ``gatebench::busy`` (about half the step) does P%
+more work per call with GATE_SLOW_PCT=P (the same calls, shapes and dtype: only timing can
+see it), and GATE_DTYPE=float64 switches the MLP to float64 (different work).
 
-    python bench/gate_quality.py [--pairs 10] [--planted 5] [--hogs 2] [--runs 1] [--keep DIR]
+Per condition the processes are made in rounds. A round runs, for each variant (unchanged,
++5, +10, +25, +50%, float64), one pair: a base process and a variant process back to back,
+base first in even rounds and second in odd ones, every process a triage with the gate's
+own settings (``--profile gate``: 25 measured steps; one intra-op thread). A gate of K
+processes per side is K consecutive rounds' pairs of one variant, judged by the gate's own
+judgement (``nsbridge gate --rejudge`` on a folder of those pairs): so K = 1, 3 and 5 are
+judged on the same processes. (In a real gate the pairs follow each other at once; here
+the other variants' pairs run between them, so drift has longer to act: a harder test.)
+Per condition, real `nsbridge gate` commands time a whole gate (K = 1, 3, 5, unchanged).
+
+Counted: unchanged gates that exit 1 (false alarms), 4 and 0; a run diffed against itself
+(`nsbridge diff RUN RUN`, identical data); slowdowns caught (exit 1 naming
+gatebench::busy); the dtype switch caught (exit 1 naming a matmul op, basis dtype); the
+smallest slowdown caught every time. Results: bench/results/gate_quality.json, and the
+Markdown table on stdout.
+
+    python bench/gate_quality.py [--gates 10] [--hog-unchanged-gates 20]
+        [--conditions quiet,nice,hogs] [--keep DIR] [--judge-only]
 """
 
 from __future__ import annotations
@@ -29,116 +42,213 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-WORKLOAD = HERE / "gate_workload.py"
-SLOWDOWNS = (10, 25, 50, 100)
-HOG = "import time\nend = time.monotonic() + 3600\nwhile time.monotonic() < end:\n    pass\n"
+sys.path.insert(0, str(ROOT))
+
+from nsbridge import api  # noqa: E402
+
+WORKLOAD = "bench/gate_workload.py"
+SLOWDOWNS = (5, 10, 25, 50)
+VARIANTS = {"unchanged": {}, **{f"+{p}%": {"GATE_SLOW_PCT": str(p)} for p in SLOWDOWNS},
+            "float64": {"GATE_DTYPE": "float64"}}
+PROCESSES = (1, 3, 5)
+MATMULS = {"aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm"}
+HOG = "import time\nend = time.monotonic() + 4 * 3600\nwhile time.monotonic() < end:\n    pass\n"
+CONDITIONS = {"quiet": (0, 0), "nice": (1, 15), "hogs": (2, 0)}   # (processes, niceness)
+TITLES = {"quiet": "quiet", "nice": "one `nice -n 15` busy loop", "hogs": "2 CPU hogs"}
 
 
-def triage(out: Path, slow_pct: int, runs: int) -> None:
-    env = dict(os.environ, GATE_SLOW_PCT=str(slow_pct), PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, "-m", "nsbridge", "-q", "triage", "--runs",
-                           str(runs), "--out", str(out), str(WORKLOAD)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=1800)
-    if proc.returncode != 0:
-        raise SystemExit(f"triage failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+def background(count: int, niceness: int) -> list[subprocess.Popen]:
+    """Busy loops, ended by the caller (niceness 0: as busy as anything else)."""
+    prefix = ["nice", "-n", str(niceness)] if niceness else []
+    return [subprocess.Popen([*prefix, sys.executable, "-c", HOG]) for _ in range(count)]
 
 
-def diff(base: Path, new: Path) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "nsbridge", "diff", str(base), str(new),
-                           "--format", "json"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
-    result = json.loads(proc.stdout)
-    return {"exit": proc.returncode, "outcome": result["outcome"],
-            "named": [r["what"] for r in result["regressions"]],
-            "bmm_pct": next((r["beyond_drift_pct"] for r in result["ops"]
-                             if r["op"] == "aten::bmm"), None),
-            "detectable_pct": result["detectable_pct"], "reasons": result["reasons"][:3]}
-
-
-def make_runs(name: str, hogs: int, pairs: int, planted: int, runs: int,
-              folder: Path) -> float:
-    """The condition's triages into ``folder``; returns the seconds they took."""
-    procs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(hogs)]
+def one_process(run_dir: Path, env: dict[str, str]) -> float:
+    """One triage with the gate's settings; its wall seconds."""
     started = time.perf_counter()
-    try:
-        for i in range(pairs + 1):
-            triage(folder / f"{name}-base-{i}", 0, runs)
-            print(f"{name}: base {i + 1}/{pairs + 1}", file=sys.stderr)
-        for pct in SLOWDOWNS:
-            for i in range(planted):
-                triage(folder / f"{name}-slow{pct}-{i}", pct, runs)
-            print(f"{name}: +{pct}% done", file=sys.stderr)
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
+    result = api.triage(WORKLOAD, profile="gate", out=run_dir, cwd=ROOT, threads=1,
+                        environ={**os.environ, **env, "PYTHONUNBUFFERED": "1"})
+    if result.exit_code != 0 or result.status != "ok":
+        raise SystemExit(f"{run_dir}: the workload failed ({result.status})")
     return time.perf_counter() - started
 
 
-def judge(name: str, hogs: int, pairs: int, planted: int, runs: int,
-          folder: Path) -> dict[str, Any]:
-    """The gate's answers on the condition's runs."""
-    bases = [folder / f"{name}-base-{i}" for i in range(pairs + 1)]
-    unchanged = [diff(bases[i], bases[i + 1]) for i in range(pairs)]
-    detection = {pct: [diff(bases[i % len(bases)], folder / f"{name}-slow{pct}-{i}")
-                       for i in range(planted)] for pct in SLOWDOWNS}
-    caught = {pct: sum(r["exit"] == 1 and "aten::bmm" in r["named"] for r in rs)
-              for pct, rs in detection.items()}
-    every = [pct for pct in SLOWDOWNS if caught[pct] == planted]
-    return {"hogs": hogs, "runs_per_side": runs, "unchanged_pairs": pairs,
-            "false_alarms": sum(r["exit"] == 1 for r in unchanged),
-            "inconclusive": sum(r["exit"] == 4 for r in unchanged),
-            "passed": sum(r["exit"] == 0 for r in unchanged),
-            "planted_per_level": planted, "caught": caught,
+def record(folder: Path, rounds: int, variants: list[str], walls: list[float]) -> None:
+    """``rounds`` rounds of pairs (module docstring) into ``folder``."""
+    for r in range(rounds):
+        for name in variants:
+            order = ("base", "new") if r % 2 == 0 else ("new", "base")
+            for side in order:
+                run = folder / f"r{r:03d}-{name}-{side}"
+                if not (run / "report.json").is_file():
+                    walls.append(one_process(run, VARIANTS[name] if side == "new" else {}))
+        print(f"{folder.name}: round {r + 1}/{rounds}", file=sys.stderr)
+
+
+def judge(folder: Path, name: str, first: int, k: int, into: Path) -> dict[str, Any]:
+    """The gate's answer on rounds first..first+k-1 of one variant."""
+    gate = into / f"{name}-k{k}-from{first:03d}"
+    gate.mkdir(parents=True, exist_ok=True)
+    for i in range(k):
+        for side in ("base", "new"):
+            link = gate / f"{side}-{i + 1:02d}"
+            if not link.exists():
+                link.symlink_to(folder / f"r{first + i:03d}-{name}-{side}")
+    result = api.rejudge(gate)
+    named = {r["what"]: r["basis"] for r in result["regressions"]}
+    return {"exit": result["exit_code"], "named": named,
+            "detectable_pct": result["detectable_pct"],
+            "step_change_pct": (result.get("step") or {}).get("change_pct"),
+            "busy_change_pct": next((r.get("change_pct") for r in result["ops"]
+                                     if r["op"] == "gatebench::busy"), None),
+            "reasons": result["reasons"][:2]}
+
+
+def caught(name: str, answer: dict[str, Any]) -> bool:
+    if answer["exit"] != 1:
+        return False
+    if name == "float64":
+        return any(what in MATMULS and basis == "dtype" for what, basis in answer["named"].items())
+    return "gatebench::busy" in answer["named"]
+
+
+def self_diffs(folder: Path, count: int) -> list[int]:
+    """`nsbridge diff RUN RUN` exit codes on the first base runs (identical data)."""
+    codes = []
+    for r in range(count):
+        run = folder / f"r{r:03d}-unchanged-base"
+        codes.append(api.diff(run, run)["exit_code"])
+    return codes
+
+
+def real_gates(folder: Path) -> dict[str, dict[str, Any]]:
+    """Whole `nsbridge gate` commands on unchanged code, timed (K = 1, 3, 5)."""
+    out = {}
+    for k in PROCESSES:
+        target = folder / f"real-gate-k{k}"
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "nsbridge", "-q", "gate", "--processes",
+                               str(k), "--out", str(target), "--format", "json", str(ROOT),
+                               str(ROOT), WORKLOAD], cwd=ROOT, capture_output=True, text=True,
+                              timeout=3600)
+        out[f"K={k}"] = {"exit": proc.returncode, "wall_s": round(time.perf_counter() - started, 1)}
+    return out
+
+
+def condition(name: str, folder: Path, gates: int, unchanged_gates: int,
+              judge_only: bool) -> dict[str, Any]:
+    hogs, niceness = CONDITIONS[name]
+    rounds = gates * max(PROCESSES)
+    extra = unchanged_gates * max(PROCESSES) - rounds
+    walls: list[float] = []
+    started = time.perf_counter()
+    real: dict[str, Any] = {}
+    if not judge_only:
+        procs = background(hogs, niceness)
+        try:
+            time.sleep(1.0 if procs else 0.0)
+            record(folder, rounds, list(VARIANTS), walls)
+            if extra > 0:
+                for r in range(rounds, rounds + extra):
+                    record_unchanged(folder, r, walls)
+            real = real_gates(folder)
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+    judged = folder / "judged"
+    results: dict[str, Any] = {}
+    for k in PROCESSES:
+        per_k: dict[str, Any] = {}
+        for variant in VARIANTS:
+            n = unchanged_gates if variant == "unchanged" else gates
+            per_k[variant] = [judge(folder, variant, g * k if k > 1 else g, k, judged)
+                              for g in range(n)]
+        results[f"K={k}"] = summarize(per_k)
+    return {"background": TITLES[name], "gates_per_level": gates,
+            "unchanged_gates": unchanged_gates, "by_processes": results,
+            "self_diff_exits": self_diffs(folder, gates),
+            "process_wall_s": round(sum(walls) / len(walls), 2) if walls else None,
+            "real_gates": real, "seconds": round(time.perf_counter() - started)}
+
+
+def record_unchanged(folder: Path, r: int, walls: list[float]) -> None:
+    """One more round of the unchanged pair only (for more unchanged gates)."""
+    for side in (("base", "new") if r % 2 == 0 else ("new", "base")):
+        run = folder / f"r{r:03d}-unchanged-{side}"
+        if not (run / "report.json").is_file():
+            walls.append(one_process(run, {}))
+
+
+def summarize(per_variant: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    unchanged = per_variant["unchanged"]
+    found = {name: sum(caught(name, a) for a in answers)
+             for name, answers in per_variant.items() if name != "unchanged"}
+    every = [p for p in SLOWDOWNS if found[f"+{p}%"] == len(per_variant[f"+{p}%"])]
+    return {"false_alarms": sum(a["exit"] == 1 for a in unchanged),
+            "inconclusive": sum(a["exit"] == 4 for a in unchanged),
+            "passed": sum(a["exit"] == 0 for a in unchanged), "caught": found,
             "smallest_caught_every_time_pct": min(every) if every else None,
-            "unchanged": unchanged, "detection": detection}
+            "answers": per_variant}
 
 
 def table(results: dict[str, Any]) -> str:
-    rows = ["| machine | runs per side | unchanged pairs: exit 1 / 4 / 0 | "
-            + " | ".join(f"+{p}% caught" for p in SLOWDOWNS) + " | smallest caught every time |",
-            "|---|---|---|" + "---|" * len(SLOWDOWNS) + "---|"]
-    for name, r in results["conditions"].items():
-        smallest = r["smallest_caught_every_time_pct"]
-        rows.append(f"| {name} | {r['runs_per_side']} | {r['false_alarms']} / {r['inconclusive']}"
-                    f" / {r['passed']} of {r['unchanged_pairs']} | "
-                    + " | ".join(f"{r['caught'][p]}/{r['planted_per_level']}" for p in SLOWDOWNS)
-                    + f" | {'+' + str(smallest) + '%' if smallest else 'none'} |")
+    head = ("| machine | processes per side | unchanged: exit 1 / 4 / 0 | run vs itself PASS | "
+            + " | ".join(f"+{p}%" for p in SLOWDOWNS) + " | float64 | smallest caught every "
+            "time | wall per gate |")
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for name, c in results["conditions"].items():
+        for k in PROCESSES:
+            r = c["by_processes"][f"K={k}"]
+            n = c["gates_per_level"]
+            small = r["smallest_caught_every_time_pct"]
+            wall = (c["real_gates"].get(f"K={k}") or {}).get("wall_s")
+            selfs = c["self_diff_exits"]
+            rows.append(
+                f"| {c['background']} | {k} | {r['false_alarms']} / {r['inconclusive']} / "
+                f"{r['passed']} of {c['unchanged_gates']} | "
+                f"{sum(e == 0 for e in selfs)}/{len(selfs)} | "
+                + " | ".join(f"{r['caught'][f'+{p}%']}/{n}" for p in SLOWDOWNS)
+                + f" | {r['caught']['float64']}/{n} | {'+' + str(small) + '%' if small else 'none'}"
+                f" | {f'{wall:.0f} s' if wall else '-'} |")
     return "\n".join(rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=10)
-    parser.add_argument("--planted", type=int, default=5)
-    parser.add_argument("--hogs", type=int, default=2)
-    parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--keep", metavar="DIR", help="keep the run directories here")
+    parser.add_argument("--gates", type=int, default=10, help="gates per variant and K")
+    parser.add_argument("--hog-unchanged-gates", type=int, default=20,
+                        help="unchanged gates beside the two hogs")
+    parser.add_argument("--conditions", default="quiet,nice,hogs")
+    parser.add_argument("--keep", metavar="DIR", help="keep the runs here (and reuse them)")
     parser.add_argument("--judge-only", action="store_true",
-                        help="no new triages: judge the runs kept in --keep DIR again")
+                        help="no new processes: judge the runs kept in --keep DIR again")
     parser.add_argument("--out", default=str(HERE / "results" / "gate_quality.json"))
     args = parser.parse_args()
     if args.judge_only and not args.keep:
         parser.error("--judge-only needs --keep DIR")
-    plan = {"quiet": ("quiet", 0), f"{args.hogs} CPU hogs": ("hogs", args.hogs)}
-    conditions = {}
+    conditions: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="nsbridge-gate-") as tmp:
-        folder = Path(args.keep or tmp)
-        folder.mkdir(parents=True, exist_ok=True)
-        for title, (name, hogs) in plan.items():
-            seconds = None if args.judge_only else make_runs(name, hogs, args.pairs,
-                                                             args.planted, args.runs, folder)
-            conditions[title] = judge(name, hogs, args.pairs, args.planted, args.runs, folder)
-            conditions[title]["triage_seconds"] = None if seconds is None else round(seconds)
-    results = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+        base = Path(args.keep or tmp)
+        for name in args.conditions.split(","):
+            folder = base / name
+            folder.mkdir(parents=True, exist_ok=True)
+            unchanged = args.hog_unchanged_gates if name == "hogs" else args.gates
+            conditions[name] = condition(name, folder, args.gates, unchanged, args.judge_only)
+            print(f"{name} done in {conditions[name]['seconds']} s", file=sys.stderr)
+    results = {"date": time.strftime("%Y-%m-%d"),
+               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                            "python": platform.python_version()},
-               "workload": "bench/gate_workload.py (aten::bmm about half the step; +P% = P% "
-                           "more bmm calls)",
-               "gate": "nsbridge diff defaults: --fail-above 10 --min-step-share 2",
+               "workload": "bench/gate_workload.py: gatebench::busy about half the step; +P% "
+                           "= P% more work per busy call (same calls, shapes, dtype); float64 "
+                           "= the MLP in float64",
+               "gate": "nsbridge gate defaults: --fail-above 10 --min-step-share 2, "
+                       "--profile gate (25 measured steps), --threads 1",
                "conditions": conditions}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
     print(table(results))
 
 

@@ -21,6 +21,43 @@ WINDOW = click.option("--window", "window", type=click.Choice(["steps", "trace"]
                            "one window (totals and rates per second).")
 TOP = click.option("--top", type=int, default=10, show_default=True,
                    help="Ops in the summary table.")
+THREADS = click.option("--threads", type=click.IntRange(min=1), default=None, metavar="N",
+                       help="torch's intra-op threads (and OpenMP's, MKL's, OpenBLAS's) in the "
+                            "profiled process, recorded with the run. On a busy machine two "
+                            "threads on two cores wait for each other; 1 is steadier.")
+
+
+def GATE_OPTIONS(fn: F) -> F:
+    """The judging options diff and gate share, each declared once."""
+    for decorator in reversed([
+        click.option("--fail-above", type=float, default=10.0, show_default=True, metavar="PCT",
+                     help="A regression: a slowdown whose 95% interval lies above no change "
+                          "and reaches PCT percent."),
+        click.option("--min-step-share", type=click.FloatRange(0, 100), default=2.0,
+                     show_default=True, metavar="PCT",
+                     help="Gate an op only when the time it adds per step is at least PCT "
+                          "percent of the base step time."),
+        click.option("--op", "ops", multiple=True, metavar="OP", help="Gate only these ops."),
+        click.option("--allow", "allow", metavar="KIND[,KIND]",
+                     help="Accept these differences between the runs instead of calling the "
+                          "comparison inconclusive: args, torch, gpu, threads, cores (and "
+                          "target: see --allow-different-target)."),
+        click.option("--allow-different-target", is_flag=True,
+                     help="Compare runs of different scripts instead of refusing (the same "
+                          "as --allow target)."),
+        click.option("--inconclusive", "when_inconclusive", default="exit", show_default=True,
+                     type=click.Choice(["exit", "pass", "fail"]),
+                     help="What an inconclusive comparison exits with: its own code 4 "
+                          "(exit), 0 (pass) or 1 (fail). A refusal always exits 1."),
+        click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]),
+                     default="text", show_default=True,
+                     help="text for a terminal, md for a PR comment, json for scripts; the "
+                          "exit code is the same in each."),
+    ]):
+        fn = decorator(fn)
+    return fn
+
+
 # commands that run the user's script: everything after the script goes to the script
 SCRIPT_COMMAND = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 

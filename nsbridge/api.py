@@ -8,16 +8,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from . import schema as S
-from .errors import (DeepError, DiffInputError, DiffRefusedError, LaunchError, RunDirError,
-                     ScriptError, TraceNotFoundError)
+from .errors import (DeepError, DiffInputError, DiffRefusedError, GateRunError, LaunchError,
+                     RunDirError, ScriptError, TraceNotFoundError)
 from .model.analysis import check_window
-from .collect.ncu import find_ncu
+from .collect.ncu import find_ncu, gpu_names
+from .collect.source import git_state, recorded_env
+from .collect.torch_profiler import with_threads
 from .passes.ncu_pass import DeepPass, NcuFilesPass, require_gpu
 from .passes.nsys_pass import NsysExportsPass, TimelinePass
 from .passes.torch_pass import TorchProfilerPass, analyze_traces, check_module
@@ -34,7 +37,8 @@ from .distributed.triage import analyze_ranks, triage_ranks
 from .rundir import DEFAULT_BASE, check_new_out, read_run
 from .run import Run, Script
 
-__all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "load", "doctor"]
+__all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "gate", "rejudge",
+           "load", "doctor"]
 
 _NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 _NCU_SUFFIXES = (".ncu-rep", ".csv")
@@ -66,11 +70,12 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
            nproc_per_node: Optional[int] = None, nnodes: Optional[str] = None,
            node_rank: Optional[int] = None, rdzv_endpoint: Optional[str] = None,
            ranks: Optional[list[int]] = None, deep_ranks: Optional[list[int]] = None,
-           runs: int = 1, window: str = "steps",
+           runs: int = 1, window: str = "steps", threads: Optional[int] = None,
            environ: Mapping[str, str] = os.environ) -> RunResult:
     """Run a script (or ``-m`` module) under torch.profiler and analyse it (``runs`` > 1:
     that many processes, their steps pooled so intervals include the between-process
-    spread); with ``nsys``
+    spread; ``threads``: torch's intra-op threads in the profiled process, recorded in the
+    machine facts); with ``nsys``
     also the timeline pass, with ``deep_top`` the ncu pass on that many top ops, all into
     one run directory. Several ranks (``nproc_per_node``, or started by a launcher): every
     pass on every rank (``ranks`` limits torch.profiler and nsys), ncu on ``deep_ranks``
@@ -90,6 +95,8 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     prof = _profile(profile)
     workdir = Path(cwd) if cwd else Path.cwd()
     _check_script(target, module, workdir)
+    source = {"threads": threads, "env": recorded_env(environ), "git": git_state(workdir)}
+    environ = with_threads(environ, threads)
     rank = None if nproc_per_node else detect_rank(environ)
     if deep_top is not None:   # fail before the script runs, not after
         _profile(deep_profile)
@@ -117,9 +124,9 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
                                     deep_top=deep_top, profile=prof,
                                     deep_profile=_profile(deep_profile), deep_ranks=deep_ranks,
                                     timeout=timeout, on_plan=on_plan, environ=environ)
-    run, script = _new_run(target, args, module, workdir, prof, "triage", out)
+    run, script = _new_run(target, args, module, workdir, prof, "triage", out, source)
     passes: list[Pass] = [TorchProfilerPass(script, prof, timeout=timeout, environ=environ,
-                                            runs=runs, window=window)]
+                                            runs=runs, window=window, threads=threads)]
     if nsys:
         passes.append(TimelinePass(prof, timeout=timeout, environ=environ))
     if deep_top is not None:
@@ -276,29 +283,184 @@ def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 1
         DiffRefusedError: a run diff cannot compare (model.comparability.refusal): failed,
             still running, empty, of another schema version or shape, or of another script.
     """
-    from .model.comparability import ALLOWABLE, SIDES, refusal
+    from .model.comparability import SIDES, refusal
     from .model.diff import compare
     from .report.build import SCHEMA_VERSION
 
-    unknown_kinds = [k for k in allow if k not in ALLOWABLE]
-    if unknown_kinds:
-        raise DiffInputError(terminal(f"--allow {', '.join(unknown_kinds)}: the differences "
-                                      f"that can be accepted are {', '.join(ALLOWABLE)}."))
+    _check_allow(allow)
     labels = (str(base), str(new))
     reports = [_read_report(Path(p), side) for p, side in zip(labels, SIDES)]
     why = refusal(*reports, labels=labels, schema_version=SCHEMA_VERSION, allow=allow)
     if why:
         raise DiffRefusedError(terminal(why))
-    known = {op["name"] for report in reports for op in report["ops"]}
+    _check_gated_ops(ops, reports)
+    result = compare(*reports, fail_above=fail_above, ops=ops, min_step_share=min_step_share,
+                     allow=allow)
+    result["a_label"], result["b_label"] = labels
+    return result
+
+
+def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = None,
+         args: Sequence[str] = (), *, module: bool = False, processes: int = 5,
+         threads: Optional[int] = None, steps: int = 25, fail_above: float = 10.0,
+         min_step_share: float = 0.02, ops: Sequence[str] = (), allow: Sequence[str] = (),
+         out: Optional[Union[str, Path]] = None, timeout: Optional[float] = None,
+         base_env: Optional[Mapping[str, str]] = None,
+         new_env: Optional[Mapping[str, str]] = None, profile: ProfileArg = "gate",
+         on_progress: Optional[Callable[[str], None]] = None,
+         environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """Measure BASE and NEW again, interleaved, and judge them: ``processes`` pairs of
+    processes (A B, B A, ...; nsbridge.interleave), each a triage with the ``profile``
+    (``steps`` measured steps) into one gate folder, judged on paired changes
+    (model.paired; with one pair, as `diff` judges two runs). BASE and NEW are run
+    directories (run again as their manifests recorded them) or checkouts (``script`` run
+    in each). ``threads``: torch's intra-op threads in every process (default: 1 when no
+    GPU is visible, where two threads on a busy machine wait for each other; else as the
+    script sets them). ``base_env``/``new_env``: variables set for one side only.
+
+    Returns the comparison (model.diff.compare's keys, ``mode`` "interleaved") with
+    ``gate``: its folder, processes, threads, steps, the order run, wall seconds, notes.
+    gate.json and gate.md are written into the folder.
+
+    Raises:
+        DiffInputError: a side is neither a run directory nor a checkout (with a script),
+            or an ``ops``/``allow`` entry is unknown. GateRunError: a process failed (the
+            runs made so far are kept). ScriptError, ProfileError, RunDirError.
+    """
+    import time
+
+    from .interleave import SIDES, order, resolve_side, run_pairs
+    from .report.diff_render import render_diff
+    from .rundir import new_run_dir, write_json
+
+    _check_allow(allow)
+    sides = {name: resolve_side(name, str(given), script, args, module, env or {})
+             for name, given, env in zip(SIDES, (base, new), (base_env, new_env))}
+    prof = _profile(profile)
+    prof = dataclasses.replace(prof, schedule=dataclasses.replace(prof.schedule, active=steps))
+    if threads is None:
+        recorded = {s.threads for s in sides.values()}
+        threads = (recorded.pop() if len(recorded) == 1 and None not in recorded
+                   else None if gpu_names(environ) else 1)
+    for side in sides.values():
+        _check_script(side.target, side.module, side.cwd)
+    folder = new_run_dir(Path(out) if out else None,
+                         f"gate-{_label(sides['new'].target, sides['new'].module)}")
+
+    def run_one(side: Any, run_dir: Path) -> dict[str, Any]:
+        result = triage(side.target, side.args, module=side.module, profile=prof,
+                        out=run_dir, timeout=timeout, cwd=side.cwd, threads=threads,
+                        environ={**environ, **side.env})
+        if result.exit_code != 0 or result.status != "ok":
+            raise GateRunError(terminal(
+                f"the gate's {side.name} process in {run_dir} did not finish cleanly "
+                f"(status '{result.status}'), so nothing was compared: "
+                f"{result.failure or 'see its report.md'} The runs made so far are kept in "
+                f"{folder}."))
+        return result.report
+
+    started = time.monotonic()
+    reports = run_pairs(sides, processes, folder, run_one, on_progress)
+    result = _judge_pairs(list(zip(reports["base"], reports["new"])), fail_above=fail_above,
+                          ops=ops, min_step_share=min_step_share, allow=allow)
+    result["a_label"], result["b_label"] = str(base), str(new)
+    result["gate"] = {
+        "dir": str(folder), "processes": processes, "threads": threads, "steps": steps,
+        "order": [f"{side}-{i:02d}" for i, side in order(processes)],
+        "wall_s": round(time.monotonic() - started, 1),
+        "sides": {name: {"given": s.given, "target": s.target, "args": s.args,
+                         "cwd": str(s.cwd), "env": s.env} for name, s in sides.items()},
+        "notes": [note for s in sides.values() for note in s.notes]}
+    write_json(folder / S.GATE_JSON, result)
+    (folder / S.GATE_MD).write_text(render_diff(result, "md") + "\n", encoding="utf-8")
+    return result
+
+
+def rejudge(folder: Union[str, Path], *, fail_above: float = 10.0,
+            min_step_share: float = 0.02, ops: Sequence[str] = (),
+            allow: Sequence[str] = ()) -> dict[str, Any]:
+    """Judge the processes of an earlier gate folder again (other thresholds, other ops):
+    its base-NN and new-NN run directories, paired by NN; nothing runs. Returns what
+    ``gate`` returns, with ``gate.rejudged`` true; the folder is not written to.
+
+    Raises:
+        DiffInputError: not a gate folder (no base-01 and new-01), a pair missing a side,
+            or an ``ops``/``allow`` entry that is unknown. DiffRefusedError: a run in it
+            cannot be compared (failed, still running, of another shape).
+    """
+    from .model.comparability import SIDES, refusal
+    from .report.build import SCHEMA_VERSION
+
+    path = Path(folder)
+    numbers = sorted({int(p.name.split("-")[1]) for p in path.glob("*-[0-9][0-9]")
+                      if p.name.split("-")[0] in SIDES and p.is_dir()})
+    missing = [f"{side}-{n:02d}" for n in numbers for side in SIDES
+               if not (path / f"{side}-{n:02d}").is_dir()]
+    if not numbers or missing:
+        raise DiffInputError(terminal(f"{path} is not a gate folder nsbridge can judge: "
+                                      + (f"it lacks {', '.join(missing)}" if numbers else
+                                         "it holds no base-01 and new-01 run directories")
+                                      + ". Give the folder `nsbridge gate` wrote (--out)."))
+    _check_allow(allow)
+    pairs = [(_read_report(path / f"base-{n:02d}", "base"),
+              _read_report(path / f"new-{n:02d}", "new")) for n in numbers]
+    for n, (a, b) in zip(numbers, pairs):
+        why = refusal(a, b, labels=(str(path / f"base-{n:02d}"), str(path / f"new-{n:02d}")),
+                      schema_version=SCHEMA_VERSION, allow=allow)
+        if why:
+            raise DiffRefusedError(terminal(why))
+    result = _judge_pairs(pairs, fail_above=fail_above, ops=ops,
+                          min_step_share=min_step_share, allow=allow)
+    earlier = _read_gate(path)
+    result["a_label"] = earlier.get("a_label") or str(path / "base-NN")
+    result["b_label"] = earlier.get("b_label") or str(path / "new-NN")
+    result["gate"] = {**(earlier.get("gate") or {}), "dir": str(path),
+                      "processes": len(numbers), "rejudged": True}
+    return result
+
+
+def _judge_pairs(pairs: list[tuple[dict[str, Any], dict[str, Any]]], *, fail_above: float,
+                 ops: Sequence[str], min_step_share: float,
+                 allow: Sequence[str]) -> dict[str, Any]:
+    """The gate's answer on its pairs of reports: paired from two pairs on, as `diff`
+    judges two runs with one."""
+    from .model.diff import compare
+    from .model.paired import compare_pairs
+
+    _check_gated_ops(ops, [r for pair in pairs for r in pair])
+    if len(pairs) >= 2:
+        return compare_pairs(pairs, fail_above=fail_above, ops=ops,
+                             min_step_share=min_step_share, allow=allow)
+    return compare(*pairs[0], fail_above=fail_above, ops=ops, min_step_share=min_step_share,
+                   allow=allow)
+
+
+def _read_gate(folder: Path) -> dict[str, Any]:
+    try:
+        found = json.loads((folder / S.GATE_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _check_allow(allow: Sequence[str]) -> None:
+    """DiffInputError for an ``--allow`` kind that is not one."""
+    from .model.comparability import ALLOWABLE
+
+    unknown = [k for k in allow if k not in ALLOWABLE]
+    if unknown:
+        raise DiffInputError(terminal(f"--allow {', '.join(unknown)}: the differences that can "
+                                      f"be accepted are {', '.join(ALLOWABLE)}."))
+
+
+def _check_gated_ops(ops: Sequence[str], reports: Sequence[dict[str, Any]]) -> None:
+    """DiffInputError for an ``--op`` no report has: the gate would check nothing."""
+    known = {op["name"] for report in reports for op in report.get("ops") or []}
     unknown = [op for op in ops if op not in known]
     if unknown:
         raise DiffInputError(terminal(f"--op {', '.join(unknown)}: neither run has such an op, "
                                       "so the gate would check nothing. Use names as the "
                                       "reports' op tables spell them."))
-    result = compare(*reports, fail_above=fail_above, ops=ops, min_step_share=min_step_share,
-                     allow=allow)
-    result["a_label"], result["b_label"] = labels
-    return result
 
 
 def _read_report(path: Path, side: str) -> Any:
@@ -345,13 +507,16 @@ def _run_for(run: Optional[Union[str, Path]], target: Optional[str], args: Seque
 
 def _new_run(target: str, args: Sequence[str], module: bool,
              cwd: Optional[Union[str, Path]], prof: Profile, command: str,
-             out: Optional[Union[str, Path]]) -> tuple[Run, Script]:
-    """A new run directory for a script, checked first (ScriptError), and the script."""
+             out: Optional[Union[str, Path]],
+             source: Optional[dict[str, Any]] = None) -> tuple[Run, Script]:
+    """A new run directory for a script, checked first (ScriptError), and the script
+    (``source``: what a rerun needs besides it, kept in the manifest)."""
     workdir = Path(cwd) if cwd else Path.cwd()
     _check_script(target, module, workdir)
     label = _label(target, module) if command == "triage" else f"{command}-{_label(target, module)}"
     run = Run.create(out=Path(out) if out else None, label=label, command=command,
-                     target=target, args=list(args), profile=prof, cwd=workdir, module=module)
+                     target=target, args=list(args), profile=prof, cwd=workdir, module=module,
+                     source=source)
     return run, Script(target=target, args=list(args), module=module, cwd=workdir)
 
 

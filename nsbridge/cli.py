@@ -9,17 +9,19 @@ compare), 4 inconclusive, 2 bad input.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
 import traceback
-from typing import Any, Callable, NoReturn, Optional
+from typing import Any, Callable, Iterator, NoReturn, Optional
 
 import click
 
 from . import __version__
 from ._blas import import_numpy_on_one_thread
-from ._options import DEEP_PROFILE, OUT, PROFILE, SCRIPT_COMMAND, TOP, WINDOW, script_options
+from ._options import (DEEP_PROFILE, GATE_OPTIONS, OUT, PROFILE, SCRIPT_COMMAND, THREADS, TOP,
+                       WINDOW, script_options)
 from .errors import NsbridgeError, Stopped
 
 TRIAGE_EPILOG = """\b
@@ -29,6 +31,7 @@ Examples:
   nsbridge triage -m mypkg.train -- --config cfg.yaml
   nsbridge triage --out runs/baseline --timeout 600 train.py
   nsbridge triage --runs 5 train.py        (5 processes pooled: spreads between runs too)
+  nsbridge triage --threads 1 train.py     (one intra-op thread: steady on a busy machine)
   nsbridge triage --nsys train.py          (adds the Nsight Systems timeline)
   nsbridge triage --deep=3 train.py        (adds Nsight Compute on the 3 hottest ops)
   nsbridge triage --nproc-per-node 4 --nsys --deep=3 train.py   (every pass on 4 ranks)
@@ -150,13 +153,15 @@ def main(quiet: bool, verbose: bool) -> None:
 @click.option("--runs", type=click.IntRange(1, 50), default=1, show_default=True, metavar="N",
               help="Run the script N times and pool the steps: the spread between processes, "
                    "the largest on a busy machine, then shows in every interval.")
+@THREADS
 @WINDOW
 @script_options
 def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
            top: int, nsys: bool, deep_top: Optional[str], deep_profile: str,
            nproc_per_node: Optional[int], nnodes: Optional[str], node_rank: Optional[int],
            rdzv_endpoint: Optional[str], ranks: Optional[str], deep_ranks: Optional[str],
-           runs: int, window: str, target: Optional[str], script_args: tuple[str, ...]) -> None:
+           runs: int, threads: Optional[int], window: str, target: Optional[str],
+           script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (or -m MODULE) with torch.profiler and say what bounds it.
 
     Arguments after the script (or after --) go to the script. Under torchrun, srun or
@@ -175,7 +180,7 @@ def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Opt
                                       nproc_per_node=nproc_per_node, nnodes=nnodes,
                                       node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
                                       ranks=chosen, deep_ranks=for_deep, runs=runs,
-                                      window=window), top))
+                                      window=window, threads=threads), top))
 
 
 def _rank_list(text: Optional[str], option: str) -> Optional[list[int]]:
@@ -318,52 +323,140 @@ Examples:
 @main.command(name="diff", epilog=DIFF_EPILOG)
 @click.argument("base", type=click.Path())
 @click.argument("new", type=click.Path())
-@click.option("--fail-above", type=float, default=10.0, show_default=True, metavar="PCT",
-              help="A regression is a change beyond the run-wide drift of more than PCT "
-                   "percent whose 95% interval lies above no change.")
-@click.option("--min-step-share", type=click.FloatRange(0, 100), default=2.0,
-              show_default=True, metavar="PCT",
-              help="Gate an op only when the time it added per step (beyond the run-wide "
-                   "drift) is at least PCT percent of the base step time.")
-@click.option("--op", "ops", multiple=True, metavar="OP", help="Gate only these ops.")
-@click.option("--allow", "allow", metavar="KIND[,KIND]",
-              help="Accept these differences between the runs instead of calling the "
-                   "comparison inconclusive: args, torch, gpu, threads, cores (and target: "
-                   "see --allow-different-target).")
-@click.option("--allow-different-target", is_flag=True,
-              help="Compare runs of different scripts instead of refusing (the same as "
-                   "--allow target).")
-@click.option("--inconclusive", "when_inconclusive", default="exit", show_default=True,
-              type=click.Choice(["exit", "pass", "fail"]),
-              help="What an inconclusive comparison exits with: its own code 4 (exit), 0 "
-                   "(pass) or 1 (fail). A refusal always exits 1.")
-@click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]), default="text",
-              show_default=True,
-              help="text for a terminal, md for a PR comment, json for scripts; the exit "
-                   "code is the same in each.")
+@GATE_OPTIONS
 def diff_command(base: str, new: str, fail_above: float, min_step_share: float,
                  ops: tuple[str, ...], allow: Optional[str], allow_different_target: bool,
                  when_inconclusive: str, fmt: str) -> None:
-    """Compare run NEW against run BASE (directories or report.json files): per-op changes
-    beyond the run-wide drift, judged with 95% intervals; exit 1 on a regression or when the
-    runs cannot be compared, 4 when the data cannot decide."""
+    """Compare run NEW against run BASE as they were recorded (directories or report.json
+    files): work first (calls, shapes, dtypes), then per-op time beyond the run-wide drift,
+    judged with 95% intervals; exit 1 on a regression or when the runs cannot be compared,
+    4 when the data cannot decide. To measure both sides again, interleaved, use gate."""
     from .api import diff as run_diff
-    from .report.diff_render import render_diff
 
-    kinds = [k.strip() for k in (allow or "").split(",") if k.strip()]
-    if allow_different_target:
-        kinds.append("target")
+    kinds = _allowed(allow, allow_different_target)
+    _guard(lambda: _gate_exit(run_diff(base, new, fail_above=fail_above, ops=ops,
+                                       min_step_share=min_step_share / 100.0, allow=kinds),
+                              fmt, when_inconclusive))
+
+
+GATE_EPILOG = """\b
+BASE and NEW are run directories (each run again as its manifest recorded it: script,
+arguments, folder, environment) or checkouts (folders of the code: SCRIPT, a path inside
+each, runs there with the checkout first on PYTHONPATH). Exit codes as diff's: 0 no
+regression, 1 a regression or a process that failed, 4 inconclusive, 2 bad input.
+\b
+Examples:
+  nsbridge gate runs/main runs/pr
+  nsbridge gate ../main . bench/train.py -- --steps 40     (CI: merge-base checkout vs PR)
+  nsbridge gate runs/main runs/pr --processes 9 --fail-above 5
+  nsbridge gate runs/x runs/x                              (unchanged code: expect PASS)
+  nsbridge gate . . train.py --new-env USE_FP64=1          (one setting, two ways)
+  nsbridge gate runs/main runs/pr --format md > comment.md
+  nsbridge gate --rejudge nsbridge-runs/20261127-120000-gate-train --fail-above 5
+"""
+
+
+@main.command(epilog=GATE_EPILOG, context_settings=SCRIPT_COMMAND)
+@click.option("--processes", type=click.IntRange(1, 50), default=5, show_default=True,
+              metavar="K", help="Processes per side, run in pairs (A B, B A, ...).")
+@click.option("--steps", type=click.IntRange(3, 1000), default=25, show_default=True,
+              metavar="N", help="Measured steps per process (the script must run about N+3).")
+@THREADS
+@click.option("-m", "module", is_flag=True,
+              help="SCRIPT is a module (python -m SCRIPT), in each checkout.")
+@OUT
+@click.option("--timeout", type=float, metavar="SECONDS", help="Stop any one process after "
+              "SECONDS (the gate then fails; its runs are kept).")
+@click.option("--base-env", "base_env", multiple=True, metavar="NAME=VALUE",
+              help="Set a variable for the base side's processes only (repeatable).")
+@click.option("--new-env", "new_env", multiple=True, metavar="NAME=VALUE",
+              help="Set a variable for the new side's processes only (repeatable).")
+@click.option("--rejudge", "rejudge", type=click.Path(), metavar="GATE_DIR",
+              help="Judge an earlier gate's processes again (other --fail-above, --op, ...): "
+                   "nothing runs; BASE and NEW are not given.")
+@GATE_OPTIONS
+@click.argument("base", required=False)
+@click.argument("new", required=False)
+@click.argument("script", required=False)
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def gate(processes: int, steps: int, threads: Optional[int], module: bool, out: Optional[str],
+         timeout: Optional[float], base_env: tuple[str, ...], new_env: tuple[str, ...],
+         rejudge: Optional[str], fail_above: float, min_step_share: float,
+         ops: tuple[str, ...], allow: Optional[str], allow_different_target: bool,
+         when_inconclusive: str, fmt: str, base: Optional[str], new: Optional[str],
+         script: Optional[str], script_args: tuple[str, ...]) -> None:
+    """Measure BASE and NEW again, interleaved in one session, and gate on paired changes:
+    unchanged code passes, the same work made slower or different work is caught, and
+    "inconclusive" says how many more processes would settle it."""
+    from .api import gate as run_gate
+    from .api import rejudge as run_rejudge
+
+    kinds = _allowed(allow, allow_different_target)
+    args = [a for i, a in enumerate(script_args) if not (i == 0 and a == "--")]
+    if script == "--":
+        script, args = (args[0], args[1:]) if args else (None, [])
+    if rejudge is not None:
+        if base is not None:
+            raise click.UsageError("--rejudge judges an earlier gate folder: give no BASE or NEW")
+        _guard(lambda: _gate_exit(run_rejudge(rejudge, fail_above=fail_above, ops=ops,
+                                              min_step_share=min_step_share / 100.0,
+                                              allow=kinds), fmt, when_inconclusive))
+        return
+    if base is None or new is None:
+        raise click.UsageError("give BASE and NEW: run directories, or checkouts and SCRIPT")
 
     def body() -> None:
-        result = run_diff(base, new, fail_above=fail_above, ops=ops,
-                          min_step_share=min_step_share / 100.0, allow=kinds)
-        click.echo(render_diff(result, fmt))
-        code = result["exit_code"]
-        if result["outcome"] == "inconclusive" and when_inconclusive != "exit":
-            code = 0 if when_inconclusive == "pass" else 1
-        sys.exit(code)
+        with _stdout_to_stderr():   # the scripts' own output: stdout holds the answer only
+            result = run_gate(base, new, script, args, module=module, processes=processes,
+                              threads=threads, steps=steps, fail_above=fail_above, ops=ops,
+                              min_step_share=min_step_share / 100.0, allow=kinds, out=out,
+                              timeout=timeout, base_env=_env_pairs(base_env, "--base-env"),
+                              new_env=_env_pairs(new_env, "--new-env"),
+                              on_progress=_echo_plan)
+        _gate_exit(result, fmt, when_inconclusive)
 
     _guard(body)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 pointed at stderr for a while (the processes started meanwhile
+    inherit it), then back."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _gate_exit(result: dict[str, Any], fmt: str, when_inconclusive: str) -> None:
+    """Print a comparison and exit with its code (4 mapped by --inconclusive)."""
+    from .report.diff_render import render_diff
+
+    click.echo(render_diff(result, fmt))
+    code = result["exit_code"]
+    if result["outcome"] == "inconclusive" and when_inconclusive != "exit":
+        code = 0 if when_inconclusive == "pass" else 1
+    sys.exit(code)
+
+
+def _allowed(allow: Optional[str], allow_different_target: bool) -> list[str]:
+    kinds = [k.strip() for k in (allow or "").split(",") if k.strip()]
+    return kinds + (["target"] if allow_different_target else [])
+
+
+def _env_pairs(pairs: tuple[str, ...], option: str) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint=option)
+        env[name] = value
+    return env
 
 
 @main.command(name="make-targets")

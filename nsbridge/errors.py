@@ -27,6 +27,8 @@ Library code raises these; only the CLI turns them into exit codes. The tree:
                                 running, measured nothing, is of another schema version or
                                 shape, or they profiled different scripts (exit 1, which no
                                 --inconclusive mapping turns into a pass)
+  - GateRunError                a process `gate` started failed: nothing compared (exit 1);
+                                the runs already made are kept
 
 Not an NsbridgeError: ``Stopped``, a BaseException (like KeyboardInterrupt) raised in
 nsbridge's own process when it gets SIGTERM (``stop_on_sigterm``), so a running pass ends
@@ -104,6 +106,13 @@ class DiffInputError(NsbridgeError):
 
 class DiffRefusedError(NsbridgeError):
     """`nsbridge diff` was given runs it cannot compare; the text says which and why."""
+
+    exit_code = 1
+
+
+class GateRunError(NsbridgeError):
+    """A process `nsbridge gate` started failed: nothing can be compared; its run
+    directory and the ones before it are kept."""
 
     exit_code = 1
 

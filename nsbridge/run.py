@@ -89,12 +89,14 @@ class Run:
     @classmethod
     def create(cls, *, out: Optional[Path], label: str, command: str, target: str,
                args: list[str], profile: Profile, cwd: Path, module: bool = False,
-               shared: bool = False) -> "Run":
+               shared: bool = False, source: Optional[dict[str, Any]] = None) -> "Run":
         """A new run directory with its manifest and an empty report written (``shared``:
-        the directory of a distributed job's ranks, which may exist already)."""
+        the directory of a distributed job's ranks, which may exist already; ``source``:
+        what a rerun needs besides the script, e.g. threads, env, git)."""
         path = new_run_dir(out, label, shared=shared)
         manifest = {"nsbridge_version": __version__, "command": command, "argv": sys.argv,
                     "target": target, "module": module, "args": args, "cwd": str(cwd),
+                    **(source or {}),
                     "profile": profile.to_dict(), "host": socket.gethostname(),
                     "platform": platform.platform(), "python": platform.python_version(),
                     "started_at": _now(), "status": "running", "pid": os.getpid(),

@@ -13,7 +13,8 @@ from nsbridge import schema as S
 def events(*rows: dict[str, Any]) -> pd.DataFrame:
     """Build an EVENTS frame; each row needs cat, name, ts, dur; the rest defaults."""
     base = {S.PH: "X", S.PID: "1", S.TID: "1", S.EXT_ID: np.nan, S.CORRELATION: np.nan,
-            S.INPUT_DIMS: None, S.INPUT_TYPES: None, S.BYTES: np.nan, S.DEVICE: np.nan,
+            S.INPUT_DIMS: None, S.INPUT_TYPES: None, S.INPUT_STRIDES: None, S.BYTES: np.nan,
+            S.DEVICE: np.nan,
             S.KERNEL_FILE: None, S.TOTAL_ALLOCATED: np.nan, S.TOTAL_RESERVED: np.nan,
             S.LAUNCH: None}
     frame = pd.DataFrame([{**base, **r} for r in rows])[S.EVENT_COLUMNS]

@@ -43,8 +43,8 @@ def no_traceback(result: Result) -> None:
 
 # -- --help ---------------------------------------------------------------------------------
 def test_the_commands() -> None:
-    assert COMMANDS == ["analyze", "deep", "diff", "doctor", "make-targets", "timeline",
-                        "triage"]
+    assert COMMANDS == ["analyze", "deep", "diff", "doctor", "gate", "make-targets",
+                        "timeline", "triage"]
     result = invoke("--help")
     assert result.exit_code == 0 and result.output.startswith("Usage: nsbridge [OPTIONS] COMMAND")
     for name in COMMANDS:
@@ -225,11 +225,12 @@ def test_make_targets_prints_make_rules() -> None:
     assert result.stdout == (ROOT / "nsbridge" / "make" / "nsbridge.mk").read_text()
     rules = re.findall(r"^([a-z-]+):\s*$", result.stdout, re.M)
     assert rules == ["profile-triage", "profile-timeline", "profile-deep", "perf-gate",
-                     "nsbridge-help"]
-    assert (".PHONY: profile-triage profile-timeline profile-deep perf-gate nsbridge-help"
-            in result.stdout)
+                     "perf-diff", "nsbridge-help"]
+    assert (".PHONY: profile-triage profile-timeline profile-deep perf-gate perf-diff "
+            "nsbridge-help" in result.stdout)
     assert "$(NSBRIDGE_CMD) diff $(call nsbridge_q,$(BASE)) $(call nsbridge_q,$(NEW))" in (
         result.stdout)
+    assert "$(NSBRIDGE_CMD) gate --processes $(call nsbridge_q,$(PROCESSES))" in result.stdout
 
 
 QUICK_EXIT = """

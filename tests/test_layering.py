@@ -58,7 +58,8 @@ LAYERS: list[set[str]] = [
     {"_bootstrap"},                                  # inside the profiled process
     {"run", "result", "pipeline"},                   # the Run, what a command returns,
                                                      # one Run through a list of passes
-    {"passes"},                                      # one module per tool
+    {"passes", "interleave"},                        # one module per tool; the gate's
+                                                     # processes, run in pairs
     {"distributed.launch", "distributed.share"},     # starting the ranks; a rank's share
     {"distributed.fan_out", "distributed.triage"},   # any pass on chosen ranks, reduced;
                                                      # the torch.profiler pass on every rank

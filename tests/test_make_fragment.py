@@ -96,14 +96,26 @@ def test_timeline_and_deep_quote_run_and_script_and_each_op(tmp_path: Path) -> N
     assert top == ["deep", "--top", "5", "--run", "r u n"]
 
 
-def test_perf_gate_quotes_base_and_new(tmp_path: Path) -> None:
+def test_perf_gate_and_perf_diff_quote_base_and_new(tmp_path: Path) -> None:
     folder = project(tmp_path, include_first=True)
+    judge = ["--fail-above", "5", "--min-step-share", "2", "--inconclusive", "exit",
+             "--allow", "args,threads", "--format", "text"]
+    argv = dry_run_argv(folder, "nsbridge", "perf-diff", "BASE=runs/main branch",
+                        "NEW=runs/pr's run", "THRESHOLD=5", "ALLOW=args,threads")
+    assert argv == ["diff", "runs/main branch", "runs/pr's run", *judge]
     argv = dry_run_argv(folder, "nsbridge", "perf-gate", "BASE=runs/main branch",
                         "NEW=runs/pr's run", "THRESHOLD=5", "ALLOW=args,threads")
-    assert argv == ["diff", "runs/main branch", "runs/pr's run", "--fail-above", "5",
-                    "--min-step-share", "2", "--inconclusive", "exit", "--allow",
-                    "args,threads", "--format", "text"]
+    assert argv == ["gate", "--processes", "5", "--steps", "25", *judge, "runs/main branch",
+                    "runs/pr's run"]
+    checkouts = dry_run_argv(folder, "nsbridge", "perf-gate", "BASE=../main", "NEW=.",
+                             "SCRIPT=my bench.py", "ARGS=--steps 40", "PROCESSES=7")
+    assert checkouts == ["gate", "--processes", "7", "--steps", "25", "--fail-above", "10",
+                         "--min-step-share",
+                         "2", "--inconclusive", "exit", "--format", "text", "../main", ".",
+                         "my bench.py", "--", "--steps", "40"]
     usage = make(folder, "perf-gate", "BASE=runs/main branch")
+    assert usage.returncode != 0 and "set BASE=... NEW=..." in usage.stdout
+    usage = make(folder, "perf-diff", "BASE=runs/main branch")
     assert usage.returncode != 0 and "set BASE=run-dir NEW=run-dir" in usage.stdout
 
 
@@ -144,7 +156,9 @@ def test_a_fake_nsbridge_receives_exactly_the_intended_argv(tmp_path: Path) -> N
     gate = make(folder, "perf-gate", f"NSBRIDGE={fake}", "BASE=runs/it's base",
                 "NEW=runs/new one", "INCONCLUSIVE=fail")
     assert gate.returncode == 0, gate.stdout + gate.stderr
-    assert json.loads(record.read_text())[:3] == ["diff", "runs/it's base", "runs/new one"]
+    sent = json.loads(record.read_text())
+    assert sent[:3] == ["gate", "--processes", "5"] and sent[-2:] == ["runs/it's base",
+                                                                      "runs/new one"]
     # NSBRIDGE_CMD is shell syntax: an interpreter and its arguments
     command = f"{shlex.quote(sys.executable)} {shlex.quote(str(fake))}"
     via = make(folder, "profile-deep", f"NSBRIDGE_CMD={command}", "OP=aten::mm")

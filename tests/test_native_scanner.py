@@ -306,7 +306,7 @@ def test_the_scanner_takes_bytes_and_a_sane_end() -> None:
         _stream._scan_batch(bytearray(b"[]"))
     with pytest.raises(ValueError):
         _stream._scan_batch(b"[]", -2)
-    assert _stream._scan_batch(b"[]") == (0, (b"",) * 8, (b"",) * 9, ([],) * 9)
+    assert _stream._scan_batch(b"[]") == (0, (b"",) * 8, (b"",) * 10, ([],) * 10)
 
 
 def test_scanned_columns_that_do_not_decode_add_nothing() -> None:

@@ -80,6 +80,9 @@ def main(config_path: str) -> int:
 
     import torch  # noqa: F401  (imported after the signal handler so a timeout is clean)
 
+    if config.get("threads"):   # triage --threads N: before the script sizes anything
+        torch.set_num_threads(int(config["threads"]))
+
     from nsbridge import schema as S
     from nsbridge.errors import RunDirError
     from nsbridge.rundir import write_json

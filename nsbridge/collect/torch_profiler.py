@@ -26,12 +26,25 @@ class TorchPass:
     machine: dict[str, Any]           # machine.between() the run, and the usable cores
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def with_threads(environ: Mapping[str, str], threads: Optional[int]) -> dict[str, str]:
+    """The environment of a profiled process with ``threads`` intra-op threads: the
+    OpenMP, MKL and OpenBLAS pools sized before torch (or numpy) starts them."""
+    env = dict(environ)
+    if threads:
+        env.update({name: str(threads) for name in THREAD_VARIABLES})
+    return env
+
+
 def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile: Profile,
                    run_dir: Path, cwd: Path, timeout: Optional[float],
                    environ: Mapping[str, str] = os.environ,
                    distributed: Optional[dict[str, Any]] = None,
-                   launcher: Sequence[str] = ()) -> TorchPass:
-    """Run the target under torch.profiler and return what it wrote into run_dir.
+                   launcher: Sequence[str] = (), threads: Optional[int] = None) -> TorchPass:
+    """Run the target under torch.profiler and return what it wrote into run_dir
+    (``threads``: torch's intra-op threads, set in the process before the script runs).
 
     ``distributed`` ({"ranks": [...] or None}): every rank writes into its own rank-NN/
     folder (the record returned is then None: see the rank folders). ``launcher``: options
@@ -44,11 +57,11 @@ def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile
                           args=args, extra={"capture": profile.to_dict()["capture"],
                                             "schedule": profile.to_dict()["schedule"],
                                             "analysis": profile.to_dict()["analysis"],
-                                            "distributed": distributed})
+                                            "distributed": distributed, "threads": threads})
     if launcher:
         argv = [sys.executable, "-m", "torch.distributed.run", *launcher, "-m",
                 "nsbridge._bootstrap.entry", argv[-1]]
-    env = dict(environ)
+    env = with_threads(environ, threads)
     env.setdefault("PYTHONUNBUFFERED", "1")
     before = machine.snapshot()
     outcome = run_passthrough(argv, cwd=cwd, env=env, timeout=timeout,

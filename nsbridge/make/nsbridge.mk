@@ -5,12 +5,16 @@
 #     make profile-triage  SCRIPT=train.py ARGS="--epochs 1"
 #     make profile-timeline SCRIPT=train.py ARGS="--epochs 1"
 #     make profile-deep    OP=aten::addmm [RUN=nsbridge-runs/...]   (or TOP=5)
-#     make perf-gate       BASE=runs/main NEW=runs/pr THRESHOLD=10 [MIN_STEP_SHARE=2]
-#                          [INCONCLUSIVE=exit|pass|fail] [ALLOW=args,threads]
+#     make perf-gate       BASE=runs/main NEW=runs/pr [PROCESSES=5 GATE_STEPS=25 THRESHOLD=10]
+#     make perf-gate       BASE=../main NEW=. SCRIPT=bench/train.py ARGS="--steps 40"
+#                          [MIN_STEP_SHARE=2] [INCONCLUSIVE=exit|pass|fail] [ALLOW=args]
+#     make perf-diff       BASE=runs/main NEW=runs/pr    (two runs as recorded: no reruns)
 #     make nsbridge-help   (every target and variable, with its default)
-#   perf-gate fails when `nsbridge diff` exits 1 (regression, or runs it refuses to compare)
-#   or 4 (inconclusive: the data cannot decide; INCONCLUSIVE=pass or fail maps it to 0 or 1).
-#   make prints "Error 1" or "Error 4" and, like any failed make, itself exits 2.
+#   perf-gate runs `nsbridge gate`: both sides measured again, interleaved (BASE and NEW
+#   are run directories, or checkouts with SCRIPT). It and perf-diff fail when nsbridge
+#   exits 1 (regression, or runs it cannot compare) or 4 (inconclusive: the data cannot
+#   decide; INCONCLUSIVE=pass or fail maps it to 0 or 1). make prints "Error 1" or
+#   "Error 4" and, like any failed make, itself exits 2.
 # Every variable can be set on the command line or before the include. Each value is passed
 # to nsbridge as one argument, quoted for the shell (spaces and quotes in paths are safe),
 # except ARGS, which is shell syntax split into the script's arguments, and OP, which is
@@ -34,6 +38,8 @@ TOP        ?= 5
 BASE       ?=
 NEW        ?=
 THRESHOLD  ?= 10
+PROCESSES  ?= 5
+GATE_STEPS ?= 25
 MIN_STEP_SHARE ?= 2
 INCONCLUSIVE ?= exit
 ALLOW      ?=
@@ -46,12 +52,12 @@ nsbridge_run = $(if $(RUN),--run $(call nsbridge_q,$(RUN)))
 nsbridge_script = $(if $(SCRIPT),$(call nsbridge_q,$(SCRIPT)) -- $(ARGS))
 nsbridge_ops = $(if $(OP),$(foreach op,$(OP),--kernel $(call nsbridge_q,$(op))),\
     --top $(call nsbridge_q,$(TOP)))
-nsbridge_gate = --fail-above $(call nsbridge_q,$(THRESHOLD)) \
+nsbridge_judge = --fail-above $(call nsbridge_q,$(THRESHOLD)) \
     --min-step-share $(call nsbridge_q,$(MIN_STEP_SHARE)) \
     --inconclusive $(call nsbridge_q,$(INCONCLUSIVE)) \
     $(if $(ALLOW),--allow $(call nsbridge_q,$(ALLOW))) --format $(call nsbridge_q,$(GATE_FORMAT))
 
-.PHONY: profile-triage profile-timeline profile-deep perf-gate nsbridge-help
+.PHONY: profile-triage profile-timeline profile-deep perf-gate perf-diff nsbridge-help
 
 profile-triage:
 	@test -n $(call nsbridge_q,$(SCRIPT)) || { echo "profile-triage: set SCRIPT=path/to/train.py"; exit 2; }
@@ -65,8 +71,12 @@ profile-deep:
 	$(NSBRIDGE_CMD) deep $(nsbridge_ops) $(nsbridge_run) $(nsbridge_script)
 
 perf-gate:
-	@test -n $(call nsbridge_q,$(BASE)) && test -n $(call nsbridge_q,$(NEW)) || { echo "perf-gate: set BASE=run-dir NEW=run-dir"; exit 2; }
-	$(NSBRIDGE_CMD) diff $(call nsbridge_q,$(BASE)) $(call nsbridge_q,$(NEW)) $(nsbridge_gate)
+	@test -n $(call nsbridge_q,$(BASE)) && test -n $(call nsbridge_q,$(NEW)) || { echo "perf-gate: set BASE=... NEW=... (run directories, or checkouts with SCRIPT=...)"; exit 2; }
+	$(NSBRIDGE_CMD) gate --processes $(call nsbridge_q,$(PROCESSES)) --steps $(call nsbridge_q,$(GATE_STEPS)) $(nsbridge_judge) $(call nsbridge_q,$(BASE)) $(call nsbridge_q,$(NEW)) $(nsbridge_script)
+
+perf-diff:
+	@test -n $(call nsbridge_q,$(BASE)) && test -n $(call nsbridge_q,$(NEW)) || { echo "perf-diff: set BASE=run-dir NEW=run-dir"; exit 2; }
+	$(NSBRIDGE_CMD) diff $(call nsbridge_q,$(BASE)) $(call nsbridge_q,$(NEW)) $(nsbridge_judge)
 
 # Named nsbridge-help, not help, so that it cannot clash with the includer's own help target.
 nsbridge-help:
@@ -75,15 +85,18 @@ nsbridge-help:
 	@echo '  profile-timeline   nsbridge timeline: Nsight Systems on SCRIPT, or added to RUN'
 	@echo '  profile-deep       nsbridge deep: Nsight Compute on the kernels of OP (else the TOP'
 	@echo '                     ops) of RUN, of a triage of SCRIPT, else of the latest run'
-	@echo '  perf-gate          nsbridge diff BASE NEW: fails on a regression or refusal'
+	@echo '  perf-gate          nsbridge gate BASE NEW [SCRIPT]: both sides run again,'
+	@echo '                     interleaved; fails on a regression or a failed run'
 	@echo '                     (nsbridge exit 1) or when inconclusive (exit 4); make exits 2'
+	@echo '  perf-diff          nsbridge diff BASE NEW: two runs as they were recorded'
 	@echo '  nsbridge-help      this list'
 	@echo 'Variables (NAME=default), set on the command line or before the include:'
 	@echo '  NSBRIDGE=nsbridge      the nsbridge program, one path (quoted for you)'
 	@echo '  NSBRIDGE_CMD=<NSBRIDGE, quoted>'
 	@echo '                         the whole nsbridge command, in shell syntax, used instead'
 	@echo '                         of NSBRIDGE (e.g. NSBRIDGE_CMD="python -m nsbridge")'
-	@echo '  SCRIPT=                the script to profile (triage, timeline, deep)'
+	@echo '  SCRIPT=                the script to profile (triage, timeline, deep; perf-gate'
+	@echo '                         on checkouts: its path inside each)'
 	@echo '  ARGS=                  the script arguments, in shell syntax: split into words,'
 	@echo "                         so quote inside it: ARGS=\"--data 'my dir'\""
 	@echo '  PROFILE=default        triage and timeline profile: a built-in name or a YAML file'
@@ -91,14 +104,17 @@ nsbridge-help:
 	@echo '  RUN=                   an existing run to add to (timeline, deep)'
 	@echo '  OP=                    profile-deep ops, separated by spaces (aten::mm aten::addmm)'
 	@echo '  TOP=5                  without OP: profile-deep takes the TOP ops by device time'
-	@echo '  BASE=                  perf-gate: the baseline run (a directory or report.json)'
-	@echo '  NEW=                   perf-gate: the run to judge against BASE'
-	@echo '  THRESHOLD=10           perf-gate: fail on an op slower by over this percent'
-	@echo '  MIN_STEP_SHARE=2       perf-gate: ignore ops adding under this percent of a step'
-	@echo '  INCONCLUSIVE=exit      perf-gate when the data cannot decide: exit (4), pass or fail'
-	@echo '  ALLOW=                 perf-gate: run differences to accept (args,torch,gpu,threads,'
+	@echo '  BASE=                  perf-gate, perf-diff: the baseline run directory (or, for'
+	@echo '                         perf-gate, a checkout of the base code, with SCRIPT)'
+	@echo '  NEW=                   perf-gate, perf-diff: the run (or checkout) to judge'
+	@echo '  PROCESSES=5            perf-gate: processes per side, run in pairs A B, B A, ...'
+	@echo '  GATE_STEPS=25          perf-gate: measured steps per process (the script runs more)'
+	@echo '  THRESHOLD=10           fail on a slowdown whose 95% interval reaches this percent'
+	@echo '  MIN_STEP_SHARE=2       ignore ops adding under this percent of a step'
+	@echo '  INCONCLUSIVE=exit      when the data cannot decide: exit (4), pass or fail'
+	@echo '  ALLOW=                 run differences to accept (args,torch,gpu,threads,'
 	@echo '                         cores,target)'
-	@echo '  GATE_FORMAT=text       perf-gate report: text, md or json'
+	@echo '  GATE_FORMAT=text       perf-gate, perf-diff report: text, md or json'
 	@echo 'Each value but ARGS and OP reaches nsbridge as one argument, so paths may hold spaces.'
 
 .DEFAULT_GOAL := $(nsbridge_saved_goal)

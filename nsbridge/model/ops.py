@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -10,6 +10,7 @@ import pandas as pd
 from .. import schema as S
 from .nesting import HostTree, at_rows
 from .strings import row_groups, starts_with, value_codes
+from .work import dtype_text, layout_text
 
 MIB = 1024.0 * 1024.0
 
@@ -34,7 +35,8 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     Rows are sorted by self device time when there is a device, else self CPU time.
     ``ProfilerStep#N`` ranges are steps and ``nsbridge::`` ranges nsbridge's own: not ops.
     per_step_us: the ranking column per measured step (``windows``), see per_step_times.
-    shape_work: per input shape (the five with the most ranking time): {shape, calls, us}.
+    shape_work: per work signature (input shapes, dtypes, layout: model.work), the eight
+    with the most calls: {shape, dtypes, layout, calls, us}.
     ``in_window`` (a flag per tree position): only those ops count, and only the GPU work
     they launched (the measured window; None: every op of the trace).
     """
@@ -72,7 +74,8 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
 def op_calls(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device: bool,
              in_window: Optional[np.ndarray] = None) -> pd.DataFrame:
     """One row per op call (index: its position in ``tree``): name, cpu_self_us,
-    cpu_total_us, shape (input dims text), device_self_us, device_total_us, mem_bytes,
+    cpu_total_us, shape (input dims text), dtypes and layout (model.work; None where the
+    trace has no types or strides), device_self_us, device_total_us, mem_bytes,
     mem_net_bytes. Steps and nsbridge's ranges are left out, and with ``in_window`` the
     ops outside the window."""
     n = len(tree)
@@ -90,10 +93,13 @@ def op_calls(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     # no op kept: the name column's type as pandas infers it from all names
     kept_names = tree.name_values[keep] if len(keep) else pd.Series(tree.name_values)[:0]
     index = pd.Index(keep)
+    shape = _texts(events, tree.rows[keep], S.INPUT_DIMS, index)
     return pd.DataFrame({
         S.NAME: kept_names, S.CPU_SELF_US: tree.self_us[keep],
-        S.CPU_TOTAL_US: tree.dur[keep],
-        "shape": _texts(events, tree.rows[keep], S.INPUT_DIMS, index),
+        S.CPU_TOTAL_US: tree.dur[keep], "shape": shape,
+        "dtypes": _derived(dtype_text, _texts(events, tree.rows[keep], S.INPUT_TYPES, index)),
+        "layout": _derived(layout_text, shape,
+                           _texts(events, tree.rows[keep], S.INPUT_STRIDES, index)),
         S.DEVICE_SELF_US: np.bincount(pos, weights=dur, minlength=n)[keep],
         S.DEVICE_TOTAL_US: total[keep], "mem_bytes": _allocations(events, tree)[keep],
         "mem_net_bytes": _net_memory(events, tree, has_device)[keep]}, index=index, copy=False)
@@ -112,6 +118,17 @@ def _texts(events: pd.DataFrame, rows: np.ndarray, column: str, index: pd.Index)
     missing = np.empty(len(rows), dtype=object)
     missing.fill(np.nan)
     return pd.Series(missing, index=index, dtype=object, copy=False)
+
+
+def _derived(text_of: Callable[..., Optional[str]], *columns: Any) -> np.ndarray:
+    """``text_of`` applied to each row's values of ``columns``, computed once per distinct
+    combination (a trace repeats a few shapes and types many times)."""
+    codes, combos = pd.factorize(pd.MultiIndex.from_arrays(
+        [pd.Series(np.asarray(c, dtype=object)).fillna("") for c in columns])
+        if len(columns) > 1 else pd.Series(np.asarray(columns[0], dtype=object)).fillna(""))
+    texts = np.array([text_of(*(v if isinstance(v, tuple) else (v,))) for v in combos] + [None],
+                     dtype=object)
+    return texts[codes]
 
 
 def _allocations(events: pd.DataFrame, tree: HostTree) -> np.ndarray:
@@ -146,28 +163,43 @@ def _common_shapes(per_op: pd.DataFrame, top: int = 3) -> dict[str, list[str]]:
     return {name: group["shape"].head(top).tolist() for name, group in counts.groupby("name")}
 
 
-def _shape_work(per_op: pd.DataFrame, rank_col: str, top: int = 5) -> dict[str, list[dict]]:
-    """Per op name, its calls and ranking time per input shape, the costliest ``top``."""
+SHAPE_WORK_TOP = 8
+
+
+def _shape_work(per_op: pd.DataFrame, rank_col: str,
+                top: int = SHAPE_WORK_TOP) -> dict[str, list[dict]]:
+    """Per op name, its calls and ranking time per work signature (input shapes, dtypes,
+    layout), the ``top`` most called (calls are the same in every run of the same work,
+    times are not: the choice does not move with noise)."""
     shaped = per_op[per_op["shape"].notna()]
     if shaped.empty:
         return {}
-    agg = shaped.groupby(["name", "shape"], sort=False).agg(
+    keys = ["name", "shape", "dtypes", "layout"]
+    agg = shaped.groupby(keys, sort=False, dropna=False).agg(
         calls=("shape", "size"), us=(rank_col, "sum")).reset_index()
-    agg = agg.sort_values(["name", "us"], ascending=[True, False], kind="stable")
-    return {name: [{"shape": str(r.shape), "calls": int(r.calls), "us": round(float(r.us), 3)}
+    agg = agg.sort_values(["name", "calls", "us"], ascending=[True, False, False],
+                          kind="stable")
+    return {name: [_work_entry(r.shape, r.dtypes, r.layout, int(r.calls), float(r.us))
                    for r in group.head(top).itertuples(index=False)]
             for name, group in agg.groupby("name", sort=False)}
 
 
+def _work_entry(shape: Any, dtypes: Any, layout: Any, calls: int, us: float) -> dict:
+    return {"shape": str(shape), "dtypes": dtypes if isinstance(dtypes, str) else None,
+            "layout": layout if isinstance(layout, str) else None, "calls": calls,
+            "us": round(us, 3)}
+
+
 def merge_shape_work(lists: pd.Series) -> list[dict]:
-    """shape_work entries of several traces summed by shape, costliest first."""
-    merged: dict[str, dict] = {}
+    """shape_work entries of several traces summed by signature, most called first."""
+    merged: dict[tuple, dict] = {}
     for entries in lists:
         for e in entries if isinstance(entries, list) else []:
-            row = merged.setdefault(e["shape"], {"shape": e["shape"], "calls": 0, "us": 0.0})
+            key = (e["shape"], e.get("dtypes"), e.get("layout"))
+            row = merged.setdefault(key, _work_entry(*key, 0, 0.0))
             row["calls"] += e["calls"]
             row["us"] = round(row["us"] + e["us"], 3)
-    return sorted(merged.values(), key=lambda e: -e["us"])
+    return sorted(merged.values(), key=lambda e: (-e["calls"], -e["us"]))[:SHAPE_WORK_TOP]
 
 
 _COPY_KIND = {S.MEMCPY: "memcpy", S.MEMSET: "memset"}

@@ -28,11 +28,11 @@ if TYPE_CHECKING:   # imported where a frame is built: reading starts before pan
 CAT_ALIASES = {"runtime": S.CUDA_RUNTIME, "driver": S.CUDA_DRIVER, "memcpy": S.MEMCPY,
                "memset": S.MEMSET}
 DROP_CATS = {"trace", "overhead", "ac2g", "async_cpu_to_gpu", "async_gpu", "fwdbwd"}
-_ARGS, _CAT, _DIMS, _KERNEL_FILE, _NAME, _PH, _PID, _TID, _TS, _TYPES = (
-    attrgetter(a) for a in ("args", "cat", "dims", "kernel_file", "name", "ph", "pid", "tid",
-                            "ts", "types"))
+_ARGS, _CAT, _DIMS, _KERNEL_FILE, _NAME, _PH, _PID, _STRIDES, _TID, _TS, _TYPES = (
+    attrgetter(a) for a in ("args", "cat", "dims", "kernel_file", "name", "ph", "pid",
+                            "strides", "tid", "ts", "types"))
 _STRING_COLS = (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS, S.INPUT_TYPES,
-                S.KERNEL_FILE, S.LAUNCH)
+                S.INPUT_STRIDES, S.KERNEL_FILE, S.LAUNCH)
 _NUMBER_COLS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE, S.TOTAL_ALLOCATED,
                 S.TOTAL_RESERVED)
 # A timestamp or duration at or beyond 2**53 us (about 285 years) is not a time: no float
@@ -81,6 +81,8 @@ class EventColumns:
                   else json.dumps(a["Input Dims"], separators=(",", ":")) for a in args],
             types=[None if a.get("Input type") is None
                    else json.dumps(a["Input type"], separators=(",", ":")) for a in args],
+            strides=[None if a.get("Input Strides") is None
+                     else json.dumps(a["Input Strides"], separators=(",", ":")) for a in args],
             nbytes=[a.get("bytes", a.get("Bytes")) for a in args],
             devices=[a.get("device", a.get("Device Id")) for a in args],
             files=[a.get("kernel_file") for a in args],
@@ -106,6 +108,7 @@ class EventColumns:
             exts=np.where(np.isnan(ext), number("ext_lower"), ext),
             corrs=number("correlation"),
             dims=list(map(bytes, map(_DIMS, args))), types=list(map(bytes, map(_TYPES, args))),
+            strides=list(map(bytes, map(_STRIDES, args))),
             nbytes=[a.Bytes if a.nbytes is unset else a.nbytes for a in args],
             devices=[a.device_id if a.device is unset else a.device for a in args],
             files=list(map(_KERNEL_FILE, args)), allocated=number("allocated"),
@@ -113,10 +116,11 @@ class EventColumns:
             launches=[_launch(a) if a.grid else None for a in args], raw_json=True)
 
     def _add(self, *, cats: list, names: list, phs: list, pids: list, tids: list, ts: list,
-             durs: list, exts: list, corrs: list, dims: list, types: list, nbytes: list,
+             durs: list, exts: list, corrs: list, dims: list, types: list, strides: list,
+             nbytes: list,
              devices: list, files: list, allocated: list, reserved: list,
              launches: list, raw_json: bool = False) -> None:
-        """One batch's columns; with ``raw_json`` dims and types are the raw JSON bytes
+        """One batch's columns; with ``raw_json`` dims, types and strides are the raw JSON bytes
         (b"" when absent), converted to text once per distinct value."""
         encode = self._encode
         json_text = _raw_bytes_text if raw_json else _same
@@ -124,6 +128,7 @@ class EventColumns:
                      S.PH: encode(phs, _same), S.PID: encode(pids, str),
                      S.TID: encode(tids, str), S.INPUT_DIMS: encode(dims, json_text),
                      S.INPUT_TYPES: encode(types, json_text),
+                     S.INPUT_STRIDES: encode(strides, json_text),
                      S.KERNEL_FILE: encode(files, _text), S.LAUNCH: encode(launches, _same),
                      S.TS: _numeric(ts), S.DUR: _numeric(durs),
                      S.EXT_ID: _numeric(exts), S.CORRELATION: _numeric(corrs),
@@ -367,7 +372,7 @@ _JSON = msgspec.json.Decoder()
 # the scanner's columns, in its order (parse/_scan.c), and how a distinct raw text (None:
 # absent) becomes the value stored in the file's string table
 SCANNED_STRINGS = (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS, S.INPUT_TYPES,
-                   S.KERNEL_FILE, S.LAUNCH)
+                   S.INPUT_STRIDES, S.KERNEL_FILE, S.LAUNCH)
 SCANNED_NUMBERS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE,
                    S.TOTAL_ALLOCATED, S.TOTAL_RESERVED)
 _SCANNED_VALUE: dict[str, Callable[[EventColumns, Optional[bytes]], Any]] = {
@@ -378,6 +383,7 @@ _SCANNED_VALUE: dict[str, Callable[[EventColumns, Optional[bytes]], Any]] = {
     S.TID: lambda self, text: str(_decoded(text)),
     S.INPUT_DIMS: lambda self, text: _raw_bytes_text(text),
     S.INPUT_TYPES: lambda self, text: _raw_bytes_text(text),
+    S.INPUT_STRIDES: lambda self, text: _raw_bytes_text(text),
     S.KERNEL_FILE: lambda self, text: _text(_decoded(text)),
     S.LAUNCH: lambda self, text: _scanned_launch(text),
 }

@@ -32,7 +32,8 @@ reader by tests on every fixture trace.
 enum { K_ABSENT = 0, K_NULL, K_STRING, K_INT, K_FLOAT, K_BOOL, K_OBJECT, K_ARRAY };
 
 /* string columns, in the order scan() returns them (parse._event_columns.SCANNED_STRINGS) */
-enum { S_CAT, S_NAME, S_PH, S_PID, S_TID, S_DIMS, S_TYPES, S_FILE, S_LAUNCH, N_STRINGS };
+enum { S_CAT, S_NAME, S_PH, S_PID, S_TID, S_DIMS, S_TYPES, S_STRIDES, S_FILE, S_LAUNCH,
+       N_STRINGS };
 /* number columns (parse._event_columns.SCANNED_NUMBERS) */
 enum { F_TS, F_DUR, F_EXT, F_CORR, F_BYTES, F_DEVICE, F_ALLOC, F_RESERVED, N_NUMBERS };
 
@@ -46,7 +47,7 @@ typedef struct {
 
 typedef struct {
     Value ph, cat, name, pid, tid, ts, dur, args;
-    Value ext, ext_lower, corr, dims, types, nbytes, big_bytes, device, device_id, file,
+    Value ext, ext_lower, corr, dims, types, strides, nbytes, big_bytes, device, device_id, file,
         alloc, reserved, grid, block, regs, smem;
 } Event;
 
@@ -514,7 +515,10 @@ static Value *args_field(Event *e, const char *key, size_t n) {
         if (KEY_IS("correlation")) return &e->corr;
         if (KEY_IS("kernel_file")) return &e->file;
         break;
-    case 13: if (KEY_IS("shared memory")) return &e->smem; break;
+    case 13:
+        if (KEY_IS("shared memory")) return &e->smem;
+        if (KEY_IS("Input Strides")) return &e->strides;
+        break;
     case 14: if (KEY_IS("Total Reserved")) return &e->reserved; break;
     case 15: if (KEY_IS("Total Allocated")) return &e->alloc; break;
     case 20: if (KEY_IS("registers per thread")) return &e->regs; break;
@@ -679,7 +683,8 @@ static int put_row(Columns *cols, const Event *e, int instant) {
         || put_string(cols, S_CAT, &e->cat) || put_string(cols, S_NAME, &e->name)
         || put_string(cols, S_PH, &e->ph) || put_string(cols, S_PID, &e->pid)
         || put_string(cols, S_TID, &e->tid) || put_string(cols, S_DIMS, &e->dims)
-        || put_string(cols, S_TYPES, &e->types) || put_string(cols, S_FILE, &e->file)
+        || put_string(cols, S_TYPES, &e->types) || put_string(cols, S_STRIDES, &e->strides)
+        || put_string(cols, S_FILE, &e->file)
         || put_launch(cols, e))
         return -1;
     cols->rows++;

@@ -100,6 +100,7 @@ class Args(msgspec.Struct, gc=False):
     # field is an empty Raw and a JSON null the text "null" (parse._event_columns.raw_text)
     dims: msgspec.Raw = msgspec.field(name="Input Dims", default=NO_RAW)
     types: msgspec.Raw = msgspec.field(name="Input type", default=NO_RAW)
+    strides: msgspec.Raw = msgspec.field(name="Input Strides", default=NO_RAW)
     nbytes: Union[int, float, None, msgspec.UnsetType] = msgspec.field(name="bytes",
                                                                        default=msgspec.UNSET)
     Bytes: Union[int, float, None] = NAN

@@ -33,10 +33,13 @@ from .outcome import pass_status
 def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: bool,
                    profile: Profile, cwd: Path, timeout: Optional[float],
                    environ: Mapping[str, str] = os.environ, runs: int = 1,
-                   window: str = "steps") -> tuple[PassOutput, Optional[TraceAnalysis]]:
+                   window: str = "steps", threads: Optional[int] = None
+                   ) -> tuple[PassOutput, Optional[TraceAnalysis]]:
     """Run the target under torch.profiler into ``run_dir`` and analyse its trace; with
     ``runs`` > 1 the script runs that many times (the later ones into repeat-NN/) and the
-    runs' steps are pooled (model.pooled). A run that fails ends the series."""
+    runs' steps are pooled (model.pooled). A run that fails ends the series. ``threads``:
+    torch's intra-op threads in the profiled process (None: as the script and the
+    environment set them), recorded in the machine facts as ``threads.requested``."""
     passes: list[TorchPass] = []
     for i in range(1, runs + 1):
         folder = run_dir / repeat_dir_name(i) if i > 1 else run_dir
@@ -46,7 +49,8 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
         with progress.step(what, script_output=True):
             passes.append(run_torch_pass(target=target, is_module=module, args=args,
                                          profile=profile, run_dir=folder, cwd=cwd,
-                                         timeout=timeout, environ=environ))
+                                         timeout=timeout, environ=environ,
+                                         threads=threads))
         if pass_status(passes[-1].outcome, passes[-1].child)[0] != "ok":
             break
     status, exit_code, error = pass_status(passes[-1].outcome, passes[-1].child)
@@ -61,6 +65,8 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
                      "repeat-NN/)")
     machine = process_machine(combine_runs([tp.machine for tp in passes]),
                               {**child, "steps": steps}, profile)
+    if threads:
+        machine["threads"] = {**(machine.get("threads") or {}), "requested": threads}
     analyses, trace = [], None
     for i, (tp, c) in enumerate(zip(passes, children), 1):
         if not tp.traces:
@@ -118,6 +124,7 @@ class TorchProfilerPass:
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     runs: int = 1
     window: str = "steps"
+    threads: Optional[int] = None
     name: str = "torch.profiler"
 
     def plan(self, run: Run) -> None:
@@ -128,7 +135,8 @@ class TorchProfilerPass:
         output, analysis = profile_script(run.dir, target=s.target, args=s.args,
                                           module=s.module, profile=self.profile, cwd=s.cwd,
                                           timeout=self.timeout, environ=self.environ,
-                                          runs=self.runs, window=self.window)
+                                          runs=self.runs, window=self.window,
+                                          threads=self.threads)
         if analysis is not None:
             output.frames["analysis"] = analysis
         return output

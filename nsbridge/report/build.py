@@ -45,16 +45,17 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     marks = _tensor_core_marks(report["ops"], analysis, (environment or {}).get("math") or {})
     if marks:
         report[S.TENSOR_CORES_SECTION] = tensor_cores.summary(marks)
-    bare_ms, bare_runs = _unprofiled(child_steps)
+    bare_ms, bare_runs, bare_wait = _unprofiled(child_steps)
     report["steps"] = {
         "detected_by": step_source or _step_source(analysis.steps),
         "count": int(len(analysis.steps)),
-        "per_step": _records(analysis.steps.round(3)),
+        "per_step": _with_clock(_records(analysis.steps.round(3)), child_steps),
         "mean": mean_step(analysis.steps),
         "spread": summary(analysis.steps["wall_ms"], _runs(analysis.steps)),
         "unprofiled": summary(bare_ms, bare_runs),
         "unprofiled_ms": bare_ms,
         "unprofiled_runs": bare_runs,
+        "unprofiled_wait_ms": bare_wait,
     }
     report["device"] = analysis.device if has_device else None
     if analysis.memory:
@@ -121,10 +122,25 @@ def _with_spread(ops: list[dict[str, Any]], groups: Optional[list[Any]]) -> list
     return [{**op, S.SPREAD_PCT: spreads.get(op[S.NAME])} for op in ops]
 
 
-def _unprofiled(child_steps: Optional[list[dict[str, Any]]]) -> tuple[list[float], list[int]]:
-    """Wall times of the steps the profiler did not record, and the run of each."""
+def _with_clock(per_step: list[dict[str, Any]],
+                child_steps: Optional[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each measured step with the profiled process's own clock of it: ``cpu_ms`` (CPU
+    time of all its threads) and ``wait_ms`` (time its threads waited for a CPU), when the
+    process timed exactly these steps (its measured steps, in order)."""
+    measured = [s for s in child_steps or [] if s.get("phase") == "active"]
+    if len(measured) != len(per_step):
+        return per_step
+    return [{**step, "cpu_ms": clock.get("cpu_ms"), "wait_ms": clock.get("wait_ms")}
+            for step, clock in zip(per_step, measured)]
+
+
+def _unprofiled(child_steps: Optional[list[dict[str, Any]]]
+                ) -> tuple[list[float], list[int], list[Optional[float]]]:
+    """Wall times of the steps the profiler did not record, the run of each, and the time
+    the process's threads waited for a CPU in each."""
     bare = [s for s in child_steps or [] if s.get("phase") == "unprofiled"]
-    return [s["wall_ms"] for s in bare], [int(s.get("run", 1)) for s in bare]
+    return ([s["wall_ms"] for s in bare], [int(s.get("run", 1)) for s in bare],
+            [s.get("wait_ms") for s in bare])
 
 
 def _runs(steps: pd.DataFrame) -> Optional[list[Any]]:

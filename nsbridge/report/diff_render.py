@@ -1,8 +1,11 @@
-"""`nsbridge diff` output: text, Markdown (a PR comment) or JSON. Formatting only.
+"""`nsbridge diff` and `nsbridge gate` output: text, Markdown (a PR comment) or JSON.
+Formatting only: every value comes from the comparison's result (model.gate_answer).
 
-Everything taken from the runs (paths, op names, scripts, sync sites, reasons that quote
-them) goes through report.escape: control characters are shown escaped in the terminal,
-Markdown is escaped in md, so a name can neither drive the terminal nor break the table.
+Changes print in percent and times in ms per step; percentages past +999% print as
+">+999%" (the JSON keeps the value). Everything taken from the runs (paths, op names,
+scripts, sync sites, reasons that quote them) goes through report.escape: control
+characters are shown escaped in the terminal, Markdown is escaped in md, so a name can
+neither drive the terminal nor break the table.
 """
 
 from __future__ import annotations
@@ -10,20 +13,23 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional
 
+from ..model.change import DISPLAY_LIMIT_PCT
+from ..model.gate_answer import show_ci, show_pct
 from .escape import md_cell, terminal
 from .wording import machine_line
 
-HEADER = ["op", "A µs/step", "B µs/step", "raw %", "beyond drift %", "95% interval",
-          "added ms/step", "status"]
+HEADER = ["op", "judged on", "A ms/step", "B ms/step", "change", "95% interval",
+          "added ms/step (95%)", "status"]
 
 
 def render_diff(result: dict[str, Any], fmt: str = "text", top: int = 15) -> str:
-    """The comparison of two runs in ``fmt`` (text, md or json)."""
+    """The comparison of two runs (or of a gate's pairs) in ``fmt`` (text, md or json)."""
     if fmt == "json":
         return json.dumps(result, indent=2)
     md = fmt == "md"
     esc = md_cell if md else terminal
-    lines = [("## " if md else "") + f"nsbridge diff: {esc(result['a_label'])} -> "
+    command = "gate" if result.get("mode") == "interleaved" else "diff"
+    lines = [("## " if md else "") + f"nsbridge {command}: {esc(result['a_label'])} -> "
              f"{esc(result['b_label'])}", "", _outcome_line(result), ""]
     for problem in result["comparability"]:
         lines.append(f"Not comparable: {esc(problem['text'])}")
@@ -32,32 +38,26 @@ def render_diff(result: dict[str, Any], fmt: str = "text", top: int = 15) -> str
         text = machine_line(result["machine"][side])
         if text:
             lines.append(f"Machine {side.upper()}: {esc(text)}")
-    samples = result["samples"]
-    lines.append(f"Samples: A {samples['a']['steps']} measured steps from {samples['a']['runs']} "
-                 f"process(es), B {samples['b']['steps']} from {samples['b']['runs']}")
+    lines.append(_samples_line(result))
     step = result.get("step")
-    if step and step["delta_pct"] is not None:
+    if step and step.get("change_pct") is not None:
         lines.append(f"Step time ({step['source']}): {step['a_us'] / 1e3:.2f} -> "
-                     f"{step['b_us'] / 1e3:.2f} ms ({step['delta_pct']:+.1f}%, 95% interval "
-                     f"{_ci(step['ci_pct'])}): {step['status']}")
-    noise = (f"; between-process op noise ±{result['op_noise_pct']:.1f}% added to each "
-             "interval" if result.get("op_noise_pct") is not None else "")
-    detect = (f"; detectable change about ±{result['detectable_pct']:.0f}%"
-              if result.get("detectable_pct") is not None else "")
-    lines.append(f"Ops compared by {result['source']} (mean per step); run-wide drift "
-                 f"{result['drift_pct']:+.1f}%, each op judged beyond it{noise}{detect}. Gate: "
-                 f"+{result['fail_above_pct']:g}% beyond the drift with the 95% interval above "
-                 f"no change, adding at least {result['min_step_share_pct']:g}% of the base step")
-    rows = [[esc(r["op"]), _num(r["a_us"]), _num(r["b_us"]), _signed(r["delta_pct"]),
-             _signed(r["beyond_drift_pct"]), _ci(r["ci_pct"]), _signed(_ms(r["added_us"]), 3),
-             r["status"] + ("" if r["gated"] or r["status"] == "not gated" else " (not gated)")]
-            for r in result["ops"][:top]]
+                     f"{step['b_us'] / 1e3:.2f} ms ({show_pct(step['change_pct'])}, 95% "
+                     f"interval {show_ci(step['ci_pct'])}): {step['status']}")
+    lines.append(_method_line(result))
+    rows = [_row(r, esc) for r in result["ops"][:top]]
     lines += ["", *(_md_table(HEADER, rows) if md else _text_table(HEADER, rows))]
+    for r in result["ops"][:top]:
+        if r.get("work"):
+            lines.append(f"  {esc(r['op'])} {esc(r['work'])}")
     syncs = result["syncs"]
     for kind in ("new", "vanished"):
         if syncs[kind]:
             lines.append(f"{kind.capitalize()} sync points: {esc(', '.join(syncs[kind]))}")
     lines += ["", _conclusion(result, esc)]
+    if result.get("undecided") and result["outcome"] == "pass":
+        lines.append("Not decided, and not blocking (the step time is decided; single ops "
+                     "vary more between processes): " + esc("; ".join(result["undecided"])))
     if result["advice"]:
         lines.append("What would settle it: " + esc("; ".join(result["advice"])))
     return "\n".join(lines)
@@ -65,8 +65,69 @@ def render_diff(result: dict[str, Any], fmt: str = "text", top: int = 15) -> str
 
 def _outcome_line(result: dict[str, Any]) -> str:
     outcome = result["outcome"]
-    return {"pass": "Outcome: PASS (exit 0)", "regression": "Outcome: REGRESSION (exit 1)",
+    if outcome == "pass":
+        seen = result.get("detectable_pct")
+        return ("Outcome: PASS (exit 0)" + (f": no change beyond ±{seen:.1f}% (the smallest "
+                                            "change this comparison could see)"
+                                            if seen is not None else ""))
+    return {"regression": "Outcome: REGRESSION (exit 1)",
             "inconclusive": "Outcome: INCONCLUSIVE (exit 4): the data cannot decide"}[outcome]
+
+
+def _samples_line(result: dict[str, Any]) -> str:
+    a, b = result["samples"]["a"], result["samples"]["b"]
+    def side(s: dict[str, Any]) -> str:
+        clean = s.get("clean_steps")
+        waited = (f" ({s['steps'] - clean} left out: the process waited for a CPU)"
+                  if clean is not None and clean < s["steps"] else "")
+        return f"{s['steps']} measured steps from {s['runs']} process(es){waited}"
+    if result.get("mode") == "interleaved":
+        return (f"Samples: {result['pairs']} interleaved pairs (A, B, then B, A, ...): "
+                f"A {side(a)}, B {side(b)}")
+    return f"Samples: A {side(a)}, B {side(b)}"
+
+
+def _method_line(result: dict[str, Any]) -> str:
+    gate = (f"Gate: a slowdown whose 95% interval lies above no change and reaches "
+            f"+{result['fail_above_pct']:g}%, adding at least {result['min_step_share_pct']:g}% "
+            "of the base step; other dtypes, layouts, shapes or more calls are judged as "
+            "different work, whatever the noise")
+    if result.get("mode") == "interleaved":
+        return (f"Ops compared by {result['source']} per step, each pair's change B/A "
+                f"(median or 10th percentile of the clean steps, whichever varies less "
+                f"between processes). {gate}")
+    noise = (f"; between-process op noise ±{result['op_noise_pct']:.1f}% added to each "
+             "interval" if result.get("op_noise_pct") is not None else "")
+    return (f"Ops compared by {result['source']} (mean per step); run-wide drift "
+            f"{show_pct(result['drift_pct'])} (from {result.get('drift_witnesses', 0)} ops "
+            f"whose work did not change), each op judged beyond it{noise}. {gate}")
+
+
+def _row(r: dict[str, Any], esc: Callable[[str], str]) -> list[str]:
+    added = _ms(r.get("added_us"))
+    band = r.get("added_ci_us")
+    added_text = "-" if added is None else f"{added:+.3f}" + (
+        f" ({_ms(band[0]):+.3f}..{_added_top(band[1], r.get('a_us'))})"
+        if band and band[0] is not None else "")
+    status = r["status"] + ("" if r["gated"] or r["status"] in ("not gated", "vanished")
+                            else " (not gated)")
+    return [esc(r["op"]), _basis(r), _num(_ms(r.get("a_us"))), _num(_ms(r.get("b_us"))),
+            show_pct(r.get("change_pct")), show_ci(r.get("ci_pct")), added_text, status]
+
+
+def _added_top(top_us: float, base_us: Optional[float]) -> str:
+    """The top of an added-time interval, clipped where its percent change is (>+999%)."""
+    limit = (base_us or 0.0) * DISPLAY_LIMIT_PCT / 100.0
+    if base_us and top_us > limit:
+        return f">+{limit / 1e3:.3f}"
+    return f"{top_us / 1e3:+.3f}"
+
+
+def _basis(r: dict[str, Any]) -> str:
+    basis = r.get("basis") or "time"
+    if basis == "time":
+        return f"time ({r.get('statistic', 'mean')})" if r.get("ci_pct") else "time"
+    return basis
 
 
 def _conclusion(result: dict[str, Any], esc: Callable[[str], str]) -> str:
@@ -74,18 +135,27 @@ def _conclusion(result: dict[str, Any], esc: Callable[[str], str]) -> str:
         return "REGRESSED: " + esc("; ".join(_regression(r) for r in result["regressions"]))
     if result["outcome"] == "inconclusive":
         return "INCONCLUSIVE: " + esc("; ".join(result["reasons"]))
-    return (f"PASS: nothing gated got slower by more than {result['fail_above_pct']:g}% beyond "
-            "the drift and its noise")
+    step = result.get("step")
+    threshold = f"+{result['fail_above_pct']:g}%"
+    steps = (f"the step time changed {show_pct(step['change_pct'])} (95% interval "
+             f"{show_ci(step['ci_pct'])}), under the {threshold} threshold; "
+             if step and step.get("ci_pct") else "")
+    return (f"PASS: {steps}no gated op regressed by {threshold} or more, and no op does other "
+            "work that costs time")
 
 
 def _regression(r: dict[str, Any]) -> str:
-    if r["delta_pct"] is None:
-        return f"{r['what']} (new, {r['added_ms']:+.3f} ms per step, {r['source']})"
-    if r.get("basis") == "work":
-        return (f"{r['what']} does {r['delta_pct']:+.1f}% more work: {r['detail']}, about "
-                f"{r['added_ms']:+.3f} ms per step ({r['source']})")
-    return (f"{r['what']} {r['delta_pct']:+.1f}% (95% interval {_ci(r['ci_pct'])}, "
-            f"{r['added_ms']:+.3f} ms per step; {r['source']})")
+    added = f"{r['added_ms']:+.3f} ms per step" if r.get("added_ms") is not None else ""
+    if r["basis"] == "new":
+        return f"{r['what']} (new, {added}, {r['source']})"
+    if r["basis"] == "calls":
+        return (f"{r['what']} does {show_pct(r['change_pct'])} more work: {r['detail']}, "
+                f"about {added} ({r['source']})")
+    if r["basis"] in ("dtype", "layout", "shapes"):
+        return (f"{r['what']} {r['detail']}, {show_pct(r['change_pct'])} ({added}; "
+                f"{r['source']})")
+    return (f"{r['what']} {show_pct(r['change_pct'])} (95% interval {show_ci(r['ci_pct'])}, "
+            f"{added}; {r['source']})")
 
 
 def _verdict_line(result: dict[str, Any], esc: Callable[[str], str]) -> str:
@@ -94,22 +164,12 @@ def _verdict_line(result: dict[str, Any], esc: Callable[[str], str]) -> str:
             + ("" if a == b else " (changed)"))
 
 
-def _ci(ci: Optional[list[Optional[float]]]) -> str:
-    if not ci or ci[0] is None:
-        return "-"
-    return f"{ci[0]:+.1f}..{ci[1]:+.1f}%"
-
-
 def _ms(us: Optional[float]) -> Optional[float]:
     return None if us is None else us / 1e3
 
 
 def _num(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
-def _signed(value: Optional[float], digits: int = 1) -> str:
-    return "-" if value is None else f"{value:+.{digits}f}"
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -48,9 +48,9 @@ device time on a GPU run, else self CPU time); totals over the measured window.
                                                  calls, device_us, bytes}
     per_step_us                 object   µs      list: the ranking time in each measured
                                                  step ([] for an op torch did not see)
-    shape_work                  object   -       list of {shape (as in shapes), calls, us}:
-                                                 the 5 input shapes with the most ranking
-                                                 time
+    shape_work                  object   -       list of {shape (as in shapes), dtypes,
+                                                 layout, calls, us}: the op's 8 most called
+                                                 work signatures
     spread_pct                  float64  %       half the 95% interval of its time per
                                                  step; NaN with fewer than 2 steps
     tensor_cores_status         str      -       on Tensor Cores, not on Tensor Cores,

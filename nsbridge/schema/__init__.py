@@ -8,7 +8,8 @@
 Column names:
 
 EVENTS (parse.torch_trace.read_trace), one row per complete ('X') or instant ('i') event.
-The text columns (cat, name, ph, pid, tid, input_dims, input_types, kernel_file, launch)
+The text columns (cat, name, ph, pid, tid, input_dims, input_types, input_strides,
+kernel_file, launch)
 are pandas Categoricals of the values read, categories sorted, NaN where a value is absent:
 a trace holds a few thousand distinct names over millions of rows, and groupbys and string
 tests then work on small integer codes (model.strings):
@@ -22,6 +23,7 @@ tests then work on small integer codes (model.strings):
     correlation  float  args "correlation" (NaN when absent)
     input_dims   str    args "Input Dims" as text (NaN when shapes were not recorded)
     input_types  str    args "Input type" as text, e.g. '["float"]' (NaN when absent)
+    input_strides str   args "Input Strides" as text, e.g. '[[256,1],[1,256]]' (NaN when absent)
     bytes        float  memcpy/memset bytes, or allocation size of a memory event
     device       float  GPU index of a GPU event / memory event (NaN otherwise)
     kernel_file  str    args "kernel_file": the generated source of a torch.compile (Triton)

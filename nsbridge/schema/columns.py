@@ -6,10 +6,11 @@ from __future__ import annotations
 CAT, NAME, PH, PID, TID, TS, DUR = "cat", "name", "ph", "pid", "tid", "ts", "dur"
 EXT_ID, CORRELATION, INPUT_DIMS, INPUT_TYPES, BYTES, DEVICE = (
     "ext_id", "correlation", "input_dims", "input_types", "bytes", "device")
+INPUT_STRIDES = "input_strides"
 KERNEL_FILE, TOTAL_ALLOCATED, TOTAL_RESERVED = "kernel_file", "total_allocated", "total_reserved"
 LAUNCH = "launch"
 EVENT_COLUMNS = [CAT, NAME, PH, PID, TID, TS, DUR, EXT_ID, CORRELATION, INPUT_DIMS,
-                 INPUT_TYPES, BYTES, DEVICE, KERNEL_FILE, TOTAL_ALLOCATED, TOTAL_RESERVED, LAUNCH]
+                 INPUT_TYPES, INPUT_STRIDES, BYTES, DEVICE, KERNEL_FILE, TOTAL_ALLOCATED, TOTAL_RESERVED, LAUNCH]
 
 # Categories (after folding)
 CPU_OP, USER_ANNOTATION, PYTHON_FUNCTION = "cpu_op", "user_annotation", "python_function"

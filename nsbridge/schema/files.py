@@ -1,7 +1,8 @@
 """The names of the files in a run directory, as every writer and reader spells them.
 
 Written by nsbridge itself (pipeline.save): REPORT_JSON, MANIFEST_JSON, REPORT_MD,
-REPORT_HTML, OPS_CSV, MERGED_TRACE. Written by the profiled process (_bootstrap): the
+REPORT_HTML, OPS_CSV, MERGED_TRACE; by `nsbridge gate` in its folder (which holds one run
+directory per process): GATE_JSON, GATE_MD. Written by the profiled process (_bootstrap): the
 record of each pass's child (CHILD_JSON for torch.profiler, NVTX_CHILD_JSON under nsys,
 NCU_CHILD_JSON under ncu), read from its config (CHILD_CONFIG, ...); the torch trace
 (TRACE_JSON_GZ, ``trace_name``), its key_averages table (KEY_AVERAGES) and, in each rank's
@@ -18,6 +19,8 @@ REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 OPS_CSV = "ops.csv"
 MERGED_TRACE = "merged.json.gz"
+GATE_JSON = "gate.json"                   # `nsbridge gate`'s answer, in its folder
+GATE_MD = "gate.md"
 
 CHILD_JSON = "child.json"                 # the torch.profiler pass's child
 NVTX_CHILD_JSON = "nvtx-child.json"       # the child under nsys (NVTX ranges)
@@ -33,7 +36,7 @@ PROFILER_NOISE_LOG = "profiler-noise.log"   # the profiler's known noise from th
 # files nsbridge writes that are JSON but no trace (analyze skips them in a folder)
 NOT_TRACES = frozenset({REPORT_JSON, MANIFEST_JSON, CHILD_JSON, CHILD_CONFIG, NVTX_CHILD_JSON,
                         NCU_CHILD_JSON, NVTX_CHILD_CONFIG, NCU_CHILD_CONFIG, SUMMARY_JSON,
-                        MERGED_TRACE})
+                        MERGED_TRACE, GATE_JSON})
 
 
 def trace_name(n: int) -> str:

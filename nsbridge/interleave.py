@@ -1,0 +1,139 @@
+"""The interleaved gate's measurements: both sides run again, in pairs, in one session.
+
+A side is what to run: a run directory (its manifest's script, arguments, folder, recorded
+environment and threads; a note when its folder's git commit has moved on since), or a
+checkout (a folder: the given script inside it, run from there with the folder first on
+PYTHONPATH, so the checkout's own package is the one imported). Pair i runs base then new
+when i is odd, new then base when it is even (A B, B A, A B, ...): a machine that drifts
+during the gate slows both sides alike, and the first process's cold start falls on each
+side in turn. Each process is a triage of its own into the gate's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from . import schema as S
+from .collect.source import git_state
+from .errors import DiffInputError
+
+SIDES = ("base", "new")
+
+
+@dataclass(frozen=True)
+class GateSide:
+    """What one side of the gate runs."""
+
+    name: str                    # "base" or "new"
+    given: str                   # the path the user gave
+    target: str
+    args: list[str]
+    module: bool
+    cwd: Path
+    env: dict[str, str]          # set over nsbridge's own environment
+    threads: Optional[int] = None   # recorded by the run directory, if it set them
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_side(name: str, given: str, script: Optional[str], args: Sequence[str],
+                 module: bool, env: Mapping[str, str]) -> GateSide:
+    """A side from a run directory (or its report.json) or a checkout folder.
+
+    Raises:
+        DiffInputError: neither, or a checkout without a script, or a script given with
+            a run directory (it brings its own).
+    """
+    path = Path(given)
+    if path.is_file() and path.name == S.REPORT_JSON:
+        path = path.parent
+    manifest_path = path / S.MANIFEST_JSON
+    if manifest_path.is_file():
+        if script is not None:
+            raise DiffInputError(f"{given} is a run directory: the gate runs its own script "
+                                 "again as its manifest recorded it. Give SCRIPT only when "
+                                 "BASE and NEW are checkouts (folders of the code).")
+        return _from_run(name, given, manifest_path, env)
+    if not path.is_dir():
+        raise DiffInputError(f"{given} is neither a run directory of nsbridge nor a folder: "
+                             "give two run directories (made by nsbridge triage) or two "
+                             "checkouts and the script to run in each.")
+    if script is None:
+        raise DiffInputError(f"{given} is a folder without a run in it, taken as a checkout: "
+                             "name the script to run in it (nsbridge gate BASE NEW train.py "
+                             "-- ARGS), its path relative to the checkout.")
+    folder = path.resolve()
+    if not module and not (folder / script).is_file():
+        raise DiffInputError(f"The checkout {given} has no {script}: the script's path is "
+                             "taken relative to each checkout.")
+    paths = [str(folder)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH")
+                             else [])
+    return GateSide(name=name, given=given, target=script, args=list(args), module=module,
+                    cwd=folder, env={**env, "PYTHONPATH": os.pathsep.join(paths)})
+
+
+def _from_run(name: str, given: str, manifest_path: Path, env: Mapping[str, str]) -> GateSide:
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        target, cwd = str(manifest["target"]), Path(manifest["cwd"])
+        args = [str(a) for a in manifest.get("args") or []]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise DiffInputError(f"{given}: its manifest.json cannot be read as nsbridge's "
+                             "(no target, arguments or folder): the gate cannot run it "
+                             "again. Triage that side again, or give checkouts.") from None
+    if manifest.get("command") != "triage" or _ranked(manifest_path.parent):
+        raise DiffInputError(f"{given} is a run of `{manifest.get('command')}`, not of a "
+                             "one-process triage: the gate runs one process per side at a "
+                             "time. Give a triage run or checkouts.")
+    notes = []
+    recorded = manifest.get("git") or {}
+    now = git_state(cwd) if recorded else None
+    if recorded and now and now.get("commit") != recorded.get("commit"):
+        notes.append(f"{given} was made at commit {recorded['commit'][:12]}; its folder "
+                     f"{cwd} is now at {now['commit'][:12]}: the {name} side measures the "
+                     "code as it is now")
+    if not cwd.is_dir():
+        raise DiffInputError(f"{given} ran in {cwd}, which no longer exists: the gate cannot "
+                             "run it again there.")
+    threads = manifest.get("threads")
+    return GateSide(name=name, given=given, target=target, args=args,
+                    module=bool(manifest.get("module")), cwd=cwd,
+                    env={**(manifest.get("env") or {}), **env},
+                    threads=threads if isinstance(threads, int) else None, notes=notes)
+
+
+def _ranked(run_dir: Path) -> bool:
+    """A run of several ranks (its report's distributed section lists them)."""
+    try:
+        report = json.loads((run_dir / S.REPORT_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(report, dict) and bool(
+        (report.get(S.DISTRIBUTED_SECTION) or {}).get("ranks"))
+
+
+def order(pairs: int) -> list[tuple[int, str]]:
+    """(pair, side) in the order they run: A B, B A, A B, ..."""
+    out = []
+    for i in range(1, pairs + 1):
+        first = SIDES if i % 2 else SIDES[::-1]
+        out += [(i, side) for side in first]
+    return out
+
+
+def run_pairs(sides: dict[str, GateSide], pairs: int, folder: Path,
+              run_one: Callable[[GateSide, Path], Any],
+              on_progress: Optional[Callable[[str], None]] = None) -> dict[str, list[Any]]:
+    """Every process of the gate, in order (``run_one(side, run_dir)`` makes one and
+    returns its result); {side: results in pair order}."""
+    results: dict[str, list[Any]] = {side: [] for side in SIDES}
+    plan = order(pairs)
+    for n, (i, side) in enumerate(plan, 1):
+        if on_progress:
+            on_progress(f"gate: process {n} of {len(plan)}: pair {i}, {side} "
+                        f"({sides[side].given})")
+        results[side].append(run_one(sides[side], folder / f"{side}-{i:02d}"))
+    return results

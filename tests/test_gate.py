@@ -1,0 +1,142 @@
+"""`nsbridge gate`: both sides run again in interleaved pairs, from run directories or
+checkouts; the answer on stdout alone; a failed process stops it with its runs kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nsbridge.errors import DiffInputError
+from nsbridge.interleave import order, resolve_side
+
+from conftest import ROOT
+
+TINY = """\
+import os, torch
+dtype = getattr(torch, os.environ.get("DTYPE", "float32"))
+if os.environ.get("FAIL"):
+    raise SystemExit(3)
+model = torch.nn.Linear(96, 96).to(dtype)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(128, 96, dtype=dtype)
+for _ in range(int(os.environ.get("STEPS", "14"))):
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def _nsbridge(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nsbridge", "-q", *args], cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_pairs_alternate_which_side_goes_first() -> None:
+    assert order(3) == [(1, "base"), (1, "new"), (2, "new"), (2, "base"), (3, "base"),
+                        (3, "new")]
+
+
+def test_a_run_directory_brings_its_script_arguments_folder_and_environment(
+        tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({
+        "command": "triage", "target": "t.py", "args": ["--x", "1"], "cwd": str(tmp_path),
+        "module": False, "threads": 1, "env": {"OMP_NUM_THREADS": "1", "NSBRIDGE_X": "y"}}))
+    side = resolve_side("base", str(run), None, (), False, {"EXTRA": "1"})
+    assert (side.target, side.args, side.cwd, side.threads) == ("t.py", ["--x", "1"],
+                                                                tmp_path, 1)
+    assert side.env == {"OMP_NUM_THREADS": "1", "NSBRIDGE_X": "y", "EXTRA": "1"}
+    with pytest.raises(DiffInputError, match="brings its own script|runs its own script"):
+        resolve_side("base", str(run), "t.py", (), False, {})
+
+
+def test_a_checkout_runs_the_script_inside_it_first_on_pythonpath(tmp_path: Path) -> None:
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "t.py").write_text("")
+    side = resolve_side("new", str(tmp_path), "bench/t.py", ["-n", "2"], False, {})
+    assert side.cwd == tmp_path.resolve() and side.target == "bench/t.py"
+    assert side.env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path.resolve())
+    with pytest.raises(DiffInputError, match="name the script"):
+        resolve_side("new", str(tmp_path), None, (), False, {})
+    with pytest.raises(DiffInputError, match="has no missing.py"):
+        resolve_side("new", str(tmp_path), "missing.py", (), False, {})
+    with pytest.raises(DiffInputError, match="neither a run directory"):
+        resolve_side("new", str(tmp_path / "nowhere"), "t.py", (), False, {})
+
+
+def test_a_run_made_at_another_commit_is_rerun_with_a_note(tmp_path: Path) -> None:
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True,  # noqa: E731
+                                    capture_output=True)
+    git("init", "-q")
+    (tmp_path / "t.py").write_text("")
+    git("add", "t.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({
+        "command": "triage", "target": "t.py", "args": [], "cwd": str(tmp_path),
+        "git": {"commit": "0" * 40, "dirty": False}}))
+    side = resolve_side("base", str(run), None, (), False, {})
+    assert side.notes and "now at" in side.notes[0] and "0" * 12 in side.notes[0]
+
+
+@pytest.mark.slow
+def test_a_dtype_switch_fails_the_gate_and_stdout_holds_only_the_answer(tmp_path: Path) -> None:
+    (tmp_path / "tiny.py").write_text(TINY + "print('the script talks')\n")
+    out = tmp_path / "gate"
+    proc = _nsbridge("gate", "--processes", "2", "--steps", "6", "--format", "json",
+                     "--out", str(out), "--new-env", "DTYPE=float64", str(tmp_path),
+                     str(tmp_path), "tiny.py", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)            # nothing else on stdout
+    assert "the script talks" in proc.stderr
+    named = {r["what"]: r for r in result["regressions"]}
+    matmuls = [r for n, r in named.items() if n in ("aten::addmm", "aten::mm")]
+    assert matmuls and all(r["basis"] == "dtype" for r in matmuls)
+    assert "float64" in matmuls[0]["detail"]
+    assert result["gate"]["order"] == ["base-01", "new-01", "new-02", "base-02"]
+    assert result["gate"]["threads"] == 1 and result["mode"] == "interleaved"
+    for run in result["gate"]["order"]:
+        report = json.loads((out / run / "report.json").read_text())
+        assert report["machine"]["threads"]["intra_op"] == 1
+        assert report["machine"]["threads"]["requested"] == 1
+    assert (out / "gate.json").is_file() and "REGRESSED:" in (out / "gate.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_run_gated_against_itself_never_fails(tmp_path: Path) -> None:
+    (tmp_path / "tiny.py").write_text(TINY)
+    run = tmp_path / "runs" / "x"
+    made = _nsbridge("triage", "--threads", "1", "--out", str(run), "tiny.py", cwd=tmp_path,
+                     env={"NSBRIDGE_NOTE": "kept", "STEPS": "40"})
+    assert made.returncode == 0, made.stderr
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["threads"] == 1 and manifest["env"]["NSBRIDGE_NOTE"] == "kept"
+    assert "STEPS" not in manifest["env"]      # only what changes how torch runs is kept
+    proc = _nsbridge("gate", "--processes", "2", "--steps", "10", str(run), str(run),
+                     cwd=tmp_path, env={"STEPS": "40"})
+    assert proc.returncode in (0, 4), proc.stdout + proc.stderr
+    if proc.returncode == 0:
+        assert "Outcome: PASS (exit 0): no change beyond ±" in proc.stdout
+    else:
+        assert "What would settle it:" in proc.stdout and "--processes" in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_process_that_fails_stops_the_gate_and_keeps_its_runs(tmp_path: Path) -> None:
+    (tmp_path / "tiny.py").write_text(TINY)
+    out = tmp_path / "gate"
+    proc = _nsbridge("gate", "--processes", "2", "--steps", "4", "--out", str(out),
+                     "--new-env", "FAIL=1", str(tmp_path), str(tmp_path), "tiny.py",
+                     cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "new process" in proc.stderr and "did not finish cleanly" in proc.stderr
+    assert (out / "base-01" / "report.json").is_file() and (out / "new-01").is_dir()

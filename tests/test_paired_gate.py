@@ -1,0 +1,225 @@
+"""The interleaved gate's judgement (model.steady, model.paired, model.change) on
+one-process reports built to a known truth: unchanged pairs pass, a uniform slowdown and
+a same-work slowdown are caught, a dtype switch is named as different work, and noise is
+never an improvement."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import pytest
+
+from nsbridge.model import change as C
+from nsbridge.model.paired import choose_statistic, compare_pairs, processes_needed
+from nsbridge.model.steady import clean_mask, process_steady
+from nsbridge.report.diff_render import render_diff
+
+OPS = {"gatebench::busy": 10000.0, "aten::mm": 4000.0, "aten::addmm": 2600.0,
+       "aten::relu": 350.0}
+STEP_MS = 18.0
+
+
+def one_process(rng: np.random.Generator, *, scale: Optional[dict[str, float]] = None,
+                dtype: str = "float32", noise: float = 0.02, process: float = 0.02,
+                waited: int = 0, steps: int = 25) -> dict:
+    """A one-process report: each op's per-step time with step noise and a process-wide
+    offset (lognormal), ``waited`` steps that waited for a CPU as long as they ran (their
+    op times doubled), ``scale`` to slow ops down, ``dtype`` in every signature."""
+    scale = scale or {}
+    offset = math.exp(rng.normal(0, process))
+    waits = np.zeros(steps)
+    waits[rng.choice(steps, size=waited, replace=False)] = 1.0
+    ops, step_us = [], np.zeros(steps)
+    for name, us in OPS.items():
+        per_step = us * scale.get(name, 1.0) * offset * np.exp(rng.normal(0, noise, steps))
+        per_step = per_step * (1 + waits)
+        step_us += per_step
+        ops.append({"name": name, "calls": steps, "cpu_self_us": float(per_step.sum()),
+                    "device_self_us": None, "per_step_us": per_step.tolist(),
+                    "shapes": ["[[8,8]]"],
+                    "shape_work": [{"shape": "[[8,8]]", "dtypes": dtype, "layout": "contiguous",
+                                    "calls": steps, "us": float(per_step.sum())}]})
+    walls = step_us / 1e3 + 1.0
+    unprofiled = (sum(OPS[n] * scale.get(n, 1.0) for n in OPS) / 1e3 + 1.0) * offset \
+        * np.exp(rng.normal(0, noise, steps))
+    return {"schema_version": 1, "status": "ok", "target": "train.py", "ranked_by": "cpu_self_us",
+            "ops": ops, "verdict": {"label": "cpu-bound"},
+            "environment": {"torch": "2.13.0", "gpus": []},
+            "machine": {"cores": {"usable": 2}, "threads": {"intra_op": 1},
+                        "contention": {"contended": False}},
+            "steps": {"count": steps, "per_step": [
+                {"step": i, "wall_ms": float(w), "cpu_ms": float(w / (1 + wt)),
+                 "wait_ms": float(w * wt / (1 + wt))} for i, (w, wt) in enumerate(zip(walls, waits))],
+                "unprofiled_ms": unprofiled.tolist(), "unprofiled_runs": [1] * steps,
+                "unprofiled_wait_ms": [0.0] * steps},
+            "sync_points": []}
+
+
+def pairs(seed: int, k: int = 5, **new: object) -> list[tuple[dict, dict]]:
+    rng = np.random.default_rng(seed)
+    return [(one_process(rng), one_process(rng, **new)) for _ in range(k)]  # type: ignore[arg-type]
+
+
+def op_row(result: dict, name: str) -> dict:
+    return next(r for r in result["ops"] if r["op"] == name)
+
+
+def test_unchanged_pairs_pass_and_say_what_they_could_have_seen() -> None:
+    result = compare_pairs(pairs(1))
+    assert result["outcome"] == "pass" and result["exit_code"] == 0
+    assert result["mode"] == "interleaved" and result["pairs"] == 5
+    assert 0 < result["detectable_pct"] < 10 and not result["regressions"]
+    text = render_diff({**result, "a_label": "a", "b_label": "b"})
+    assert f"no change beyond ±{result['detectable_pct']:.1f}%" in text and "PASS:" in text
+
+
+def test_identical_processes_pass_with_no_spread() -> None:
+    rng = np.random.default_rng(2)
+    same = [one_process(rng) for _ in range(3)]
+    result = compare_pairs([(r, r) for r in same])
+    assert result["outcome"] == "pass" and result["detectable_pct"] == 0
+    assert all(r["status"] == "within noise" for r in result["ops"] if r["gated"])
+
+
+def test_every_op_slower_alike_is_caught_the_drift_cancels_in_pairs() -> None:
+    """What `diff` of two runs cannot tell from a slower machine, pairs can."""
+    result = compare_pairs(pairs(3, scale={n: 1.3 for n in OPS}))
+    assert result["outcome"] == "regression"
+    assert result["step"]["status"] == "regressed" and result["step"]["ci_pct"][0] > 20
+    assert {"step time", "gatebench::busy", "aten::mm"} <= {r["what"] for r in
+                                                           result["regressions"]}
+
+
+def test_the_same_work_ten_percent_slower_is_caught_and_named() -> None:
+    result = compare_pairs(pairs(4, scale={"gatebench::busy": 1.10}))
+    busy = op_row(result, "gatebench::busy")
+    assert busy["status"] == "regressed" and busy["basis"] == "time"
+    assert busy["ci_pct"][0] > 0 and busy["ci_pct"][1] >= 10
+    assert busy["added_us"] == pytest.approx(1000.0, rel=0.3)
+    assert result["outcome"] == "regression"
+    assert any(r["what"] == "gatebench::busy" for r in result["regressions"])
+
+
+def test_a_change_below_the_threshold_is_slower_not_a_regression() -> None:
+    result = compare_pairs(pairs(5, scale={"gatebench::busy": 1.03}))
+    assert op_row(result, "gatebench::busy")["status"] in ("slower", "within noise")
+    assert result["outcome"] == "pass"
+
+
+def test_a_dtype_switch_is_different_work_named_with_its_cost_per_call() -> None:
+    result = compare_pairs(pairs(6, dtype="float64", scale={"aten::mm": 2.1,
+                                                            "aten::addmm": 1.8}))
+    mm = op_row(result, "aten::mm")
+    assert mm["status"] == "regressed" and mm["basis"] == "dtype"
+    assert mm["work"] == "now runs in float64 (was float32)"
+    assert mm["per_call_ratio"] == pytest.approx(2.1, rel=0.1)
+    named = next(r for r in result["regressions"] if r["what"] == "aten::mm")
+    assert named["basis"] == "dtype" and "x2." in named["detail"]
+    busy = op_row(result, "gatebench::busy")   # another dtype, not slower: not a regression
+    assert busy["basis"] == "dtype" and busy["status"] == "different work"
+    text = render_diff({**result, "a_label": "a", "b_label": "b"})
+    assert "aten::mm now runs in float64 (was float32): x2." in text
+
+
+def test_noise_is_within_noise_never_improved() -> None:
+    result = compare_pairs(pairs(7, k=3, noise=0.3, process=0.2))
+    assert not any(r["status"] in ("improved", "faster") and r["ci_pct"][1] >= 0
+                   for r in result["ops"] if r.get("ci_pct"))
+    for row in result["ops"]:
+        if row.get("ci_pct") and row["ci_pct"][0] <= 0 <= row["ci_pct"][1]:
+            assert row["status"] in ("within noise", "inconclusive", "too small to matter")
+
+
+def test_steps_that_waited_for_a_cpu_are_left_out() -> None:
+    rng = np.random.default_rng(8)
+    report = one_process(rng, waited=10, noise=0.0, process=0.0)
+    steady = process_steady(report)
+    assert steady.steps_used == 15 and steady.waited_steps == 10
+    assert steady.ops["gatebench::busy"]["median"] == pytest.approx(10000.0)
+    result = compare_pairs([(one_process(rng, waited=12), one_process(rng, waited=3))
+                            for _ in range(5)])
+    assert result["outcome"] == "pass"    # every other op doubled in the waited steps
+
+
+def test_clean_mask_keeps_the_least_waited_half_when_few_are_clean() -> None:
+    waits = [5.0, 0.0, 8.0, 6.0, 7.0, 9.0]
+    cpu = [10.0] * 6
+    assert clean_mask(waits, cpu).tolist() == [True, True, False, True, False, False]
+    assert clean_mask([None] * 3, [None] * 3).all()      # unknown waits count as clean
+
+
+def test_the_statistic_is_the_one_that_varies_less_between_processes() -> None:
+    preempted = [{"median": m, "p10": 100.0 + d} for m, d in ((150, 0), (120, 1), (180, 2))]
+    bimodal = [{"median": 380.0 + d, "p10": p} for d, p in ((0, 60), (2, 350), (4, 55))]
+    assert choose_statistic(preempted, preempted) == "p10"
+    assert choose_statistic(bimodal, bimodal) == "median"
+    assert choose_statistic(preempted[:1], preempted[:1]) == "median"   # one process: median
+
+
+def test_inconclusive_says_how_many_processes_would_settle_it() -> None:
+    result = compare_pairs(pairs(9, k=3, noise=0.05, process=0.12,
+                                 scale={n: 1.05 for n in OPS}))
+    assert result["outcome"] == "inconclusive"
+    advice = " ".join(result["advice"])
+    needed = int(advice.split("--processes ")[1].split(")")[0])
+    assert needed > 3 and "more process(es) per side" in advice
+
+
+def test_processes_needed_follows_the_t_interval() -> None:
+    spread, target = 0.05, math.log1p(0.10) / 2
+    k = processes_needed(spread, target)
+    assert k is not None and C.t975(k - 1) * spread / math.sqrt(k) <= target
+    assert C.t975(k - 2) * spread / math.sqrt(k - 1) > target
+    assert processes_needed(2.0, target) is None
+
+
+@pytest.mark.parametrize("point, low, high, added, top, status", [
+    (0.12, 0.05, 0.19, 500, 900, "regressed"),          # real, and may reach +10%
+    (0.07, 0.02, 0.12, 500, 900, "regressed"),          # real, interval reaches +10%
+    (0.05, 0.02, 0.08, 500, 900, "slower"),             # real, stays under +10%
+    (0.04, -0.03, 0.11, 300, 900, "inconclusive"),      # holds both 0 and +10%
+    (0.04, -0.03, 0.11, 10, 30, "too small to matter"), # could not add the floor
+    (-0.02, -0.05, 0.03, -100, 100, "within noise"),
+    (-0.05, -0.08, -0.02, -400, -100, "faster"),
+    (-0.20, -0.25, -0.15, -900, -600, "improved"),
+])
+def test_the_interval_decides(point: float, low: float, high: float, added: float, top: float,
+                              status: str) -> None:
+    assert C.judge(point, low, high, 10.0, added, top, floor_us=100.0) == status
+
+
+def test_displayed_changes_are_clipped_the_json_keeps_them() -> None:
+    from nsbridge.model.gate_answer import show_ci, show_pct
+    assert show_pct(12345.6) == ">+999%" and show_pct(-99.9) == "-99.9%"
+    assert show_ci([-50.0, 4000.0]) == "-50.0%..>+999%"
+
+
+def test_gpu_runs_gate_on_device_time_every_step_counted(tmp_path) -> None:
+    """A real H200 triage (tests/data/torch/h200): pairs of it pass; the same report with
+    aten::convolution_backward's device time 30% higher in every step regresses on
+    torch.profiler self device time."""
+    import copy
+    import json
+
+    from conftest import TORCH_DATA
+    from nsbridge import api
+
+    api.analyze([TORCH_DATA / "h200" / "train_cnn_h200.json.gz"], out=tmp_path / "run")
+    base = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert base["ranked_by"] == "device_self_us"
+    same = compare_pairs([(base, base), (base, base)])
+    assert same["outcome"] == "pass" and same["source"] == "torch.profiler self device time"
+    slower = copy.deepcopy(base)
+    conv = next(op for op in slower["ops"] if op["name"] == "aten::convolution_backward")
+    conv["per_step_us"] = [1.3 * v for v in conv["per_step_us"]]
+    conv["device_self_us"] *= 1.3
+    for step in slower["steps"]["per_step"]:     # a waited step still counts on a device
+        step.update(cpu_ms=1.0, wait_ms=5.0)
+    # this run is CPU-bound (device busy 6%): its kernels are a small share of the step
+    result = compare_pairs([(base, slower), (base, slower), (base, slower)],
+                           min_step_share=0.001)
+    row = op_row(result, "aten::convolution_backward")
+    assert row["status"] == "regressed" and row["change_pct"] == pytest.approx(30.0, abs=0.1)
+    assert result["samples"]["b"]["clean_steps"] == result["samples"]["b"]["steps"]
