@@ -7,7 +7,9 @@ Public API (importing nsbridge starts no tool and does not import torch or panda
 - ``nsbridge.deep(kernels=[...] | top=N, run=DIR)``: Nsight Compute on the ops' kernels
 - ``nsbridge.analyze(paths, ...)``: analyse traces, nsys exports and ncu reports
 - ``nsbridge.load(run_dir)``: a run read back, its tables as DataFrames
-- ``nsbridge.diff(base, new)``: two runs compared op by op
+- ``nsbridge.diff(base, new)``: two runs compared op by op, as they were recorded
+- ``nsbridge.gate(base, new, ...)``: both sides run again in interleaved pairs and judged;
+  ``nsbridge.rejudge(gate_dir)``: an earlier gate's processes judged again
 - ``nsbridge.step()``: mark a step in loops without an optimizer
 - ``nsbridge.load_profile(name_or_path)``; errors in ``nsbridge.errors``
 - ``nsbridge.read_ahead(trace)``: start reading a large trace on background threads; a
@@ -22,11 +24,11 @@ from ._stepping import step
 from .errors import NsbridgeError
 
 __version__ = "0.1.0"
-__all__ = ["triage", "timeline", "deep", "analyze", "load", "diff", "step", "load_profile",
-           "read_ahead", "RunResult", "NsbridgeError", "__version__"]
+__all__ = ["triage", "timeline", "deep", "analyze", "load", "diff", "gate", "rejudge", "step",
+           "load_profile", "read_ahead", "RunResult", "NsbridgeError", "__version__"]
 
 _LAZY = {"triage": "api", "timeline": "api", "deep": "api", "analyze": "api", "load": "api",
-         "diff": "api", "RunResult": "api", "load_profile": "profiles",
+         "diff": "api", "gate": "api", "rejudge": "api", "RunResult": "api", "load_profile": "profiles",
          "read_ahead": "parse._stream"}
 
 

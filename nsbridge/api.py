@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from . import schema as S
 from .errors import (DeepError, DiffInputError, DiffRefusedError, GateRunError, LaunchError,
-                     RunDirError, ScriptError, TraceNotFoundError)
+                     RunDirError, ScriptError, Stopped, TraceNotFoundError)
 from .model.analysis import check_window
 from .collect.ncu import find_ncu, gpu_names
 from .collect.source import git_state, recorded_env
@@ -351,6 +351,10 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
         result = triage(side.target, side.args, module=side.module, profile=prof,
                         out=run_dir, timeout=timeout, cwd=side.cwd, threads=threads,
                         environ={**environ, **side.env})
+        if result.status == "interrupted":     # Ctrl-C: the whole gate stops, as asked
+            raise KeyboardInterrupt
+        if result.status == "terminated":
+            raise Stopped()
         if result.exit_code != 0 or result.status != "ok":
             raise GateRunError(terminal(
                 f"the gate's {side.name} process in {run_dir} did not finish cleanly "

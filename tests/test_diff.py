@@ -155,8 +155,8 @@ def test_pooled_processes_judge_the_step_beyond_the_drift() -> None:
     alike = {n: [v[0] * 1.3 * f for f in reversed(jitter)] for n, v in BASE.items()}
     slower = [s * 1.3 for s in reversed(base_steps)]
     result = compare(_report(a, base_steps, runs=runs), _report(alike, slower, runs=runs))
-    assert result["samples"]["a"] == {"steps": 6, "runs": 3, "clean_steps": 6,
-                                      "waited_steps": 0}
+    assert result["samples"]["a"] == {"steps": 6, "runs": 3, "used_steps": 6,
+                                      "waited_steps": 0, "scaled_processes": 0}
     assert result["step"]["status"] == "inconclusive" and result["outcome"] == "inconclusive"
     assert any("a slower machine" in reason for reason in result["reasons"])
     same_ops = {n: [v[0] * f for f in reversed(jitter)] for n, v in BASE.items()}

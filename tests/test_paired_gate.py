@@ -13,7 +13,7 @@ import pytest
 
 from nsbridge.model import change as C
 from nsbridge.model.paired import choose_statistic, compare_pairs, processes_needed
-from nsbridge.model.steady import clean_mask, process_steady
+from nsbridge.model.steady import process_steady, step_weights
 from nsbridge.report.diff_render import render_diff
 
 OPS = {"gatebench::busy": 10000.0, "aten::mm": 4000.0, "aten::addmm": 2600.0,
@@ -34,14 +34,14 @@ def one_process(rng: np.random.Generator, *, scale: Optional[dict[str, float]] =
     ops, step_us = [], np.zeros(steps)
     for name, us in OPS.items():
         per_step = us * scale.get(name, 1.0) * offset * np.exp(rng.normal(0, noise, steps))
+        step_us += per_step                  # what ran
         per_step = per_step * (1 + waits)
-        step_us += per_step
         ops.append({"name": name, "calls": steps, "cpu_self_us": float(per_step.sum()),
                     "device_self_us": None, "per_step_us": per_step.tolist(),
                     "shapes": ["[[8,8]]"],
                     "shape_work": [{"shape": "[[8,8]]", "dtypes": dtype, "layout": "contiguous",
                                     "calls": steps, "us": float(per_step.sum())}]})
-    walls = step_us / 1e3 + 1.0
+    ran = step_us / 1e3 + 1.0
     unprofiled = (sum(OPS[n] * scale.get(n, 1.0) for n in OPS) / 1e3 + 1.0) * offset \
         * np.exp(rng.normal(0, noise, steps))
     return {"schema_version": 1, "status": "ok", "target": "train.py", "ranked_by": "cpu_self_us",
@@ -50,8 +50,8 @@ def one_process(rng: np.random.Generator, *, scale: Optional[dict[str, float]] =
             "machine": {"cores": {"usable": 2}, "threads": {"intra_op": 1},
                         "contention": {"contended": False}},
             "steps": {"count": steps, "per_step": [
-                {"step": i, "wall_ms": float(w), "cpu_ms": float(w / (1 + wt)),
-                 "wait_ms": float(w * wt / (1 + wt))} for i, (w, wt) in enumerate(zip(walls, waits))],
+                {"step": i, "wall_ms": float(r * (1 + wt)), "cpu_ms": float(r),
+                 "wait_ms": float(r * wt)} for i, (r, wt) in enumerate(zip(ran, waits))],
                 "unprofiled_ms": unprofiled.tolist(), "unprofiled_runs": [1] * steps,
                 "unprofiled_wait_ms": [0.0] * steps},
             "sync_points": []}
@@ -143,11 +143,21 @@ def test_steps_that_waited_for_a_cpu_are_left_out() -> None:
     assert result["outcome"] == "pass"    # every other op doubled in the waited steps
 
 
-def test_clean_mask_keeps_the_least_waited_half_when_few_are_clean() -> None:
-    waits = [5.0, 0.0, 8.0, 6.0, 7.0, 9.0]
-    cpu = [10.0] * 6
-    assert clean_mask(waits, cpu).tolist() == [True, True, False, True, False, False]
-    assert clean_mask([None] * 3, [None] * 3).all()      # unknown waits count as clean
+def test_when_most_steps_waited_every_step_counts_scaled_by_its_running_share() -> None:
+    """A process that shared a core with a busy loop throughout: every step ran 20 ms and
+    waited 20 ms; its op times are scaled back to what ran."""
+    rng = np.random.default_rng(10)
+    report = one_process(rng, waited=25, noise=0.0, process=0.0)
+    steady = process_steady(report)
+    assert steady.scaled and steady.steps_used == 25 and steady.waited_steps == 25
+    assert steady.ops["gatebench::busy"]["median"] == pytest.approx(10000.0, rel=0.01)
+    assert steady.step["median"] == pytest.approx(sum(OPS.values()) / 1e3 + 1.0, rel=0.01)
+    steps = [{"wall_ms": 40.0, "cpu_ms": 20.0, "wait_ms": 40.0}] * 2
+    two = step_weights(steps, threads=2, device=False)       # both threads waited alike
+    assert two.scale.tolist() == [0.5, 0.5]
+    assert step_weights(steps, threads=1, device=True).scale.tolist() == [1.0, 1.0]
+    unknown = step_weights([{"wall_ms": 10.0}] * 3, threads=1, device=False)
+    assert unknown.index.tolist() == [0, 1, 2] and not unknown.scaled
 
 
 def test_the_statistic_is_the_one_that_varies_less_between_processes() -> None:
@@ -222,4 +232,5 @@ def test_gpu_runs_gate_on_device_time_every_step_counted(tmp_path) -> None:
                            min_step_share=0.001)
     row = op_row(result, "aten::convolution_backward")
     assert row["status"] == "regressed" and row["change_pct"] == pytest.approx(30.0, abs=0.1)
-    assert result["samples"]["b"]["clean_steps"] == result["samples"]["b"]["steps"]
+    assert result["samples"]["b"]["used_steps"] == result["samples"]["b"]["steps"]
+    assert result["samples"]["b"]["scaled_processes"] == 0

@@ -17,7 +17,8 @@ the two runs' time per call (``ops[].shape_work``).
 
 **Then time.** Each op's time per step (self device time when both runs had a GPU, else
 self CPU time; ``source`` says which) is its mean over the measured steps, leaving out on
-host time the steps its process spent waiting for a CPU (model.steady.clean_mask). Between
+host time the steps its process spent waiting for a CPU, or scaling every step by its
+running share when most waited (model.steady.step_weights). Between
 two processes the whole run can be faster or slower (clocks, caches, other load): that
 **drift** is the weighted median of the log ratios of the judged ops whose work did not
 change, each a witness of the process's speed weighted by its share of the time but never
@@ -34,8 +35,8 @@ regression: single ops vary between processes (2.5x seen on a quiet VM) and a co
 op's wall time is mostly waiting. Such a change is inconclusive, and the advice says what
 would settle it (`nsbridge gate`: interleaved processes).
 
-Step time (median step; unprofiled steps when both runs have at least three) is judged
-the same way, except that a slowdown no larger than the drift (every op slower alike)
+Step time (median step: the measured steps when both runs have at least ten, as the gate's
+runs do, else the unprofiled steps when both have at least three) is judged the same way, except that a slowdown no larger than the drift (every op slower alike)
 cannot be told from a slower machine: with one process per side, on a contended machine,
 or when the step's interval reaches down to the drift, it is inconclusive unless an op
 regressed too.
@@ -54,11 +55,12 @@ from .comparability import problems
 from .gate_answer import answer, judge_work, show_ci
 from .paired import processes_needed
 from .stats import LEVEL, resample_indices
-from .steady import clean_mask
+from .steady import intra_op_threads, step_weights
 from .work import OpWork, calls_changed, signature_changes
 
 WITNESS_CAP = 0.25
 MIN_STEP_SAMPLES = 3
+ENOUGH_MEASURED_STEPS = 10   # then the step time is judged on them (model.steady says why)
 
 
 def compare(a: dict[str, Any], b: dict[str, Any], *, fail_above: float = 10.0,
@@ -66,7 +68,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, fail_above: float = 10.0,
             allow: Iterable[str] = ()) -> dict[str, Any]:
     """B against A (A is the base): outcome, exit_code, reasons, advice, comparability,
     step, ops[], regressions[], inconclusive[] and the noise figures (module docstring;
-    README, "Compare two runs")."""
+    README, "Gate a change")."""
     device = _has_device(a) and _has_device(b)
     key = S.DEVICE_SELF_US if device else S.CPU_SELF_US
     blockers = problems(a, b, allow)
@@ -76,7 +78,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, fail_above: float = 10.0,
     table, noise = _op_table(side_a, side_b, fail_above=fail_above, min_share=min_share,
                              min_step_share=min_step_share, single_process=single,
                              gate=set(ops), contended=contended)
-    step = _step_change(a, b, fail_above, single, bool(contended),
+    step = _step_change(a, b, side_a, side_b, fail_above, single, bool(contended),
                         math.log1p(noise["drift_pct"] / 100.0))
     if step and step["status"] == "inconclusive" and step.get("significant") and any(
             r["gated"] and r["status"] == "regressed" for r in table):
@@ -89,22 +91,21 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, fail_above: float = 10.0,
 
 
 class _Side:
-    """One run's per-step samples of the gate's time, op by op (waited steps left out)."""
+    """One run's per-step samples of the gate's time, op by op (model.steady.step_weights:
+    waited steps left out, or all scaled by their running share)."""
 
     def __init__(self, report: dict[str, Any], key: str, device: bool) -> None:
         steps = report.get("steps") or {}
         per_step = steps.get("per_step") or []
         n = len(per_step) or int(steps.get("count") or 1)
-        keep = (np.ones(len(per_step), dtype=bool) if device or not per_step
-                else clean_mask([s.get("wait_ms") for s in per_step],
-                                [s.get("cpu_ms") for s in per_step]))
-        self.index = np.flatnonzero(keep) if per_step else np.arange(n)
-        self.n = len(self.index)
+        self.weights = step_weights(per_step, intra_op_threads(report), device)
+        index = self.weights.index if per_step else np.arange(n)
+        scale = self.weights.scale if per_step else np.ones(n)
+        self.n = len(index)
         self.steps_count = n
         groups = [int(s.get("run", 1)) for s in per_step] or [1] * n
-        self.groups = [groups[i] for i in self.index]
+        self.groups = [groups[i] for i in index]
         self.runs = len(set(self.groups))
-        self.waited = int(n - self.n)
         spread_ok = report.get("ranked_by") == key
         self.ops: dict[str, np.ndarray] = {}
         self.total: dict[str, float] = {}
@@ -117,18 +118,20 @@ class _Side:
             self.work[op["name"]] = OpWork(op, n)
             samples = op.get(S.PER_STEP_US) or []
             known = spread_ok and len(samples) == n and n > 0
-            self.ops[op["name"]] = (np.asarray(samples, dtype=np.float64)[self.index] if known
-                                    else np.full(self.n, float(value) / n))
+            self.ops[op["name"]] = (np.asarray(samples, dtype=np.float64)[index] * scale
+                                    if known else np.full(self.n, float(value) / n))
             self.spread[op["name"]] = known
             self.total[op["name"]] = float(value)
         self.grand_total = sum(self.total.values()) or 1.0
-        walls = [per_step[i]["wall_ms"] * 1e3 for i in self.index
-                 if per_step and per_step[i].get("wall_ms") is not None]
-        self.mean_step_us = float(np.mean(walls)) if walls else None
+        walls = (np.asarray([s["wall_ms"] for s in per_step], dtype=np.float64)[index] * scale
+                 * 1e3 if per_step else np.array([]))
+        self.mean_step_us = float(walls.mean()) if len(walls) else None
+        self.walls_ms = walls / 1e3
 
     def describe(self) -> dict[str, Any]:
-        return {"steps": self.steps_count, "runs": self.runs, "clean_steps": self.n,
-                "waited_steps": self.waited}
+        return {"steps": self.steps_count, "runs": self.runs, "used_steps": self.n,
+                "waited_steps": self.weights.waited,
+                "scaled_processes": int(self.weights.scaled)}
 
 
 def _op_table(sa: _Side, sb: _Side, *, fail_above: float, min_share: float,
@@ -300,22 +303,23 @@ def _weighted_median(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.where(exact, (v[idx, cols] + v[upper, cols]) / 2.0, v[idx, cols])
 
 
-def _step_change(a: dict[str, Any], b: dict[str, Any], fail_above: float,
-                 single_process: bool, contended: bool,
+def _step_change(a: dict[str, Any], b: dict[str, Any], side_a: _Side, side_b: _Side,
+                 fail_above: float, single_process: bool, contended: bool,
                  drift: float = 0.0) -> Optional[dict[str, Any]]:
-    """Median step time of each side (unprofiled steps when both have enough), its change
-    and 95% interval, and the status (module docstring)."""
+    """Median step time of each side (measured or unprofiled steps: module docstring), its
+    change and 95% interval, and the status."""
     sa, sb = a.get("steps") or {}, b.get("steps") or {}
     bare_a, bare_b = sa.get("unprofiled_ms") or [], sb.get("unprofiled_ms") or []
-    if len(bare_a) >= MIN_STEP_SAMPLES and len(bare_b) >= MIN_STEP_SAMPLES:
+    measured = min(len(sa.get("per_step") or []), len(sb.get("per_step") or []))
+    if (min(len(bare_a), len(bare_b)) >= MIN_STEP_SAMPLES
+            and measured < ENOUGH_MEASURED_STEPS):
         what = "unprofiled steps (nsbridge's step timer)"
         xa, ga = bare_a, sa.get("unprofiled_runs") or [1] * len(bare_a)
         xb, gb = bare_b, sb.get("unprofiled_runs") or [1] * len(bare_b)
     else:
         what = "measured steps (torch.profiler step ranges)"
-        pa, pb = sa.get("per_step") or [], sb.get("per_step") or []
-        xa, ga = [s["wall_ms"] for s in pa], [s.get("run", 1) for s in pa]
-        xb, gb = [s["wall_ms"] for s in pb], [s.get("run", 1) for s in pb]
+        xa, ga = list(side_a.walls_ms), side_a.groups
+        xb, gb = list(side_b.walls_ms), side_b.groups
     if not xa or not xb:
         return None
     va, vb = np.asarray(xa, dtype=np.float64), np.asarray(xb, dtype=np.float64)

@@ -35,7 +35,10 @@ def judge_work(row: dict[str, Any], a: Optional[OpWork], b: Optional[OpWork], po
     if more and row["status"] != "regressed" and (
             more["pct"] > fail_above and more["added_us"] >= floor_us
             and more["added_us"] > fail_above / 100.0 * (row.get("a_us") or 0.0)):
-        row.update(status="regressed", basis="calls", more_work=more)
+        row.update(status="regressed", basis="calls", more_work=more,
+                   work=f"runs {more['calls_b']:g} calls per step instead of "
+                        f"{more['calls_a']:g}, priced {more['priced']}: about "
+                        f"{more['added_us'] / 1e3:+.3f} ms per step")
 
 
 def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
@@ -43,7 +46,7 @@ def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
            min_step_share: float, ops: Sequence[str], device: bool, mode: str,
            samples: dict[str, Any], advice: list[str], reasons: list[str],
            noise: dict[str, Any]) -> dict[str, Any]:
-    """The result dict of a comparison (README, "Compare two runs"): ``a`` and ``b`` are
+    """The result dict of a comparison (README, "Gate a change"): ``a`` and ``b`` are
     the first report of each side (their verdicts, machines and sync points are shown).
 
     The outcome: not comparable -> inconclusive; any regression (an op's, or the step

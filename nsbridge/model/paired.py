@@ -12,7 +12,7 @@ the steps all show in how the pairs disagree. The interval then decides (model.c
 Work is judged before time, as in `diff`: an op that now runs in another dtype or layout,
 or on other input shapes, is different work (regressed when it takes more than the
 threshold longer, whatever the noise), and more calls per step are priced per signature
-(model.work, model.diff.more_work). An op only the new side has regresses when it costs
+(model.work, model.gate_answer.judge_work). An op only the new side has regresses when it costs
 the floor.
 """
 
@@ -29,6 +29,8 @@ from .comparability import problems
 from .gate_answer import answer, judge_work
 from .steady import STATISTICS, Steady, process_steady
 from .work import pooled_work
+
+_MEDIAN = "median"
 
 
 def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
@@ -56,7 +58,8 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
         row: dict[str, Any] = {"op": name, "share": round(shares[name], 4),
                                "gated": (not gate or name in gate) and shares[name] >= min_share}
         if in_a and in_b:
-            row.update(_judged(name, steady_a, steady_b, fail_above, floor))
+            row.update(_paired([s.ops[name] for s in steady_a],
+                               [s.ops[name] for s in steady_b], fail_above, floor, scale=1.0))
             if row["gated"]:
                 judge_work(row, work_a.get(name), work_b.get(name), row["_log"][0],
                            fail_above, floor)
@@ -82,16 +85,6 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
                   noise={"pairs": len(pairs), "contended": _contended(base, new),
                          "drift_pct": None, "op_noise_pct": None})
 
-
-_MEDIAN = "median"
-
-
-def _judged(name: str, sa: list[Steady], sb: list[Steady], fail_above: float,
-            floor: float) -> dict[str, Any]:
-    """An op's paired change, interval and status (the statistic chosen as in the module
-    docstring)."""
-    return _paired([s.ops[name] for s in sa], [s.ops[name] for s in sb], fail_above, floor,
-                   scale=1.0)
 
 
 def _paired(a: list[dict[str, float]], b: list[dict[str, float]], fail_above: float,
@@ -140,12 +133,9 @@ def _step(sa: list[Steady], sb: list[Steady], fail_above: float) -> Optional[dic
     if len(steps_a) < len(sa) or len(steps_b) < len(sb):
         return None
     row = _paired(steps_a, steps_b, fail_above, 0.0, scale=1e3)
-    sources = {s.step_source for s in sa + sb}
-    row["source"] = ("median step time, " if row["statistic"] == _MEDIAN else
-                     "10th percentile step time, ") + (
-        "unprofiled steps (nsbridge's step timer)" if sources == {"unprofiled steps"}
-        else "measured steps (torch.profiler step ranges)")
-    row["samples"] = [sum(s.unprofiled_used or s.steps_used for s in side) for side in (sa, sb)]
+    row["source"] = ("median" if row["statistic"] == _MEDIAN else "10th percentile") + (
+        " of the measured steps' wall times, waits for a CPU left out (nsbridge's step clock)")
+    row["samples"] = [sum(s.steps_used for s in side) for side in (sa, sb)]
     return row
 
 
@@ -176,8 +166,9 @@ def _shares(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, 
 
 def _samples(side: list[Steady]) -> dict[str, Any]:
     return {"runs": len(side), "steps": sum(s.steps_measured for s in side),
-            "clean_steps": sum(s.steps_used for s in side),
-            "waited_steps": sum(s.waited_steps for s in side)}
+            "used_steps": sum(s.steps_used for s in side),
+            "waited_steps": sum(s.waited_steps for s in side),
+            "scaled_processes": sum(s.scaled for s in side)}
 
 
 def _contended(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:

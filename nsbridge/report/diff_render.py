@@ -77,10 +77,15 @@ def _outcome_line(result: dict[str, Any]) -> str:
 def _samples_line(result: dict[str, Any]) -> str:
     a, b = result["samples"]["a"], result["samples"]["b"]
     def side(s: dict[str, Any]) -> str:
-        clean = s.get("clean_steps")
-        waited = (f" ({s['steps'] - clean} left out: the process waited for a CPU)"
-                  if clean is not None and clean < s["steps"] else "")
-        return f"{s['steps']} measured steps from {s['runs']} process(es){waited}"
+        used, scaled = s.get("used_steps"), s.get("scaled_processes")
+        waited = []
+        if used is not None and used < s["steps"]:
+            waited.append(f"{s['steps'] - used} left out: the process waited for a CPU")
+        if scaled:
+            waited.append(f"in {scaled} process(es) most steps waited: every step counted, "
+                          "scaled by its running share")
+        return (f"{s['steps']} measured steps from {s['runs']} process(es)"
+                + (f" ({'; '.join(waited)})" if waited else ""))
     if result.get("mode") == "interleaved":
         return (f"Samples: {result['pairs']} interleaved pairs (A, B, then B, A, ...): "
                 f"A {side(a)}, B {side(b)}")
