@@ -33,10 +33,12 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,17 +65,31 @@ def background(count: int, niceness: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([*prefix, sys.executable, "-c", HOG]) for _ in range(count)]
 
 
-def one_process(run_dir: Path, env: dict[str, str]) -> float:
-    """One triage with the gate's settings; its wall seconds."""
-    started = time.perf_counter()
+def one_process(run_dir: Path, env: dict[str, str]) -> None:
+    """One triage with the gate's settings (a run left unfinished by an interrupted bench
+    is made again)."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
     result = api.triage(WORKLOAD, profile="gate", out=run_dir, cwd=ROOT, threads=1,
                         environ={**os.environ, **env, "PYTHONUNBUFFERED": "1"})
     if result.exit_code != 0 or result.status != "ok":
         raise SystemExit(f"{run_dir}: the workload failed ({result.status})")
-    return time.perf_counter() - started
 
 
-def record(folder: Path, rounds: int, variants: list[str], walls: list[float]) -> None:
+def process_wall(folder: Path) -> float | None:
+    """Mean wall seconds of the recorded processes (their manifests' start and finish)."""
+    walls = []
+    for manifest in folder.glob("r[0-9]*/manifest.json"):
+        m = json.loads(manifest.read_text())
+        if m.get("status") != "ok":
+            continue
+        start, end = (datetime.strptime(m[k], "%Y-%m-%dT%H:%M:%S%z")
+                      for k in ("started_at", "finished_at"))
+        walls.append((end - start).total_seconds())
+    return round(sum(walls) / len(walls), 2) if walls else None
+
+
+def record(folder: Path, rounds: int, variants: list[str]) -> None:
     """``rounds`` rounds of pairs (module docstring) into ``folder``."""
     for r in range(rounds):
         for name in variants:
@@ -81,7 +97,7 @@ def record(folder: Path, rounds: int, variants: list[str], walls: list[float]) -
             for side in order:
                 run = folder / f"r{r:03d}-{name}-{side}"
                 if not (run / "report.json").is_file():
-                    walls.append(one_process(run, VARIANTS[name] if side == "new" else {}))
+                    one_process(run, VARIANTS[name] if side == "new" else {})
         print(f"{folder.name}: round {r + 1}/{rounds}", file=sys.stderr)
 
 
@@ -122,16 +138,25 @@ def self_diffs(folder: Path, count: int) -> list[int]:
 
 
 def real_gates(folder: Path) -> dict[str, dict[str, Any]]:
-    """Whole `nsbridge gate` commands on unchanged code, timed (K = 1, 3, 5)."""
+    """Whole `nsbridge gate` commands on unchanged code, timed (K = 1, 3, 5); kept in
+    real-gates.json in the folder and reused from there."""
+    kept = folder / "real-gates.json"
+    if kept.is_file():
+        return json.loads(kept.read_text())
     out = {}
     for k in PROCESSES:
         target = folder / f"real-gate-k{k}"
+        if target.exists():              # left by an interrupted bench
+            shutil.rmtree(target)
         started = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "nsbridge", "-q", "gate", "--processes",
                                str(k), "--out", str(target), "--format", "json", str(ROOT),
                                str(ROOT), WORKLOAD], cwd=ROOT, capture_output=True, text=True,
                               timeout=3600)
+        if proc.returncode not in (0, 1, 4):
+            raise SystemExit(f"nsbridge gate failed (exit {proc.returncode}): {proc.stderr[-800:]}")
         out[f"K={k}"] = {"exit": proc.returncode, "wall_s": round(time.perf_counter() - started, 1)}
+    kept.write_text(json.dumps(out) + "\n")
     return out
 
 
@@ -140,18 +165,15 @@ def condition(name: str, folder: Path, gates: int, unchanged_gates: int,
     hogs, niceness = CONDITIONS[name]
     rounds = gates * max(PROCESSES)
     extra = unchanged_gates * max(PROCESSES) - rounds
-    walls: list[float] = []
     started = time.perf_counter()
-    real: dict[str, Any] = {}
     if not judge_only:
         procs = background(hogs, niceness)
         try:
             time.sleep(1.0 if procs else 0.0)
-            record(folder, rounds, list(VARIANTS), walls)
-            if extra > 0:
-                for r in range(rounds, rounds + extra):
-                    record_unchanged(folder, r, walls)
-            real = real_gates(folder)
+            record(folder, rounds, list(VARIANTS))
+            for r in range(rounds, rounds + extra):
+                record_unchanged(folder, r)
+            real_gates(folder)
         finally:
             for proc in procs:
                 proc.kill()
@@ -168,16 +190,17 @@ def condition(name: str, folder: Path, gates: int, unchanged_gates: int,
     return {"background": TITLES[name], "gates_per_level": gates,
             "unchanged_gates": unchanged_gates, "by_processes": results,
             "self_diff_exits": self_diffs(folder, gates),
-            "process_wall_s": round(sum(walls) / len(walls), 2) if walls else None,
-            "real_gates": real, "seconds": round(time.perf_counter() - started)}
+            "process_wall_s": process_wall(folder),
+            "real_gates": real_gates(folder) if (folder / "real-gates.json").is_file() else {},
+            "judged_in_s": round(time.perf_counter() - started)}
 
 
-def record_unchanged(folder: Path, r: int, walls: list[float]) -> None:
+def record_unchanged(folder: Path, r: int) -> None:
     """One more round of the unchanged pair only (for more unchanged gates)."""
     for side in (("base", "new") if r % 2 == 0 else ("new", "base")):
         run = folder / f"r{r:03d}-unchanged-{side}"
         if not (run / "report.json").is_file():
-            walls.append(one_process(run, {}))
+            one_process(run, {})
 
 
 def summarize(per_variant: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -236,7 +259,7 @@ def main() -> None:
             folder.mkdir(parents=True, exist_ok=True)
             unchanged = args.hog_unchanged_gates if name == "hogs" else args.gates
             conditions[name] = condition(name, folder, args.gates, unchanged, args.judge_only)
-            print(f"{name} done in {conditions[name]['seconds']} s", file=sys.stderr)
+            print(f"{name} done", file=sys.stderr)
     results = {"date": time.strftime("%Y-%m-%d"),
                "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                            "python": platform.python_version()},

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 
-# A planted slowdown, to try `nsbridge diff`: this many extra 256x256 matmuls per forward.
+# A planted slowdown, to try `nsbridge gate`: this many extra 256x256 matmuls per forward.
 SLOW_MATMULS = int(os.environ.get("NSBRIDGE_EXAMPLE_SLOW_MATMULS", "0"))
 
 

@@ -48,7 +48,7 @@ def GATE_OPTIONS(fn: F) -> F:
         click.option("--inconclusive", "when_inconclusive", default="exit", show_default=True,
                      type=click.Choice(["exit", "pass", "fail"]),
                      help="What an inconclusive comparison exits with: its own code 4 "
-                          "(exit), 0 (pass) or 1 (fail). A refusal always exits 1."),
+                          "(exit), 0 (pass) or 1 (fail). A refusal always exits 5."),
         click.option("--format", "fmt", type=click.Choice(["text", "md", "json"]),
                      default="text", show_default=True,
                      help="text for a terminal, md for a PR comment, json for scripts; the "

@@ -23,7 +23,7 @@ from .collect.source import git_state, recorded_env
 from .collect.torch_profiler import with_threads
 from .passes.ncu_pass import DeepPass, NcuFilesPass, require_gpu
 from .passes.nsys_pass import NsysExportsPass, TimelinePass
-from .passes.torch_pass import TorchProfilerPass, analyze_traces, check_module
+from .passes.torch_pass import TorchProfilerPass, analyse_run_dir, analyze_traces
 from .pipeline import Given, Pass, run_passes
 from .profiles import Profile, load_profile
 from .report import frames
@@ -35,6 +35,7 @@ from .distributed.launch import check_one_node, launcher_argv
 from .distributed.summary import read_summaries
 from .distributed.triage import analyze_ranks, triage_ranks
 from .rundir import DEFAULT_BASE, check_new_out, read_run
+from .script_check import check_script
 from .run import Run, Script
 
 __all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "gate", "rejudge",
@@ -94,7 +95,7 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     check_window(window)
     prof = _profile(profile)
     workdir = Path(cwd) if cwd else Path.cwd()
-    _check_script(target, module, workdir)
+    check_script(target, module, workdir)
     source = {"threads": threads, "env": recorded_env(environ), "git": git_state(workdir)}
     environ = with_threads(environ, threads)
     rank = None if nproc_per_node else detect_rank(environ)
@@ -245,6 +246,14 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
     ranked = [Path(p) for p in paths if Path(p).is_dir() and read_summaries(Path(p))]
     if ranked:
         return analyze_ranks(ranked[0], prof, out)
+    if len(paths) == 1 and _is_triage_run(Path(paths[0])):
+        # the run's own records: its machine, steps, syncs and settings are kept
+        folder = Path(paths[0])
+        given = Given(analyse_run_dir(folder, None if profile == "default" else prof, window))
+        run = Run.create(out=Path(out) if out else None, label=f"analyze-{folder.name}",
+                         command="analyze", target=str(folder), args=[], profile=prof,
+                         cwd=Path.cwd())
+        return _result(run_passes(run, [given]))
     files = _input_files([Path(p) for p in paths])
     nsys_files = [f for f in files if f.suffix in _NSYS_SUFFIXES]
     ncu_files = [f for f in files if f.suffix in _NCU_SUFFIXES]
@@ -343,7 +352,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
         threads = (recorded.pop() if len(recorded) == 1 and None not in recorded
                    else None if gpu_names(environ) else 1)
     for side in sides.values():
-        _check_script(side.target, side.module, side.cwd)
+        check_script(side.target, side.module, side.cwd)
     folder = new_run_dir(Path(out) if out else None,
                          f"gate-{_label(sides['new'].target, sides['new'].module)}")
 
@@ -504,7 +513,7 @@ def _run_for(run: Optional[Union[str, Path]], target: Optional[str], args: Seque
     if run is None:
         return _new_run(target, args, module, cwd, prof, command, out)
     workdir = Path(cwd) if cwd else Path.cwd()
-    _check_script(target, module, workdir)
+    check_script(target, module, workdir)
     return Run.open(Path(run)), Script(target=target, args=list(args), module=module,
                                        cwd=workdir)
 
@@ -516,7 +525,7 @@ def _new_run(target: str, args: Sequence[str], module: bool,
     """A new run directory for a script, checked first (ScriptError), and the script
     (``source``: what a rerun needs besides it, kept in the manifest)."""
     workdir = Path(cwd) if cwd else Path.cwd()
-    _check_script(target, module, workdir)
+    check_script(target, module, workdir)
     label = _label(target, module) if command == "triage" else f"{command}-{_label(target, module)}"
     run = Run.create(out=Path(out) if out else None, label=label, command=command,
                      target=target, args=list(args), profile=prof, cwd=workdir, module=module,
@@ -563,17 +572,15 @@ def _input_files(paths: list[Path]) -> list[Path]:
     return files
 
 
-def _check_script(target: str, module: bool, workdir: Path) -> None:
-    """Fail before anything starts when the script or module cannot be found (ScriptError)."""
-    if module:
-        check_module(target, workdir)
-        return
-    script = (workdir / target) if not Path(target).is_absolute() else Path(target)
-    if not script.is_file():
-        what = "is a directory" if script.is_dir() else "does not exist"
-        raise ScriptError(f"The script {target} {what}. Give the path of a Python file "
-                          "(relative to the current directory), or use -m package.module "
-                          "to run a module.")
+def _is_triage_run(path: Path) -> bool:
+    """A one-process triage's run directory (its profiled process's record is in it)."""
+    manifest = path / S.MANIFEST_JSON
+    if not (manifest.is_file() and (path / S.CHILD_JSON).is_file()):
+        return False
+    try:
+        return json.loads(manifest.read_text(encoding="utf-8")).get("command") == "triage"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _label(target: str, module: bool) -> str:

@@ -2,8 +2,8 @@
 
 Exit codes: 0 ok; the script's own non-zero status when it fails; 1 an nsbridge error
 (bad input, with a one-paragraph message); 2 a usage error; 3 an unexpected crash;
-124 --timeout; 130 Ctrl-C. `diff`: 0 no regression, 1 regression or refused (runs it cannot
-compare), 4 inconclusive, 2 bad input.
+124 --timeout; 130 Ctrl-C; 143 SIGTERM. `gate` and `diff`: 0 no regression, 1 regression,
+4 inconclusive, 5 refused (runs it cannot compare, a gate process that failed), 2 bad input.
 """
 
 from __future__ import annotations
@@ -329,8 +329,8 @@ def diff_command(base: str, new: str, fail_above: float, min_step_share: float,
                  when_inconclusive: str, fmt: str) -> None:
     """Compare run NEW against run BASE as they were recorded (directories or report.json
     files): work first (calls, shapes, dtypes), then per-op time beyond the run-wide drift,
-    judged with 95% intervals; exit 1 on a regression or when the runs cannot be compared,
-    4 when the data cannot decide. To measure both sides again, interleaved, use gate."""
+    judged with 95% intervals; exit 1 on a regression, 4 when the data cannot decide, 5
+    when the runs cannot be compared. To measure both sides again, interleaved, use gate."""
     from .api import diff as run_diff
 
     kinds = _allowed(allow, allow_different_target)
@@ -387,7 +387,8 @@ def gate(processes: int, steps: int, threads: Optional[int], module: bool, out: 
          script: Optional[str], script_args: tuple[str, ...]) -> None:
     """Measure BASE and NEW again, interleaved in one session, and gate on paired changes:
     unchanged code passes, the same work made slower or different work is caught, and
-    "inconclusive" says how many more processes would settle it."""
+    "inconclusive" says how many more processes would settle it. Exit 0 pass, 1
+    regression, 4 inconclusive, 5 refused (a process failed, or runs it cannot compare)."""
     from .api import gate as run_gate
     from .api import rejudge as run_rejudge
 

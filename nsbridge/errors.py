@@ -105,16 +105,17 @@ class DiffInputError(NsbridgeError):
 
 
 class DiffRefusedError(NsbridgeError):
-    """`nsbridge diff` was given runs it cannot compare; the text says which and why."""
+    """`nsbridge diff` was given runs it cannot compare; the text says which and why.
+    Its own exit code (5), so a CI tells "a run failed" from "slower" (1)."""
 
-    exit_code = 1
+    exit_code = 5
 
 
 class GateRunError(NsbridgeError):
     """A process `nsbridge gate` started failed: nothing can be compared; its run
-    directory and the ones before it are kept."""
+    directory and the ones before it are kept (exit 5, as a refusal)."""
 
-    exit_code = 1
+    exit_code = 5
 
 
 class Stopped(BaseException):

@@ -104,7 +104,7 @@ def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
 
 
 def save(run: Run) -> None:
-    """Write every file of the run once: ops.csv (when a trace was analysed) and
+    """Write every file of the run once: ops.csv (when the report has ops) and
     merged.json.gz (when the torch trace is small enough to annotate whole) first, so that
     if one does not fit the reports can still say so; then manifest.json, report.json,
     report.md and report.html.
@@ -114,9 +114,8 @@ def save(run: Run) -> None:
     """
     trace = run.close()
     try:
-        analysis = run.frames.get("analysis")
-        if analysis is not None:
-            run.write_text(S.OPS_CSV, ops_csv(analysis.ops))
+        if run.report.get("ops"):
+            run.write_text(S.OPS_CSV, ops_csv(run.report))
         if trace is not None:
             merged = merged_trace_json(read_inflated(trace), run.report)
             run.write_with(S.MERGED_TRACE, lambda tmp: write_gz(tmp, merged))

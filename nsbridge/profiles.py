@@ -111,11 +111,11 @@ class Profile:
         return asdict(self)
 
 
-_SECTIONS = {"capture": Capture, "schedule": Schedule, "analysis": Analysis,
+SECTIONS = {"capture": Capture, "schedule": Schedule, "analysis": Analysis,
              "timeline": Timeline, "deep": Deep}
 _CHOICES = {"replay_mode": ("kernel", "application"), "clock_control": ("base", "none"),
             "cache_control": ("all", "none")}
-_TOP_KEYS = {"version", "description", *_SECTIONS}
+_TOP_KEYS = {"version", "description", *SECTIONS}
 
 
 def builtin_profiles() -> list[str]:
@@ -145,7 +145,7 @@ def load_profile(name_or_path: str = "default") -> Profile:
         raise ProfileError(f"Profile {path} has version {version!r}; this nsbridge reads "
                            f"version {SUPPORTED_VERSION}. Update the file or nsbridge.")
     sections = {key: _section(data.get(key) or {}, cls, str(path), key)
-                for key, cls in _SECTIONS.items()}
+                for key, cls in SECTIONS.items()}
     _check_schedule(sections["schedule"], str(path))
     return Profile(name=path.stem, description=str(data.get("description", "")),
                    source=str(path), **sections)

@@ -76,3 +76,8 @@ def requires_gpu() -> bool:
     except ImportError:
         return False
     return bool(torch.cuda.is_available())
+
+
+def flat(text: str) -> str:
+    """The terminal's text with its wrapping undone (it wraps sentences at 120 columns)."""
+    return " ".join(text.split())

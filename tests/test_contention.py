@@ -35,7 +35,8 @@ def test_threads_waiting_for_a_cpu_make_the_run_contended_with_the_numbers() -> 
     facts = _facts(_laps(100.0, 60.0) + _laps(40.0, 0.0, 5, "unprofiled"))
     found = facts["contention"]
     assert found["contended"] and facts["measured_steps"]["wait_share"] == pytest.approx(0.6)
-    assert "waited for a CPU 60.0 ms per step (60% of the 100.0 ms step" in found["evidence"]
+    assert ("waited for a CPU 60.0 ms per step on average (60% of the steps' wall time"
+            in found["evidence"])
     assert "load 4.30 on 2 usable cores" in found["evidence"]
     assert "set_num_threads(1)" in found["fix"]
     assert facts["unprofiled_steps"]["n"] == 5

@@ -11,7 +11,7 @@ import pytest
 
 from nsbridge._bootstrap.steps import EXACT_STEPS, SAMPLED_STEPS, StepLog
 from nsbridge.errors import ScriptError
-from nsbridge.passes.torch_pass import check_module
+from nsbridge.script_check import check_script, module_file
 
 from conftest import run_nsbridge
 
@@ -51,24 +51,45 @@ def test_missing_module_fails_before_the_run(tmp_path: Path, command: str) -> No
 
 
 def test_module_is_found_from_the_current_folder(tmp_path: Path) -> None:
-    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "sub").mkdir(parents=True)
     (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "train.py").write_text("x = 1\n")
+    (tmp_path / "mypkg" / "sub" / "__main__.py").write_text("x = 2\n")   # namespace subpackage
     (tmp_path / "single.py").write_text("")
-    check_module("mypkg.train", tmp_path)
-    check_module("single", tmp_path)
-    check_module("json", tmp_path)          # the interpreter's own path counts too
+    assert module_file("mypkg.train", tmp_path) == tmp_path / "mypkg" / "train.py"
+    assert module_file("mypkg.sub", tmp_path) == tmp_path / "mypkg" / "sub" / "__main__.py"
+    assert module_file("single", tmp_path) == tmp_path / "single.py"
+    assert module_file("json.tool", tmp_path).name == "tool.py"   # the interpreter's own path
     with pytest.raises(ScriptError, match="No module named 'nopkg'"):
-        check_module("nopkg.train", tmp_path)
+        module_file("nopkg.train", tmp_path)
+    with pytest.raises(ScriptError, match="No module named 'mypkg.missing'.*package mypkg has"):
+        module_file("mypkg.missing", tmp_path)
+    with pytest.raises(ScriptError, match="without a __main__"):
+        module_file("mypkg", tmp_path)
     with pytest.raises(ScriptError, match="relative module name"):
-        check_module(".train", tmp_path)
+        module_file(".train", tmp_path)
 
 
 def test_module_check_runs_no_package_code(tmp_path: Path) -> None:
     (tmp_path / "boom15").mkdir()
     (tmp_path / "boom15" / "__init__.py").write_text("raise RuntimeError('imported')\n")
-    check_module("boom15.train", tmp_path)  # only the top-level package is looked up
-    assert "boom15" not in sys.modules
+    (tmp_path / "boom15" / "train.py").write_text("raise RuntimeError('imported')\n")
+    check_script("boom15.train", True, tmp_path)   # found and compiled, never imported
+    with pytest.raises(ScriptError, match="No module named 'boom15.nope'"):
+        check_script("boom15.nope", True, tmp_path)
+    assert "boom15" not in sys.modules and "boom15.train" not in sys.modules
     assert str(tmp_path) not in sys.path, "sys.path was not put back"
+
+
+def test_code_that_does_not_compile_fails_before_the_run(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "bad.py").write_text("x = 1\nif x\n    pass\n")
+    with pytest.raises(ScriptError, match=r"syntax error at .*bad.py:2: .*'if x'"):
+        check_script("pkg.bad", True, tmp_path)
+    (tmp_path / "nul.py").write_bytes(b"x = 1\0\n")
+    with pytest.raises(ScriptError, match="not Python source"):
+        check_script("nul.py", False, tmp_path)
 
 
 # -- the script's traceback ----------------------------------------------------------------

@@ -66,8 +66,8 @@ def _diff(*args: Any) -> Result:
 
 
 def _refused(result: Result, *phrases: str) -> None:
-    """Exit 1 with the refusal paragraph on stderr, nothing compared on stdout."""
-    assert result.exit_code == 1, result.output
+    """Exit 5 with the refusal paragraph on stderr, nothing compared on stdout."""
+    assert result.exit_code == 5, result.output
     assert result.stderr.startswith("nsbridge: error: diff refused, nothing was compared:")
     assert result.stdout == "" and "Traceback" not in result.output
     assert "None" not in result.output and "nan" not in result.output
@@ -213,7 +213,7 @@ def test_the_library_raises_the_refusal(real_run: Path, tmp_path: Path) -> None:
     broken = _copy(real_run, tmp_path / "broken", BROKEN["running"][0])
     with pytest.raises(DiffRefusedError) as caught:
         nsbridge.diff(real_run, broken)
-    assert caught.value.exit_code == 1 and "still running" in str(caught.value)
+    assert caught.value.exit_code == 5 and "still running" in str(caught.value)
 
 
 def test_a_base_without_a_verdict_prints_none_not_python_none(real_run: Path,
@@ -276,5 +276,5 @@ def test_the_real_command_refuses_a_crashed_run(real_run: Path, tmp_path: Path) 
     crashed = _copy(real_run, tmp_path / "crashed", BROKEN["failed"][0])
     proc = run_nsbridge("diff", str(real_run), str(crashed), "--inconclusive", "pass",
                         "--format", "md", cwd=tmp_path)
-    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.returncode == 5 and proc.stdout == ""
     assert "diff refused" in proc.stderr and "Traceback" not in proc.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import html
+import itertools
 import json
 import re
 import textwrap
@@ -31,7 +32,7 @@ from nsbridge.report.terminal import terminal_summary
 from nsbridge.report.wording import machine_line
 
 from builders import events, kernel, launch, op
-from conftest import TORCH_DATA, run_nsbridge
+from conftest import TORCH_DATA, flat, run_nsbridge
 
 TRACE = TORCH_DATA / "h200" / "input_bound_h200.json.gz"
 # op name in the trace -> what it is renamed to (top ops; aten::copy_ also holds a sync)
@@ -144,7 +145,8 @@ def test_terminal_shows_control_characters_as_escapes(evil_run: nsbridge.RunResu
     assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]", text)
     assert "\\x1b[31mred\\x1b[0m\\rback\\nline\\u202e" in text
     assert "\\x1b]0;title\\x07 \\x9b2J" in text and "x\\x1b[1A.py:1" in text
-    table = text[text.index("Top ops by"):text.index("  (gross MiB")].splitlines()[1:]
+    table = [line for line in text[text.index("Top ops by"):text.index("  (gross MiB")]
+             .splitlines()[1:] if not line.startswith("  (")]     # the table, not its notes
     assert len({len(line) for line in table}) == 1   # the escaped names keep it aligned
 
 
@@ -221,7 +223,8 @@ def test_a_finished_run_that_measured_nothing_has_no_verdict() -> None:
     for text in (terminal_summary(report, None), markdown(report), html_page(report)):
         assert "-BOUND" not in text
         assert ("No verdict or recommendations: nothing was measured (no op, no GPU work). "
-                "Kept: the trace (t.json), 2 complete measured steps, no op.") in text
+                "Kept: the trace (t.json), 2 complete measured steps, no op.") in " ".join(
+                    text.split())      # the terminal wraps at 120 columns
 
 
 def test_gpu_work_alone_is_measured() -> None:
@@ -318,14 +321,17 @@ def test_a_failed_script_gets_status_error_and_what_was_kept(case: str, tmp_path
     assert error in proc.stdout
     assert "\x1b" not in proc.stdout and "<script" not in MD.render(md).lower()
     assert "<script>alert" not in page
-    kept = proc.stdout.split("Kept: ", 1)[1].splitlines()[0]
+    said = flat(proc.stdout)          # the terminal wraps sentences at 120 columns
+    first, *rest = proc.stdout.split("Kept: ", 1)[1].splitlines()
+    wrapped = itertools.takewhile(lambda line: line.startswith("    "), rest)   # its own
+    kept = " ".join([first, *(line.strip() for line in wrapped)])
     if case == "two steps, then raises":
         assert kept.startswith("the partial trace (trace.json.gz), 2 complete measured steps")
-        assert f"(at {tmp_path / name}:12)" in proc.stdout           # the script's line
+        assert f"(at {tmp_path / name}:12)" in said                  # the script's line
         assert any(p["file"] and p["file"].endswith(name) for p in report["sync_points"])
         for table in _md_tables(md):
             assert all(_columns(row) == _columns(table[0]) for row in table)
     elif case == "os._exit(3)":
         assert kept == "no trace, no complete measured step, no op."
     else:
-        assert kept.endswith(", no op.") and f"(at {tmp_path / name}:2)" in proc.stdout
+        assert kept.endswith(", no op.") and f"(at {tmp_path / name}:2)" in said

@@ -127,7 +127,8 @@ def test_a_run_gated_against_itself_never_fails(tmp_path: Path) -> None:
     if proc.returncode == 0:
         assert "Outcome: PASS (exit 0): no change beyond ±" in proc.stdout
     else:
-        assert "What would settle it:" in proc.stdout and "--processes" in proc.stdout
+        assert "What would settle it:" in proc.stdout       # more processes, or steps
+        assert "--processes" in proc.stdout or "--steps" in proc.stdout
 
 
 @pytest.mark.slow
@@ -137,6 +138,43 @@ def test_a_process_that_fails_stops_the_gate_and_keeps_its_runs(tmp_path: Path) 
     proc = _nsbridge("gate", "--processes", "2", "--steps", "4", "--out", str(out),
                      "--new-env", "FAIL=1", str(tmp_path), str(tmp_path), "tiny.py",
                      cwd=tmp_path)
-    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.returncode == 5 and proc.stdout == ""    # refused: not "slower" (1)
     assert "new process" in proc.stderr and "did not finish cleanly" in proc.stderr
     assert (out / "base-01" / "report.json").is_file() and (out / "new-01").is_dir()
+
+
+def _gate_folder(folder: Path, pairs: list[tuple[dict, dict]]) -> Path:
+    for i, (a, b) in enumerate(pairs, 1):
+        for side, report in (("base", a), ("new", b)):
+            run = folder / f"{side}-{i:02d}"
+            run.mkdir(parents=True)
+            (run / "report.json").write_text(json.dumps(report))
+    return folder
+
+
+def test_rejudge_judges_an_earlier_gate_again_without_running_anything(tmp_path: Path) -> None:
+    from test_paired_gate import pairs
+
+    folder = _gate_folder(tmp_path / "gate", pairs(11, scale={"gatebench::busy": 1.07}))
+    strict = _nsbridge("gate", "--rejudge", str(folder), "--fail-above", "5", "--format",
+                       "json", cwd=tmp_path)
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    result = json.loads(strict.stdout)
+    assert result["gate"]["rejudged"] and result["gate"]["processes"] == 5
+    assert "gatebench::busy" in [r["what"] for r in result["regressions"]]
+    lenient = _nsbridge("gate", "--rejudge", str(folder), "--fail-above", "25", cwd=tmp_path)
+    assert lenient.returncode == 0 and "Outcome: PASS" in lenient.stdout
+    assert not list(folder.glob("gate.*"))        # the folder is only read
+
+
+def test_gate_usage_and_bad_input_exit_2(tmp_path: Path) -> None:
+    assert _nsbridge("gate", cwd=tmp_path).returncode == 2
+    both = _nsbridge("gate", "--rejudge", str(tmp_path), "a", "b", cwd=tmp_path)
+    assert both.returncode == 2 and "give no BASE or NEW" in both.stderr
+    empty = _nsbridge("gate", "--rejudge", str(tmp_path), cwd=tmp_path)
+    assert empty.returncode == 2 and "not a gate folder" in empty.stderr
+    (tmp_path / "base-01").mkdir()
+    half = _nsbridge("gate", "--rejudge", str(tmp_path), cwd=tmp_path)
+    assert half.returncode == 2 and "it lacks new-01" in half.stderr
+    nowhere = _nsbridge("gate", str(tmp_path / "x"), str(tmp_path / "y"), "t.py", cwd=tmp_path)
+    assert nowhere.returncode == 2 and "neither a run directory" in nowhere.stderr

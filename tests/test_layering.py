@@ -49,7 +49,8 @@ HEAVY = ("torch", "pandas", "numpy", "click", "msgspec")
 LAYERS: list[set[str]] = [
     {"errors", "schema", "_stepping", "progress",    # stdlib only; progress: rich, lazily;
      "_blas"},                                       # _blas: numpy, lazily
-    {"profiles", "rundir"},                          # YAML recipes; run-directory files
+    {"profiles", "rundir",                           # YAML recipes; run-directory files;
+     "script_check"},                                # can the script start (no import)
     {"collect", "parse"},                            # tool adapters; file -> frame (siblings)
     {"model"},                                       # frames -> findings, no I/O
     {"report"},                                      # sections -> renderers

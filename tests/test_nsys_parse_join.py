@@ -287,13 +287,17 @@ def test_an_nsys_export_alone_shows_its_ops_without_empty_torch_columns(tmp_path
 
     nsbridge.analyze([OURS_GPU], out=tmp_path / "run")
     md = (tmp_path / "run" / "report.md").read_text()
-    section = md[md.index("## Ops"):]
-    section = section[:section.index("\n## ", 1)]
-    assert section.startswith("## Ops (no torch.profiler pass")
-    header = section.splitlines()[1]
-    assert "nsys kernel ms" in header and "self CPU ms" not in header
-    assert "0 measured steps" not in md and "gross MiB" not in section
-    assert "| `aten::addmm` |" in section
+    # report.md: the Timeline section's own op table, no second table of the same rows
+    assert "## Ops" not in md and "| `aten::addmm` |" in md
+    assert "0 measured steps" not in md and "gross MiB" not in md
+    assert "as the torch.profiler figures" not in md          # there was no such pass
+    # report.html: one sortable table of every pass's columns
+    page = (tmp_path / "run" / "report.html").read_text()
+    section = page[page.index("<section id='ops'>"):]
+    section = section[:section.index("</section>")]
+    assert "Ops (no torch.profiler pass" in section
+    assert "nsys kernel ms" in section and "self CPU ms" not in section
+    assert "<code>aten::addmm</code>" in section
 
 
 def test_a_launch_after_an_op_of_another_domain_ended_is_not_that_ops() -> None:

@@ -96,15 +96,17 @@ def test_kernel_launch_configuration_is_the_traces_own(tmp_path: Path) -> None:
         assert work["launch_configs"] <= len(configs)
 
 
-@pytest.mark.parametrize("step, comm, busy, overlap", [
-    (100.0, 30.0, 60.0, 50.0), (100.0, 0.0, 100.0, None), (50.0, 10.0, None, None)])
-def test_a_ranks_step_parts_add_up_to_its_step(step: float, comm: float, busy: float,
+@pytest.mark.parametrize("step, work, busy, overlap", [
+    (100.0, 70.0, 60.0, 50.0), (100.0, 100.0, 100.0, None), (50.0, 40.0, None, None)])
+def test_a_ranks_step_parts_add_up_to_its_step(step: float, work: float, busy: float,
                                               overlap: float) -> None:
-    parts = step_breakdown(step, comm, busy, overlap)
+    parts = step_breakdown(step, work, busy, overlap)
     assert parts is not None
     assert sum(v for v in parts.values() if v is not None) == pytest.approx(step)
     if busy is None:
         assert parts["idle"] is None and parts["overlap"] is None
+        assert parts["compute"] == pytest.approx(work)     # the rank table's work ms/step
     else:
         assert parts["idle"] == pytest.approx(step * (1 - busy / 100))
-    assert step_breakdown(None, comm, busy, overlap) is None
+        assert parts["compute"] + parts["idle"] == pytest.approx(work)
+    assert step_breakdown(None, work, busy, overlap) is None

@@ -44,6 +44,7 @@ class RecordedTorchPass:
     environ: Any = None
     runs: int = 1
     window: str = "steps"
+    threads: Any = None
     name: str = "torch.profiler"
 
     def plan(self, run: Run) -> None:

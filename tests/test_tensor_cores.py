@@ -4,10 +4,11 @@ names), checked on a real H200 trace, a CPU run, and against ncu's counters."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from nsbridge.api import analyze
-from nsbridge.model.tensor_cores import (ELIGIBLE, NOT_ELIGIBLE, OFF, ON, mark,
+from nsbridge.model.tensor_cores import (ELIGIBLE, MISALIGNED, NOT_ELIGIBLE, OFF, ON, mark,
                                          settle_with_ncu)
 
 from conftest import DATA, ROOT, TORCH_DATA, run_nsbridge
@@ -40,7 +41,7 @@ def test_marks_from_dtype_shapes_and_settings() -> None:
                 gpu_run=False)
     assert tf32["status"] == ELIGIBLE and "100" not in tf32["reason"]   # 100 % 4 == 0
     half = mark(mm, '["c10::BFloat16", "c10::BFloat16"]', TF32_OFF, gpu_run=False)
-    assert half["status"] == ELIGIBLE and "100 are not multiples of 8" in half["reason"]
+    assert half["status"] == MISALIGNED and "100 are not multiples of 8" in half["reason"]
     wide = mark(mm, '["long int", "long int"]', TF32_OFF, gpu_run=False)
     assert wide["status"] == NOT_ELIGIBLE and "int64" in wide["reason"]
     nvjet = {**mm, "kernels": [{"name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"}]}
@@ -82,7 +83,17 @@ def test_a_cpu_triage_records_the_tf32_settings_and_marks_ops(tmp_path: Path) ->
     assert marks["aten::addmm"]["status"] == NOT_ELIGIBLE
     assert "allow_tf32 = True" in marks["aten::addmm"]["reason"]
     assert "a CPU run" in marks["aten::addmm"]["evidence"]
-    assert "Tensor Cores:" in proc.stdout
+    # once per chain of calls: the op doing the work, not the wrappers around it
+    assert "aten::mkldnn_convolution" in marks and "aten::linear" not in marks
+    assert not {"aten::conv2d", "aten::convolution", "aten::_convolution"} & set(marks)
+    counts = report["tensor_cores"]
+    assert counts["ops"] == len(marks) == sum(v for k, v in counts.items() if k != "ops")
+    # what a GPU would do: in report.md, not among the terminal's measured findings
+    assert "Tensor Cores:" not in proc.stdout
+    md = (tmp_path / "run" / "report.md").read_text()
+    section = md[md.index("## Tensor Cores"):].split("\n## ", 1)[0]
+    shown = re.findall(r"^\| `([^`]+)` \|", section, re.M)
+    assert shown and set(shown) <= set(marks)        # its top rows, each a marked op
 
 
 def test_common_input_types_equals_a_counter_per_name() -> None:

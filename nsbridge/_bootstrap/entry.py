@@ -36,7 +36,12 @@ class _Terminated(BaseException):
     """Raised in the script's thread when nsbridge stops it (timeout)."""
 
 
+_SIGTERM_SEEN = False   # set by the handler: whatever the signal's exception became
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
+    global _SIGTERM_SEEN
+    _SIGTERM_SEEN = True
     raise _Terminated()
 
 
@@ -66,6 +71,7 @@ def _restore_umask() -> None:
 
 
 RECORD_NOT_WRITTEN = 74   # EX_IOERR: the process could not write its record (child.json)
+TERMINATED = 143          # 128 + SIGTERM
 
 
 def main(config_path: str) -> int:
@@ -111,9 +117,7 @@ def main(config_path: str) -> int:
                       error={"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"})
     except _Terminated:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        result.update(status="terminated", exit_code=124,
-                      error={"type": "Terminated", "message": "stopped by SIGTERM (nsbridge's "
-                             "--timeout, or a launcher ending the job)"})
+        result.update(_terminated("the script"))
     except SyntaxError as exc:
         _print_script_traceback(exc)
         result.update(status="failed", exit_code=1,
@@ -138,6 +142,9 @@ def main(config_path: str) -> int:
         session = instruments["session"]
         try:
             note = session.finish()
+        except _Terminated:           # stopped while writing the trace: it is incomplete
+            note = "the profiler was stopped by SIGTERM while it wrote its trace"
+            result.update(_terminated("the profiler writing its trace"))
         except BaseException as exc:  # a failing export must not lose child.json
             note = f"the profiler could not write its trace: {type(exc).__name__}: {exc}"
         if session.write_error and result["status"] == "ok":
@@ -163,7 +170,17 @@ def main(config_path: str) -> int:
         return RECORD_NOT_WRITTEN
     if rank is not None:
         _write_rank_summary(run_dir, config, rank, result)
+    # the record is written: a SIGTERM from now on (a --timeout during torch's teardown)
+    # ends the process quietly, and the record says how the script ended
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return int(result["exit_code"])
+
+
+def _terminated(what: str) -> dict[str, Any]:
+    """The record of a process stopped by SIGTERM (128 + 15, as a shell reports it)."""
+    return {"status": "terminated", "exit_code": TERMINATED,
+            "error": {"type": "Terminated", "message": f"SIGTERM stopped {what} (nsbridge's "
+                      "--timeout, or a launcher or scheduler ending the job)"}}
 
 
 def _rank(config: dict[str, Any]) -> Any:
@@ -303,4 +320,13 @@ def _environment() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    try:
+        sys.exit(main(sys.argv[1]))
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException:   # SIGTERM outside the script (importing torch, starting the
+        if not _SIGTERM_SEEN:  # profiler), whatever a library turned it into; else a bug
+            raise
+        print("nsbridge: SIGTERM stopped the profiled process outside the script (starting "
+              "torch or the profiler): it wrote no record.", file=sys.stderr)
+        sys.exit(TERMINATED)

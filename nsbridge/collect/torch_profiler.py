@@ -67,6 +67,12 @@ def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile
     outcome = run_passthrough(argv, cwd=cwd, env=env, timeout=timeout,
                               noise_log=run_dir / S.PROFILER_NOISE_LOG)
     around = {**machine.between(before, machine.snapshot()), "cores": machine.usable_cores()}
+    return recorded_pass(run_dir, outcome, around)
+
+
+def recorded_pass(run_dir: Path, outcome: ChildOutcome, around: dict[str, Any]) -> TorchPass:
+    """What a profiled process left in ``run_dir``: its record (child.json), its traces
+    and torch's table."""
     child_path = run_dir / S.CHILD_JSON
     child = None
     if child_path.is_file():

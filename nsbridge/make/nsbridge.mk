@@ -12,9 +12,9 @@
 #     make nsbridge-help   (every target and variable, with its default)
 #   perf-gate runs `nsbridge gate`: both sides measured again, interleaved (BASE and NEW
 #   are run directories, or checkouts with SCRIPT). It and perf-diff fail when nsbridge
-#   exits 1 (regression, or runs it cannot compare) or 4 (inconclusive: the data cannot
-#   decide; INCONCLUSIVE=pass or fail maps it to 0 or 1). make prints "Error 1" or
-#   "Error 4" and, like any failed make, itself exits 2.
+#   exits 1 (regression), 4 (inconclusive: the data cannot decide; INCONCLUSIVE=pass or
+#   fail maps it to 0 or 1) or 5 (runs it cannot compare, a gate process that failed).
+#   make prints "Error 1", "Error 4" or "Error 5" and, like any failed make, exits 2.
 # Every variable can be set on the command line or before the include. Each value is passed
 # to nsbridge as one argument, quoted for the shell (spaces and quotes in paths are safe),
 # except ARGS, which is shell syntax split into the script's arguments, and OP, which is
@@ -86,8 +86,8 @@ nsbridge-help:
 	@echo '  profile-deep       nsbridge deep: Nsight Compute on the kernels of OP (else the TOP'
 	@echo '                     ops) of RUN, of a triage of SCRIPT, else of the latest run'
 	@echo '  perf-gate          nsbridge gate BASE NEW [SCRIPT]: both sides run again,'
-	@echo '                     interleaved; fails on a regression or a failed run'
-	@echo '                     (nsbridge exit 1) or when inconclusive (exit 4); make exits 2'
+	@echo '                     interleaved; fails on a regression (nsbridge exit 1),'
+	@echo '                     inconclusive (4) or a refused/failed run (5); make exits 2'
 	@echo '  perf-diff          nsbridge diff BASE NEW: two runs as they were recorded'
 	@echo '  nsbridge-help      this list'
 	@echo 'Variables (NAME=default), set on the command line or before the include:'

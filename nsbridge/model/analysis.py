@@ -74,6 +74,8 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     windows, notes = measured_window(events, tree, window, complete_steps, last_step_cut)
     lo, hi = float(windows["start"].min()), float(windows["end"].max())
     stepless = int(windows["step"].iloc[0]) < 0
+    # one window asked for over a trace that has steps: advice never asks to add them
+    steps_in_trace = window == "trace" and int(step_windows(events, tree)["step"].iloc[0]) >= 0
     ops_in = (tree.start >= lo) & (tree.start < hi)
     launched = gpu["op_pos"].to_numpy() >= 0
     in_window = gpu[np.where(launched, ops_in[np.maximum(gpu["op_pos"].to_numpy(), 0)]
@@ -136,9 +138,11 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                      ops=ops, has_device=has_device, kernels_per_step=per_step_kernels,
                      median_kernel_us=median_kernel, thresholds=thresholds,
                      seconds=seconds if stepless else None,
-                     host_ops_per_step=host_ops / max(n_steps, 1))
+                     host_ops_per_step=host_ops / max(n_steps, 1),
+                     steps_in_trace=steps_in_trace)
     contention = (machine or {}).get("contention")
-    verdict = qualify(verdict, breakdown=steps, thresholds=thresholds, machine=machine)
+    verdict = qualify(verdict, breakdown=steps, thresholds=thresholds, machine=machine,
+                      steps_in_trace=steps_in_trace)
 
     loaders = set(host_names[starts_with(host_names, "enumerate(DataLoader)#")])
     loader_kind = None

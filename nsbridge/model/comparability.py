@@ -1,7 +1,7 @@
 """Can two runs be compared at all? Checked before any number is.
 
 Two levels. ``refusal`` names what diff will not compare at all, whatever the flags (api.diff
-raises it as DiffRefusedError, exit 1): a report of another schema version or shape (every
+raises it as DiffRefusedError, exit 5): a report of another schema version or shape (every
 field diff reads is checked, with its type, before any is used); a run that did not finish
 cleanly (any status but ``ok``: failed, timeout, interrupted, terminated, no-trace, or still
 ``running`` / cut off); one with nothing measured (no ops, no op time, no steps); a window

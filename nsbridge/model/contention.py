@@ -107,8 +107,8 @@ def contention(facts: dict[str, Any], *, wall_s: Optional[float], wait_share: fl
     if laps.get("wait_share") is not None and laps["wait_share"] >= wait_share:
         reasons.append(
             f"this process's threads waited for a CPU {laps['wait_ms_per_step']:.1f} ms per "
-            f"step ({laps['wait_share']:.0%} of the {laps['wall_ms']['median']:.1f} ms step, "
-            "summed over its threads)"
+            f"step on average ({laps['wait_share']:.0%} of the steps' wall time, summed over "
+            "its threads)"
             + (f", preempted {laps['nivcsw_per_step']:g} times per step"
                if laps.get("nivcsw_per_step") is not None else ""))
     steal = facts.get("steal_share")

@@ -106,18 +106,21 @@ def rank_row(s: dict[str, Any]) -> dict[str, Any]:
             "comm_overlap_pct": (s.get("comm") or {}).get("overlap_pct"),
             "file": s.get("trace"), "busy_pct": (s.get("numbers") or {}).get("device_busy_pct"),
             "ops": len(s["ops"]) if s.get("ops") is not None else None,
-            "breakdown_ms": step_breakdown(step, coll, s.get("device_busy_pct"),
+            "breakdown_ms": step_breakdown(step, work, s.get("device_busy_pct"),
                                            (s.get("comm") or {}).get("overlap_pct"))}
 
 
-def step_breakdown(step: Optional[float], comm: Optional[float], busy_pct: Optional[float],
+def step_breakdown(step: Optional[float], work: Optional[float], busy_pct: Optional[float],
                    overlap_pct: Optional[float]) -> Optional[dict[str, Optional[float]]]:
-    """A rank's median step split into parts that add up to it (ms): ``idle`` (the GPU
-    idle: step x (1 - busy)), ``overlap`` (collectives running while compute does),
-    ``communication`` (collectives exposed), ``compute`` (the rest). Without a device,
-    idle and overlap are unknown (None) and compute is the time outside collectives."""
-    if step is None or comm is None:
+    """A rank's median step split into parts that add up to it (ms), from its median work
+    outside collectives per step (``work_ms_per_step``, the same number the rank table
+    shows): ``idle`` (the GPU idle: step x (1 - busy)), ``overlap`` (collectives running
+    while compute does), ``communication`` (collectives exposed), ``compute`` (the work
+    less the GPU idle). Without a device, idle and overlap are unknown (None) and compute
+    is the work itself."""
+    if step is None or work is None:
         return None
+    comm = max(step - work, 0.0)
     if busy_pct is None:
         return {"compute": round(max(step - comm, 0.0), 3), "communication": round(comm, 3),
                 "overlap": None, "idle": None}

@@ -168,7 +168,7 @@ def _op_table(sa: _Side, sb: _Side, *, fail_above: float, min_share: float,
             if name in est.ops:
                 row.update(_judged(est.ops[name], ma, mb, est.drift, fail_above, floor))
                 if row["status"] == "regressed" and (single_process or contended):
-                    row.update(status="inconclusive", why=_same_work_reason(
+                    row.update(status="inconclusive", significant=True, why=_same_work_reason(
                         row, contended, single_process))
             if row["gated"]:
                 judge_work(row, sa.work[name], sb.work[name],

@@ -53,8 +53,10 @@ def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
     time's) -> regression; else the step time decides (inconclusive when its interval
     holds both no change and the threshold, or is wider than the threshold), and ops the
     data could not decide are listed without blocking a pass: their spread between
-    processes is larger than the step's (one op's loss is often another's gain). With
-    ``ops`` (gate only these) or without a step time, those ops decide instead."""
+    processes is larger than the step's (one op's loss is often another's gain). An op
+    whose slowdown the interval shows but the comparison cannot put on the code (the same
+    work, one process per side or a contended machine: ``significant``) does block it.
+    With ``ops`` (gate only these) or without a step time, those ops decide instead."""
     source = SOURCES[device]
     regressions = [named(r, source) for r in rows if r["gated"] and r["status"] == "regressed"]
     deciding = step if step is not None and not ops else None
@@ -64,6 +66,9 @@ def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
     unsure = [r for r in rows if r["gated"] and r["status"] == "inconclusive"]
     reasons = [f"not comparable: {p['text']}" for p in blockers] + reasons
     if deciding is not None:
+        # a slowdown the data shows but cannot put on the code (one process per side, a
+        # contended machine) keeps a decided step from passing: it is evidence, not noise
+        reasons += [_why(r, fail_above) for r in unsure if r.get("significant")]
         if deciding["status"] == "inconclusive":
             reasons.append(deciding.get("why")
                            or unsure_reason({**deciding, "op": "step time"}, fail_above))
@@ -90,8 +95,8 @@ def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
             "machine": {"a": a.get("machine"), "b": b.get("machine")},
             "syncs": syncs(a, b), "ops": rows, "regressions": regressions,
             "inconclusive": [r["op"] for r in unsure],
-            "undecided": [_why(r, fail_above) for r in unsure] if deciding is not None
-            else []}
+            "undecided": [_why(r, fail_above) for r in unsure
+                          if deciding is not None and not r.get("significant")]}
 
 
 def _why(row: dict[str, Any], fail_above: float) -> str:

@@ -10,7 +10,7 @@ may be the contention's, so it is not called the profiler's.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -42,9 +42,10 @@ def profiler_overhead(child_steps: list[dict[str, Any]],
             f"{profiled.size} measured, {bare.size} unprofiled steps)")
     if contended:
         result["kind"] = "contended"
-        result["note"] = (f"measured steps took {span}, but the machine was contended while the "
-                          "script ran, so the difference cannot be told apart from the "
-                          "contention: the profiler's own overhead is not known")
+        result["note"] = ("not known on this run: the machine was contended while the script "
+                          "ran, so measured and unprofiled steps differ by the contention as "
+                          "much as by the profiler (report.json keeps the ratio); measure on "
+                          "a quieter machine, or with nsbridge triage --threads 1")
     elif low > 1.0:
         result["kind"] = "slower"
         result["note"] = (f"the profiler slowed the measured steps by {100 * (ratio - 1):.0f}% "

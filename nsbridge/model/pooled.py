@@ -8,8 +8,9 @@ run it came from, so intervals resample runs first (model.stats):
 - ops: totals summed over all runs (so a total divided by ``steps.count`` is still the time
   per step), as are the calls and time per shape, ``per_step_us`` the runs' per-step lists end to end, aligned with the steps
   (an op a run did not have counts 0 in that run's steps);
-- the verdict: the ladder on the pooled steps and ops; the device, sync and kernel facts
-  are the first run's (``lead``), as are the trace, key_averages and merged trace.
+- the window: the measured steps (or trace seconds) of every run, with ``runs``;
+- the verdict: the ladder on the pooled steps and ops; the device, sync, memory and kernel
+  facts are the first run's (``lead``), as are the trace, key_averages and merged trace.
 """
 
 from __future__ import annotations
@@ -70,5 +71,10 @@ def pool_analyses(analyses: list[TraceAnalysis], thresholds: Analysis,
     pooled_facts = dataclasses.replace(facts, verdict=verdict["label"], ops=ops,
                                        data_share=verdict["numbers"]["data_share"],
                                        contention=contention)
-    return dataclasses.replace(lead, ops=ops, steps=steps, verdict=verdict,
+    window = {**lead.window, "runs": len(analyses)}
+    if window["kind"] == "trace":
+        window["seconds"] = round(sum(a.window["seconds"] for a in analyses), 3)
+    else:
+        window["steps"] = len(steps)
+    return dataclasses.replace(lead, ops=ops, steps=steps, verdict=verdict, window=window,
                                recommendations=recommend(pooled_facts), facts=pooled_facts)

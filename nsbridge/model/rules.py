@@ -123,16 +123,25 @@ def _remove_syncs(f: Facts) -> Optional[dict[str, Any]]:
                 impact)
 
 
+SMALL_OP_US = 50.0   # an op's mean self CPU time below which per-op dispatch matters
+
+
 def _torch_compile(f: Facts) -> Optional[dict[str, Any]]:
     rate = f.host_ops_per_step if f.host_ops_per_step is not None else f.host_ops_per_s
     if f.ops.empty or not rate:
         return None   # nothing measured: no op to fuse
     launch_bound = f.has_device and f.verdict == "cpu-bound"
-    many_small = f.host_ops_per_step is not None and f.host_ops_per_step >= 200
-    if not (launch_bound or many_small or (not f.has_device and f.verdict == "cpu-bound")):
+    calls = float(f.ops[S.CALLS].sum())
+    op_us = float(f.ops[S.CPU_SELF_US].sum()) / calls if calls else 0.0
+    # fusing pays where dispatch is a large part of each op: many ops of a step, each short
+    small = op_us < SMALL_OP_US
+    many_small = small and f.host_ops_per_step is not None and f.host_ops_per_step >= 200
+    if not (launch_bound or many_small or (small and not f.has_device
+                                           and f.verdict == "cpu-bound")):
         return None
     count = (f"{f.host_ops_per_step:.0f} host ops per step" if f.host_ops_per_step is not None
              else f"{f.host_ops_per_s:.0f} host ops per second")
+    count += f", {op_us:.0f} µs each on average"
     return _rec("Fuse ops with torch.compile",
                 count + ("; the GPU waits on the host" if launch_bound else ""),
                 "model = torch.compile(model) (try mode='max-autotune' for GEMM-heavy models); "

@@ -5,8 +5,9 @@ input dtype and shapes, the math settings the script ended with (TF32 for matmul
 cuDNN, recorded by the profiled process), and on a GPU run the names of the kernels it
 launched. Marks: ``on Tensor Cores`` (kernel names of a Tensor Core path), ``not on Tensor
 Cores`` (a GPU run whose kernels are CUDA-core ones: FFMA, SIMT), ``eligible`` (dtype,
-settings and shapes allow them; no kernel names to confirm) and ``not eligible``; each with
-its reason. ncu's counters, when the deep pass runs, settle it (a disagreement is a
+settings and shapes allow them; no kernel names to confirm), ``eligible if padded`` (the
+dtype and settings allow them, the shapes are not multiples of its alignment) and ``not
+eligible``; each with its reason. ncu's counters, when the deep pass runs, settle it (a disagreement is a
 finding there: passes/ncu_pass.py).
 """
 
@@ -25,8 +26,9 @@ from .strings import value_codes
 
 ATTENTION_OP = re.compile(r"aten::(_scaled_dot_product|scaled_dot_product|_flash_attention|"
                           r"_efficient_attention|_cudnn_attention)")
-ON, OFF, ELIGIBLE, NOT_ELIGIBLE = ("on Tensor Cores", "not on Tensor Cores", "eligible",
-                                   "not eligible")
+ON, OFF, ELIGIBLE, MISALIGNED, NOT_ELIGIBLE = ("on Tensor Cores", "not on Tensor Cores",
+                                                "eligible", "eligible if padded",
+                                                "not eligible")
 # kernel names of Tensor Core paths (cuBLAS/cuDNN/CUTLASS HMMA, Hopper GMMA, cuBLASLt
 # nvjet, flash attention) and of CUDA-core ones (FFMA/SIMT GEMMs)
 TENSOR_KERNEL = re.compile(r"tf32|bf16|f16f16|h16|hmma|gmma|wgmma|tensorop|s1688|s16816|"
@@ -131,7 +133,7 @@ def _by_dtype(dtype: Optional[str], shapes: Sequence[str], math: Mapping[str, An
         return NOT_ELIGIBLE, f"{dtype} has no Tensor Core path in PyTorch's kernels"
     odd = _odd_dims(shapes, _ALIGN[dtype])
     if odd:
-        return ELIGIBLE, (f"{dtype}, but dimensions {', '.join(map(str, odd[:4]))} are not "
+        return MISALIGNED, (f"{dtype}, but dimensions {', '.join(map(str, odd[:4]))} are not "
                           f"multiples of {_ALIGN[dtype]}: pad them, or Tensor Cores are used "
                           "less or not at all")
     return ELIGIBLE, f"{dtype}" + (" with TF32 allowed" if dtype == "float32" else "") + \
@@ -188,7 +190,8 @@ def summary(marks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """report["tensor_cores"]: how many ops got each mark (the marks are in ops[])."""
     counts = Counter(m["status"] for m in marks.values())
     return {"ops": len(marks), **{status: counts.get(status, 0)
-                                  for status in (ON, OFF, ELIGIBLE, NOT_ELIGIBLE)}}
+                                  for status in (ON, OFF, ELIGIBLE, MISALIGNED,
+                                                 NOT_ELIGIBLE)}}
 
 
 def settle_with_ncu(ops: list[dict[str, Any]], on_pct: float = 1.0) -> None:

@@ -45,14 +45,19 @@ from .syncs import SyncCost
 MIN_STEPS = 3
 
 
+STEPS_ASKED_AWAY = "the trace has steps: leave --window trace off for per-step figures"
+
+
 def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost,
            sync_points: list[dict[str, Any]], ops: pd.DataFrame, has_device: bool,
            kernels_per_step: float, median_kernel_us: Optional[float],
            thresholds: Analysis, seconds: Optional[float] = None,
-           host_ops_per_step: Optional[float] = None) -> dict[str, Any]:
+           host_ops_per_step: Optional[float] = None,
+           steps_in_trace: bool = False) -> dict[str, Any]:
     """Return {label, evidence: [str], numbers: {...}, cannot_conclude: [str]}.
 
     ``seconds``: the length of a window without steps (None when there are steps);
+    ``steps_in_trace``: the trace has steps, but one window over it all was asked for;
     ``host_ops_per_step``: the host ops of a step, against which CPU-only syncs are counted."""
     wall = float(breakdown["wall_ms"].mean()) if len(breakdown) else 0.0
     data = float(breakdown["data_ms"].mean()) if len(breakdown) else 0.0
@@ -105,7 +110,7 @@ def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost
                             "short kernels")
     else:
         evidence.append(f"no GPU in this run: all {wall:.2f} ms of "
-                        + ("the window" if stepless else "a step") + " is host time")
+                        + ("the window" if stepless else "the mean step") + " is host time")
         evidence.extend(_top_ops_line(ops, S.CPU_SELF_US, "of CPU self time"))
         cannot.append("whether the script would be GPU-bound or launch-bound on a GPU: "
                       "run it on one (nsbridge triage picks CUDA up automatically)")
@@ -129,8 +134,9 @@ def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost
     if stepless:
         cannot.append(f"per-step figures: no training steps in this window ({seconds:.2f} s); "
                       "figures are totals and rates per second, and syncs are judged by the "
-                      "GPU idle time they cause, never by their count (mark steps with "
-                      "nsbridge.step())")
+                      "GPU idle time they cause, never by their count ("
+                      + (STEPS_ASKED_AWAY if steps_in_trace else "mark steps with "
+                         "nsbridge.step()") + ")")
     return {"label": label, "evidence": evidence, "numbers": numbers, "cannot_conclude": cannot}
 
 
@@ -155,10 +161,12 @@ def label_for(*, data_share: float, busy: Optional[float], many_syncs: bool, idl
 
 
 def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Analysis,
-            machine: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+            machine: Optional[dict[str, Any]] = None,
+            steps_in_trace: bool = False) -> dict[str, Any]:
     """The verdict with confidence, confidence_reasons, alternatives[], contention and
     settle (see the module docstring). ``breakdown`` may carry a ``run`` column (pooled
-    processes); ``machine`` is model.contention.machine_facts (None: not measured)."""
+    processes); ``machine`` is model.contention.machine_facts (None: not measured);
+    ``steps_in_trace`` as for decide."""
     numbers, label = verdict["numbers"], verdict["label"]
     contention = (machine or {}).get("contention")
     wait_ms_per_step = ((machine or {}).get("measured_steps") or {}).get("wait_ms_per_step")
@@ -207,7 +215,8 @@ def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Ana
     settle = []
     if confidence != "high":
         if whole_run:
-            settle.append("steps marked with nsbridge.step() at the end of each iteration")
+            settle.append(STEPS_ASKED_AWAY if steps_in_trace else
+                          "steps marked with nsbridge.step() at the end of each iteration")
         elif n < 10:
             settle.append("more measured steps (a profile with schedule.active: 10)")
         settle.append("several processes pooled (nsbridge triage --runs 5)")

@@ -16,7 +16,13 @@ from ..collect._process import ChildOutcome
 
 def pass_status(outcome: ChildOutcome,
                 child: Optional[dict[str, Any]]) -> tuple[str, int, Optional[dict[str, Any]]]:
-    """(status, exit code, error) of a pass from how its process ended and its own record."""
+    """(status, exit code, error) of a pass from how its process ended and its own record.
+
+    A record that says the script ended by itself (ok or failed) is the truth even when the
+    timeout or a SIGTERM came later, during the process's own teardown. Otherwise nsbridge's
+    timeout is 124, a SIGTERM (to nsbridge or to the profiled process) 143, Ctrl-C 130."""
+    if child is not None and child.get("status") in ("ok", "failed"):
+        return child["status"], int(child["exit_code"]), child.get("error")
     if outcome.timed_out:
         return "timeout", 124, {"type": "Timeout", "message": "stopped by --timeout"}
     if outcome.terminated:

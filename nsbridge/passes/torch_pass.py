@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing
 import os
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from dataclasses import dataclass, field
@@ -15,8 +13,9 @@ from typing import Any, Mapping, Optional, Sequence
 from .. import __version__, progress
 from .._blas import import_numpy_on_one_thread
 from .. import schema as S
-from ..collect.torch_profiler import TorchPass, run_torch_pass
-from ..errors import ScriptError, TraceError, TraceFormatError, TraceNotFoundError
+from ..collect._process import ChildOutcome
+from ..collect.torch_profiler import TorchPass, recorded_pass, run_torch_pass
+from ..errors import TraceError, TraceFormatError, TraceNotFoundError
 from ..distributed.summary import summarize
 from ..model.analysis import TraceAnalysis, analyze_events
 from ..model.contention import combine_runs, machine_facts
@@ -24,9 +23,10 @@ from ..model.pooled import pool_analyses
 from ..model.overhead import profiler_overhead
 from ..model.cross_rank import combine_ops, cross_rank, slowest
 from ..parse.torch_trace import TorchTrace, read_trace
-from ..profiles import Profile
+from ..profiles import SECTIONS, Profile, load_profile
 from ..report.build import build_report
 from ..run import PassOutput, Run, Script
+from ..rundir import read_run
 from .outcome import pass_status
 
 
@@ -54,28 +54,52 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
         if pass_status(passes[-1].outcome, passes[-1].child)[0] != "ok":
             break
     status, exit_code, error = pass_status(passes[-1].outcome, passes[-1].child)
+    steps = pooled_steps(passes)
+    machine = process_machine(combine_runs([tp.machine for tp in passes]),
+                              {**(passes[0].child or {}), "steps": steps}, profile)
+    if threads:
+        machine["threads"] = {**(machine.get("threads") or {}), "requested": threads}
+    return analyse_passes(run_dir, passes, target=target, args=args, profile=profile,
+                          window=window, machine=machine, status=status,
+                          exit_code=exit_code, error=error)
+
+
+def pooled_steps(passes: Sequence[TorchPass]) -> list[dict[str, Any]]:
+    """Every step the processes timed, each with its run (1..N)."""
+    return [{**step, "run": i} for i, tp in enumerate(passes, 1)
+            for step in (tp.child or {}).get("steps", [])]
+
+
+def analyse_passes(run_dir: Path, passes: Sequence[TorchPass], *, target: str,
+                   args: Sequence[str], profile: Profile, window: str,
+                   machine: dict[str, Any], status: str, exit_code: int,
+                   error: Optional[dict[str, Any]], command: str = "triage",
+                   files: Optional[dict[str, Any]] = None
+                   ) -> tuple[PassOutput, Optional[TraceAnalysis]]:
+    """The report of profiled processes' records (``passes``: what each left in
+    ``run_dir`` or its repeat-NN/): their traces analysed with what the processes knew
+    (steps, sync records, machine facts, math settings) and pooled. Used by the pass that
+    ran them and by ``analyze RUN_DIR`` (``command``, ``files``: the report's own)."""
     children = [tp.child or {} for tp in passes]
     child = children[0]
-    steps = [{**step, "run": i} for i, c in enumerate(children, 1) for step in c.get("steps", [])]
+    steps = pooled_steps(passes)
     notes = _triage_notes(passes[0], child)
     if len(passes) > 1:
         notes.append(f"{len(passes)} runs of the script pooled: ops are totals over the "
                      "measured steps of every run, intervals resample runs then steps; the "
                      "trace, key_averages and merged trace are run 1's (the others are in "
                      "repeat-NN/)")
-    machine = process_machine(combine_runs([tp.machine for tp in passes]),
-                              {**child, "steps": steps}, profile)
-    if threads:
-        machine["threads"] = {**(machine.get("threads") or {}), "requested": threads}
     analyses, trace = [], None
     for i, (tp, c) in enumerate(zip(passes, children), 1):
         if not tp.traces:
             continue
         try:
-            with progress.step("reading the trace" + (f" of run {i}" if runs > 1 else "")):
+            with progress.step("reading the trace" + (f" of run {i}" if len(passes) > 1
+                                                      else "")):
                 read = read_trace(tp.traces[0])
             notes.extend(read.notes())
-            with progress.step("analysing the trace" + (f" of run {i}" if runs > 1 else "")):
+            with progress.step("analysing the trace" + (f" of run {i}" if len(passes) > 1
+                                                        else "")):
                 analyses.append(analyze_events(read.events, thresholds=profile.analysis,
                                                process_syncs=c.get("syncs"),
                                                process_steps=steps_seen(c) or None,
@@ -90,17 +114,17 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
     if analysis is None and status == "ok":
         status = "no-trace"
     lead = passes[0]
-    files = {"trace": lead.traces[0].name if lead.traces else None,
-             "traces": [p.name for p in lead.traces],
-             "key_averages": lead.table.name if lead.table else None,
-             "ops_csv": S.OPS_CSV if analysis else None,
-             "profiler_noise": (S.PROFILER_NOISE_LOG if (run_dir / S.PROFILER_NOISE_LOG)
-                                .is_file() else None)}
-    if len(passes) > 1:
+    files = files or {"trace": lead.traces[0].name if lead.traces else None,
+                      "traces": [p.name for p in lead.traces],
+                      "key_averages": lead.table.name if lead.table else None,
+                      "ops_csv": S.OPS_CSV if analysis else None,
+                      "profiler_noise": (S.PROFILER_NOISE_LOG if (run_dir / S.PROFILER_NOISE_LOG)
+                                         .is_file() else None)}
+    if len(passes) > 1 and command == "triage":
         files["repeats"] = [str(tp.traces[0].relative_to(run_dir)) for tp in passes[1:]
                             if tp.traces]
     contended = machine["contention"]["contended"]
-    core = build_report(command="triage", target=" ".join([target, *args]), status=status,
+    core = build_report(command=command, target=" ".join([target, *args]), status=status,
                         analysis=analysis, step_source=child.get("step_source"),
                         overhead=profiler_overhead(steps, contended) if child else None,
                         files=files, notes=notes, has_memory=has_memory(trace), error=error,
@@ -110,8 +134,54 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
                 "runs": len(passes), "steps_seen": sum(steps_seen(c) for c in children),
                 "step_source": child.get("step_source"), "environment": child.get("env"),
                 "machine": machine}
-    return PassOutput(name="torch.profiler", manifest=manifest, status=status,
+    return PassOutput(name="torch.profiler" if command == "triage" else command,
+                      manifest=manifest, status=status,
                       exit_code=exit_code, error=error, core=core), analysis
+
+
+def analyse_run_dir(run_dir: Path, profile: Optional[Profile], window: str) -> PassOutput:
+    """``analyze RUN_DIR`` on a triage's run directory: its processes' records (run 1 and
+    repeat-NN/) analysed again as the triage did, with what the run knew: its machine
+    facts (contention), steps, sync records, math settings and status; its profile's
+    analysis thresholds unless ``profile`` is given.
+
+    Raises:
+        RunDirError: the run's manifest or report cannot be read.
+    """
+    manifest, report = read_run(run_dir)
+    first = (manifest.get("passes") or [{}])[0]
+    if profile is None:
+        profile = recorded_profile(manifest)
+    folders = [run_dir, *sorted(f for f in run_dir.glob("repeat-*")
+                                if (f / S.CHILD_JSON).is_file())]
+    outcome = ChildOutcome(returncode=int(first.get("exit_code") or 0),
+                           wall_s=float(first.get("wall_s") or 0.0), timed_out=False,
+                           interrupted=False, killed=False)
+    passes = [recorded_pass(f, outcome, {}) for f in folders]
+    traces = [tp.traces[0] for tp in passes if tp.traces]
+    output, analysis = analyse_passes(
+        run_dir, passes, target=str(manifest.get("target") or run_dir),
+        args=list(manifest.get("args") or []), profile=profile, window=window,
+        machine=report.get("machine") or first.get("machine") or {},
+        status=str(report.get("status") or "ok"), exit_code=int(first.get("exit_code") or 0),
+        error=report.get("error"), command="analyze",
+        files={"trace": None, "inputs": [str(t) for t in traces],
+               "trace_input": str(traces[0].resolve()) if traces else None,
+               "ops_csv": S.OPS_CSV if traces else None})
+    if analysis is not None:
+        output.frames["analysis"] = analysis
+    return output
+
+
+def recorded_profile(manifest: dict[str, Any]) -> Profile:
+    """The profile a run was made with (its manifest keeps every value); the default
+    profile where the manifest's is not one this version reads."""
+    recorded = manifest.get("profile") or {}
+    try:
+        return Profile(**{**recorded, **{key: cls(**recorded[key])
+                                         for key, cls in SECTIONS.items()}})
+    except (TypeError, KeyError):
+        return load_profile("default")
 
 
 @dataclass(frozen=True)
@@ -140,38 +210,6 @@ class TorchProfilerPass:
         if analysis is not None:
             output.frames["analysis"] = analysis
         return output
-
-
-def check_module(name: str, cwd: Path) -> None:
-    """Fail before anything runs when ``python -m name`` run in ``cwd`` could not find the
-    module's top-level package, looked up as the profiled process will (``cwd`` first on
-    sys.path, then this interpreter's path, PYTHONPATH included; _bootstrap/entry.py).
-
-    Only the first dotted part is looked up: finding ``a.b`` means importing ``a``, which
-    would run the package's own code in nsbridge's process. A missing ``a.b`` under an
-    existing ``a`` fails in the script's process, as `python -m a.b` does.
-
-    Raises:
-        ScriptError: no such top-level module or package.
-    """
-    top = name.split(".")[0]
-    if not top:
-        raise ScriptError(f"-m {name}: a relative module name cannot be run (python -m says "
-                          "the same); give the full name, package.module.")
-    saved = list(sys.path)
-    sys.path[:1] = [str(cwd.resolve())]
-    try:
-        found = importlib.util.find_spec(top) is not None
-    except (ImportError, ValueError):
-        found = False
-    finally:
-        sys.path[:] = saved
-    if not found:
-        raise ScriptError(f"No module named {top!r}, so -m {name} cannot run: python looks "
-                          f"for it in {cwd} (the current directory) and on sys.path "
-                          "(PYTHONPATH, installed packages). Run nsbridge from the folder that "
-                          f"holds {top}/ or {top}.py, install the package (pip install -e .), "
-                          "or add its folder to PYTHONPATH.")
 
 
 def repeat_dir_name(run: int) -> str:

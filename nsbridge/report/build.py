@@ -49,7 +49,7 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     report["steps"] = {
         "detected_by": step_source or _step_source(analysis.steps),
         "count": int(len(analysis.steps)),
-        "per_step": _with_clock(_records(analysis.steps.round(3)), child_steps),
+        "per_step": _with_clock(_numbered(_records(analysis.steps.round(3))), child_steps),
         "mean": mean_step(analysis.steps),
         "spread": summary(analysis.steps["wall_ms"], _runs(analysis.steps)),
         "unprofiled": summary(bare_ms, bare_runs),
@@ -59,7 +59,8 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     }
     report["device"] = analysis.device if has_device else None
     if analysis.memory:
-        report[S.MEMORY_SECTION] = analysis.memory
+        report[S.MEMORY_SECTION] = _renumbered(analysis.memory, analysis.steps,
+                                               report["steps"]["per_step"])
     if analysis.op_groups and (analysis.op_groups["by_shape"] or analysis.op_groups["by_source"]):
         report[S.OP_GROUPS_SECTION] = analysis.op_groups
     report["sync_points"] = analysis.sync_points
@@ -75,12 +76,14 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
 def _tensor_core_marks(ops: list[dict[str, Any]], analysis: TraceAnalysis,
                        settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Mark each matmul, convolution and attention op (``ops[].tensor_cores``, set here)
-    with its Tensor Core eligibility (on a GPU run, those that launched kernels
-    themselves: a wrapper such as aten::linear is marked through its child); returns the
-    marks by op."""
+    with its Tensor Core eligibility, once per chain of calls: on a GPU run the ops that
+    launched kernels themselves, on a CPU run those that did most of their work
+    themselves (a wrapper such as aten::linear or aten::conv2d is marked through the op
+    it calls); returns the marks by op."""
     marks = {}
     for op in ops:
-        wrapper = analysis.has_device and not op.get(S.KERNELS)   # its children launch
+        wrapper = (not op.get(S.KERNELS) if analysis.has_device      # its children launch
+                   else (op.get(S.CPU_SELF_US) or 0) < 0.5 * (op.get(S.CPU_TOTAL_US) or 0))
         if not tensor_cores.is_tensor_core_op(op[S.NAME]) or wrapper:
             continue
         found = tensor_cores.mark(op, analysis.input_types.get(op[S.NAME]), settings,
@@ -126,12 +129,23 @@ def _with_clock(per_step: list[dict[str, Any]],
                 child_steps: Optional[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Each measured step with the profiled process's own clock of it: ``cpu_ms`` (CPU
     time of all its threads) and ``wait_ms`` (time its threads waited for a CPU), when the
-    process timed exactly these steps (its measured steps, in order)."""
+    process timed exactly these steps (its measured steps, in order); ``step`` is then the
+    process's number of it, the one nsbridge's NVTX ``step N`` ranges, the nsys and ncu
+    passes and child.json use (torch's ProfilerStep#N counts from another start)."""
     measured = [s for s in child_steps or [] if s.get("phase") == "active"]
     if len(measured) != len(per_step):
         return per_step
-    return [{**step, "cpu_ms": clock.get("cpu_ms"), "wait_ms": clock.get("wait_ms")}
+    return [{**step, "step": clock.get("index", step["step"]) if step["step"] is not None
+             else None, "cpu_ms": clock.get("cpu_ms"), "wait_ms": clock.get("wait_ms")}
             for step, clock in zip(per_step, measured)]
+
+
+def _renumbered(memory: dict[str, Any], steps: pd.DataFrame,
+                per_step: list[dict[str, Any]]) -> dict[str, Any]:
+    """The memory section with its peak's step in the report's numbering (per_step)."""
+    numbers = dict(zip(steps["step"].tolist(), (s["step"] for s in per_step)))
+    peak = memory.get("peak_step")
+    return {**memory, "peak_step": numbers.get(peak, peak)} if peak is not None else memory
 
 
 def _unprofiled(child_steps: Optional[list[dict[str, Any]]]
@@ -141,6 +155,12 @@ def _unprofiled(child_steps: Optional[list[dict[str, Any]]]
     bare = [s for s in child_steps or [] if s.get("phase") == "unprofiled"]
     return ([s["wall_ms"] for s in bare], [int(s.get("run", 1)) for s in bare],
             [s.get("wait_ms") for s in bare])
+
+
+def _numbered(per_step: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The steps as the report shows them: a window without steps is one row whose
+    ``step`` is null (the analysis numbers it -1 internally; no step has that number)."""
+    return [{**row, "step": None} if row["step"] < 0 else row for row in per_step]
 
 
 def _runs(steps: pd.DataFrame) -> Optional[list[Any]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional
 
-from ..model.change import DISPLAY_LIMIT_PCT
 from ..model.gate_answer import show_ci, show_pct
 from .escape import md_cell, terminal
 from .wording import machine_line
@@ -112,20 +111,12 @@ def _row(r: dict[str, Any], esc: Callable[[str], str]) -> list[str]:
     added = _ms(r.get("added_us"))
     band = r.get("added_ci_us")
     added_text = "-" if added is None else f"{added:+.3f}" + (
-        f" ({_ms(band[0]):+.3f}..{_added_top(band[1], r.get('a_us'))})"
+        f" ({_ms(band[0]):+.3f}..{_ms(band[1]):+.3f})"
         if band and band[0] is not None else "")
     status = r["status"] + ("" if r["gated"] or r["status"] in ("not gated", "vanished")
                             else " (not gated)")
     return [esc(r["op"]), _basis(r), _num(_ms(r.get("a_us"))), _num(_ms(r.get("b_us"))),
             show_pct(r.get("change_pct")), show_ci(r.get("ci_pct")), added_text, status]
-
-
-def _added_top(top_us: float, base_us: Optional[float]) -> str:
-    """The top of an added-time interval, clipped where its percent change is (>+999%)."""
-    limit = (base_us or 0.0) * DISPLAY_LIMIT_PCT / 100.0
-    if base_us and top_us > limit:
-        return f">+{limit / 1e3:.3f}"
-    return f"{top_us / 1e3:+.3f}"
 
 
 def _basis(r: dict[str, Any]) -> str:

@@ -54,7 +54,8 @@ device time on a GPU run, else self CPU time); totals over the measured window.
     spread_pct                  float64  %       half the 95% interval of its time per
                                                  step; NaN with fewer than 2 steps
     tensor_cores_status         str      -       on Tensor Cores, not on Tensor Cores,
-                                                 eligible, not eligible; NaN where nothing
+                                                 eligible, eligible if padded, not
+                                                 eligible; NaN where nothing
                                                  tells (matmul, conv and attention ops)
     tensor_cores_dtype          str      -       the dtype that decided it
     tensor_cores_evidence       str      -       kernel names, dtype shapes and settings,
@@ -163,7 +164,7 @@ r.steps: one row per measured step (report ``steps.per_step[]``); the phases add
 ``wall_ms``.
 
     column                      dtype    unit    meaning
-    step                        int64    -       the step's number
+    step                        Int64    -       the step's number (<NA>: a window without steps, one row)
     wall_ms                     float64  ms      its length
     data_ms                     float64  ms      data loading
     forward_ms                  float64  ms      forward
@@ -350,7 +351,7 @@ _GROUPED = {"calls": "int64", "cpu_self_us": "float64", "cpu_total_us": "float64
 OP_SHAPES = {"name": "str", "shape": "object", **_GROUPED}
 OP_SOURCES = {"name": "str", "source": "str", **_GROUPED}
 MEMORY = {"t_ms": "float64", "allocated_mib": "float64", "reserved_mib": "float64"}
-STEPS = {"step": "int64", "wall_ms": "float64", "data_ms": "float64", "forward_ms": "float64",
+STEPS = {"step": "Int64", "wall_ms": "float64", "data_ms": "float64", "forward_ms": "float64",
          "backward_ms": "float64", "optimizer_ms": "float64", "other_ms": "float64"}
 STEPS_RUNS = {"run": "int64"}
 SYNC_POINTS = {"kind": "str", "call": "str", "op": "str", "file": "str", "line": "Int64",

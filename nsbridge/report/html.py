@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from functools import lru_cache
 from importlib.resources import files
 from typing import Any, Collection, Optional
@@ -23,22 +24,32 @@ from .document import HTML, Items, Section, Table, Text
 from .escape import terminal
 from .kernels_view import top_kernels
 from .sections import sections
-from .wording import (context_lines, is_number, shown_verdict, span_text, trouble_lines,
-                      verdict_headline, verdict_lines, verdict_title)
+from .wording import (context_lines, is_number, model_ops, shown_verdict, span_text,
+                      trouble_lines, verdict_headline, verdict_lines, verdict_title)
 
 TOP_CHART = 15
+PERFETTO = "https://ui.perfetto.dev"
+FIRST = ("recommendations",)   # sections drawn before the charts and the op table
+_URL = re.compile(r"https?://[^\s<>\"')]+[^\s<>\"').,;:]")
 
 
 def html_page(report: dict[str, Any]) -> str:
     """The whole page: the head, the verdict card, the charts, then every section of
     report/sections.py with all its rows."""
     e = _esc
+    files = report.get("files") or {}
+    trace = files.get("merged_trace") or files.get("trace")
+    perfetto = (f" · <code>{e(trace)}</code> (in this folder) opens in "
+                f"<a href='{PERFETTO}'>{PERFETTO}</a>" if trace else "")
     body = [f"<header><h1>nsbridge {e(report['command'])}: <code>{e(report['target'])}</code>"
-            f"</h1><p>Status: <b>{e(report['status'])}</b></p></header>"]
+            f"</h1><p>Status: <b>{e(report['status'])}</b>{perfetto}</p></header>"]
     body += [f"<p class='err'>{e(line)}</p>" for line in trouble_lines(report)]
     body.append(_summary(report))
+    shown = [s for s in sections(report) if HTML in s.views]
+    # what to do first, then the charts, then the long tables
+    body += [_section(s) for s in shown if s.key in FIRST]
     body.append(_charts(report))
-    body += [_section(s) for s in sections(report) if HTML in s.views]
+    body += [_section(s) for s in shown if s.key not in FIRST]
     data = json.dumps(chart_data(report)).replace("<", "\\u003c").replace(
         ">", "\\u003e").replace("&", "\\u0026")
     return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
@@ -50,6 +61,12 @@ def html_page(report: dict[str, Any]) -> str:
             "</body></html>\n")
 
 
+def step_label(step: dict[str, Any]) -> str:
+    """A step's bar label: 'step 3', 'run 2 step 3', or 'whole window' (no steps)."""
+    name = "whole window" if step["step"] is None else f"step {step['step']}"
+    return f"run {step['run']} {name}" if "run" in step else name
+
+
 def chart_data(report: dict[str, Any]) -> dict[str, Any]:
     """What the charts draw (only what the report has)."""
     out: dict[str, Any] = {}
@@ -58,12 +75,12 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
         out["ranks"] = ranks
     per_step = (report.get("steps") or {}).get("per_step") or []
     if per_step:
-        out["steps"] = {"labels": [f"run {s['run']} step {s['step']}" if "run" in s
-                                   else str(s["step"]) for s in per_step],
+        out["steps"] = {"labels": [step_label(s) for s in per_step],
                         "phases": {p[:-3]: [s[p] for s in per_step] for p in
                                    ("data_ms", "forward_ms", "backward_ms", "optimizer_ms",
                                     "other_ms")}}
-    ops = [op for op in report.get("ops", []) if op.get(S.CPU_SELF_US) is not None][:TOP_CHART]
+    ops = [op for op in model_ops(report.get("ops", []))          # as the op table
+           if op.get(S.CPU_SELF_US) is not None][:TOP_CHART]
     if ops:
         series = {"torch.profiler self CPU ms": [op[S.CPU_SELF_US] / 1e3 for op in ops]}
         if report.get("device"):
@@ -183,7 +200,7 @@ def _verdict(report: dict[str, Any]) -> str:
     e = _esc
     css = {"!": " class='err'", "-": "", "~": "", "?": " class='muted'", ">": " class='muted'"}
     return (f"<h2>{e(verdict_title(report))}: <span class='verdict'>"
-            f"{e(verdict_headline(verdict))}</span></h2><ul>"
+            f"{e(verdict_headline(verdict, report))}</span></h2><ul>"
             + "".join(f"<li{css[kind]}>{e(text)}</li>" for kind, text in verdict_lines(verdict))
             + "</ul>")
 
@@ -208,7 +225,7 @@ def _charts(report: dict[str, Any]) -> str:
 
 def _section(section: Section) -> str:
     e = _esc
-    lead = f"<p>{e(section.lead)}</p>" if section.lead else ""
+    lead = f"<p>{_linked(section.lead)}</p>" if section.lead else ""
     shown = section.shown_in(HTML)
     toggled = [b for b in shown if isinstance(b, Table) and b.toggle]
     parts, first = [], True
@@ -240,11 +257,12 @@ def _toggle_bar(tables: list[Table]) -> str:
 def _block(block: Any) -> str:
     e = _esc
     if isinstance(block, Text):
-        return f"<p class='muted'>{e(block.text)}</p>" if block.note else f"<p>{e(block.text)}</p>"
+        text = _linked(block.text)
+        return f"<p class='muted'>{text}</p>" if block.note else f"<p>{text}</p>"
     if isinstance(block, Items):
-        lead = f"<p>{e(block.lead)}</p>" if block.lead else ""
+        lead = f"<p>{_linked(block.lead)}</p>" if block.lead else ""
         tag = "ol" if block.numbered else "ul"
-        return (lead + f"<{tag}>" + "".join(f"<li>{e(item)}</li>" for item in block.items)
+        return (lead + f"<{tag}>" + "".join(f"<li>{_linked(item)}</li>" for item in block.items)
                 + f"</{tag}>")
     assert isinstance(block, Table)
     if block.sortable:
@@ -308,6 +326,12 @@ def _sort_value(cell: str) -> str:
         return repr(float(cell.lstrip("±")))
     except ValueError:
         return "" if cell == "-" else cell
+
+
+def _linked(text: str) -> str:
+    """``text`` escaped, its http(s) addresses made links (matched in the escaped text, so
+    an address can hold no quote or angle bracket that would leave the attribute)."""
+    return _URL.sub(lambda m: f"<a href='{m.group(0)}'>{m.group(0)}</a>", _esc(text))
 
 
 def _esc(value: Any) -> str:

@@ -9,7 +9,7 @@ from typing import Any, Collection, Optional
 
 from .definitions import markdown_block
 from .document import MARKDOWN, Items, Table, Text
-from .escape import md_cell, md_code, md_text, terminal
+from .escape import md_cell, md_code, md_text
 from .sections import sections
 from .wording import (context_lines, shown_verdict, trouble_lines, verdict_headline,
                       verdict_lines, verdict_title)
@@ -52,7 +52,7 @@ def _head(report: dict[str, Any]) -> list[str]:
         md += ["", md_text(line)]
     verdict = shown_verdict(report)
     if verdict:
-        md += ["", f"## {verdict_title(report)}: {md_cell(verdict_headline(verdict))}", ""]
+        md += ["", f"## {verdict_title(report)}: {md_cell(verdict_headline(verdict, report))}", ""]
         md += [f"- {_MARKS[kind]}{md_cell(text)}" + ("*" if kind == "?" else "")
                for kind, text in verdict_lines(verdict)]
     for label, text in context_lines(report):

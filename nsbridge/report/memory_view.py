@@ -50,7 +50,10 @@ def memory_section(report: dict[str, Any], limit: Optional[int]) -> Optional[Sec
     if memory["relative"]:
         blocks.append(Text("the trace's memory events carry no allocator totals: levels are "
                            "bytes allocated minus freed since the window's start", note=True))
-    return Section("memory", "Memory over the measured window", blocks,
+    runs = int((report.get("window") or {}).get("runs") or 1)
+    title = ("Memory over the measured window" if runs == 1
+             else f"Memory over run 1's measured window (of {runs} processes)")
+    return Section("memory", title, blocks,
                    lead=memory_line(memory) + (f". {growth}" if growth else ""))
 
 

@@ -40,6 +40,8 @@ def group_blocks(report: dict[str, Any], limit: Optional[int]) -> list[Block]:
     if not groups:
         return []
     key, header = _time_header(report)
+    runs = int((report.get("window") or {}).get("runs") or 1)
+    whose = f" (run 1 of {runs} processes)" if runs > 1 else ""   # grouped from run 1's trace
     blocks: list[Block] = []
     for rows_key, label, column in (("by_shape", "op and input shapes", "input shapes"),
                                     ("by_source", "op and calling function", "called from")):
@@ -52,12 +54,13 @@ def group_blocks(report: dict[str, Any], limit: Optional[int]) -> list[Block]:
             ["op", column, "calls", header, "total CPU ms"],
             [[r[S.NAME], value(r), int_text(r[S.CALLS]), ms(r.get(key)), ms(r[S.CPU_TOTAL_US])]
              for r in rows[:limit]], code=frozenset({0, 1}),
-            html_id=f"op-table-{rows_key.replace('_', '-')}", sortable=True, toggle=label,
+            html_id=f"op-table-{rows_key.replace('_', '-')}", sortable=True, toggle=label + whose,
             views=frozenset({HTML})))
     top = _top_shapes(report, groups.get("by_shape") or [], key)
     if top:
         blocks.append(Table(["op", "input shapes", "calls", header], top,
-                            lead="Top input shapes of the top ops:", code=frozenset({0, 1}),
+                            lead=f"Top input shapes of the top ops{whose}:",
+                            code=frozenset({0, 1}),
                             views=frozenset({TERMINAL, MARKDOWN})))
     blocks += [Text(note, note=True, views=frozenset({HTML})) for note in groups.get("notes") or []]
     return blocks

@@ -1,20 +1,21 @@
-"""ops.csv: the op table as CSV, list columns as JSON or '; '-joined text."""
+"""ops.csv: the ``load().ops`` frame of the report (report/frames.py) as CSV: every column of
+report.json's ``ops``, each other pass's numbers as ``KEY_name`` columns (``spread_pct``,
+``tensor_cores_*``, ``nsys_*``, ``ncu_*``), list columns as JSON, so each cell is the
+value report.json and ``load()`` hold."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
-import pandas as pd
-
-from .. import schema as S
+from .frames import ops as ops_frame
 
 
-def ops_csv(ops: pd.DataFrame) -> str:
-    """The OPS frame (schema.OP_COLUMNS) as CSV text."""
-    csv = ops.copy()
-    csv["shapes"] = csv["shapes"].map(lambda v: "; ".join(v))
-    for col in ("kernels", "copies"):
-        csv[col] = csv[col].map(lambda ks: json.dumps([k["name"] for k in ks]))
-    csv[S.PER_STEP_US] = csv[S.PER_STEP_US].map(json.dumps)
-    csv[S.SHAPE_WORK] = csv[S.SHAPE_WORK].map(json.dumps)
+def ops_csv(report: dict[str, Any]) -> str:
+    """The report's ops as CSV text."""
+    csv = ops_frame(report)
+    for col in csv.columns:
+        if csv[col].map(lambda v: isinstance(v, (list, dict))).any():
+            csv[col] = csv[col].map(lambda v: json.dumps(v) if isinstance(v, (list, dict))
+                                    else v)
     return csv.to_csv(index=False)

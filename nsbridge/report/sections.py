@@ -29,7 +29,7 @@ from .timeline_view import TIMELINE_VIEW
 from .views import OpColumn, register_view, view_for_key, views_by_op_key
 from .wording import (attribution, cell, count, counted_over, early_line, int_text,
                       kernel_rate, mib, ms, ms_or_dash, per_step_cell, shown_recommendations,
-                      is_autograd_wrapper, span_text, where)
+                      model_ops, span_text, where)
 
 def sections(report: dict[str, Any], limit: Optional[int] = None) -> list[Section]:
     """Every section the report has, in order; tables of ops, sync points and kernels
@@ -148,10 +148,9 @@ def _ops(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
                    if (k["name"], op[S.NAME]) in launches else "")
                 + (f" (source {k['source']})" if k.get("source") else "")
                 for kind, k in _work(op, kernels=10, copies=5)] for op in ops]
-    model_ops = [op for op in report["ops"]
-                 if op.get(S.KERNELS) or not is_autograd_wrapper(op[S.NAME])]
-    wrappers = len(report["ops"]) - len(model_ops)
-    short_header, short_rows, short_groups = op_table(report, model_ops[:limit])
+    shown = model_ops(report["ops"])
+    wrappers = len(report["ops"]) - len(shown)
+    short_header, short_rows, short_groups = op_table(report, shown[:limit])
     ranked = ("self device time" if report["ranked_by"] == S.DEVICE_SELF_US
               else "self CPU time")
     brief = frozenset({TERMINAL, MARKDOWN})
@@ -166,9 +165,10 @@ def _ops(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
           if torch_ran else []),
         *group_blocks(report, limit),
         *([Text(MEMORY_NOTE, note=True, views=frozenset({HTML}))] if torch_ran else [])]
-    if not torch_ran:   # an analyze of nsys exports or ncu reports alone
+    if not torch_ran:   # an analyze of nsys exports or ncu reports alone: each pass's own
+        # section has its op table; the page adds one table of all their columns
         return Section("ops", "Ops (no torch.profiler pass: the columns are the other "
-                              "passes')", blocks)
+                              "passes')", blocks, views=frozenset({HTML}))
     return Section("ops", f"Top ops by {ranked} (totals {span_text(report)})", blocks)
 
 
@@ -250,8 +250,11 @@ def _syncs(report: dict[str, Any]) -> Optional[Section]:
     header, rows = without_empty_columns(SYNC_HEADER, rows)   # no GPU: no idle after
     title = ("Sync points (host waits for the device)" if report.get("device")
              else "Sync points (calls that would wait for a GPU; on this CPU run none waits)")
-    return Section("syncs", title,
-                   [Table(header, rows, code=frozenset({1, 2}), brief=5)])
+    op = header.index("op")     # the terminal leaves the op out: the site is what to fix
+    return Section("syncs", title, [
+        Table(header, rows, code=frozenset({1, 2}), brief=5, views=IN_FILES),
+        Table(header[:op] + header[op + 1:], [r[:op] + r[op + 1:] for r in rows],
+              code=frozenset({1}), brief=5, views=frozenset({TERMINAL}))])
 
 
 def _recommendations(report: dict[str, Any]) -> Optional[Section]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .. import schema as S
-from .document import Section, Table
+from .document import EVERYWHERE, IN_FILES, Section, Table
 from .views import OpColumn, PassView
 
 HEADER = ["op", "Tensor Cores", "dtype", "why (evidence)"]
@@ -23,8 +23,11 @@ def tensor_cores_section(report: dict[str, Any], limit: Optional[int]) -> Option
             for op in marked[:limit] for m in [op[S.TENSOR_CORES_SECTION]]]
     lead = ", ".join(f"{n} {status}" for status, n in counts.items()
                      if status != "ops" and n) + " (from the triage; ncu's counters settle it)"
+    # a CPU run's marks say what a GPU would do: in report.md and report.html, not among
+    # the terminal's measured findings
+    views = EVERYWHERE if report.get("device") else IN_FILES
     return Section("tensor-cores", "Tensor Cores", [Table(HEADER, rows, code=frozenset({0}),
-                                                          brief=3)], lead=lead)
+                                                          brief=3)], lead=lead, views=views)
 
 
 TENSOR_CORES_VIEW = PassView(

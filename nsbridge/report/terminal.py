@@ -5,7 +5,8 @@ or a script can drive the terminal."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import textwrap
+from typing import Any, Collection, Optional
 
 from .document import TERMINAL, Items, Table, Text
 from .escape import terminal
@@ -15,6 +16,9 @@ from .wording import (context_lines, is_number, shown_verdict, trouble_lines,
 
 PERFETTO = "https://ui.perfetto.dev"
 NAME_WIDTH = 44
+MIN_NAME_WIDTH = 20   # narrower than this a name no longer tells the op
+MIN_TEXT_WIDTH = 24   # other text columns (sites, paths) are cut in the middle down to this
+WIDTH = 120   # text lines wrap here (tables do not: their names are clipped instead)
 
 
 def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 10) -> str:
@@ -24,53 +28,118 @@ def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 
         if TERMINAL not in section.views:
             continue
         title = section.brief_title or section.title
-        lines += ["", f"{title}: {section.lead}" if section.lead else f"{title}:"]
+        lines += ["", *wrapped(f"{title}: {section.lead}" if section.lead else f"{title}:")]
         for block in section.shown_in(TERMINAL):
             lines += _block(block)
     if run_dir:
         files = report.get("files") or {}
         trace = files.get("merged_trace") or files.get("trace")
-        lines += ["", f"Run directory: {run_dir}  (report.md, report.html"
-                  + (f", {trace} opens in {PERFETTO}" if trace else "") + ")"]
-    return "\n".join(terminal(line) for line in lines)
+        # one line, never wrapped: scripts and people copy the path from it
+        lines += ["", terminal(f"Run directory: {run_dir}  (report.md, report.html"
+                               + (f", {trace} opens in {PERFETTO}" if trace else "") + ")")]
+    return "\n".join(lines)
+
+
+def wrapped(text: str, indent: str = "", bullet: str = "") -> list[str]:
+    """``text`` escaped for the terminal and wrapped to WIDTH columns: the first line starts
+    with ``indent`` + ``bullet``, the others hang under the text (words are never split,
+    so a long path stays whole on a line of its own)."""
+    hang = indent + " " * (len(bullet) if bullet else 2)
+    return textwrap.wrap(terminal(text), WIDTH, initial_indent=indent + bullet,
+                         subsequent_indent=hang, break_long_words=False,
+                         break_on_hyphens=False) or [indent + bullet.rstrip()]
 
 
 def _head(report: dict[str, Any]) -> list[str]:
     """Status, error, what a stopped or failed run kept, the verdict, steps and machine."""
-    lines = [f"nsbridge {report['command']}: {report['target']}  [status: {report['status']}]"]
-    lines += [f"  {line}" for line in trouble_lines(report)]
+    lines = wrapped(f"nsbridge {report['command']}: {report['target']}  "
+                    f"[status: {report['status']}]")
+    for line in trouble_lines(report):
+        lines += wrapped(line, "  ")
     verdict = shown_verdict(report)
     if verdict:
-        lines += ["", f"{verdict_title(report)}: {verdict_headline(verdict)}"]
-        lines += [f"  {kind} {text}" for kind, text in verdict_lines(verdict)]
-    context = [f"{label}: {text}" for label, text in context_lines(report)]
+        lines += ["", *wrapped(f"{verdict_title(report)}: {verdict_headline(verdict, report)}")]
+        for kind, text in verdict_lines(verdict):
+            lines += wrapped(text, "  ", f"{kind} ")
+    context = [w for label, text in context_lines(report) for w in wrapped(f"{label}: {text}")]
     return lines + ([""] + context if context else [])
 
 
 def _block(block: Any) -> list[str]:
     if isinstance(block, Text):
-        return [f"  ({block.text})" if block.note else f"  {block.text}"]
-    lead = [f"  {block.lead}"] if block.lead else []
+        return wrapped(f"({block.text})" if block.note else block.text, "  ")
+    lead = wrapped(block.lead, "  ") if block.lead else []
     if isinstance(block, Items):
-        return lead + [f"  {f'{i}.' if block.numbered else '-'} {item}"
-                       for i, item in enumerate(block.items[:block.brief], 1)]
+        return lead + [line for i, item in enumerate(block.items[:block.brief], 1)
+                       for line in wrapped(item, "  ", f"{i}. " if block.numbered else "- ")]
     assert isinstance(block, Table)
-    return ([""] if lead else []) + lead + aligned(block.header, block.rows[:block.brief])
+    return ([""] if lead else []) + lead + aligned(block.header, block.rows[:block.brief],
+                                                   code=block.code)
 
 
-def aligned(header: list[str], rows: list[list[str]], name_width: int = NAME_WIDTH) -> list[str]:
+def aligned(header: list[str], rows: list[list[str]], name_width: int = NAME_WIDTH,
+            code: Collection[int] = frozenset()) -> list[str]:
     """The lines of an aligned table, its cells escaped before they are measured and its
     first column (names) clipped to ``name_width``; columns of numbers right-aligned,
-    the others left-aligned."""
-    def clip(s: str) -> str:
-        return s if len(s) <= name_width else s[: name_width - 1] + "…"
-    rows = [[clip(terminal(r[0])), *map(terminal, r[1:])] for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(header)]
+    the others left-aligned. A table wider than WIDTH gives way in steps until it fits:
+    its column names go on two lines, the op names are cut further, then text columns
+    (prose first, ``code`` columns such as a sync's `file:line` last; the rightmost
+    first) are cut in the middle, and last the rightmost columns are left out with a line naming them
+    (report.md has every cell whole)."""
+    rows = [[terminal(c) for c in r] for r in rows]
     numeric = [i > 0 and all(is_number(r[i]) for r in rows) for i in range(len(header))]
+    heads = [[h] for h in header]
+    limits = [name_width] + [10_000] * (len(header) - 1)   # the widest each cell may be
+
+    def widths() -> list[int]:
+        return [max([len(x) for x in heads[i]] + [min(len(r[i]), limits[i]) for r in rows])
+                for i in range(len(heads))]
+
+    def over() -> int:
+        w = widths()
+        return 2 + sum(w) + 2 * (len(w) - 1) - WIDTH
+
+    if over() > 0:
+        heads = [heads[0]] + [_two_lines(h) for h in header[1:]]
+    if over() > 0:
+        limits[0] = max(min(limits[0], widths()[0]) - over(), MIN_NAME_WIDTH)
+    text = [i for i in range(1, len(header)) if not numeric[i]]
+    # prose before code, the rightmost first (tables put what matters most on the left)
+    for i in sorted(text, key=lambda i: (i in code, -i)):
+        if over() > 0:
+            limits[i] = max(widths()[i] - over(), MIN_TEXT_WIDTH)
+    left_out: list[str] = []
+    while over() > 0 and len(heads) > 2:
+        left_out.insert(0, header[len(heads) - 1])
+        heads, limits = heads[:-1], limits[:-1]
+    w = widths()
+    rows = [[_cut(c, w[i]) for i, c in enumerate(r[:len(w)])] for r in rows]
 
     def line(cells: list[str]) -> str:
-        return "  " + "  ".join(c.rjust(w) if numeric[i] else c.ljust(w)
-                                for i, (c, w) in enumerate(zip(cells, widths)))
-    return [line(header)] + [line(r) for r in rows]
+        return "  " + "  ".join(c.rjust(n) if numeric[i] else c.ljust(n)
+                                for i, (c, n) in enumerate(zip(cells, w)))
+    depth = max(len(h) for h in heads)
+    head = [line([([""] * (depth - len(h)) + h)[k] for h in heads]) for k in range(depth)]
+    note = (wrapped(f"(left out here to fit {WIDTH} columns: {', '.join(left_out)}; in "
+                    "report.md)", "  ") if left_out else [])
+    return head + [line(r) for r in rows] + note
 
+
+def _cut(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, cut in the middle so that both ends still tell
+    ('aten::cu…norm_backward' from aten::cudnn_batch_norm_backward; a site keeps its
+    line: 'main() at …/train_cnn.py:64')."""
+    if len(text) <= width:
+        return text
+    tail = (width - 1) * 2 // 3
+    return text[: width - 1 - tail] + "…" + text[len(text) - tail:]
+
+
+def _two_lines(name: str) -> list[str]:
+    """A column name split at the space nearest its middle ('launch lat µs' -> 'launch',
+    'lat µs'); a one-word name stays on the second line."""
+    spaces = [i for i, c in enumerate(name) if c == " "]
+    if not spaces:
+        return ["", name]
+    cut = min(spaces, key=lambda i: abs(i - len(name) / 2))
+    return [name[:cut], name[cut + 1:]]

@@ -33,7 +33,9 @@ def timeline_section(report: dict[str, Any], limit: Optional[int]) -> Optional[S
         blocks.append(Table(TIMELINE_RANK_HEADER, rank_rows(t), code=frozenset({8}),
                             lead=f"Per rank (the tables above are rank "
                                  f"{t['shown_rank']}'s):"))
-    return Section("timeline", "Timeline (Nsight Systems)", blocks, lead=timeline_line(t),
+    with_torch = report.get("ranked_by") is not None     # a torch.profiler pass ran too
+    return Section("timeline", "Timeline (Nsight Systems)", blocks,
+                   lead=timeline_line(t, with_torch),
                    brief_title="Timeline")
 
 
@@ -49,7 +51,7 @@ def _rows(ops: list[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
-def timeline_line(t: dict[str, Any]) -> str:
+def timeline_line(t: dict[str, Any], with_torch: bool = True) -> str:
     """The capture in one sentence: version, ranges, GPU work, busy, attribution, window."""
     busy = "-" if t.get("gpu_busy_pct") is None else f"{t['gpu_busy_pct']:.1f}%"
     gpu = (f"{t['kernels']} kernels, {t['copies']} copies, {t.get('memsets', 0)} memsets, "
@@ -59,14 +61,15 @@ def timeline_line(t: dict[str, Any]) -> str:
     return (f"nsys {t.get('nsys_version') or '?'}: {t['op_ranges']} op ranges, "
             f"{t['module_ranges']} module ranges, {gpu}; NVTX ranges emitted "
             f"{int_text(t['nvtx'].get('emitted'))}, recorded "
-            f"{int_text(t['nvtx'].get('recorded'))}; " + _window(t.get("window") or {}))
+            f"{int_text(t['nvtx'].get('recorded'))}; "
+            + _window(t.get("window") or {}, with_torch))
 
 
-def _window(window: dict[str, Any]) -> str:
+def _window(window: dict[str, Any], with_torch: bool) -> str:
     if window.get("kind") == "steps":
         steps = window["steps"]
-        return (f"over the measured steps (nsbridge's step ranges {steps[0]}-{steps[-1]}), as "
-                "the torch.profiler figures")
+        return (f"over the measured steps (nsbridge's step ranges {steps[0]}-{steps[-1]})"
+                + (", as the torch.profiler figures" if with_torch else ""))
     return "over the whole capture" + (f" ({window['why']})" if window.get("why") else "")
 
 

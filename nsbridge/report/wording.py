@@ -8,6 +8,7 @@ import math
 import re
 from typing import Any, Optional
 
+from .. import schema as S
 from .build import STOPPED, conclusive, measured_anything, measured_steps
 
 
@@ -133,6 +134,12 @@ def is_autograd_wrapper(name: str) -> bool:
             or name == "torch::autograd::AccumulateGrad" or bool(_BACKWARD_NODE.match(name)))
 
 
+def model_ops(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ops the tables and charts show: autograd's wrappers left out (an op that
+    launched kernels itself is always kept)."""
+    return [op for op in ops if op.get(S.KERNELS) or not is_autograd_wrapper(op[S.NAME])]
+
+
 def span_text(report: dict[str, Any]) -> str:
     """What a total covers, said the same way everywhere: 'over the 3 measured steps', or
     'over the 0.087 s window' without steps."""
@@ -141,11 +148,13 @@ def span_text(report: dict[str, Any]) -> str:
     ranks = len(dist.get("ranks") or [])
     summed = ("" if ranks < 2 else f", rank {dist['shown_rank']}'s" if dist.get("shown_rank")
               is not None else f", summed over {ranks} ranks")
+    runs = int(window.get("runs") or 1)
+    pooled = f" of {runs} processes" if runs > 1 else ""
     if window.get("kind") == "trace":
-        return f"over the {window['seconds']:.3f} s window{summed}"
+        return f"over the {window['seconds']:.3f} s window{pooled}{summed}"
     steps = int(window.get("steps") or (report.get("steps") or {}).get("count") or 0)
     return (f"over the {steps} measured steps" if steps != 1
-            else "over the 1 measured step") + summed
+            else "over the 1 measured step") + pooled + summed
 
 
 def window_line(report: dict[str, Any]) -> Optional[str]:
@@ -254,13 +263,19 @@ def _gpu(gpu: dict[str, Any]) -> str:
     return text
 
 
-def verdict_headline(verdict: dict[str, Any]) -> str:
+def verdict_headline(verdict: dict[str, Any], report: Optional[dict[str, Any]] = None) -> str:
     """'CPU-BOUND', or with its doubts: 'CPU-BOUND or INPUT-BOUND on a contended machine
-    (confidence: low)'."""
+    (confidence: low)'; in a job whose ranks have a straggler, '..., RANK 3 A STRAGGLER
+    (+42% work per step)': the finding that decides what to fix first."""
     labels = [verdict["label"], *(a["label"] for a in verdict.get("alternatives") or [])]
     text = " or ".join(label.upper() for label in labels)
     if verdict.get("contention"):
         text += " on a contended machine"
+    straggler = ((report or {}).get(S.DISTRIBUTED_SECTION) or {}).get("straggler") or {}
+    if straggler.get("verdict") == "straggler":
+        text += (f"; RANK {straggler['rank']} A STRAGGLER"
+                 + (f" (+{straggler['excess_pct']:.0f}%)"
+                    if straggler.get("excess_pct") is not None else ""))
     if verdict.get("confidence"):
         text += f" (confidence: {verdict['confidence']})"
     return text
@@ -394,7 +409,8 @@ def early_line(device: dict[str, Any]) -> Optional[str]:
 
 def gap_host(g: dict[str, Any]) -> str:
     """Where the host was (nsbridge's op, module and step ranges) during a GPU idle gap."""
-    parts = [f"{k} {g[k]}" for k in ("op", "module", "step") if g.get(k)]
+    parts = [str(g[k]) if str(g[k]).startswith(f"{k} ") else f"{k} {g[k]}"   # 'step 4'
+             for k in ("op", "module", "step") if g.get(k)]
     return ", ".join(parts) or "no nsbridge range (Python between ops)"
 
 
