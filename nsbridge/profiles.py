@@ -1,14 +1,21 @@
 """Profiles: YAML recipes saying what to capture and how to judge it.
 
-A profile is chosen by name (a file in the bundled ``profiles/`` folder) or by path.
-Unknown keys are rejected with a did-you-mean, wrong types with the expected type, so a
-typo never silently falls back to a default.
+A profile is chosen by name (a file in the bundled ``profiles/`` folder) or by path. The
+dataclasses below are its schema: each field's type is its annotation and its range is in
+its metadata (``bounded``), checked on load, so a profile file is untrusted input like any
+other. Unknown keys are rejected with a did-you-mean, wrong types with the expected type,
+out-of-range, NaN and infinite values with the range, a file that is not UTF-8 with the
+byte: a typo never silently falls back to a default or turns every run input-bound. (A
+hand schema on the dataclasses rather than pydantic or msgspec: the classes are the
+profile nsbridge uses, the ranges sit beside the defaults, and each message can name the
+key and say what it means.)
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import MISSING, asdict, dataclass, field, fields
+import math
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Union
 
@@ -18,6 +25,12 @@ from .errors import ProfileError
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 SUPPORTED_VERSION = 1
+
+
+def bounded(default: Any, interval: str) -> Any:
+    """A field with its allowed interval, written as in mathematics: "(0, 1]" (a share
+    above 0, at most 1), "[1, inf)" (a count of at least 1)."""
+    return field(default=default, metadata={"range": interval})
 
 
 @dataclass(frozen=True)
@@ -36,32 +49,34 @@ class Capture:
 class Schedule:
     """Which steps are measured (torch.profiler.schedule semantics, see README)."""
 
-    skip_first: int = 1
-    wait: int = 1
-    warmup: int = 1
-    active: int = 3
-    repeat: int = 1
-    wait_for_step_s: float = 20.0   # recording while no step has come yet, at most this long
-    window_s: float = 5.0           # then (no steps) a time window of this length instead
-    max_record_mib: float = 512.0  # any recording stops once the process grew this much
+    skip_first: int = bounded(1, "[0, inf)")
+    wait: int = bounded(1, "[0, inf)")
+    warmup: int = bounded(1, "[0, inf)")
+    active: int = bounded(3, "[1, inf)")
+    repeat: int = bounded(1, "[0, inf)")
+    # recording while no step has come yet, at most this long; then (no steps) a time
+    # window of this length instead; any recording stops once the process grew this much
+    wait_for_step_s: float = bounded(20.0, "(0, inf)")
+    window_s: float = bounded(5.0, "(0, inf)")
+    max_record_mib: float = bounded(512.0, "(0, inf)")
 
 
 @dataclass(frozen=True)
 class Analysis:
     """Thresholds for the ranking and the verdict."""
 
-    top_ops: int = 15
-    top_gaps: int = 10
-    input_bound_share: float = 0.30
-    sync_bound_share: float = 0.15
-    sync_calls_per_step: float = 8
-    sync_max_ops_between: float = 500
-    sync_recommend_per_step: float = 1.0
-    gpu_bound_busy: float = 0.80
-    straggler_pct: float = 10.0
-    straggler_min_ms: float = 1.0
-    contention_wait_share: float = 0.10
-    contention_steal_share: float = 0.05
+    top_ops: int = bounded(15, "[1, inf)")
+    top_gaps: int = bounded(10, "[0, inf)")
+    input_bound_share: float = bounded(0.30, "(0, 1]")
+    sync_bound_share: float = bounded(0.15, "(0, 1]")
+    sync_calls_per_step: float = bounded(8.0, "(0, inf)")
+    sync_max_ops_between: float = bounded(500.0, "[1, inf)")
+    sync_recommend_per_step: float = bounded(1.0, "(0, inf)")
+    gpu_bound_busy: float = bounded(0.80, "(0, 1]")
+    straggler_pct: float = bounded(10.0, "(0, inf)")
+    straggler_min_ms: float = bounded(1.0, "[0, inf)")
+    contention_wait_share: float = bounded(0.10, "(0, 1]")
+    contention_steal_share: float = bounded(0.05, "(0, 1]")
 
 
 @dataclass(frozen=True)
@@ -69,27 +84,27 @@ class Timeline:
     """The nsys pass."""
 
     trace: tuple = ("cuda", "nvtx", "osrt", "cudnn", "cublas")
-    top_gaps: int = 10
+    top_gaps: int = bounded(10, "[0, inf)")
 
 
 @dataclass(frozen=True)
 class Deep:
     """The Nsight Compute pass (see README, "The deep pass")."""
 
-    top: int = 5
-    min_kernel_us: float = 2.0
-    skip_steps: int = 2
-    profile_steps: int = 1
-    max_launches: int = 200
+    top: int = bounded(5, "[1, inf)")
+    min_kernel_us: float = bounded(2.0, "[0, inf)")
+    skip_steps: int = bounded(2, "[0, inf)")
+    profile_steps: int = bounded(1, "[1, inf)")
+    max_launches: int = bounded(200, "[1, inf)")
     replay_mode: str = "kernel"
     clock_control: str = "base"
     cache_control: str = "all"
     sections: tuple = ("SpeedOfLight", "Occupancy", "LaunchStats", "MemoryWorkloadAnalysis",
                        "ComputeWorkloadAnalysis")
     metrics: tuple = ()
-    passes_per_kernel: int = 14
-    seconds_per_pass: float = 0.05
-    timeout_s: float = 3600.0
+    passes_per_kernel: int = bounded(14, "[1, inf)")
+    seconds_per_pass: float = bounded(0.05, "(0, inf)")
+    timeout_s: float = bounded(3600.0, "(0, inf)")
     quantities: dict = field(default_factory=dict)
 
 
@@ -127,28 +142,46 @@ def load_profile(name_or_path: str = "default") -> Profile:
     """Load a built-in profile by name, or a YAML file by path.
 
     Raises:
-        ProfileError: the file is missing, not YAML, of another version, or has unknown
-            keys or values of the wrong type.
+        ProfileError: the file is missing, not UTF-8, not YAML, of another version, or has
+            unknown keys, values of the wrong type or out of range.
     """
     path = _resolve(name_or_path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ProfileError(f"Profile {path} could not be read: {exc.strerror or exc}.") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"Profile {path} is not UTF-8 text (byte {exc.start} is "
+                           f"0x{raw[exc.start]:02x}): save it as UTF-8.") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         raise ProfileError(f"Profile {path} could not be read: {exc}. Fix the YAML or pick "
-                           f"a built-in profile ({', '.join(builtin_profiles())}).") from exc
+                           f"a built-in profile ({', '.join(builtin_profiles())}).") from None
     if not isinstance(data, dict):
         raise ProfileError(f"Profile {path} must be a YAML mapping with the keys "
                            f"{', '.join(sorted(_TOP_KEYS))}; it holds {type(data).__name__}.")
     _reject_unknown(data, _TOP_KEYS, str(path), "")
     version = data.get("version", SUPPORTED_VERSION)
-    if version != SUPPORTED_VERSION:
+    if type(version) is not int or version != SUPPORTED_VERSION:
         raise ProfileError(f"Profile {path} has version {version!r}; this nsbridge reads "
                            f"version {SUPPORTED_VERSION}. Update the file or nsbridge.")
-    sections = {key: _section(data.get(key) or {}, cls, str(path), key)
+    return profile_from_dict(data, name=path.stem, source=str(path))
+
+
+def profile_from_dict(data: dict[str, Any], *, name: str, source: str) -> Profile:
+    """A profile from its sections as a mapping (a YAML file's, or the one a run's
+    manifest recorded), every value checked as load_profile checks a file's.
+
+    Raises:
+        ProfileError: a section or value that is not one this version reads.
+    """
+    sections = {key: _section(data.get(key) or {}, cls, source, key)
                 for key, cls in SECTIONS.items()}
-    _check_schedule(sections["schedule"], str(path))
-    return Profile(name=path.stem, description=str(data.get("description", "")),
-                   source=str(path), **sections)
+    return Profile(name=name, description=str(data.get("description", "")), source=source,
+                   **sections)
 
 
 def _resolve(name_or_path: str) -> Path:
@@ -178,7 +211,14 @@ def _reject_unknown(data: dict, allowed: set, path: str, prefix: str) -> None:
                                f"Allowed here: {', '.join(sorted(allowed))}.")
 
 
+_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "tuple": tuple,
+          "dict": dict}
+
+
 def _section(data: Any, cls: type, path: str, name: str) -> Any:
+    """One section of the profile as its dataclass: each key known, of its field's type
+    (an int where a float is asked is taken as one; a bool is never a number), within its
+    field's range."""
     if not isinstance(data, dict):
         raise ProfileError(f"'{name}' in profile {path} must be a mapping, not "
                            f"{type(data).__name__}.")
@@ -187,38 +227,47 @@ def _section(data: Any, cls: type, path: str, name: str) -> Any:
     values = {}
     for key, value in data.items():
         spec = allowed[key]
-        default = spec.default if spec.default is not MISSING else spec.default_factory()
-        expected = type(default)
-        ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
-        if expected is float and isinstance(value, int) and not isinstance(value, bool):
-            ok, value = True, float(value)
-        if key == "cuda":
-            ok = value in (True, False, "auto")
-        if expected is tuple:
-            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-            value = tuple(value) if ok else value
-        if expected is dict:
-            ok = isinstance(value, dict) and all(
-                isinstance(v, list) and all(isinstance(x, str) for x in v) for v in value.values())
-        if key in _CHOICES:
-            ok = value in _CHOICES[key]
-        if not ok:
-            want = ("true, false or auto" if key == "cuda" else "a list of names"
-                    if expected is tuple else "a mapping of names to lists of metric names"
-                    if expected is dict else " or ".join(_CHOICES[key]) if key in _CHOICES
-                    else expected.__name__)
-            raise ProfileError(f"'{name}.{key}' in profile {path} must be {want}; got {value!r}.")
+        where = f"'{name}.{key}' in profile {path}"
+        value = _typed(value, spec, where)
+        if "range" in spec.metadata:
+            _in_range(value, spec.metadata["range"], where)
         values[key] = value
     return cls(**values)
 
 
-def _check_schedule(schedule: Schedule, path: str) -> None:
-    for key in ("skip_first", "wait", "warmup", "repeat"):
-        if getattr(schedule, key) < 0:
-            raise ProfileError(f"'schedule.{key}' in profile {path} must be >= 0.")
-    for key in ("wait_for_step_s", "window_s", "max_record_mib"):
-        if not getattr(schedule, key) > 0:
-            raise ProfileError(f"'schedule.{key}' in profile {path} must be > 0.")
-    if schedule.active < 1:
-        raise ProfileError(f"'schedule.active' in profile {path} must be >= 1: nothing "
-                           "would be measured.")
+def _typed(value: Any, spec: Any, where: str) -> Any:
+    """``value`` as the field's type, or ProfileError saying what was expected."""
+    expected = _TYPES.get(str(spec.type))
+    ok = isinstance(value, expected) if expected else True
+    if expected in (int, float) and isinstance(value, bool):
+        ok = False
+    elif expected is float and isinstance(value, int):
+        ok, value = True, float(value)
+    if spec.name == "cuda":
+        ok = value in (True, False, "auto")
+    if expected is tuple:
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        value = tuple(value) if ok else value
+    if expected is dict:
+        ok = isinstance(value, dict) and all(
+            isinstance(v, list) and all(isinstance(x, str) for x in v) for v in value.values())
+    if spec.name in _CHOICES:
+        ok = value in _CHOICES[spec.name]
+    if not ok:
+        want = ("true, false or auto" if spec.name == "cuda" else "a list of names"
+                if expected is tuple else "a mapping of names to lists of metric names"
+                if expected is dict else " or ".join(_CHOICES[spec.name])
+                if spec.name in _CHOICES else getattr(expected, "__name__", str(spec.type)))
+        raise ProfileError(f"{where} must be {want}; got {value!r}.")
+    return value
+
+
+def _in_range(value: float, interval: str, where: str) -> None:
+    """ProfileError unless ``value`` is a finite number in ``interval`` ("(0, 1]")."""
+    low, high = (float(x) for x in interval.strip("([)]").split(","))
+    above = value > low if interval[0] == "(" else value >= low
+    below = value < high if interval[-1] == ")" else value <= high
+    if not math.isfinite(value) or not (above and below):
+        lowest = f"{'above' if interval[0] == '(' else 'at least'} {low:g}"
+        highest = "" if high == math.inf else f" and at most {high:g}"
+        raise ProfileError(f"{where} must be {lowest}{highest}; got {value!r}.")

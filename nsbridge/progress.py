@@ -13,6 +13,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from .printable import printable
+
 _enabled = False
 
 
@@ -33,7 +35,7 @@ def step(label: str, script_output: bool = False) -> Iterator[None]:
     from rich.markup import escape
 
     console = Console(stderr=True, highlight=False)
-    label = escape(label)
+    label = escape(printable(label))     # a script's name can hold escape sequences
     started = time.monotonic()
     if script_output:
         console.print(f"[dim]nsbridge: {label} ...[/dim]", soft_wrap=True)

@@ -13,6 +13,7 @@ from typing import Any, Iterator, Optional, Union
 
 from . import schema as S
 from .errors import RunDirError
+from .schema.report_shape import report_problem
 
 DEFAULT_BASE = Path("nsbridge-runs")
 
@@ -73,7 +74,8 @@ def read_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
     Raises:
         RunDirError: not a run directory; incomplete (a report.json missing, cut off or of
-            another shape); or still running, or cut off while running (its status is
+            another shape or schema version: schema.report_shape names the field); or still
+            running, or cut off while running (its status is
             ``running`` and the nsbridge process that wrote it is gone).
     """
     path = Path(path)
@@ -100,6 +102,12 @@ def read_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             "recorded is partial; a trace file in it can still be read with `nsbridge analyze "
             f"{path}/<trace file>`, or run the command again.")
     assert report is not None   # a report is missing only while running (raised above)
+    problem = report_problem(report)
+    if problem:
+        raise RunDirError(f"{path / S.REPORT_JSON} is not a report this nsbridge reads: "
+                          f"{problem}. It was edited, damaged, or written by another nsbridge "
+                          "version: make the run again (or read it with the version that "
+                          "wrote it).")
     return manifest, report
 
 

@@ -8,6 +8,7 @@ and mutates a copy of it, the way a crashed, unfinished, foreign or edited run l
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -17,7 +18,7 @@ from click.testing import CliRunner, Result
 
 import nsbridge
 from nsbridge.cli import main
-from nsbridge.errors import DiffRefusedError
+from nsbridge.errors import DiffRefusedError, RunDirError
 from nsbridge.report.diff_render import render_diff
 from nsbridge.report.escape import md_cell, terminal
 
@@ -278,3 +279,26 @@ def test_the_real_command_refuses_a_crashed_run(real_run: Path, tmp_path: Path) 
                         "--format", "md", cwd=tmp_path)
     assert proc.returncode == 5 and proc.stdout == ""
     assert "diff refused" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- one report reader for load and diff -----------------------------------------------------
+@pytest.mark.parametrize("mutate, field", [
+    (_with(sync_points=None), "sync_points is missing"),
+    (_op0(calls=10 ** 400), "ops[0].calls is"),
+    (_op0(cpu_self_us=2 ** 64 * 1e6), "ops[0].cpu_self_us is"),
+    (_op0(calls="12"), 'ops[0].calls is "12", not a number of 0 or more'),
+    (_op0(kernels=[{"name": 3}]), "ops[0].kernels[0].name is 3, not a string"),
+    (_with(schema_version=99), "schema_version 99"),
+    (_without("ops"), "ops is missing"),
+    (_with(steps={"count": 3, "per_step": {"wall_ms": 1}}), "steps.per_step is an object"),
+])
+def test_load_and_diff_name_the_first_wrong_field(real_run: Path, tmp_path: Path,
+                                                  mutate: Mutation, field: str) -> None:
+    """load and diff read report.json through one check (schema.report_shape): the same
+    field is named by both, as RunDirError / a refusal (exit 5), never a traceback."""
+    bad = _copy(real_run, tmp_path / "bad", mutate)
+    with pytest.raises(RunDirError, match=re.escape(field)):
+        nsbridge.load(bad)
+    result = _diff(real_run, bad)
+    _refused(result)
+    assert field in " ".join(result.stderr.split())

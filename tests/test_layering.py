@@ -48,7 +48,7 @@ HEAVY = ("torch", "pandas", "numpy", "click", "msgspec")
 # only). A unit is a subpackage (collect, parse, ...) or a top-level module (api, run, ...).
 LAYERS: list[set[str]] = [
     {"errors", "schema", "_stepping", "progress",    # stdlib only; progress: rich, lazily;
-     "_blas"},                                       # _blas: numpy, lazily
+     "_blas", "printable"},                          # _blas: numpy, lazily; one escape
     {"profiles", "rundir",                           # YAML recipes; run-directory files;
      "script_check"},                                # can the script start (no import)
     {"collect", "parse"},                            # tool adapters; file -> frame (siblings)

@@ -41,7 +41,17 @@ def test_unknown_keys_are_rejected_with_a_suggestion(tmp_path: Path, text: str,
 
 @pytest.mark.parametrize("text, expected", [
     ("schedule:\n  active: two\n", "must be int"),
-    ("schedule:\n  active: 0\n", "must be >= 1"),
+    ("schedule:\n  active: 0\n", "must be at least 1; got 0"),
+    ("analysis:\n  input_bound_share: -1\n", "input_bound_share' .* must be above 0 and at most 1"),
+    ("analysis:\n  gpu_bound_busy: 80\n", "must be above 0 and at most 1; got 80"),
+    ("analysis:\n  sync_calls_per_step: 0\n", "must be above 0; got 0"),
+    ("analysis:\n  straggler_pct: .nan\n", "straggler_pct' .* got nan"),
+    ("analysis:\n  straggler_min_ms: .inf\n", "got inf"),
+    ("analysis:\n  top_ops: true\n", "must be int; got True"),
+    ("analysis:\n  straggler_pct: false\n", "must be float; got False"),
+    ("deep:\n  max_launches: 0\n", "must be at least 1"),
+    ("version: true\n", "version True"),
+    ("version: 1.0\n", "version 1.0"),
     ("capture:\n  cuda: maybe\n", "true, false or auto"),
     ("capture:\n  record_shapes: 1\n", "must be bool"),
     ("version: 7\n", "version 7"),
@@ -68,3 +78,28 @@ def test_profiles_ship_inside_the_package() -> None:
 
     shipped = Path(module.__file__).parent / "profiles"
     assert (shipped / "default.yaml").is_file()
+
+
+def test_a_profile_that_is_not_utf8_is_refused_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("description: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ProfileError, match=r"not UTF-8 text \(byte 16 is 0xe9\)"):
+        load_profile(str(path))
+
+
+def test_fractional_thresholds_are_floats(tmp_path: Path) -> None:
+    path = tmp_path / "ok.yaml"
+    path.write_text("analysis:\n  sync_calls_per_step: 8.5\n  input_bound_share: 1\n")
+    analysis = load_profile(str(path)).analysis
+    assert analysis.sync_calls_per_step == 8.5 and analysis.input_bound_share == 1.0
+
+
+def test_every_numeric_field_has_a_range() -> None:
+    """Each number a profile sets is checked against its range on load."""
+    from dataclasses import fields
+
+    from nsbridge.profiles import SECTIONS
+    for cls in SECTIONS.values():
+        for f in fields(cls):
+            if str(f.type) in ("int", "float"):
+                assert "range" in f.metadata, (cls.__name__, f.name)

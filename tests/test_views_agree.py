@@ -317,3 +317,17 @@ def test_a_real_trace_keeps_the_tensor_core_count_per_family(corpus: dict) -> No
     counts = report.get("tensor_cores") or {}
     assert counts.get("ops", 0) == len(marked)
     assert all(op.get("kernels") for op in report["ops"] if op.get("tensor_cores"))
+
+
+@pytest.mark.parametrize("name", ["cpu", "runs"])
+def test_analyze_of_a_run_directory_keeps_what_the_run_knew(corpus: dict, name: str,
+                                                            tmp_path: Path) -> None:
+    """analyze RUN_DIR: the same machine facts, confidence, steps, environment (Tensor Core
+    marks) and ops as the triage that made the run."""
+    run, _, triage = _run(corpus, name)
+    again = nsbridge.analyze([run], out=tmp_path / "again").report
+    assert again["command"] == "analyze"
+    for key in ("machine", "environment", "window", "ops", "sync_points", "tensor_cores"):
+        assert again.get(key) == triage.get(key), key
+    assert again["verdict"] == triage["verdict"]
+    assert again["steps"]["per_step"] == triage["steps"]["per_step"]

@@ -19,13 +19,12 @@ its noise for them and says so (model.diff).
 
 from __future__ import annotations
 
-import json
-import math
 import shlex
 from pathlib import PurePath
-from typing import Any, Callable, Iterable, NamedTuple, Optional
+from typing import Any, Iterable, NamedTuple, Optional
 
 from .. import schema as S
+from ..schema.report_shape import REPORT_SHAPE, STATUS_SHAPE, describe, misshapen
 
 ALLOWABLE = ("target", "args", "torch", "gpu", "threads", "cores")
 SIDES = ("base", "new")
@@ -99,20 +98,20 @@ def _unusable(report: Any, schema_version: int) -> Optional[_Problem]:
     """Why one run cannot be compared with any other, or None."""
     again = "Make the {side} run again with this nsbridge."
     if not isinstance(report, dict):
-        return _Problem(f"has a report.json of another shape: it is {_describe(report)}, "
+        return _Problem(f"has a report.json of another shape: it is {describe(report)}, "
                         "not an object", again)
     version = report.get("schema_version")
     if version != schema_version or isinstance(version, bool):
         had = ("no schema_version" if version is None
-               else f"schema_version {_describe(version)}")
+               else f"schema_version {describe(version)}")
         return _Problem(f"has a report.json with {had}; this nsbridge reads schema_version "
                         f"{schema_version}", "Make both runs with the same nsbridge version.")
-    bad = _misshapen(report, _STATUS)
+    bad = misshapen(report, STATUS_SHAPE)
     if not bad:
         stopped = _stopped(report)
         if stopped:
             return stopped             # a run that stopped early need not have the rest
-        bad = _misshapen(report, _REPORT) or _mismatched(report)
+        bad = misshapen(report, REPORT_SHAPE) or _mismatched(report)
     if bad:
         return _Problem(f"has a report.json of another shape: {bad}", again)
     return _empty(report)
@@ -186,76 +185,6 @@ def _fix(text: str, side: str, label: str) -> str:
     return text.format(side=side, account=account)
 
 
-# --- the shape of the fields diff reads -------------------------------------------------
-
-
-class _Misshapen(Exception):
-    """A field diff reads is missing or of the wrong type."""
-
-
-class _Atom(NamedTuple):
-    """A leaf of the shape: what it must be, and the test."""
-
-    what: str
-    test: Callable[[Any], bool]
-
-
-class _Required(NamedTuple):
-    """A field that must be present (not missing, not null)."""
-
-    shape: Any
-
-
-def _is_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value >= 0)
-
-
-_ANY = _Atom("anything", lambda v: True)
-_TEXT = _Atom("a string", lambda v: isinstance(v, str))
-_NAME = _Atom("a non-empty string", lambda v: isinstance(v, str) and bool(v))
-_FLAG = _Atom("true or false", lambda v: isinstance(v, bool))
-_NUMBER = _Atom("a number of 0 or more", _is_number)
-_POSITIVE = _Atom("a number above 0", lambda v: _is_number(v) and v > 0)
-_RANKING = _Atom('"cpu_self_us" or "device_self_us"',
-                 lambda v: v in (S.RANKED_BY_HOST, S.RANKED_BY_DEVICE))
-
-# The fields diff reads (model.diff, report.diff_render) and what each must be: a dict is an
-# object with those keys, a one-item list a list of such items (never null), an atom a leaf;
-# every field may be missing or null unless _Required.
-_OP = {S.NAME: _Required(_NAME), S.CALLS: _NUMBER, S.CPU_SELF_US: _NUMBER,
-       S.DEVICE_SELF_US: _NUMBER, S.SHAPES: [_ANY], S.PER_STEP_US: [_NUMBER],
-       S.SHAPE_WORK: [{"shape": _Required(_TEXT), "calls": _Required(_NUMBER),
-                       "us": _Required(_NUMBER)}]}
-_STEPS = {"count": _Required(_NUMBER),
-          "per_step": [{"wall_ms": _Required(_POSITIVE), "run": _NUMBER}],
-          "unprofiled_ms": [_POSITIVE], "unprofiled_runs": [_NUMBER]}
-_MACHINE = {"cores": {"usable": _NUMBER, "logical": _NUMBER},
-            "threads": {"intra_op": _NUMBER, "inter_op": _NUMBER},
-            "load": {"before": [_NUMBER], "after": [_NUMBER]}, "steal_share": _NUMBER,
-            "measured_steps": {"wait_ms_per_step": _NUMBER, "wait_share": _NUMBER,
-                               "cpu_per_wall": _NUMBER, "nivcsw_per_step": _NUMBER},
-            "cgroup_throttling": {"throttled": _NUMBER}, "contention": {"contended": _FLAG},
-            "gpu": [{"index": _Required(_ANY), "throttle_reasons": [_TEXT],
-                     "other_processes": [_ANY]}]}
-_STATUS = {"status": _Required(_TEXT), "error": {}}
-_REPORT = {**_STATUS, "target": _Required(_TEXT), "ranked_by": _RANKING,
-           "ops": _Required([_OP]), "steps": _STEPS, "window": {"kind": _TEXT, "seconds": _NUMBER},
-           "verdict": {"label": _TEXT}, "environment": {"torch": _TEXT, "gpus": [_ANY]},
-           "machine": _MACHINE,
-           "sync_points": [{"kind": _Required(_TEXT), "file": _TEXT, "op": _TEXT, "line": _ANY}]}
-
-
-def _misshapen(report: dict[str, Any], shape: dict[str, Any]) -> Optional[str]:
-    """The first field of ``report`` that does not have ``shape``, as 'FIELD is X, not Y';
-    None when all do."""
-    try:
-        _conform(report, shape, "")
-    except _Misshapen as bad:
-        return str(bad)
-    return None
-
-
 def _mismatched(report: dict[str, Any]) -> Optional[str]:
     """Lists diff pairs up whose lengths differ, as 'FIELD has N entries for M ...'; None
     when they match."""
@@ -265,37 +194,6 @@ def _mismatched(report: dict[str, Any]) -> Optional[str]:
         return (f"steps.unprofiled_runs has {len(runs)} entries for {len(walls)} "
                 "steps.unprofiled_ms")
     return None
-
-
-def _conform(value: Any, shape: Any, field: str) -> None:
-    """Raise _Misshapen naming ``field`` where ``value`` is not of ``shape``."""
-    if isinstance(shape, _Required):
-        if value is None:
-            raise _Misshapen(f"{field} is missing")
-        shape = shape.shape
-    if value is None:
-        return
-    if isinstance(shape, dict):
-        if not isinstance(value, dict):
-            raise _Misshapen(f"{field} is {_describe(value)}, not an object")
-        for key, inner in shape.items():
-            _conform(value.get(key), inner, f"{field}.{key}" if field else key)
-    elif isinstance(shape, list):
-        if not isinstance(value, list):
-            raise _Misshapen(f"{field} is {_describe(value)}, not a list")
-        for i, item in enumerate(value):
-            _conform(item, _Required(shape[0]), f"{field}[{i}]")
-    elif not shape.test(value):
-        raise _Misshapen(f"{field} is {_describe(value)}, not {shape.what}")
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 # --- the comparable facts ----------------------------------------------------------------

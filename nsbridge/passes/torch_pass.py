@@ -15,7 +15,7 @@ from .._blas import import_numpy_on_one_thread
 from .. import schema as S
 from ..collect._process import ChildOutcome
 from ..collect.torch_profiler import TorchPass, recorded_pass, run_torch_pass
-from ..errors import TraceError, TraceFormatError, TraceNotFoundError
+from ..errors import ProfileError, TraceError, TraceFormatError, TraceNotFoundError
 from ..distributed.summary import summarize
 from ..model.analysis import TraceAnalysis, analyze_events
 from ..model.contention import combine_runs, machine_facts
@@ -23,7 +23,7 @@ from ..model.pooled import pool_analyses
 from ..model.overhead import profiler_overhead
 from ..model.cross_rank import combine_ops, cross_rank, slowest
 from ..parse.torch_trace import TorchTrace, read_trace
-from ..profiles import SECTIONS, Profile, load_profile
+from ..profiles import SECTIONS, Profile, load_profile, profile_from_dict
 from ..report.build import build_report
 from ..run import PassOutput, Run, Script
 from ..rundir import read_run
@@ -174,13 +174,17 @@ def analyse_run_dir(run_dir: Path, profile: Optional[Profile], window: str) -> P
 
 
 def recorded_profile(manifest: dict[str, Any]) -> Profile:
-    """The profile a run was made with (its manifest keeps every value); the default
-    profile where the manifest's is not one this version reads."""
-    recorded = manifest.get("profile") or {}
+    """The profile a run was made with (its manifest keeps every value, each checked as a
+    profile file's); the default profile where the manifest's is not one this version
+    reads."""
+    recorded = manifest.get("profile")
     try:
-        return Profile(**{**recorded, **{key: cls(**recorded[key])
-                                         for key, cls in SECTIONS.items()}})
-    except (TypeError, KeyError):
+        if not isinstance(recorded, dict):
+            raise ProfileError("the manifest has no profile")
+        return profile_from_dict({k: v for k, v in recorded.items() if k in SECTIONS},
+                                 name=str(recorded.get("name") or "recorded"),
+                                 source="the run's manifest")
+    except ProfileError:
         return load_profile("default")
 
 

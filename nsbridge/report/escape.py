@@ -1,8 +1,9 @@
 """Text from runs (op names, paths, scripts' messages) made safe to print.
 
-``terminal`` shows control characters as Python escapes, so a name cannot move the cursor,
-recolour or erase a terminal. ``md_cell`` also escapes Markdown, so a name cannot break a
-table row or a comment, start a code span or inject HTML; ``md_text`` is ``md_cell`` for
+``terminal`` (nsbridge.printable) shows control, format and separator characters as Python
+escapes, so a name cannot move the cursor, recolour or erase a terminal, or reorder text.
+``md_cell`` also escapes Markdown, so a name cannot break a table row or a comment, start a
+code span or inject HTML; ``md_text`` is ``md_cell`` for
 text that starts a paragraph, heading or list item of its own; ``md_code`` sets a name as a
 code span in a table cell.
 """
@@ -11,19 +12,13 @@ from __future__ import annotations
 
 import re
 
-# C0, DEL, C1, line/paragraph separators and the bidirectional controls ("Trojan source")
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+from ..printable import printable as terminal   # the one escape for every view
+
 _MARKDOWN = re.compile(r"[\\`*_\[\]|~]")
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 # what opens a block at the start of a line: heading, list item, rule, setext underline
 _BLOCK_START = re.compile(r"^(\s*)(#{1,6}|[+=-]+|\d{1,9}[.)])(?=\s|$)")
 _BACKTICKS = re.compile("`+")
-
-
-def terminal(text: object) -> str:
-    """``text`` with each control character written as its Python escape (ESC as ``\\x1b``,
-    CR as ``\\r``, newline as ``\\n``); everything else unchanged."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
 def md_cell(text: object) -> str:

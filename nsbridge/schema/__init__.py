@@ -4,6 +4,8 @@
 - schema.columns  column names of the frames (EVENTS, OPS) and of ops[] per pass
 - schema.report   report.json's top-level keys and its skeleton (``empty_report``)
 - schema.files    the file names of a run directory
+- schema.report_shape  what each field of report.json a reader uses must be, and the
+                  check naming the first that is not (``report_problem``)
 
 Column names:
 
@@ -53,3 +55,4 @@ from __future__ import annotations
 from .columns import *  # noqa: F401,F403
 from .files import *  # noqa: F401,F403
 from .report import *  # noqa: F401,F403
+from .report_shape import *  # noqa: F401,F403
