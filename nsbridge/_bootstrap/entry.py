@@ -45,6 +45,16 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise _Terminated()
 
 
+def _on_sigterm_at_start(signum: int, frame: Any) -> None:
+    """SIGTERM before the script runs (importing torch, starting the profiler): end at
+    once with one line. Raising here could unwind through torch's C++ (a Python callback
+    the profiler's start runs), which aborts the process with a C++ message."""
+    sys.stderr.write("nsbridge: SIGTERM stopped the profiled process while it started "
+                     "(torch, the profiler): it wrote no record.\n")
+    sys.stderr.flush()
+    os._exit(TERMINATED)
+
+
 def _die_with_parent() -> None:
     """Linux: get SIGTERM when the nsbridge that started this process dies, even by
     SIGKILL, so no profiled script is left running behind it. Armed only when nsbridge is
@@ -82,7 +92,7 @@ def main(config_path: str) -> int:
     run_dir = Path(config["run_dir"])
     started = time.perf_counter()
     result: dict[str, Any] = {"status": "ok", "exit_code": 0, "error": None}
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, _on_sigterm_at_start)
 
     import torch  # noqa: F401  (imported after the signal handler so a timeout is clean)
 
@@ -108,6 +118,7 @@ def main(config_path: str) -> int:
             getattr(instruments[name], "install" if name != "session" else "start")()
     steps.install()
     try:
+        signal.signal(signal.SIGTERM, _on_sigterm)   # from here on the script is stopped
         _run_target(config)
     except SystemExit as exc:
         result.update(_exit_status(exc.code))

@@ -332,7 +332,11 @@ def gpu_work(export: Any, runtime: pd.DataFrame, runtime_op: np.ndarray,
                                  if len(runtime) else None, None)
     columns["rule"] = np.where(~launched, NO_LAUNCH, np.where(op < 0, OUTSIDE_OPS,
                                                                NVTX_PUSH_POP)).astype(object)
-    columns["launch_latency"] = start - launch_start
+    # a kernel cannot start before its launch call: such a pair (a damaged export) has no
+    # latency, and is left out of the op's mean
+    with np.errstate(invalid="ignore"):
+        columns["launch_latency"] = np.where(start >= launch_start, start - launch_start,
+                                             np.nan)
     order = np.lexsort((start, device))
     columns = {name: values[order] for name, values in columns.items()}
     columns["idle_before"] = _idle_before(columns["device"], columns["start"], columns["end"])

@@ -22,8 +22,10 @@ Frames (columns):
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,9 +81,9 @@ def read_nsys_sqlite(path: str | Path) -> NsysExport:
     if not path.is_file():
         raise TraceNotFoundError(f"nsys export {path} does not exist.")
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = _connect(path)
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:   # a damaged schema: bytes
         raise NsysExportError(f"{path} is not an SQLite database ({exc}); export the report "
                               "with `nsys export --type sqlite REPORT.nsys-rep`.") from exc
     try:
@@ -94,7 +96,7 @@ def read_nsys_sqlite(path: str | Path) -> NsysExport:
                 f"(written by nsys {version or 'of unknown version'}, schema "
                 f"{schema or 'unknown'}). Capture with `-t cuda,nvtx` and export with "
                 "`nsys export --type sqlite`.")
-        strings = pd.read_sql("SELECT id, value FROM StringIds", conn).set_index("id")["value"]
+        strings, duplicated = _string_ids(conn)
         export = NsysExport(
             path=path, product_version=version, schema_version=schema, tables=tables,
             ranges=_ranges(conn, tables, strings), kernels=_kernels(conn, tables, strings),
@@ -103,14 +105,65 @@ def read_nsys_sqlite(path: str | Path) -> NsysExport:
             memset=_copies(conn, tables, MEMSET, None),
             gpu_syncs=_gpu_syncs(conn, tables), osrt=_osrt(conn, tables, strings),
             threads=_threads(conn, tables, strings))
-    except sqlite3.DatabaseError as exc:
-        raise NsysExportError(f"{path} could not be read as an nsys export: {exc}.") from exc
+    except (sqlite3.DatabaseError, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
+        raise NsysExportError(f"{path} could not be read as an nsys export: {exc}. Export "
+                              "it again with `nsys export --type sqlite`, or use the "
+                              ".nsys-rep.") from None
+    except MissingColumn as bad:
+        raise NsysExportError(f"{path} is not an nsys export nsbridge reads: table {bad.table} "
+                              f"has no column {bad.column} (written by nsys "
+                              f"{version or 'of unknown version'}). Export it again with "
+                              "`nsys export --type sqlite`, or use the .nsys-rep.") from None
+    except NotIntegers as bad:
+        where = _first_not_integer(conn, bad.table, bad.first_rowid)
+        raise NsysExportError(f"{path} is damaged: in table {bad.table}, {where}, where nsys "
+                              "writes integers. Export it again with `nsys export --type "
+                              "sqlite`, or use the .nsys-rep.") from None
     finally:
         conn.close()
+    if duplicated:
+        export.notes.append(f"{path.name}: StringIds has {duplicated} repeated id(s); the "
+                            "first value of each is used")
+    _drop_backwards(export)
     for table, frame in ((NVTX, export.ranges), (KERNEL, export.kernels)):
         if frame.empty:
             export.notes.append(f"{table} has no rows in {path.name}")
     return export
+
+
+def _string_ids(conn: sqlite3.Connection) -> tuple[pd.Series, int]:
+    """StringIds as id -> text (the first of a repeated id), and how many ids repeated."""
+    _require(conn, "StringIds", "id", "value")
+    table = pd.read_sql("SELECT id, value FROM StringIds", conn)
+    ids = pd.to_numeric(table["id"], errors="coerce")
+    keep = ids.notna() & ~ids.duplicated()
+    text = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+            for v in table["value"][keep]]           # a blob in a damaged file: its text
+    strings = pd.Series(text, index=ids[keep].astype("int64").to_numpy(), dtype=object)
+    return strings, int(ids.duplicated().sum())
+
+
+def _drop_backwards(export: NsysExport) -> None:
+    """Rows that end before they start (a damaged export) are left out, with a note: a
+    negative duration would make every sum and busy share wrong."""
+    for name in ("ranges", "kernels", "runtime", "memcpy", "memset", "gpu_syncs", "osrt"):
+        frame = getattr(export, name)
+        if frame.empty or "dur" not in frame:
+            continue
+        backwards = pd.to_numeric(frame["dur"], errors="coerce") < 0
+        if backwards.any():
+            setattr(export, name, frame[~backwards].reset_index(drop=True))
+            export.notes.append(f"{export.path.name}: {int(backwards.sum())} {name} row(s) "
+                                "end before they start and were left out")
+
+
+def _connect(path: Path, check_same_thread: bool = True) -> sqlite3.Connection:
+    """A read-only connection whose text is decoded leniently: a damaged string shows
+    U+FFFD where its bytes are not UTF-8 instead of failing the read."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True,
+                           check_same_thread=check_same_thread)
+    conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
+    return conn
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
@@ -141,6 +194,7 @@ def _ranges(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> p
     cols = ["start", "end", "dur", "name", "domain", "style", "global_tid", "pid", "tid"]
     if NVTX not in tables:
         return pd.DataFrame(columns=cols)
+    _require(conn, NVTX, "start", "end", "eventType")
     have = _columns(conn, NVTX)
     text_id = "coalesce(textId, -1)" if "textId" in have else "-1"
     domain_id = "coalesce(domainId, 0)" if "domainId" in have else "0"
@@ -204,7 +258,7 @@ def _int_slices(conn: sqlite3.Connection, table: str, exprs: list[str],
     read-only connection, since SQLite releases the GIL while it steps through rows."""
     lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
     firsts = list(range(lo or 0, (hi or -1) + 1, _CHUNK))
-    sql = (f"SELECT {', '.join(f'group_concat({e})' for e in exprs)} FROM {table} "
+    sql = (f"SELECT count(*), {', '.join(f'group_concat({e})' for e in exprs)} FROM {table} "
            f"WHERE rowid >= ? AND rowid < ? AND ({where})")
     database = next((row[2] for row in conn.execute("PRAGMA database_list")
                      if row[1] == "main"), "")
@@ -218,15 +272,23 @@ def _int_slices(conn: sqlite3.Connection, table: str, exprs: list[str],
             return conn
         own: Optional[sqlite3.Connection] = getattr(local, "conn", None)
         if own is None:
-            own = local.conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True,
-                                               check_same_thread=False)
+            own = local.conn = _connect(Path(database), check_same_thread=False)
             opened.append(own)
         return own
 
     def one_slice(first: int) -> Optional[list[np.ndarray]]:
-        row = connection().execute(sql, (first, first + _CHUNK)).fetchone()
-        return None if row[0] is None else [np.fromstring(v, dtype=np.int64, sep=",")
-                                            for v in row]
+        count, *row = connection().execute(sql, (first, first + _CHUNK)).fetchone()
+        if not count:
+            return None
+        try:
+            with warnings.catch_warnings():   # numpy warns (or raises) where it stops
+                warnings.simplefilter("ignore")
+                arrays = [np.fromstring(v, dtype=np.int64, sep=",") for v in row]
+        except (ValueError, TypeError):
+            raise NotIntegers(table, first) from None
+        if any(len(a) != count for a in arrays):
+            raise NotIntegers(table, first)
+        return arrays
 
     try:
         if threads > 1:
@@ -240,9 +302,64 @@ def _int_slices(conn: sqlite3.Connection, table: str, exprs: list[str],
     return [part for part in found if part is not None]
 
 
+class MissingColumn(Exception):
+    """A table nsbridge reads lacks a column nsys always writes there."""
+
+    def __init__(self, table: str, column: str) -> None:
+        super().__init__(table, column)
+        self.table, self.column = table, column
+
+
+def _require(conn: sqlite3.Connection, table: str, *columns: str) -> None:
+    """MissingColumn unless ``table`` has ``columns`` (a missing "end" would otherwise be
+    read as the text 'end': SQLite takes an unknown double-quoted name for a string)."""
+    have = _columns(conn, table)
+    for column in columns:
+        if column not in have:
+            raise MissingColumn(table, column)
+
+
+class NotIntegers(Exception):
+    """A value in an integer column of an nsys table is not an integer."""
+
+    def __init__(self, table: str, first_rowid: int) -> None:
+        super().__init__(table, first_rowid)
+        self.table, self.first_rowid = table, first_rowid
+
+
+_INT_COLUMNS = ("start", "end", "globalTid", "globalPid", "deviceId", "streamId",
+                "correlationId", "eventType", "textId", "domainId", "nameId", "demangledName",
+                "shortName", "bytes", "copyKind", "eventClass", "syncType")
+
+
+def _first_not_integer(conn: sqlite3.Connection, table: str, first: int) -> str:
+    """Where a NotIntegers value is: 'column start of row 12 is 'abc' (text)'."""
+    for column in [c for c in _INT_COLUMNS if c in _columns(conn, table)]:
+        row = conn.execute(f'SELECT rowid, "{column}", typeof("{column}") FROM {table} WHERE '
+                           f"rowid >= ? AND typeof(\"{column}\") NOT IN ('integer', 'null') "
+                           "ORDER BY rowid LIMIT 1", (first,)).fetchone()
+        if row:
+            return f"column {column} of row {row[0]} is {row[1]!r} ({row[2]})"
+    return f"a value in rows from {first} on is not an integer"
+
+
+def _integers(frame: pd.DataFrame, table: str, columns: list[str]) -> pd.DataFrame:
+    """``frame`` (read with pandas) with ``columns`` as numbers; NotIntegers where one holds
+    text or a fraction."""
+    for col in columns:
+        values = pd.to_numeric(frame[col], errors="coerce")
+        wrong = (values.isna() & frame[col].notna()) | (values.notna() & (values % 1 != 0))
+        if wrong.any():
+            raise NotIntegers(table, 0)
+        frame[col] = values
+    return frame
+
+
 def _int_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str],
                  where: str = "1") -> pd.DataFrame:
     """Integer columns of a table (NULL -> -1) read through group_concat in rowid slices."""
+    _require(conn, table, *(e.strip('"') for e in exprs.values()
+                            if re.fullmatch(r'"?\w+"?', e) and not e.isdigit() and e != "NULL"))
     parts = _int_slices(conn, table, [f"coalesce({expr}, -1)" for expr in exprs.values()],
                         where)
     if not parts:
@@ -309,8 +426,10 @@ def _gpu_syncs(conn: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
     cols = ["start", "end", "dur", "device", "global_pid", "kind"]
     if SYNC not in tables:
         return pd.DataFrame(columns=cols)
+    _require(conn, SYNC, "start", "end", "deviceId", "globalPid", "syncType")
     frame = pd.read_sql(f"SELECT start, \"end\", deviceId AS device, globalPid AS global_pid, "
                         f"syncType AS kind FROM {SYNC}", conn)
+    frame = _integers(frame, SYNC, ["start", "end", "device", "global_pid"])
     frame["dur"] = frame["end"] - frame["start"]
     return frame[cols]
 
@@ -319,8 +438,10 @@ def _osrt(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.
     cols = ["start", "end", "dur", "global_tid", "name"]
     if OSRT not in tables:
         return pd.DataFrame(columns=cols)
+    _require(conn, OSRT, "start", "end", "globalTid", "nameId")
     frame = pd.read_sql(f"SELECT start, \"end\", globalTid AS global_tid, nameId FROM {OSRT}",
                         conn)
+    frame = _integers(frame, OSRT, ["start", "end", "global_tid", "nameId"])
     frame["name"] = frame.pop("nameId").map(strings)
     frame["dur"] = frame["end"] - frame["start"]
     return frame[cols]
@@ -329,6 +450,8 @@ def _osrt(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.
 def _threads(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.DataFrame:
     if "ThreadNames" not in tables:
         return pd.DataFrame(columns=["global_tid", "name"])
+    _require(conn, "ThreadNames", "globalTid", "nameId")
     frame = pd.read_sql("SELECT globalTid AS global_tid, nameId FROM ThreadNames", conn)
+    frame = _integers(frame, "ThreadNames", ["global_tid", "nameId"])
     frame["name"] = frame.pop("nameId").map(strings)
     return frame
