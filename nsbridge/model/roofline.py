@@ -157,6 +157,8 @@ def _binding(r: dict[str, Any]) -> dict[str, Any]:
     if peak is None or dram is None or not intensity or not r["flop_per_s"]:
         return {"roof": None, "roof_pct": None}
     memory_roof = intensity * dram
+    if min(peak, memory_roof) <= 0:       # a peak of 0 (a damaged export): no roof to judge
+        return {"roof": None, "roof_pct": None}
     roof = "compute" if peak <= memory_roof else "memory"
     return {"roof": roof, "roof_pct": 100.0 * r["flop_per_s"] / min(peak, memory_roof)}
 

@@ -92,17 +92,36 @@ def read_ncu(path: str | Path) -> NcuData:
         raise TraceNotFoundError(f"Nsight Compute file {path} does not exist.")
     if path.suffix == ".ncu-rep":
         return _read_report(path)
-    with path.open(newline="", encoding="utf-8", errors="replace") as fh:
-        rows = [r for r in csv.reader(_strip_chatter(fh)) if r]
+    with path.open(newline="", encoding="utf-8-sig", errors="replace") as fh:   # BOM too
+        try:
+            rows = [r for r in csv.reader(_strip_chatter(fh)) if r]
+        except csv.Error as exc:
+            raise NcuFormatError(f"{path} is not a CSV file nsbridge can read ({exc}). Export "
+                                 "it again with `ncu --import REPORT.ncu-rep --csv --page "
+                                 "raw --print-units base`.") from None
     if not rows or rows[0][:1] != ["ID"]:
         raise NcuFormatError(
             f"{path} is not an Nsight Compute CSV export (its first column is not \"ID\"). "
             "Export one with `ncu --import REPORT.ncu-rep --csv --page raw --print-units base "
             "> out.csv`, or pass the .ncu-rep itself.")
     header = rows[0]
-    if "Metric Name" in header and "Metric Value" in header:
-        return _read_details(path, header, rows[1:])
-    return _read_raw(path, header, rows[1:])
+    body = [r for r in rows[1:] if r != header]   # exports joined with `cat`: one header
+    try:
+        if "Metric Name" in header and "Metric Value" in header:
+            data = _read_details(path, header, body)
+        else:
+            data = _read_raw(path, header, body)
+    except _BadRow as bad:
+        raise NcuFormatError(f"{path} is damaged: {bad}. Export it again with `ncu --import "
+                             "REPORT.ncu-rep --csv --page raw --print-units base`.") from None
+    if len(body) < len(rows) - 1:
+        data.notes.append(f"{path.name}: {len(rows) - 1 - len(body)} repeated header row(s) "
+                          "(exports joined into one file) skipped")
+    return data
+
+
+class _BadRow(Exception):
+    """A row of an ncu CSV that cannot be read: the message says which and why."""
 
 
 def parse_nvtx(cell: str) -> tuple[tuple[str, str], ...]:
@@ -132,20 +151,31 @@ def _strip_chatter(lines: Iterable[str]) -> Iterable[str]:
 def _identity(header: list[str], row: list[str]) -> dict[str, Any]:
     get = dict(zip(header, row)).get
     nvtx_col = next((h for h in header if h.startswith(_NVTX_COLUMN)), None)
-    return {"launch": int(get("ID", "0")), "kernel": get("Kernel Name", ""),
+    ident = get("ID", "0")
+    if not (ident or "").strip().isdigit():
+        raise _BadRow(f"a launch ID is {ident!r}, not a number (row {row[:3]})")
+    return {"launch": int(ident), "kernel": get("Kernel Name", ""),
             "process_id": get("Process ID"), "device": get("Device"), "cc": get("CC"),
             "block": get("Block Size"), "grid": get("Grid Size"),
             "nvtx": parse_nvtx(get(nvtx_col, "")) if nvtx_col else ()}
 
 
 def _read_raw(path: Path, header: list[str], rows: list[list[str]]) -> NcuData:
-    units_row = rows[0] if rows and not rows[0][0] else [""] * len(header)
-    data = rows[1:] if rows and not rows[0][0] else rows
+    if rows and rows[0][0]:
+        raise _BadRow("the raw page has no units row under its header, so no value's scale "
+                      "is known")
+    units_row, data = (rows[0], rows[1:]) if rows else ([""] * len(header), [])
     metric_cols = [i for i, h in enumerate(header) if "__" in h or h in ("inst_executed",)]
     notes: list[str] = []
     launches, values = [], []
     units = {i: normalise(units_row[i] if i < len(units_row) else "") for i in metric_cols}
-    _note_unknown(notes, {header[i]: units_row[i] for i in metric_cols if not units[i].known})
+    _note_unknown(notes, {header[i]: units_row[i] for i in metric_cols
+                          if i < len(units_row) and not units[i].known})
+    cut = [header[i] for i in metric_cols if i >= len(units_row)]
+    if cut:        # a units row cut short: those values' scale is unknown
+        notes.append(f"{path.name}: the units row stops before {len(cut)} metric(s), which "
+                     f"are left out ({', '.join(cut[:3])}{', ...' if len(cut) > 3 else ''})")
+        metric_cols = [i for i in metric_cols if i < len(units_row)]
     for row in data:
         ident = _identity(header, row)
         launches.append(ident)
@@ -158,10 +188,18 @@ def _read_raw(path: Path, header: list[str], rows: list[list[str]]) -> NcuData:
 
 def _read_details(path: Path, header: list[str], rows: list[list[str]]) -> NcuData:
     col = {h: i for i, h in enumerate(header)}
+    needed = ("Metric Name", "Metric Unit", "Metric Value", "Section Name")
+    missing = [name for name in needed if name not in col]
+    if missing:
+        raise _BadRow(f"the details page has no {', '.join(missing)} column")
     notes: list[str] = []
     seen: dict[int, dict[str, Any]] = {}
     values, unknown = [], {}
+    short, last = 0, max(col[name] for name in needed)
     for row in rows:
+        if len(row) <= last:           # cut off before the cells nsbridge reads
+            short += 1
+            continue
         name = row[col["Metric Name"]]
         if not name:              # a rule row: its fields are the rule's, not a metric's
             continue
@@ -176,6 +214,9 @@ def _read_details(path: Path, header: list[str], rows: list[list[str]]) -> NcuDa
             else name
         values.append(_value(ident["launch"], metric, section, row[col["Metric Value"]], unit))
     _note_unknown(notes, unknown)
+    if short:
+        notes.append(f"{path.name}: {short} row(s) cut off before the metric's name, unit, "
+                     "value or section left out")
     return NcuData(path=path, source="csv-details",
                    launches=_launch_frame(list(seen.values())),
                    metrics=pd.DataFrame(values, columns=METRIC_COLUMNS), notes=notes)
@@ -195,6 +236,16 @@ def _read_report(path: Path) -> NcuData:
         raise NcuFormatError(f"{path} could not be read as an Nsight Compute report ({exc}); "
                              "it may be truncated, or written by an ncu newer than the "
                              "installed ncu-report package (pip install -U ncu-report).") from exc
+    try:
+        return _report_data(path, context)
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:  # damaged values
+        raise NcuFormatError(f"{path} is damaged: a value in it could not be read ({exc}). "
+                             "Capture or copy it again, or export it as CSV with `ncu "
+                             "--import` and pass that.") from None
+
+
+def _report_data(path: Path, context: Any) -> NcuData:
+    """The launches and metrics of a loaded report (``ncu_report``'s context)."""
     launches, values, notes, unknown = [], [], [], {}
     launch = 0
     for r in range(context.num_ranges()):

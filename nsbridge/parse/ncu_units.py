@@ -72,3 +72,4 @@ def _part(text: str, numerator: bool) -> tuple[str, float] | None:
     if base in _COUNTS:
         return base, _PREFIX[prefix]
     return None
+
