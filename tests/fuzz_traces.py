@@ -25,7 +25,11 @@ WEIRD_VALUES: list[Any] = [None, True, False, [], {}, [1, [2]], {"a": 1}, "12", 
                            *WEIRD_STRINGS]
 EVENT_KEYS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "s"]
 ARG_KEYS = ["External id", "external id", "correlation", "Input Dims", "Input type",
-            "device", "Device Id", "bytes", "stream", "Python id", "Python parent id"]
+            "Input Strides", "device", "Device Id", "bytes", "stream", "Python id",
+            "Python parent id"]
+SHAPE_KEYS = ["Input Dims", "Input type", "Input Strides"]
+WORK_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul",
+            "aten::convolution", "aten::cudnn_convolution", "aten::_convolution")
 
 
 def _weird(rng: random.Random) -> Any:
@@ -88,6 +92,19 @@ def _wrong_arg(doc: Any, rng: random.Random) -> Any:
             args[key] = _weird(rng)
         else:
             event["args"] = _weird(rng)
+    return doc
+
+
+def _wrong_shape_of_work_ops(doc: Any, rng: random.Random) -> Any:
+    """Odd shapes, dtypes or strides (a number, an object, text) on the matmul and
+    convolution ops, whose shapes the analysis reads (Tensor Cores, work signatures,
+    the width rule of the recommendations)."""
+    key = rng.choice(SHAPE_KEYS)
+    value = _weird(rng)
+    for event in _events(doc):
+        if isinstance(event, dict) and event.get("name") in WORK_OPS \
+                and isinstance(event.get("args"), dict):
+            event["args"][key] = copy.deepcopy(value)
     return doc
 
 
@@ -154,8 +171,9 @@ def _shift_times(doc: Any, rng: random.Random) -> Any:
 
 
 _STRUCTURAL: list[Callable[[Any, random.Random], Any]] = [
-    _delete_key, _delete_key_everywhere, _wrong_type, _wrong_arg, _weird_name, _weird_number,
-    _replace_event, _duplicate_or_drop, _top_level, _rename_steps, _shift_times]
+    _delete_key, _delete_key_everywhere, _wrong_type, _wrong_arg, _wrong_shape_of_work_ops,
+    _weird_name, _weird_number, _replace_event, _duplicate_or_drop, _top_level, _rename_steps,
+    _shift_times]
 
 
 def _mutate_bytes(seed: bytes, rng: random.Random) -> bytes:

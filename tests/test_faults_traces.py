@@ -17,6 +17,7 @@ from nsbridge.errors import EmptyTraceError, TraceFormatError
 from nsbridge.parse.torch_trace import read_trace
 
 TRACE = Path(__file__).parent / "data" / "torch" / "h200" / "input_bound_h200.json.gz"
+BERT = Path(__file__).parent / "data" / "torch" / "h100_bert-small_2025-07.json.gz"
 
 
 def _doc() -> dict[str, Any]:
@@ -142,3 +143,16 @@ def test_bytes_that_are_not_utf8_and_lone_surrogates_still_write_a_report(tmp_pa
     nsbridge.analyze([path], out=run)
     assert nsbridge.load(run).status == "ok"
     assert (run / "report.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("dims", [1.5, {"x": 1}, "abc", [[1.5, "a"], None]])
+def test_odd_input_dims_on_matmuls_are_not_a_crash(tmp_path: Path, dims: Any) -> None:
+    """Regression (fuzzing): "Input Dims": 1.5 on the matmul ops of a real trace failed in
+    the recommendations' width rule (rules.py) with TypeError."""
+    doc = json.loads(gzip.open(BERT).read())
+    for event in doc["traceEvents"]:
+        if event.get("name") in ("aten::addmm", "aten::mm", "aten::linear"):
+            event.setdefault("args", {})["Input Dims"] = dims
+    (tmp_path / "t.json").write_text(json.dumps(doc))
+    report = nsbridge.analyze([tmp_path / "t.json"], out=tmp_path / "run").report
+    assert report["status"] == "ok" and report["ops"]

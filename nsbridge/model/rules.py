@@ -211,6 +211,8 @@ def _wide_enough(matmul: pd.DataFrame, min_dim: int) -> bool:
             inputs = json.loads(work[0]["shape"])
         except (ValueError, TypeError, KeyError):
             return True
+        if not isinstance(inputs, list):    # "Input Dims" that are not a list (a damaged trace)
+            return True
         dims = [d for t in inputs if isinstance(t, list) and len(t) >= 2
                 and all(isinstance(x, int) for x in t) for d in t[-2:]]
         return bool(dims) and min(dims) >= min_dim

@@ -161,7 +161,7 @@ def _dtype(input_types: Optional[str]) -> Optional[str]:
         names = re.findall(r"'([^']*)'|\"([^\"]*)\"", input_types)
         names = [a or b for a, b in names]
     for name in names if isinstance(names, list) else []:
-        if name in _DTYPES:
+        if isinstance(name, str) and name in _DTYPES:    # a damaged trace: lists, numbers
             return _DTYPES[name]
     return None
 
