@@ -302,3 +302,12 @@ def test_load_and_diff_name_the_first_wrong_field(real_run: Path, tmp_path: Path
     result = _diff(real_run, bad)
     _refused(result)
     assert field in " ".join(result.stderr.split())
+
+
+def test_a_run_diffed_against_itself_passes(real_run: Path) -> None:
+    """One measurement on both sides has no change and no noise between them: PASS, however
+    noisy its steps (3 measured steps of a real trace here), never INCONCLUSIVE."""
+    result = nsbridge.diff(real_run, real_run)
+    assert result["exit_code"] == 0 and result["outcome"] == "pass", result["reasons"]
+    assert result["step"]["ci_pct"] == [0.0, 0.0]
+    assert not result["inconclusive"]           # each op: no change, no interval either

@@ -229,8 +229,11 @@ def _bootstrap(sa: _Side, sb: _Side, judged: list[str], witnesses: list[str],
     logs = np.log(mb) - np.log(ma)
     drift = float(_weighted_median(logs[:, None], weight)[0]) if is_witness.any() else 0.0
     beyond = logs - drift
-    boot_a = xa[:, resample_indices(sa.n, sa.groups, seed=11)].mean(axis=2)
-    boot_b = xb[:, resample_indices(sb.n, sb.groups, seed=12)].mean(axis=2)
+    picks_a = resample_indices(sa.n, sa.groups, seed=11)
+    same = np.array_equal(xa, xb) and list(sa.groups) == list(sb.groups)
+    picks_b = picks_a if same else resample_indices(sb.n, sb.groups, seed=12)  # one measurement
+    boot_a = xa[:, picks_a].mean(axis=2)
+    boot_b = xb[:, picks_b].mean(axis=2)
     boot_logs = np.log(np.maximum(boot_b, 1e-9)) - np.log(np.maximum(boot_a, 1e-9))
     boot_drift = (_weighted_median(boot_logs, np.broadcast_to(weight, boot_logs.shape))
                   if is_witness.any() else np.zeros(boot_logs.shape[1]))
@@ -324,6 +327,9 @@ def _step_change(a: dict[str, Any], b: dict[str, Any], side_a: _Side, side_b: _S
         return None
     va, vb = np.asarray(xa, dtype=np.float64), np.asarray(xb, dtype=np.float64)
     point = math.log(np.median(vb) / np.median(va))
+    if np.array_equal(va, vb) and list(ga) == list(gb):   # one measurement on both sides
+        return _judged_step(what, va, vb, point, point, fail_above, single_process,
+                            contended, drift)
     boot = (np.log(np.median(vb[resample_indices(vb.size, gb, seed=22)], axis=1))
             - np.log(np.median(va[resample_indices(va.size, ga, seed=21)], axis=1)))
     tail = 100 * (1 - LEVEL) / 2
@@ -333,7 +339,15 @@ def _step_change(a: dict[str, Any], b: dict[str, Any], side_a: _Side, side_b: _S
         half = float(welch_half_width(_run_medians(va, ga)[None, :],
                                       _run_medians(vb, gb)[None, :])[0])
         low, high = min(low, point - half), max(high, point + half)
-    low, high = float(low), float(high)
+    return _judged_step(what, va, vb, float(low), float(high), fail_above, single_process,
+                        contended, drift)
+
+
+def _judged_step(what: str, va: np.ndarray, vb: np.ndarray, low: float, high: float,
+                 fail_above: float, single_process: bool, contended: bool,
+                 drift: float) -> dict[str, Any]:
+    """The step-time row from both sides' samples and the interval of its change."""
+    point = math.log(np.median(vb) / np.median(va))
     a_us, b_us = 1e3 * float(np.median(va)), 1e3 * float(np.median(vb))
     status = C.judge(point, low, high, fail_above, b_us - a_us, a_us * math.expm1(high), 0.0)
     significant = status == "regressed"
