@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Union
@@ -25,6 +26,7 @@ from .errors import ProfileError
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 SUPPORTED_VERSION = 1
+MAX_COUNT = 2 ** 31 - 1     # the largest count a profile may set
 
 
 def bounded(default: Any, interval: str) -> Any:
@@ -157,12 +159,14 @@ def load_profile(name_or_path: str = "default") -> Profile:
                            f"0x{raw[exc.start]:02x}): save it as UTF-8.") from None
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"Profile {path} could not be read: {exc}. Fix the YAML or pick "
-                           f"a built-in profile ({', '.join(builtin_profiles())}).") from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise ProfileError(f"Profile {path} is not YAML nsbridge can read ({_yaml_problem(exc)})"
+                           f". Fix the YAML or pick a built-in profile "
+                           f"({', '.join(builtin_profiles())}).") from None
     if not isinstance(data, dict):
+        held = "is empty" if data is None else f"holds {type(data).__name__}"
         raise ProfileError(f"Profile {path} must be a YAML mapping with the keys "
-                           f"{', '.join(sorted(_TOP_KEYS))}; it holds {type(data).__name__}.")
+                           f"{', '.join(sorted(_TOP_KEYS))}; it {held}.")
     _reject_unknown(data, _TOP_KEYS, str(path), "")
     version = data.get("version", SUPPORTED_VERSION)
     if type(version) is not int or version != SUPPORTED_VERSION:
@@ -178,10 +182,23 @@ def profile_from_dict(data: dict[str, Any], *, name: str, source: str) -> Profil
     Raises:
         ProfileError: a section or value that is not one this version reads.
     """
-    sections = {key: _section(data.get(key) or {}, cls, source, key)
+    sections = {key: _section({} if data.get(key) is None else data[key], cls, source, key)
                 for key, cls in SECTIONS.items()}
-    return Profile(name=name, description=str(data.get("description", "")), source=source,
-                   **sections)
+    description = data.get("description")
+    if description is not None and not isinstance(description, str):
+        raise ProfileError(f"'description' in profile {source} must be text; got "
+                           f"{description!r}.")
+    return Profile(name=name, description=description or "", source=source, **sections)
+
+
+def _yaml_problem(exc: BaseException) -> str:
+    """PyYAML's complaint on one line, with where it is (its own text spans lines)."""
+    if isinstance(exc, RecursionError):
+        return "it nests too deeply"
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + " ".join(str(problem).split())
 
 
 def _resolve(name_or_path: str) -> Path:
@@ -242,7 +259,8 @@ def _typed(value: Any, spec: Any, where: str) -> Any:
     if expected in (int, float) and isinstance(value, bool):
         ok = False
     elif expected is float and isinstance(value, int):
-        ok, value = True, float(value)
+        ok = abs(value) <= sys.float_info.max
+        value = float(value) if ok else value
     if spec.name == "cuda":
         ok = value in (True, False, "auto")
     if expected is tuple:
@@ -258,16 +276,28 @@ def _typed(value: Any, spec: Any, where: str) -> Any:
                 if expected is tuple else "a mapping of names to lists of metric names"
                 if expected is dict else " or ".join(_CHOICES[spec.name])
                 if spec.name in _CHOICES else getattr(expected, "__name__", str(spec.type)))
-        raise ProfileError(f"{where} must be {want}; got {value!r}.")
+        raise ProfileError(f"{where} must be {want}; got {_shown(value)}.")
     return value
 
 
+def _shown(value: Any) -> str:
+    """A value for a message, cut to a readable length (a 400-digit integer is not)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
+
 def _in_range(value: float, interval: str, where: str) -> None:
-    """ProfileError unless ``value`` is a finite number in ``interval`` ("(0, 1]")."""
+    """ProfileError unless ``value`` is a finite number in ``interval`` ("(0, 1]"); a count
+    is at most MAX_COUNT."""
     low, high = (float(x) for x in interval.strip("([)]").split(","))
+    closed_high, capped = interval[-1] == "]", isinstance(value, int) and high > MAX_COUNT
+    if capped:
+        high, closed_high = MAX_COUNT, True     # counts go to torch and ncu as C integers
     above = value > low if interval[0] == "(" else value >= low
-    below = value < high if interval[-1] == ")" else value <= high
-    if not math.isfinite(value) or not (above and below):
+    below = value <= high if closed_high else value < high
+    finite = isinstance(value, int) or math.isfinite(value)
+    if not (finite and above and below):
         lowest = f"{'above' if interval[0] == '(' else 'at least'} {low:g}"
-        highest = "" if high == math.inf else f" and at most {high:g}"
-        raise ProfileError(f"{where} must be {lowest}{highest}; got {value!r}.")
+        said = high != math.inf and not (capped and below)
+        highest = f" and at most {high:.10g}" if said else ""
+        raise ProfileError(f"{where} must be {lowest}{highest}; got {_shown(value)}.")

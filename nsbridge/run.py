@@ -31,6 +31,7 @@ from .report.build import clean, conclusive
 from .rundir import atomic_path, new_run_dir, read_run, write_json
 
 MERGE_LIMIT = 64 * 1024 * 1024   # traces of more JSON than this (inflated) are not merged
+SAVE_STEP = "save"               # the manifest's entry for writing the run's files, when it failed
 
 
 def json_size(path: Path) -> int:
@@ -226,9 +227,13 @@ class Run:
         except RunDirError as exc:
             error = {"type": "WriteError", "message": str(exc)}
             for record in (self.report, self.manifest):
-                record["status"] = "failed"
-            self.report["error"] = error
-            for name, record in ((S.REPORT_JSON, self.report), (S.MANIFEST_JSON, self.manifest)):
+                record.update(status="failed", error=error)
+            if not any(p.get("name") == SAVE_STEP for p in self.manifest["passes"]):
+                self.manifest["passes"].append({"name": SAVE_STEP, "status": "failed",
+                                                "exit_code": 1, "error": error})
+            # the manifest first: it is small, and read_run trusts its failure over a
+            # report.json left from before that cannot be rewritten
+            for name, record in ((S.MANIFEST_JSON, self.manifest), (S.REPORT_JSON, self.report)):
                 try:
                     write_json(self.dir / name, record)
                 except RunDirError:

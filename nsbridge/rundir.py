@@ -102,6 +102,9 @@ def read_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             "recorded is partial; a trace file in it can still be read with `nsbridge analyze "
             f"{path}/<trace file>`, or run the command again.")
     assert report is not None   # a report is missing only while running (raised above)
+    if manifest.get("status") == "failed" and report.get("status") == "ok" and isinstance(
+            manifest.get("error"), dict):   # the disk filled after report.json was written
+        report = {**report, "status": "failed", "error": manifest["error"]}
     problem = report_problem(report)
     if problem:
         raise RunDirError(f"{path / S.REPORT_JSON} is not a report this nsbridge reads: "

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -81,3 +83,21 @@ def requires_gpu() -> bool:
 def flat(text: str) -> str:
     """The terminal's text with its wrapping undone (it wraps sentences at 120 columns)."""
     return " ".join(text.split())
+
+
+def analyzed_or_refused(path: Path, out: Path, what: str) -> Optional[dict]:
+    """report.json of ``nsbridge.analyze([path])`` into ``out``, or None when nsbridge
+    refused the file with its own error; anything else fails, naming ``what`` (a fuzzer's
+    case)."""
+    import nsbridge
+    from nsbridge.errors import NsbridgeError
+
+    try:
+        nsbridge.analyze([path], out=out)
+    except NsbridgeError:
+        return None
+    except Exception as exc:   # noqa: BLE001 - the point: nothing but nsbridge's errors
+        raise AssertionError(f"{what}: {exc!r}") from exc
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] in ("ok", "failed"), what
+    return report

@@ -356,3 +356,19 @@ def test_make_fragment_perf_diff(tmp_path: Path) -> None:
     assert waved.returncode == 0, waved.stdout + waved.stderr
     usage = make("profile-triage")
     assert usage.returncode != 0 and "set SCRIPT=" in usage.stdout
+
+
+def test_the_table_lists_deciding_ops_then_the_largest_and_hides_autograds_wrappers() -> None:
+    times = {**BASE, "autograd::engine::evaluate_function: MmBackward0": [900.0] * 4,
+             "MmBackward0": [700.0] * 4}
+    result = compare(_report(times, STEPS, runs=TWO),
+                     _report({**times, "aten::mm": [200.0, 204.0, 196.0, 202.0]}, STEPS,
+                             runs=TWO))
+    order = [r["op"] for r in result["ops"]]
+    assert order[0] == "aten::mm"                                   # it decides the outcome
+    rest = [r for r in result["ops"] if r["op"] != "aten::mm"]
+    sizes = [max(r["a_us"], r["b_us"]) for r in rest]
+    assert sizes == sorted(sizes, reverse=True)                      # then the largest
+    table = render_diff({**result, "a_label": "a", "b_label": "b"})
+    assert "MmBackward0" not in table and "aten::conv" in table
+    assert table.index("aten::conv") < table.index("aten::add") < table.index("aten::relu")

@@ -75,6 +75,23 @@ def test_a_failed_report_write_marks_the_run_failed(tmp_path: Path,
     assert report["status"] == "failed" and report["error"]["type"] == "WriteError"
     assert "report.html" in report["error"]["message"]
     assert not list((tmp_path / "run").glob(".*tmp"))
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert [(p["name"], p["status"]) for p in manifest["passes"]] == [
+        ("analyze", "ok"), ("save", "failed")]
+    assert manifest["status"] == "failed" and manifest["error"] == report["error"]
+
+
+def test_a_report_json_left_ok_by_a_full_disk_loads_as_failed(tmp_path: Path) -> None:
+    """A disk that fills after report.json was written, too full to rewrite it: the
+    manifest (written first, small) says failed, and load believes it over report.json."""
+    run = tmp_path / "run"
+    nsbridge.analyze([TRACE], out=run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    error = {"type": "WriteError", "message": "Cannot write report.html: No space left"}
+    manifest.update(status="failed", error=error)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    loaded = nsbridge.load(run)
+    assert loaded.status == "failed" and loaded.report["error"] == error
 
 
 def _run_dir(tmp_path: Path, status: str, pid: int) -> Path:

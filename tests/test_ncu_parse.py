@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from nsbridge.errors import NcuFormatError, TraceNotFoundError
-from nsbridge.parse.ncu import number, parse_nvtx, read_ncu
+from nsbridge.parse.ncu import number, parse_nvtx
+from nsbridge.passes.ncu_pass import read_ncu_file
 from nsbridge.parse.ncu_units import normalise
 
 from conftest import DATA, ROOT
@@ -66,7 +67,7 @@ def test_nvtx_stack_keeps_op_names_with_colons() -> None:
 def test_every_real_ncu_file_reads(path: Path) -> None:
     if path.suffix == ".ncu-rep":
         pytest.importorskip("ncu_report")
-    data = read_ncu(path)
+    data = read_ncu_file(path)
     assert len(data.launches) >= 1 and not data.metrics.empty
     assert data.launches["launch"].is_unique
     durations = data.metrics[data.metrics["metric"] == "gpu__time_duration.sum"]
@@ -80,7 +81,7 @@ def test_auto_scaled_and_base_units_agree() -> None:
     folder = SHARED / "real" / "derived-local" / "ncu-2022.3-import"
     for scaled, base in (("MW_Baseline_raw.csv", "MW_Baseline_raw_base-units.csv"),
                          ("MW_Baseline_details.csv", "MW_Baseline_details_base-units.csv")):
-        a, b = read_ncu(folder / scaled), read_ncu(folder / base)
+        a, b = read_ncu_file(folder / scaled), read_ncu_file(folder / base)
         merged = a.metrics.merge(b.metrics, on=["launch", "metric", "section"],
                                  suffixes=("_a", "_b"))
         numeric = merged.dropna(subset=["value_a", "value_b"])
@@ -101,7 +102,7 @@ def test_auto_scaled_and_base_units_agree() -> None:
      "real/derived-local/ncu-2022.3-import/MW_Baseline_raw_base-units.csv")])
 def test_report_reader_equals_ncus_own_export(report: str, export: str) -> None:
     pytest.importorskip("ncu_report")
-    rep, csv = read_ncu(SHARED / report), read_ncu(SHARED / export)
+    rep, csv = read_ncu_file(SHARED / report), read_ncu_file(SHARED / export)
     assert len(rep.launches) == len(csv.launches)
     for metric in ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
                    "launch__registers_per_thread", "dram__bytes_read.sum"):
@@ -111,7 +112,7 @@ def test_report_reader_equals_ncus_own_export(report: str, export: str) -> None:
 
 
 def test_h200_cnn_csv_gives_every_launch_its_nvtx_stack() -> None:
-    data = read_ncu(DATA / "ncu" / "train_cnn_nvtx_sections.raw.csv")
+    data = read_ncu_file(DATA / "ncu" / "train_cnn_nvtx_sections.raw.csv")
     assert len(data.launches) == 39
     stacks = data.launches["nvtx"]
     assert all(s and s[-1][1].startswith("aten::") for s in stacks)   # the op is innermost
@@ -129,6 +130,6 @@ def test_not_an_ncu_file(tmp_path: Path) -> None:
     bad = tmp_path / "x.csv"
     bad.write_text("name,value\na,1\n")
     with pytest.raises(NcuFormatError, match="not an Nsight Compute CSV export"):
-        read_ncu(bad)
+        read_ncu_file(bad)
     with pytest.raises(TraceNotFoundError):
-        read_ncu(tmp_path / "missing.ncu-rep")
+        read_ncu_file(tmp_path / "missing.ncu-rep")

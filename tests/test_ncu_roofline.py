@@ -20,8 +20,8 @@ from nsbridge.api import analyze
 from nsbridge.cli import main
 from nsbridge.model.ncu import kernel_family
 from nsbridge.model.ncu_findings import TF32_FIX
-from nsbridge.parse.ncu import read_ncu
 from nsbridge.model.roofline import roofline
+from nsbridge.passes.ncu_pass import read_ncu_file
 
 from conftest import DATA
 
@@ -46,7 +46,7 @@ def _cells(path: Path) -> dict[str, float]:
 
 
 def _launch_values(path: Path) -> dict[str, float]:
-    data = read_ncu(path)
+    data = read_ncu_file(path)
     wide = data.metrics.pivot_table(index="launch", columns="metric", values="value",
                                     aggfunc="first")
     return wide.iloc[0].to_dict()

@@ -57,7 +57,7 @@ def test_unknown_keys_are_rejected_with_a_suggestion(tmp_path: Path, text: str,
     ("version: 7\n", "version 7"),
     ("- a\n- b\n", "must be a YAML mapping"),
     ("schedule: [1, 2]\n", "must be a mapping"),
-    ("schedule:\n  active: [\n", "could not be read"),
+    ("schedule:\n  active: [\n", "is not YAML nsbridge can read"),
 ])
 def test_bad_values_name_the_key(tmp_path: Path, text: str, expected: str) -> None:
     path = tmp_path / "bad.yaml"

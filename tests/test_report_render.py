@@ -76,3 +76,13 @@ def test_op_totals_say_their_span_and_whose_they_are() -> None:
     assert span_text({**steps, "distributed": {"ranks": two, "shown_rank": 1}}) == (
         "over the 3 measured steps, rank 1's")                        # a job's triage
     assert span_text({"window": {"kind": "trace", "seconds": 0.5}}) == "over the 0.500 s window"
+
+
+def test_memory_levels_near_zero_never_read_minus_zero() -> None:
+    """Regression: '-0.0 MiB at the window's start' (a level of -0.01 MiB, relative)."""
+    from nsbridge.report.memory_view import growth_line, memory_line
+
+    memory = {"relative": True, "peak_mib": 3.0, "device": "cpu", "peak_at_ms": 1.0,
+              "start_mib": -0.01, "end_mib": -0.04, "per_step_end_mib": [-0.02, 0.01]}
+    text = memory_line(memory) + " " + (growth_line(memory) or "")
+    assert "-0.0" not in text and "0.0 MiB at the window's start" in text

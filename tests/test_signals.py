@@ -143,6 +143,19 @@ while True:
 """
 
 
+def _triage_until_written(tmp_path: Path, script: Path, pid_file: Path,
+                          *extra: str) -> subprocess.Popen:
+    """`nsbridge triage script pid_file` started, once the script has written pid_file."""
+    proc = subprocess.Popen([sys.executable, "-m", "nsbridge", "-q", "triage", *extra, "--out",
+                             str(tmp_path / "run"), str(script), str(pid_file)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300      # a guard for a stuck start, not a speed check
+    while not pid_file.is_file() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pid_file.is_file(), proc.communicate(timeout=120)
+    return proc
+
+
 @pytest.mark.parametrize("how", ["timeout", "sigterm"])
 def test_stopping_the_script_ends_the_processes_it_started(tmp_path: Path, how: str) -> None:
     script, pid_file = tmp_path / "spawns.py", tmp_path / "pid"
@@ -150,13 +163,7 @@ def test_stopping_the_script_ends_the_processes_it_started(tmp_path: Path, how: 
     # long enough for the script to start on a loaded machine (torch's import, the
     # profiler's start): the timeout counts from the bootstrap's start
     extra = ["--timeout", "20"] if how == "timeout" else []
-    proc = subprocess.Popen([sys.executable, "-m", "nsbridge", "-q", "triage", *extra, "--out",
-                             str(tmp_path / "run"), str(script), str(pid_file)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not pid_file.is_file() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert pid_file.is_file(), proc.communicate(timeout=120)
+    proc = _triage_until_written(tmp_path, script, pid_file, *extra)
     sleeper = int(pid_file.read_text())
     assert _alive(sleeper)
     if how == "sigterm":
@@ -166,6 +173,62 @@ def test_stopping_the_script_ends_the_processes_it_started(tmp_path: Path, how: 
     time.sleep(0.5)
     assert proc.returncode == (124 if how == "timeout" else 143)
     assert not _alive(sleeper), "the script's own subprocess was left running"
+
+
+STUBBORN = """
+import os, subprocess, sys, time
+child = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 300 & wait"])  # ignores SIGTERM
+open(sys.argv[1] + ".tmp", "w").write(f"{os.getpid()} {child.pid}")
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+import torch
+while True:
+    torch.ones(4).sum()
+    time.sleep(0.05)
+"""
+
+
+def _tree(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            kids = [int(k) for k in task.read_text().split()]
+            found += kids
+            todo += kids
+    return found
+
+
+@pytest.mark.parametrize("how", ["SIGKILL to the script", "SIGTERM to the script",
+                                 "SIGINT to the script", "SIGKILL to nsbridge"])
+def test_however_the_run_ends_nothing_the_script_started_is_left(tmp_path: Path,
+                                                                 how: str) -> None:
+    """The script's whole tree ends with it, even a grandchild that ignores SIGTERM and a
+    script killed before nsbridge could stop it (its orphans come to nsbridge, a child
+    subreaper), and when nsbridge itself is killed (the script ends its own tree)."""
+    script, pid_file = tmp_path / "stubborn.py", tmp_path / "pids"
+    script.write_text(STUBBORN)
+    proc = _triage_until_written(tmp_path, script, pid_file)
+    script_pid, shell = map(int, pid_file.read_text().split())
+    deadline = time.monotonic() + 60
+    while not _tree(shell) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    family = [script_pid, shell, *_tree(shell)]
+    assert len(family) == 3 and all(map(_alive, family))
+    signum = getattr(signal, how.split()[0])
+    if how.endswith("nsbridge"):
+        proc.send_signal(signum)
+    else:
+        os.kill(script_pid, signum)
+    try:
+        # the design: SIGTERM, then SIGKILL 1 s later; the bound is loose for busy machines
+        assert all(_gone(pid, 30) for pid in family), f"left running after {how}"
+        proc.communicate(timeout=120)
+    finally:
+        for pid in family:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    if not how.endswith("nsbridge"):
+        assert proc.returncode == {"SIGKILL": 137, "SIGTERM": 143, "SIGINT": 130}[
+            how.split()[0]]
 
 
 TEARDOWN = """
@@ -235,3 +298,21 @@ def test_a_timeout_while_the_profiled_process_starts_prints_no_traceback(
     assert "Traceback" not in proc.stderr and "_Terminated" not in proc.stderr
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["status"] == "timeout"
+
+
+def test_the_sweep_leaves_the_callers_other_children_alone(tmp_path: Path) -> None:
+    """Regression: nsbridge used as a library ended its host's own children (a
+    multiprocessing forkserver) when a supervised child ended too fast for its start time
+    to be read; only what was started after the supervised child can be its orphan."""
+    from nsbridge.collect._process import run_passthrough
+
+    mine = subprocess.Popen(["sleep", "60"])
+    try:
+        for code in ("pass", "import os; os._exit(3)"):
+            outcome = run_passthrough([sys.executable, "-c", code], cwd=tmp_path,
+                                      env=dict(os.environ), timeout=60)
+            assert outcome.returncode in (0, 3)
+        assert mine.poll() is None, "the host's own child was ended"
+    finally:
+        mine.kill()
+        mine.wait()

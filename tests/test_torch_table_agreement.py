@@ -6,6 +6,7 @@ Each trace comes with torch's ``key_averages().table()`` from the SAME profiler 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -96,3 +97,41 @@ def test_sync_example_cost_has_both_halves(tmp_path: Path) -> None:
     evidence = " ".join(report["verdict"]["evidence"])
     assert "idle after syncs" in evidence and "blocked" in evidence
     assert report["recommendations"][0]["id"] == "remove-syncs"
+
+
+NESTED = """
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.LayerNorm(64),
+                            torch.nn.Linear(64, 8))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+x = torch.randn(32, 64)
+for _ in range(12):
+    opt.zero_grad()
+    y = model(x) * 0.5
+    (y.pow(2).mean() + 0.1 * y.abs().mean()).backward()
+    opt.step()
+"""
+
+
+@pytest.mark.slow
+def test_calls_and_times_equal_torchs_table_where_ops_nest_in_themselves(tmp_path: Path) -> None:
+    """Regression: aten::mean, aten::div, aten::div_ and aten::mul run inside an op of the
+    same name (AdamW's step, a scalar mul); torch's table counts such a pair once
+    (EventList._remove_dup_nodes), nsbridge counted both: 12 calls of aten::mean against
+    torch's 6, its total time twice."""
+    from conftest import run_nsbridge
+
+    (tmp_path / "nested.py").write_text(NESTED)
+    done = run_nsbridge("-q", "triage", "--out", str(tmp_path / "run"),
+                        str(tmp_path / "nested.py"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    table = key_averages(tmp_path / "run" / "key_averages.txt")
+    ops = {op["name"]: op for op in json.loads((tmp_path / "run" / "report.json").read_text())[
+        "ops"]}
+    both = sorted(set(ops) & set(table))
+    assert {"aten::mean", "aten::div", "aten::mul"} <= set(both)
+    for op in both:
+        theirs = table[op]
+        assert ops[op]["calls"] == theirs["# of Calls"], op
+        assert ops[op]["cpu_total_us"] == pytest.approx(theirs["CPU total"], abs=1.0, rel=1e-4), op
+        assert ops[op]["cpu_self_us"] == pytest.approx(theirs["Self CPU"], abs=1.0, rel=1e-4), op

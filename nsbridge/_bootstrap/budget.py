@@ -111,6 +111,10 @@ class RecordingBudget:
         self._fired = False
         self.peak_growth = 0
 
+    def ask_again(self) -> None:
+        """The recording could not be stopped now: the watchdog asks again at its next look."""
+        self._fired = False
+
     def idle(self) -> None:
         """Nothing is recorded now: nothing to watch."""
         self._since = None

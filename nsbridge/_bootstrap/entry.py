@@ -42,7 +42,18 @@ _SIGTERM_SEEN = False   # set by the handler: whatever the signal's exception be
 def _on_sigterm(signum: int, frame: Any) -> None:
     global _SIGTERM_SEEN
     _SIGTERM_SEEN = True
+    _end_family_if_orphaned()
     raise _Terminated()
+
+
+def _end_family_if_orphaned() -> None:
+    """nsbridge died (the SIGTERM came from PR_SET_PDEATHSIG): end what the script started
+    now, as nsbridge would have once this process ended."""
+    parent = os.environ.get("NSBRIDGE_PARENT_PID")
+    if parent and os.getppid() != int(parent):
+        from nsbridge.collect.process_tree import descendants, end_leftovers
+
+        end_leftovers(descendants(os.getpid()), grace=1.0)
 
 
 def _on_sigterm_at_start(signum: int, frame: Any) -> None:
@@ -52,6 +63,7 @@ def _on_sigterm_at_start(signum: int, frame: Any) -> None:
     sys.stderr.write("nsbridge: SIGTERM stopped the profiled process while it started "
                      "(torch, the profiler): it wrote no record.\n")
     sys.stderr.flush()
+    _end_family_if_orphaned()
     os._exit(TERMINATED)
 
 
@@ -166,7 +178,8 @@ def main(config_path: str) -> int:
                       traces=session.traces,
                       table=session.table, schedule_note=note, use_cuda=session.use_cuda,
                       syncs=instruments["syncs"].records(), machine=session.machine,
-                      window=session.window)
+                      window=session.window,
+                      compile_wait_s=round(session.compile_wait_s, 3))
     if "nvtx" in instruments:
         result["nvtx"] = instruments["nvtx"].summary()
     sys.stdout.flush()

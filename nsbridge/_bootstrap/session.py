@@ -7,7 +7,9 @@ profile; at the first step that recording is dropped and the profile's schedule
 step has come by then, the recording so far (start-up) is dropped as warm-up and a time
 window of ``schedule.window_s`` is profiled instead, and the script runs on unprofiled
 (a step that comes later still starts the schedule). Any recording that grows the process
-by ``schedule.max_record_mib`` is stopped there and kept. The device is synchronized
+by ``schedule.max_record_mib`` is stopped there and kept. A budget stop that comes while
+torch.compile compiles waits for the compile to end (``compile_wait_s``). The device is
+synchronized
 before a window closes, inside a ``nsbridge::own_sync`` range so no analysis charges that
 wait to the script. Every step's wall time is kept with its phase, so unprofiled steps
 give the baseline for the profiler-overhead estimate (in bounded memory: a tight loop
@@ -20,6 +22,7 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -32,10 +35,11 @@ from nsbridge._bootstrap.steps import StepLog
 from nsbridge.collect.machine import ProcessClock, gpu_state, load_average
 from nsbridge.errors import RunDirError
 from nsbridge.rundir import atomic_path, write_atomic
-from nsbridge.schema import KEY_AVERAGES, OWN_SYNC_RANGE, trace_name
+from nsbridge.schema import KEY_AVERAGES, OWN_SYNC_RANGE, PROFILER_DOING, trace_name
 
 _PHASES = {ProfilerAction.NONE: "unprofiled", ProfilerAction.WARMUP: "warmup",
            ProfilerAction.RECORD: "active", ProfilerAction.RECORD_AND_SAVE: "active"}
+_COMPILE_FRAMES = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
 TABLE_LIMIT_MIB = 128   # key_averages() of a bigger recording is left out (minutes, GiBs)
 _RECORDING = (ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
@@ -71,6 +75,8 @@ class ProfilerSession:
         self._recording_since = 0.0
         self._own_s = 0.0   # nsbridge's own work inside the current step (a budget stop)
         self._kept: Optional[dict[str, Any]] = None   # a time window a late step may replace
+        self._compile_since: Optional[float] = None   # a budget stop waiting for a compile
+        self.compile_wait_s = 0.0   # how long budget stops waited for torch.compile, in all
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -101,7 +107,9 @@ class ProfilerSession:
             return None
         self._synchronize()
         recorded_s = time.monotonic() - self._recording_since
+        self._doing("stopping the profiler at the script's end and saving its trace")
         prof.stop()  # a scheduled window still recording is saved by on_trace_ready
+        self._doing(None)
         if self.mode in ("whole-run", "time-window"):
             self._keep(prof, stopped_by=None, seconds=recorded_s)
             return None
@@ -153,7 +161,10 @@ class ProfilerSession:
         """The first step: whatever was recorded while waiting is dropped; a time window
         already kept stays until the schedule's first window replaces it."""
         self._budget.idle()
+        self._compile_ended()
         if self._prof is not None:
+            self._doing("stopping the start-up recording at the first step to start the "
+                        "profile's schedule")
             self._prof.stop()
         if self.mode == "bounded":
             self._kept = self.window
@@ -163,7 +174,9 @@ class ProfilerSession:
         self._prof = self._new_profiler(self._schedule)
         self.mode = "scheduled"
         self.window = {"kind": "steps", "stopped_by": None}
+        self._doing("starting the profile's schedule at the first step")
         self._prof.start()
+        self._doing(None)
         self._budget.idle()
         self._watch_scheduled()
 
@@ -197,15 +210,27 @@ class ProfilerSession:
         prof = self._prof
         if prof is None:
             return
+        if compiling():        # stopping the profiler mid-compile crashes torch: ask later
+            if self._compile_since is None:
+                self._compile_since = time.monotonic()
+            self._budget.ask_again()
+            return
+        self._compile_ended()
         self._in_session = True
         began = time.monotonic()
         try:
             grew = round(self._budget.peak_growth / MIB, 1)
             self._budget.idle()
             if self.mode == "whole-run" and reason == "time":
+                wait = self._sched.get("wait_for_step_s")
+                self._doing(f"stopping the start-up recording, because no step came within "
+                            f"schedule.wait_for_step_s ({wait:g} s), and starting a time "
+                            "window; a larger schedule.wait_for_step_s (above the first "
+                            "step's time) avoids that")
                 prof.stop()          # start-up only: dropped, it counts as warm-up
                 self._prof = self._new_profiler(None)
                 self._prof.start()
+                self._doing(None)
                 self.mode = "time-window"
                 self._recording_since = time.monotonic()
                 self._budget.watch(float(self._sched.get("window_s", 5.0)))
@@ -213,7 +238,10 @@ class ProfilerSession:
             self._prof = None
             self._synchronize()
             recorded_s = time.monotonic() - self._recording_since
+            self._doing(f"stopping a recording that went over its {reason} budget "
+                        "(schedule.window_s or schedule.max_record_mib)")
             prof.stop()              # a scheduled window in RECORD is saved as far as it got
+            self._doing(None)
             if self.mode == "scheduled":
                 self.mode = "stopped"
                 self.window.update(stopped_by=reason, grew_mib=grew,
@@ -225,6 +253,24 @@ class ProfilerSession:
         finally:
             self._in_session = False
             self._own_s += time.monotonic() - began
+
+    def _doing(self, what: Optional[str]) -> None:
+        """Leave word of a profiler stop or start while it runs (PROFILER_DOING), so that if
+        the process dies in it, nsbridge can say what it was doing; None: done."""
+        path = self._run_dir / PROFILER_DOING
+        try:
+            if what is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.write_text(what, encoding="utf-8")
+        except OSError:
+            pass   # only a better message is lost
+
+    def _compile_ended(self) -> None:
+        """A budget stop that waited for torch.compile goes ahead (or a step made it moot)."""
+        if self._compile_since is not None:
+            self.compile_wait_s += time.monotonic() - self._compile_since
+            self._compile_since = None
 
     def _keep(self, prof: profile, *, stopped_by: Optional[str], seconds: float,
               grew_mib: Optional[float] = None) -> None:
@@ -287,6 +333,22 @@ class ProfilerSession:
         if self.use_cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
             with record_function(OWN_SYNC_RANGE):
                 torch.cuda.synchronize()
+
+
+def compiling() -> bool:
+    """Whether torch.compile is compiling on this thread now: a frame of Dynamo's frame
+    conversion or Inductor's compile is on the stack (the budget's stops run on the main
+    thread, between the script's bytecodes). Stopping or restarting torch.profiler then
+    crashes the process (SIGSEGV/SIGABRT in 3 of 4 cold-cache runs, with or without
+    nsbridge)."""
+    if "torch._dynamo" not in sys.modules:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.replace("\\", "/").endswith(_COMPILE_FRAMES):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def export_gzipped(prof: profile, path: Path) -> None:

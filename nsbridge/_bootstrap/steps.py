@@ -2,10 +2,11 @@
 bounded log of the steps' records.
 
 torch's global optimizer-step hook sees every `optimizer.step()`. It runs inside torch's
-``Optimizer.step#...`` record_function range, so after the first boundary the optimizer's
-class is wrapped once more (outside torch's wrapper) and later boundaries are taken when
-`step()` returns: a profiler window that closes there does not charge its own stop/export
-to the optimizer. With several optimizers only the first one seen counts. Once the script
+``Optimizer.step#...`` record_function range, so after the first boundary the step the
+script calls is wrapped once more (outside torch's wrapper: the optimizer's class, or the
+optimizer itself where an LR scheduler made before the loop put its own step on it) and
+later boundaries are taken when `step()` returns: a profiler window that closes there does
+not charge its own stop/export to the optimizer. With several optimizers only the first one seen counts. Once the script
 calls `nsbridge.step()`, optimizer steps are ignored.
 
 A tight loop runs tens of thousands of steps a second, so the per-step records are kept in
@@ -74,7 +75,7 @@ class StepDetector:
         self._primary: Optional[int] = None
         self._inside_step = 0
         self._pending = False
-        self._wrapped: list[tuple[type, Any]] = []
+        self._wrapped: list[tuple[Any, Any]] = []   # (class or optimizer, its step)
         self._hook: Any = None
 
     def install(self) -> None:
@@ -87,8 +88,8 @@ class StepDetector:
         _stepping.set_listener(None)
         if self._hook is not None:
             self._hook.remove()
-        for cls, original in reversed(self._wrapped):
-            cls.step = original
+        for owner, original in reversed(self._wrapped):
+            owner.step = original
         self._wrapped.clear()
 
     def _boundary(self) -> None:
@@ -111,15 +112,19 @@ class StepDetector:
             self._pending = True
             return
         self._boundary()
-        self._wrap_step(type(optimizer))
+        self._wrap_step(optimizer)
 
-    def _wrap_step(self, cls: type) -> None:
-        original = cls.step
+    def _wrap_step(self, optimizer: Any) -> None:
+        """Take later boundaries where the script's ``optimizer.step()`` returns: wrap the
+        step the script calls, the optimizer's own where something (an LR scheduler made
+        before the loop) put one on it, else its class's."""
+        owner: Any = optimizer if "step" in vars(optimizer) else type(optimizer)
+        original = vars(owner)["step"] if owner is optimizer else owner.step
         if getattr(original, "_nsbridge", False):
             return
         detector = self
 
-        @functools.wraps(original)
+        @functools.wraps(original)      # keeps a scheduler's own mark on it, too
         def step(*args: Any, **kwargs: Any) -> Any:
             detector._inside_step += 1
             try:
@@ -132,5 +137,5 @@ class StepDetector:
 
         step._nsbridge = True  # type: ignore[attr-defined]
         step.hooked = True  # type: ignore[attr-defined]  # torch must not wrap it again
-        cls.step = step
-        self._wrapped.append((cls, original))
+        owner.step = step
+        self._wrapped.append((owner, original))

@@ -13,11 +13,12 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Mapping, Optional, Sequence
+from typing import IO, Any, Mapping, Optional, Sequence
 
 from ..errors import Stopped
 from . import noise
-from .process_tree import descendants, end_leftovers
+from .process_tree import (descendants, end_leftovers, orphans, reap_adopted, subreaper,
+                           ticks_now)
 
 # How long a child may take to write its partial results after being asked to stop: after
 # Ctrl-C, after --timeout (a quarter of the timeout, 10 to 60 s: --timeout bounds the whole
@@ -25,6 +26,9 @@ from .process_tree import descendants, end_leftovers
 STOP_GRACE_S = 60.0
 SIGNAL_GRACE_S = 10.0
 UMASK_ENV = "NSBRIDGE_UMASK"   # the user's umask, octal, for a child a tool started
+LEFTOVER_GRACE_S = 1.0         # what a script started gets to end after SIGTERM, then SIGKILL
+WATCH_EVERY_S = 0.5            # how often the running child's process tree is noted
+_STARTED: set[int] = set()     # supervised children nsbridge started: never taken for orphans
 
 
 def timeout_grace(timeout: float) -> float:
@@ -58,47 +62,83 @@ def run_passthrough(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
     """
     started = time.monotonic()
     filtered = noise_log is not None and not noise.shown()
-    proc = subprocess.Popen(list(argv), cwd=str(cwd),
-                            env={**env, "NSBRIDGE_PARENT_PID": str(os.getpid())},
-                            stderr=subprocess.PIPE if filtered else None)
+    proc, since = _start(argv, cwd=cwd,
+                         env={**env, "NSBRIDGE_PARENT_PID": str(os.getpid())},
+                         stderr=subprocess.PIPE if filtered else None)
     pump = None
     if filtered and proc.stderr is not None and noise_log is not None:
         pump = threading.Thread(target=noise.pump, args=(proc.stderr, sys.stderr, noise_log),
                                 daemon=True)
         pump.start()
-    outcome = _supervise(proc, timeout, started)
+    outcome = _supervise(proc, timeout, started, since)
     if pump is not None:
         pump.join(timeout=10)
     return outcome
 
 
-def _supervise(proc: subprocess.Popen, timeout: Optional[float], started: float) -> ChildOutcome:
+def _start(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
+           **streams: Any) -> tuple[subprocess.Popen, int]:
+    """Start a supervised child, nsbridge a subreaper first (process_tree); with the time
+    it was started, as process start times count it."""
+    subreaper(True)
+    since = ticks_now() + 1   # not this tick: the caller may have started one of its own in it
+    proc = subprocess.Popen(list(argv), cwd=str(cwd), env=dict(env), **streams)
+    _STARTED.add(proc.pid)
+    return proc, since
+
+
+def _supervise(proc: subprocess.Popen, timeout: Optional[float], started: float,
+               since: int) -> ChildOutcome:
     """Wait for a child; on timeout SIGTERM it, on Ctrl-C forward SIGINT; then wait, or kill.
-    Whatever the child started is ended too once the child is done (process_tree)."""
+    However the child ends, what it started is ended within LEFTOVER_GRACE_S after it: its
+    process tree, noted while it ran, and what it left to nsbridge as subreaper (``since``:
+    when the child was started, process_tree.ticks_now(): nsbridge's own older children, a
+    multiprocessing pool's server, are never taken for its orphans)."""
+    family: dict[int, int] = {}
     timed_out = interrupted = killed = terminated = False
     try:
-        proc.wait(timeout=timeout)
+        _wait_noting(proc, family, None if timeout is None else started + timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        killed = _stop(proc, signal.SIGTERM, timeout_grace(timeout or 0.0))
+        killed = _stop(proc, signal.SIGTERM, timeout_grace(timeout or 0.0), family)
     except KeyboardInterrupt:
         interrupted = True
-        killed = _stop(proc, signal.SIGINT, STOP_GRACE_S)
+        killed = _stop(proc, signal.SIGINT, STOP_GRACE_S, family)
     except Stopped:
         terminated = True
-        killed = _stop(proc, signal.SIGTERM, SIGNAL_GRACE_S)
+        killed = _stop(proc, signal.SIGTERM, SIGNAL_GRACE_S, family)
+    _STARTED.discard(proc.pid)
+    end_leftovers({**family, **orphans(_STARTED, since)}, grace=LEFTOVER_GRACE_S)
+    reap_adopted(_STARTED, since)
+    if not _STARTED:
+        subreaper(False)
     return ChildOutcome(returncode=proc.returncode, wall_s=round(time.monotonic() - started, 3),
                         timed_out=timed_out, interrupted=interrupted, killed=killed,
                         terminated=terminated)
 
 
-def _stop(proc: subprocess.Popen, signum: int, grace: float) -> bool:
-    """Signal the child, wait for it (or kill it), then end the processes it started."""
-    family = descendants(proc.pid)
+def _wait_noting(proc: subprocess.Popen, family: dict[int, int],
+                 deadline: Optional[float]) -> None:
+    """Wait for the child, noting its process tree every WATCH_EVERY_S; TimeoutExpired
+    at ``deadline`` (monotonic seconds)."""
+    while True:
+        step = WATCH_EVERY_S if deadline is None else min(
+            WATCH_EVERY_S, max(deadline - time.monotonic(), 0.0))
+        try:
+            proc.wait(timeout=step)
+            return
+        except subprocess.TimeoutExpired:
+            family.update(descendants(proc.pid))
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+
+
+def _stop(proc: subprocess.Popen, signum: int, grace: float, family: dict[int, int]) -> bool:
+    """Signal the child and wait for it (or kill it), noting the processes it starts
+    meanwhile."""
+    family.update(descendants(proc.pid))
     proc.send_signal(signum)
-    killed = _wait_or_kill(proc, grace, family)
-    end_leftovers(family)
-    return killed
+    return _wait_or_kill(proc, grace, family)
 
 
 def run_filtered(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
@@ -111,16 +151,15 @@ def run_filtered(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
     target with umask 0, and nsbridge's bootstrap sets the user's umask back from it."""
     started = time.monotonic()
     with log.open("w", encoding="utf-8", errors="replace") as log_file:
-        proc = subprocess.Popen(list(argv), cwd=str(cwd),
-                                env={**env, UMASK_ENV: f"{current_umask():o}"},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc, since = _start(argv, cwd=cwd, env={**env, UMASK_ENV: f"{current_umask():o}"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         lock = threading.Lock()
         pumps = [threading.Thread(target=_pump, args=(stream, sink if echo else None,
                                                       log_file, lock, hide), daemon=True)
                  for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
         for pump in pumps:
             pump.start()
-        outcome = _supervise(proc, timeout, started)
+        outcome = _supervise(proc, timeout, started, since)
         for pump in pumps:
             pump.join(timeout=10)
     return outcome

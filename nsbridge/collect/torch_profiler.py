@@ -24,6 +24,7 @@ class TorchPass:
     traces: list[Path]
     table: Optional[Path]
     machine: dict[str, Any]           # machine.between() the run, and the usable cores
+    doing: Optional[str] = None       # what the profiler was doing when the process died
 
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -81,7 +82,12 @@ def recorded_pass(run_dir: Path, outcome: ChildOutcome, around: dict[str, Any]) 
     if child is None:  # killed before writing its record: keep any trace it managed to write
         traces = sorted(run_dir.glob("trace*.json.gz"))
     table = run_dir / child["table"] if child and child.get("table") else None
-    return TorchPass(outcome=outcome, child=child, traces=traces, table=table, machine=around)
+    doing_path = run_dir / S.PROFILER_DOING
+    doing = doing_path.read_text(encoding="utf-8", errors="replace") if \
+        doing_path.is_file() else None
+    doing_path.unlink(missing_ok=True)
+    return TorchPass(outcome=outcome, child=child, traces=traces, table=table, machine=around,
+                     doing=doing)
 
 
 def bootstrap_argv(run_dir: Path, config_name: str, *, target: str, is_module: bool,

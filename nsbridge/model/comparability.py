@@ -46,8 +46,9 @@ def refusal(a: Any, b: Any, *, labels: tuple[str, str], schema_version: int,
     found = [(side, label, p) for side, label, report in zip(SIDES, labels, (a, b))
              if (p := _unusable(report, schema_version))]
     if found:
+        fixes = [_fix(p.fix, side, label) for side, label, p in found]
         return refused([(f"the {side} run ({label})", p.text) for side, label, p in found],
-                       [_fix(p.fix, side, label) for side, label, p in found])
+                       list(dict.fromkeys(fixes)))   # a fix both sides need is said once
     pair = _timed_apart(a, b) or (None if "target" in set(allow) else _other_target(a, b))
     if pair is None:
         return None

@@ -29,9 +29,15 @@ from .stats import summary
 
 GPU_SLOWDOWNS = {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                  "hw_power_brake_slowdown"}
-FIX = ("torch.set_num_threads(1) at the top of the script (or OMP_NUM_THREADS=1) so torch's "
-       "threads stop waiting for each other on busy cores; profile on a quieter machine or "
-       "with fewer co-located jobs; pool several processes with nsbridge triage --runs 5")
+ONE_THREAD = ("torch.set_num_threads(1) at the top of the script (or OMP_NUM_THREADS=1) so "
+              "torch's threads stop waiting for each other on busy cores; ")
+ELSEWHERE = ("profile on a quieter machine or with fewer co-located jobs; pool several "
+             "processes with nsbridge triage --runs 5")
+
+
+def fix(threads: Optional[int]) -> str:
+    """What to do about contention: one thread first, unless torch already runs one."""
+    return (ONE_THREAD if threads is None or threads > 1 else "") + ELSEWHERE
 
 
 def machine_facts(*, cores: dict[str, Any], run: dict[str, Any],
@@ -143,7 +149,7 @@ def contention(facts: dict[str, Any], *, wall_s: Optional[float], wait_share: fl
     share = max(min(laps.get("wait_share") or 0.0, 1.0), steal or 0.0)
     return {"contended": bool(reasons), "reasons": reasons, "evidence": evidence,
             "share": round(share if share else (0.5 if reasons else 0.0), 3),
-            "oversubscribed": oversubscribed, "fix": FIX if reasons else None}
+            "oversubscribed": oversubscribed, "fix": fix(threads) if reasons else None}
 
 
 def _load_text(load: dict[str, Any], usable: Optional[int]) -> Optional[str]:

@@ -175,9 +175,19 @@ def _op_table(sa: _Side, sb: _Side, *, fail_above: float, min_share: float,
                            est.ops[name][0] if name in est.ops else math.log(mb / ma),
                            fail_above, floor)
         rows.append(row)
-    rows.sort(key=lambda r: -abs(r.get("added_us") or 0.0))
+    rows.sort(key=_table_order)
     return rows, {"drift_pct": C.pct(est.drift), "op_noise_pct": C.pct(est.noise),
                   "drift_witnesses": len(same_work)}
+
+
+DECIDING = ("regressed", "inconclusive", "new", "different work")   # listed first
+
+
+def _table_order(row: dict[str, Any]) -> tuple[bool, float]:
+    """The ops that decide the outcome first, then the largest ops (their time per step on
+    either side): a reader meets what matters, not the noise of small ops."""
+    return (row["status"] not in DECIDING,
+            -max(row.get("a_us") or 0.0, row.get("b_us") or 0.0))
 
 
 def _judged(estimate: tuple[float, float, float], ma: float, mb: float, drift: float,

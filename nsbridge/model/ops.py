@@ -94,7 +94,7 @@ def op_calls(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     kept_names = tree.name_values[keep] if len(keep) else pd.Series(tree.name_values)[:0]
     index = pd.Index(keep)
     shape = _texts(events, tree.rows[keep], S.INPUT_DIMS, index)
-    return pd.DataFrame({
+    calls = pd.DataFrame({
         S.NAME: kept_names, S.CPU_SELF_US: tree.self_us[keep],
         S.CPU_TOTAL_US: tree.dur[keep], "shape": shape,
         "dtypes": _derived(dtype_text, _texts(events, tree.rows[keep], S.INPUT_TYPES, index)),
@@ -103,6 +103,39 @@ def op_calls(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
         S.DEVICE_SELF_US: np.bincount(pos, weights=dur, minlength=n)[keep],
         S.DEVICE_TOTAL_US: total[keep], "mem_bytes": _allocations(events, tree)[keep],
         "mem_net_bytes": _net_memory(events, tree, has_device)[keep]}, index=index, copy=False)
+    return _merge_duplicates(calls, tree)
+
+
+def _merge_duplicates(calls: pd.DataFrame, tree: HostTree) -> pd.DataFrame:
+    """Count calls as torch's tables do (EventList._remove_dup_nodes): an op whose parent
+    has the same name and no other child is one call with it. Its own times and
+    allocations go to that parent (the same name: the name's self totals are unchanged);
+    its row goes, so its total time, its nested GPU work and its net memory are not
+    counted twice."""
+    parent = tree.parent
+    if not len(parent):
+        return calls
+    codes, _ = value_codes(tree.names)
+    above = np.maximum(parent, 0)
+    children = np.bincount(parent[parent >= 0], minlength=len(parent))
+    merged = (parent >= 0) & (codes >= 0) & (codes == codes[above]) & (children[above] == 1)
+    if not merged.any():
+        return calls
+    pos = np.flatnonzero(merged)
+    into = parent[pos]
+    while True:                         # a chain of them goes to its top
+        up = merged[into]
+        if not up.any():
+            break
+        into[up] = parent[into[up]]
+    rows, targets = calls.index.get_indexer(pos), calls.index.get_indexer(into)
+    both = (rows >= 0) & (targets >= 0)   # a parent outside the window keeps its child
+    rows, targets = rows[both], targets[both]
+    for column in (S.CPU_SELF_US, S.DEVICE_SELF_US, "mem_bytes"):
+        values = calls[column].to_numpy(np.float64, copy=True)
+        np.add.at(values, targets, values[rows])
+        calls[column] = values
+    return calls.drop(index=calls.index[rows])
 
 
 def _texts(events: pd.DataFrame, rows: np.ndarray, column: str, index: pd.Index) -> Any:

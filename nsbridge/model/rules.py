@@ -126,6 +126,14 @@ def _remove_syncs(f: Facts) -> Optional[dict[str, Any]]:
 SMALL_OP_US = 50.0   # an op's mean self CPU time below which per-op dispatch matters
 
 
+COMPILED_MARKS = ("Torch-Compiled Region", "CompiledFunction", "TorchDynamo Cache Lookup")
+
+
+def compiled(ops: pd.DataFrame) -> bool:
+    """Whether the trace ran torch.compile'd code (the ranges torch records around it)."""
+    return not ops.empty and bool(ops[S.NAME].astype(str).str.startswith(COMPILED_MARKS).any())
+
+
 def _torch_compile(f: Facts) -> Optional[dict[str, Any]]:
     rate = f.host_ops_per_step if f.host_ops_per_step is not None else f.host_ops_per_s
     if f.ops.empty or not rate:
@@ -142,6 +150,15 @@ def _torch_compile(f: Facts) -> Optional[dict[str, Any]]:
     count = (f"{f.host_ops_per_step:.0f} host ops per step" if f.host_ops_per_step is not None
              else f"{f.host_ops_per_s:.0f} host ops per second")
     count += f", {op_us:.0f} µs each on average"
+    if compiled(f.ops):
+        return _rec("Widen what torch.compile covers",
+                    count + " although the model is compiled (torch.compile regions in the "
+                    "trace): they run outside its graphs or between them",
+                    "find the graph breaks (TORCH_LOGS=graph_breaks, or torch._dynamo.explain)"
+                    " and compile the whole step; then try mode='max-autotune'"
+                    + (", or mode='reduce-overhead' (CUDA graphs) for static shapes"
+                       if f.has_device else ""),
+                    0.2 if launch_bound else 0.1)
     return _rec("Fuse ops with torch.compile",
                 count + ("; the GPU waits on the host" if launch_bound else ""),
                 "model = torch.compile(model) (try mode='max-autotune' for GEMM-heavy models); "

@@ -221,7 +221,9 @@ def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Ana
             settle.append("more measured steps (a profile with schedule.active: 10)")
         settle.append("several processes pooled (nsbridge triage --runs 5)")
         if contended:
-            settle.append("a quieter machine, or torch.set_num_threads(1) on this one")
+            threads = ((machine or {}).get("threads") or {}).get("intra_op")
+            settle.append("a quieter machine" + ("" if threads == 1 else
+                                                 ", or torch.set_num_threads(1) on this one"))
     verdict.update(confidence=confidence, confidence_reasons=reasons, alternatives=alternatives,
                    contention=(contention or {}).get("evidence") if contended else None,
                    settle=settle)

@@ -3,7 +3,8 @@
 Inputs (shared/nsight.md section 1.5):
 
 - ``.ncu-rep`` through the PyPI package ``ncu-report`` (NVIDIA's Python report interface,
-  an optional dependency: ``pip install ncu-report``); no GPU and no ncu needed.
+  an optional dependency: ``pip install ncu-report``); no GPU and no ncu needed. The
+  reader runs in a child process (``collect.ncu_report``); ``report_data`` checks its JSON.
 - ``ncu --import X --csv --page raw``: one row per launch, one column per metric, a units
   row under the header (2022 and 2023+ identity columns).
 - ``ncu --import X --csv --page details``: one row per (launch, section, metric) with
@@ -35,7 +36,7 @@ from typing import Any, Iterable, Optional
 
 import pandas as pd
 
-from ..errors import NcuFormatError, ToolNotFoundError, TraceNotFoundError
+from ..errors import NcuFormatError, TraceNotFoundError
 from .ncu_units import normalise
 
 LAUNCH_COLUMNS = ["launch", "kernel", "process_id", "device", "cc", "block", "grid", "nvtx"]
@@ -79,19 +80,19 @@ class NcuData:
 
 
 def read_ncu(path: str | Path) -> NcuData:
-    """Read a ``.ncu-rep`` or an ncu CSV export (raw or details page).
+    """Read an ncu CSV export (raw or details page).
 
     Raises:
         TraceNotFoundError: the file does not exist.
-        ToolNotFoundError: a .ncu-rep without the ``ncu-report`` package.
-        NcuFormatError: not an ncu report or export; says what it is instead and how to
-            export one.
+        NcuFormatError: not an ncu export; says what it is instead and how to export one.
     """
     path = Path(path)
     if not path.is_file():
         raise TraceNotFoundError(f"Nsight Compute file {path} does not exist.")
     if path.suffix == ".ncu-rep":
-        return _read_report(path)
+        raise NcuFormatError(f"{path} is an Nsight Compute report: read it with "
+                             "collect.ncu_report.extract_report and report_data "
+                             "(passes.ncu_pass.read_ncu_file does both).")
     with path.open(newline="", encoding="utf-8-sig", errors="replace") as fh:   # BOM too
         try:
             rows = [r for r in csv.reader(_strip_chatter(fh)) if r]
@@ -222,88 +223,52 @@ def _read_details(path: Path, header: list[str], rows: list[list[str]]) -> NcuDa
                    metrics=pd.DataFrame(values, columns=METRIC_COLUMNS), notes=notes)
 
 
-def _read_report(path: Path) -> NcuData:
+def report_data(path: Path, extracted: dict[str, Any]) -> NcuData:
+    """A ``.ncu-rep``'s launches and metrics from what ``collect.ncu_report`` extracted.
+
+    Raises:
+        NcuFormatError: no profiled launch, or a value of the wrong type (a damaged file).
+    """
     try:
-        import ncu_report
-    except ImportError as exc:
-        raise ToolNotFoundError(
-            f"Reading {path.name} needs NVIDIA's report reader: `pip install ncu-report` "
-            "(proprietary licence, no GPU needed). Or export it as CSV with `ncu --import "
-            f"{path.name} --csv --page raw --print-units base` and pass the CSV.") from exc
-    try:
-        context = ncu_report.load_report(str(path))
-    except Exception as exc:  # the module raises its own types
-        raise NcuFormatError(f"{path} could not be read as an Nsight Compute report ({exc}); "
-                             "it may be truncated, or written by an ncu newer than the "
-                             "installed ncu-report package (pip install -U ncu-report).") from exc
-    try:
-        return _report_data(path, context)
-    except (TypeError, ValueError, AttributeError, OverflowError) as exc:  # damaged values
+        data = _report_frames(path, extracted)
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
         raise NcuFormatError(f"{path} is damaged: a value in it could not be read ({exc}). "
                              "Capture or copy it again, or export it as CSV with `ncu "
                              "--import` and pass that.") from None
+    if extracted.get("warning"):
+        data.notes.append(f"NVIDIA's report reader warned while reading {path.name} (the file "
+                          "may be damaged; values it could not parse are missing): "
+                          f"{extracted['warning']}")
+    return data
 
 
-def _report_data(path: Path, context: Any) -> NcuData:
-    """The launches and metrics of a loaded report (``ncu_report``'s context)."""
-    launches, values, notes, unknown = [], [], [], {}
-    launch = 0
-    for r in range(context.num_ranges()):
-        rng = context.range_by_idx(r)
-        for a in range(rng.num_actions()):
-            action = rng.action_by_idx(a)
-            get = action.metric_by_name
-            launches.append({"launch": launch, "kernel": action.name(),
-                             "process_id": _metric_text(get("ID_PROCESS_ID") or get("pid")),
-                             "device": _metric_text(get("device__attribute_display_name")),
-                             "cc": _cc(get), "block": _metric_text(get("launch__block_size")),
-                             "grid": _metric_text(get("launch__grid_size")),
-                             "nvtx": _report_nvtx(action.nvtx_state())})
-            for name in action.metric_names():
-                metric = get(name)
-                raw_unit = metric.unit() if hasattr(metric, "unit") else ""
-                unit = normalise(raw_unit)
-                if not unit.known:
-                    unknown[name] = raw_unit
-                value = metric.value() if metric.has_value() else None
-                text = None if isinstance(value, (int, float)) else (
-                    None if value is None else str(value))
-                number_value = float(value) if isinstance(value, (int, float)) else math.nan
-                values.append((launch, name, None, number_value * unit.factor, unit.unit, text))
-            launch += 1
+def _report_frames(path: Path, extracted: dict[str, Any]) -> NcuData:
+    launches = [{"launch": i, "kernel": str(launch["kernel"]),
+                 "process_id": launch["process_id"], "device": launch["device"],
+                 "cc": launch["cc"], "block": launch["block"], "grid": launch["grid"],
+                 "nvtx": tuple((str(d), str(r)) for d, r in launch["nvtx"])}
+                for i, launch in enumerate(extracted["launches"])]
     if not launches:
         raise NcuFormatError(f"{path} opened as an Nsight Compute report but holds no profiled "
                              "kernel launch: it may be truncated, or written by an ncu newer "
                              "than the installed ncu-report package (pip install -U ncu-report).")
+    values, notes, unknown = [], [], {}
+    for launch, name, raw_unit, value in extracted["metrics"]:
+        if not 0 <= int(launch) < len(launches):
+            raise ValueError(f"metric {name!r} of launch {launch}, which the report lacks")
+        unit = normalise(str(raw_unit))
+        if not unit.known:
+            unknown[name] = raw_unit
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        values.append((int(launch), str(name), None,
+                       float(value) * unit.factor if is_number else math.nan, unit.unit,
+                       None if is_number or value is None else str(value)))
+    if extracted["cut_short"]:
+        notes.append(f"{extracted['cut_short']} launch record(s) in {path.name} have no kernel "
+                     "name or no metrics (the file looks cut short) and are left out")
     _note_unknown(notes, unknown)
     return NcuData(path=path, source="ncu-rep", launches=_launch_frame(launches),
                    metrics=pd.DataFrame(values, columns=METRIC_COLUMNS), notes=notes)
-
-
-def _report_nvtx(state: Any) -> tuple[tuple[str, str], ...]:
-    if state is None:
-        return ()
-    stack = []
-    for domain_id in state.domains():
-        domain = state.domain_by_id(domain_id)
-        name = domain.name()
-        stack.extend((("" if name == "<default domain>" else name), r)
-                     for r in domain.push_pop_ranges())
-    return tuple(stack)
-
-
-def _metric_text(metric: Any) -> Optional[str]:
-    if metric is None or not metric.has_value():
-        return None
-    return str(metric.value())
-
-
-def _cc(get: Any) -> Optional[str]:
-    major, minor = get("device__attribute_compute_capability_major"), get(
-        "device__attribute_compute_capability_minor")
-    if major is None or minor is None:
-        return None
-    return f"{major.value()}.{minor.value()}"
 
 
 def _value(launch: int, metric: str, section: Optional[str], text: str,

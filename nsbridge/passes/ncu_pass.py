@@ -13,13 +13,14 @@ from .. import progress
 from .. import schema as S
 from ..collect.ncu import (capture, export_raw_csv, find_ncu, gpu_names, ncu_version,
                            profile_argv)
+from ..collect.ncu_report import extract_report
 from ..collect.torch_profiler import bootstrap_argv
 from ..errors import DeepError, NcuFormatError, ToolNotFoundError
 from ..model.deep_plan import check_ops, describe, plan_for_run
 from ..model.ncu import (ROOFLINE_COLUMNS, family_summary, kernel_table, metric_names,
                          op_summary)
 from ..model.rules import MATMUL_OP
-from ..parse.ncu import NcuData, read_ncu
+from ..parse.ncu import NcuData, read_ncu, report_data
 from ..profiles import Deep
 from ..report.build import clean
 from ..rundir import free_stem
@@ -196,6 +197,18 @@ def concat_ncu(parts: Sequence[NcuData]) -> NcuData:
                    notes=[note for part in parts for note in part.notes])
 
 
+def read_ncu_file(path: Path) -> NcuData:
+    """A ``.ncu-rep`` (through NVIDIA's reader, in a child process) or an ncu CSV export.
+
+    Raises:
+        TraceNotFoundError, ToolNotFoundError (a .ncu-rep without ncu-report),
+        NcuFormatError.
+    """
+    if path.suffix == ".ncu-rep":
+        return report_data(path, extract_report(path))
+    return read_ncu(path)
+
+
 def read_given_ncu(path: Path, run_dir: Path,
                    environ: Mapping[str, str]) -> tuple[NcuData, Optional[str]]:
     """An ncu file given to analyze, and the name of the raw-page CSV written into
@@ -207,7 +220,7 @@ def read_given_ncu(path: Path, run_dir: Path,
             both ways). NcuFormatError, TraceNotFoundError, ToolFailedError.
     """
     try:
-        return read_ncu(path), None
+        return read_ncu_file(path), None
     except (ToolNotFoundError, NcuFormatError) as unread:
         if path.suffix != ".ncu-rep":
             raise

@@ -12,15 +12,17 @@ from typing import Any, Optional
 
 from .._bootstrap.entry import RECORD_NOT_WRITTEN
 from ..collect._process import ChildOutcome
+from ..printable import printable
 
 
-def pass_status(outcome: ChildOutcome,
-                child: Optional[dict[str, Any]]) -> tuple[str, int, Optional[dict[str, Any]]]:
+def pass_status(outcome: ChildOutcome, child: Optional[dict[str, Any]],
+                doing: Optional[str] = None) -> tuple[str, int, Optional[dict[str, Any]]]:
     """(status, exit code, error) of a pass from how its process ended and its own record.
 
     A record that says the script ended by itself (ok or failed) is the truth even when the
     timeout or a SIGTERM came later, during the process's own teardown. Otherwise nsbridge's
-    timeout is 124, a SIGTERM (to nsbridge or to the profiled process) 143, Ctrl-C 130."""
+    timeout is 124, a SIGTERM (to nsbridge or to the profiled process) 143, Ctrl-C 130.
+    ``doing``: what the profiler was doing when the process died (its PROFILER_DOING)."""
     if child is not None and child.get("status") in ("ok", "failed"):
         return child["status"], int(child["exit_code"]), child.get("error")
     if outcome.timed_out:
@@ -31,7 +33,7 @@ def pass_status(outcome: ChildOutcome,
     if outcome.interrupted or (child and child["status"] == "interrupted"):
         return "interrupted", 130, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"}
     if child is None and outcome.returncode < 0:
-        return "failed", 128 - outcome.returncode, killed_by(-outcome.returncode)
+        return "failed", 128 - outcome.returncode, killed_by(-outcome.returncode, doing)
     if child is None and outcome.returncode == RECORD_NOT_WRITTEN:
         return "failed", 1, {"type": "WriteError", "message": "the profiled process could "
                              "not write its record (child.json): its reason is printed above "
@@ -45,8 +47,9 @@ def pass_status(outcome: ChildOutcome,
     return child["status"], int(child["exit_code"]), child.get("error")
 
 
-def killed_by(signum: int) -> dict[str, Any]:
-    """The error of a profiled process ended by signal ``signum``."""
+def killed_by(signum: int, doing: Optional[str] = None) -> dict[str, Any]:
+    """The error of a profiled process ended by signal ``signum`` (``doing``: what
+    nsbridge's profiler was doing at that moment, when it was in a stop or start)."""
     try:
         name = signal.Signals(signum).name
     except ValueError:
@@ -56,6 +59,10 @@ def killed_by(signum: int) -> dict[str, Any]:
                         "`dmesg` or `journalctl -k`), as do `kill -9` and job schedulers",
         signal.SIGSEGV: ": a crash in native code (a C/C++/CUDA extension)",
         signal.SIGABRT: ": native code aborted (an assertion in C/C++ code)"}
+    if doing:
+        why = {**why, signal.SIGSEGV: ": a crash in native code",
+               signal.SIGABRT: ": native code aborted"}
     return {"type": "Killed", "signal": signum,
             "message": f"the profiled process was killed by {name} (signal {signum})"
-                       + why.get(signum, "")}
+                       + why.get(signum, "")
+                       + (f", while nsbridge was {printable(doing)}" if doing else "")}

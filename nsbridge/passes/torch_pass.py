@@ -53,7 +53,8 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
                                          threads=threads))
         if pass_status(passes[-1].outcome, passes[-1].child)[0] != "ok":
             break
-    status, exit_code, error = pass_status(passes[-1].outcome, passes[-1].child)
+    status, exit_code, error = pass_status(passes[-1].outcome, passes[-1].child,
+                                           passes[-1].doing)
     steps = pooled_steps(passes)
     machine = process_machine(combine_runs([tp.machine for tp in passes]),
                               {**(passes[0].child or {}), "steps": steps}, profile)
@@ -391,6 +392,11 @@ def _triage_notes(torch_pass: TorchPass, child: dict[str, Any]) -> list[str]:
     window_note = recording_note(window, steps_seen(child), bool(child.get("traces")))
     if window_note:
         notes.append(window_note)
+    if child.get("compile_wait_s"):
+        notes.append(f"torch.compile was compiling when the recording was due to stop "
+                     f"(schedule.wait_for_step_s or a budget): the stop waited "
+                     f"{child['compile_wait_s']:.1f} s for the compile to end, since "
+                     "stopping torch.profiler mid-compile crashes the process")
     sampling = child.get("steps_sampling")
     if sampling:
         notes.append(f"the script ran {steps_seen(child):,} steps: the first "

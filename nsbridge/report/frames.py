@@ -434,11 +434,11 @@ def kernels(report: dict[str, Any]) -> pd.DataFrame:
     work = (report.get("device") or {}).get("work")
     if work is not None:
         return _frame(work, KERNELS)
-    rows = [{"op": op["name"], "kind": "kernel", "name": k["name"], "calls": k["calls"],
-             "device_us": k["device_us"], "via": k.get("via"), "source": k.get("source")}
+    rows = [{"op": op["name"], "kind": "kernel", "name": k["name"], "calls": k.get("calls"),
+             "device_us": k.get("device_us"), "via": k.get("via"), "source": k.get("source")}
             for op in report.get("ops") or [] for k in op.get("kernels") or []]
-    rows += [{"op": op["name"], "kind": c["kind"], "name": c["name"], "calls": c["calls"],
-              "device_us": c["device_us"], "bytes": c.get("bytes")}
+    rows += [{"op": op["name"], "kind": c.get("kind"), "name": c["name"],
+              "calls": c.get("calls"), "device_us": c.get("device_us"), "bytes": c.get("bytes")}
              for op in report.get("ops") or [] for c in op.get("copies") or []]
     return _frame(rows, KERNELS)
 

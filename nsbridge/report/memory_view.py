@@ -8,7 +8,7 @@ from typing import Any, Optional
 from .. import schema as S
 from .document import Block, Section, Text
 from .views import PassView
-from .wording import is_autograd_wrapper
+from .wording import fixed, is_autograd_wrapper
 
 GROWTH_MIB = 1.0   # step-end growth above this, in every step, is memory kept across steps
 
@@ -19,11 +19,12 @@ def memory_line(memory: dict[str, Any]) -> str:
     where = f" in step {memory['peak_step']}" if memory.get("peak_step") is not None else ""
     ops = [op for op in memory.get("peak_ops") or [] if not is_autograd_wrapper(op)]
     inside = f", inside {' › '.join(ops[-2:])}" if ops else ""
-    reserved = (f"; reserved peak {memory['reserved_peak_mib']:.1f} MiB"
+    reserved = (f"; reserved peak {fixed(memory['reserved_peak_mib'], 1)} MiB"
                 if memory.get("reserved_peak_mib") is not None else "")
-    return (f"peak {memory['peak_mib']:.1f} MiB {level} on {memory['device']} at "
-            f"{memory['peak_at_ms']:.1f} ms{where}{inside}; {memory['start_mib']:.1f} MiB "
-            f"at the window's start, {memory['end_mib']:.1f} MiB at its end{reserved}")
+    return (f"peak {fixed(memory['peak_mib'], 1)} MiB {level} on {memory['device']} at "
+            f"{fixed(memory['peak_at_ms'], 1)} ms{where}{inside}; "
+            f"{fixed(memory['start_mib'], 1)} MiB at the window's start, "
+            f"{fixed(memory['end_mib'], 1)} MiB at its end{reserved}")
 
 
 def growth_line(memory: dict[str, Any]) -> Optional[str]:
@@ -34,10 +35,10 @@ def growth_line(memory: dict[str, Any]) -> Optional[str]:
     rises = [b - a for a, b in zip(ends, ends[1:])]
     if all(r > GROWTH_MIB for r in rises):
         return (f"Memory held at the end of each step grows by {sum(rises) / len(rises):.1f} "
-                f"MiB per step ({', '.join(f'{e:.1f}' for e in ends)} MiB): something keeps "
+                f"MiB per step ({', '.join(fixed(e, 1) for e in ends)} MiB): something keeps "
                 "tensors across steps (a loss history without .item() or .detach(), a cache, "
                 "growing buffers); at this rate the run ends out of memory")
-    return (f"Memory held at the end of each step: {', '.join(f'{e:.1f}' for e in ends)} MiB "
+    return (f"Memory held at the end of each step: {', '.join(fixed(e, 1) for e in ends)} MiB "
             "(no growth across the measured steps)")
 
 

@@ -32,6 +32,7 @@ SUMMARY_JSON = "summary.json"             # a rank's summary, in its rank folder
 TRACE_JSON_GZ = "trace.json.gz"
 KEY_AVERAGES = "key_averages.txt"
 PROFILER_NOISE_LOG = "profiler-noise.log"   # the profiler's known noise from the child's stderr
+PROFILER_DOING = "profiler-doing.txt"   # what the child's profiler is doing while it does it
 
 # files nsbridge writes that are JSON but no trace (analyze skips them in a folder)
 NOT_TRACES = frozenset({REPORT_JSON, MANIFEST_JSON, CHILD_JSON, CHILD_CONFIG, NVTX_CHILD_JSON,

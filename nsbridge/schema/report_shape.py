@@ -14,7 +14,8 @@ import math
 from typing import Any, Callable, NamedTuple, Optional
 
 from . import columns as S
-from .report import SCHEMA_VERSION
+from .report import (MEMORY_SECTION, NCU_SECTION, OP_GROUPS_SECTION, SCHEMA_VERSION,
+                     TIMELINE_SECTION)
 
 __all__ = ["HUGE", "REPORT_SHAPE", "STATUS_SHAPE", "Misshapen", "describe", "misshapen",
            "report_problem"]
@@ -84,14 +85,27 @@ _MACHINE = {"cores": {"usable": _NUMBER, "logical": _NUMBER},
             "cgroup_throttling": {"throttled": _NUMBER}, "contention": {"contended": _FLAG},
             "gpu": [{"index": _Required(_ANY), "throttle_reasons": [_TEXT],
                      "other_processes": [_ANY]}]}
+_LIST = _Atom("a list", lambda v: isinstance(v, list))   # of values a frame converts
+_ROWS: list[Any] = [{}]    # a list of objects: the rows of one of load's frames
+_PASS_RANKS: list[Any] = [{"ops": {}}]   # a pass run on several ranks: per rank, its ops' numbers
 STATUS_SHAPE = {"status": _Required(_TEXT), "error": {}}
 REPORT_SHAPE = {**STATUS_SHAPE, "target": _Required(_TEXT), "ranked_by": _RANKING,
                 "ops": _Required([_OP]), "steps": _STEPS,
                 "window": {"kind": _TEXT, "seconds": _NUMBER},
-                "verdict": {"label": _TEXT}, "environment": {"torch": _TEXT, "gpus": [_ANY]},
+                "verdict": {"label": _Required(_TEXT), "evidence": [_ANY]},
+                "environment": {"torch": _TEXT, "gpus": [_ANY]},
                 "machine": _MACHINE,
                 "sync_points": _Required([{"kind": _Required(_TEXT), "file": _TEXT,
-                                           "op": _TEXT, "line": _ANY, "count": _NUMBER}])}
+                                           "op": _TEXT, "line": _ANY, "count": _NUMBER}]),
+                "device": {"work": _ROWS, "idle_gaps": _ROWS},
+                OP_GROUPS_SECTION: {"by_shape": _ROWS, "by_source": _ROWS},
+                MEMORY_SECTION: {"points": {"t_ms": _LIST, "allocated_mib": _LIST,
+                                            "reserved_mib": _LIST}},
+                TIMELINE_SECTION: {"ops": _ROWS, "idle_gaps": _ROWS, "ranks": _PASS_RANKS},
+                NCU_SECTION: {"kernels": _ROWS, "ranks": _PASS_RANKS}}
+# a run that did not finish: whatever it holds has its shape, nothing is required
+PARTIAL_SHAPE = {key: (value.shape if isinstance(value, _Required) else value)
+                 for key, value in REPORT_SHAPE.items() if key != "status"}
 
 
 def misshapen(report: dict[str, Any], shape: dict[str, Any]) -> Optional[str]:
@@ -145,5 +159,5 @@ def report_problem(report: Any, schema_version: int = SCHEMA_VERSION) -> Optiona
     if version != schema_version or isinstance(version, bool):
         had = "no schema_version" if version is None else f"schema_version {describe(version)}"
         return f"it has {had}; this nsbridge reads schema_version {schema_version}"
-    return misshapen(report, STATUS_SHAPE) or (
-        None if report.get("status") != "ok" else misshapen(report, REPORT_SHAPE))
+    return misshapen(report, STATUS_SHAPE) or misshapen(
+        report, REPORT_SHAPE if report.get("status") == "ok" else PARTIAL_SHAPE)

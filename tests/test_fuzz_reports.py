@@ -1,0 +1,124 @@
+"""report.json is untrusted input for `load` and `diff`: a real run's report mutated at
+random (seeded: every JSON type put where any field was, keys dropped, values wrapped in
+lists, numbers too big for a float, the text damaged) is read back as a run whose frames
+and views work, or refused with RunDirError / nsbridge's own diff error, never a traceback.
+Fast tier a few hundred cases, slow tier thousands."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import nsbridge
+from nsbridge.errors import NsbridgeError, RunDirError
+from nsbridge.report.diff_render import render_diff
+
+from conftest import TORCH_DATA
+
+VALUES: list[Any] = [None, True, False, 0, -1, 1, 0.5, -0.0, 2 ** 64, 10 ** 401, "", "x",
+                     "ok", [], [1, 2], [None], {}, {"a": 1}, [[[]]], "1e999"]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run: an H200 trace analysed (ops, kernels, steps, syncs, recommendations)."""
+    out = tmp_path_factory.mktemp("base") / "run"
+    nsbridge.analyze([TORCH_DATA / "h200" / "train_cnn_h200.json.gz"], out=out)
+    return out
+
+
+def _walk(rng: random.Random, node: Any) -> list[Any]:
+    """A random path (keys and indices) into ``node``: deeper with decreasing chance."""
+    path: list[Any] = []
+    while isinstance(node, (dict, list)) and node and (not path or rng.random() < 0.7):
+        keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+        path.append(rng.choice(keys))
+        node = node[path[-1]]
+    return path
+
+
+def damage(report: Any, step: dict[str, Any]) -> Any:
+    """``report`` after one recorded damage (``mutate``'s, or a corpus entry's): at
+    ``path``, one of ``set`` (a value), ``drop``, ``wrap`` (in a list), ``extra`` (a key
+    beside it with that value)."""
+    *above, last = step["path"]
+    parent = report
+    for key in above:
+        parent = parent[key]
+    if "set" in step:
+        parent[last] = step["set"]
+    elif step.get("drop"):
+        del parent[last]
+    elif step.get("wrap"):
+        parent[last] = [parent[last]]
+    elif "extra" in step and isinstance(parent, dict):
+        parent[f"{last}_"] = step["extra"]
+    return report
+
+
+def mutate(report: dict[str, Any], rng: random.Random) -> tuple[str, str]:
+    """report.json text after one random damage, and the damage (as ``damage`` takes it)."""
+    kind = rng.choice(["value", "value", "value", "drop", "wrap", "extra", "text"])
+    path = _walk(rng, report)
+    step: dict[str, Any] = {"path": path}
+    if kind == "value":
+        step["set"] = rng.choice(VALUES)
+    elif kind in ("drop", "wrap"):
+        step[kind] = True
+    elif kind == "extra":
+        step["extra"] = rng.choice(VALUES)
+    if kind == "text":
+        text = json.dumps(report)
+        at = rng.randrange(len(text))
+        return rng.choice([text[:at], text[:at] + "\udcff" + text[at:], "\ufeff" + text,
+                           text[:at] + "NaN" + text[at:], text.replace("1", "1" * 400, 1)]), kind
+    if path:
+        damage(report, step)
+    return json.dumps(report), json.dumps(step)
+
+
+def _check(base: Path, tmp: Path, case: int) -> str:
+    """'loaded' or 'refused' (by load), after load, the frames, the views and diff."""
+    rng = random.Random(case)
+    report = json.loads((base / "report.json").read_text())
+    text, kind = mutate(report, rng)
+    run = tmp / f"case{case}"
+    shutil.copytree(base, run)
+    (run / "report.json").write_bytes(text.encode("utf-8", errors="surrogateescape"))
+    try:
+        loaded = nsbridge.load(run)
+        repr(loaded), loaded._repr_html_()
+        for frame in (loaded.ops, loaded.steps, loaded.timeline):
+            if frame is not None:      # no timeline without nsys
+                frame.to_csv()
+        outcome = "loaded"
+    except RunDirError:
+        outcome = "refused"
+    except Exception as exc:   # noqa: BLE001 - the point: nothing but nsbridge's errors
+        raise AssertionError(f"case {case} ({kind}): load: {exc!r}") from exc
+    try:
+        render_diff(nsbridge.diff(base, run))
+    except NsbridgeError:
+        pass
+    except Exception as exc:   # noqa: BLE001
+        raise AssertionError(f"case {case} ({kind}): diff: {exc!r}") from exc
+    shutil.rmtree(run)
+    return outcome
+
+
+@pytest.mark.parametrize("block", range(3))
+def test_mutated_reports_load_and_diff_or_give_nsbridges_own_error(base: Path, tmp_path: Path,
+                                                                   block: int) -> None:
+    outcomes = [_check(base, tmp_path, case) for case in range(block * 100, block * 100 + 100)]
+    assert {"loaded", "refused"} <= set(outcomes)    # both paths exercised
+
+
+@pytest.mark.slow
+def test_thousands_of_mutated_reports(base: Path, tmp_path: Path) -> None:
+    for case in range(1000, 4000):
+        _check(base, tmp_path, case)
