@@ -113,7 +113,8 @@ for _ in range(12):
 def test_the_wait_for_a_first_step_never_stops_the_profiler_mid_compile(tmp_path: Path) -> None:
     """Regression: a cold-cache compile outlasted schedule.wait_for_step_s, nsbridge stopped
     and restarted the profiler mid-compile, and torch crashed (3 of 4 runs). The stop now
-    waits for the compile; the note says how long."""
+    waits for the compile; the notes say how long, and that the first step's time was
+    compile."""
     (tmp_path / "compiled.py").write_text(SLOW_COMPILE)
     (tmp_path / "short-wait.yaml").write_text("version: 1\nschedule:\n  wait_for_step_s: 1\n")
     done = run_nsbridge("-q", "triage", "--profile", str(tmp_path / "short-wait.yaml"),
@@ -125,6 +126,11 @@ def test_the_wait_for_a_first_step_never_stops_the_profiler_mid_compile(tmp_path
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["steps"]["count"] == 3
     assert any("the stop waited" in note for note in report["notes"])
+    first = child["steps"][0]                  # the first call compiled: named so
+    assert first["compile_ms"] > 3000 and first["compile_ms"] <= first["wall_ms"] + 1
+    assert not any(s.get("compile_ms") for s in child["steps"][1:])
+    assert any("torch.compile compiled for" in note and "in 1 step(s) (step 0" in note
+               for note in report["notes"])
     fixes = " ".join(rec["fix"] for rec in report["recommendations"])
     assert "model = torch.compile(model)" not in fixes      # it is compiled already
 

@@ -40,6 +40,7 @@ from nsbridge.schema import KEY_AVERAGES, OWN_SYNC_RANGE, PROFILER_DOING, trace_
 _PHASES = {ProfilerAction.NONE: "unprofiled", ProfilerAction.WARMUP: "warmup",
            ProfilerAction.RECORD: "active", ProfilerAction.RECORD_AND_SAVE: "active"}
 _COMPILE_FRAMES = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
+_COMPILE_TIMINGS = ("compile_inner", "_backward_impl")   # Dynamo's outermost compile timers
 TABLE_LIMIT_MIB = 128   # key_averages() of a bigger recording is left out (minutes, GiBs)
 _RECORDING = (ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
@@ -77,6 +78,7 @@ class ProfilerSession:
         self._kept: Optional[dict[str, Any]] = None   # a time window a late step may replace
         self._compile_since: Optional[float] = None   # a budget stop waiting for a compile
         self.compile_wait_s = 0.0   # how long budget stops waited for torch.compile, in all
+        self._compiled_s = 0.0      # torch.compile's compile time so far (compile_seconds)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -149,12 +151,16 @@ class ProfilerSession:
             self._over_budget(reason)
 
     def _lap(self) -> dict[str, Any]:
-        """The step's clock lap, without the time nsbridge spent stopping a recording in it."""
+        """The step's clock lap, without the time nsbridge spent stopping a recording in it,
+        with the time torch.compile compiled in it (``compile_ms``)."""
         lap = self._clock.lap() if self._clock is not None else {}
         own, self._own_s = self._own_s * 1e3, 0.0
         if own and "wall_ms" in lap:
             lap["wall_ms"] = max(lap["wall_ms"] - own, 0.0)
             lap["nsbridge_ms"] = round(own, 3)
+        compiled, self._compiled_s = self._compiled_s, compile_seconds()
+        if self._compiled_s > compiled:
+            lap["compile_ms"] = round((self._compiled_s - compiled) * 1e3, 3)
         return lap
 
     def _start_schedule(self) -> None:
@@ -182,10 +188,12 @@ class ProfilerSession:
 
     def _advance(self, lap: dict[str, Any]) -> None:
         if self.mode == "stopped" or self._prof is None:
-            self.steps.append({"index": len(self.steps), **lap, "phase": "unprofiled"})
+            self.steps.append({"index": len(self.steps), **lap, "phase": _bare(lap)})
             return
         action = self._schedule(self._prof.step_num)
-        self.steps.append({"index": len(self.steps), **lap, "phase": _PHASES[action]})
+        phase = _PHASES[action]
+        self.steps.append({"index": len(self.steps), **lap,
+                           "phase": _bare(lap) if phase == "unprofiled" else phase})
         if action == ProfilerAction.RECORD_AND_SAVE:
             if self.use_cuda and self.machine.get("gpu") is None:
                 self.machine["gpu"] = gpu_state((os.getpid(),))
@@ -333,6 +341,24 @@ class ProfilerSession:
         if self.use_cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
             with record_function(OWN_SYNC_RANGE):
                 torch.cuda.synchronize()
+
+
+def compile_seconds() -> float:
+    """Seconds torch.compile has spent compiling in this process so far (Dynamo's own
+    timings of its frame compiles and lazy backward compiles; 0 when it never ran)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    metrics = getattr(utils, "compilation_time_metrics", None) or {}
+    try:
+        return float(sum(sum(times) for key, times in metrics.items()
+                         if str(key).endswith(_COMPILE_TIMINGS)))
+    except (TypeError, ValueError):   # another torch's layout: no compile time known
+        return 0.0
+
+
+def _bare(lap: dict[str, Any]) -> str:
+    """An unrecorded step's phase: ``compile`` when torch.compile compiled in it (its time
+    is compile, not a step's: no baseline counts it), else ``unprofiled``."""
+    return "compile" if lap.get("compile_ms") else "unprofiled"
 
 
 def compiling() -> bool:

@@ -18,7 +18,9 @@ step):
 3. forward: the step's top-level ops on its thread that start before the step's last
    backward range (every forward of a GAN's two models, not only the first; all of them
    in a step without backward, as in inference), and the ops an optimizer range runs
-   before its own last backward (the closures of LBFGS);
+   before its own last backward (the closures of LBFGS, Lightning's training_step), and
+   the first optimizer range's span up to its first backward (the closure's Python)
+   less the optimizer ranges nested in it;
 4. optimizer: ``Optimizer.step#...`` and ``Optimizer.zero_grad#...`` ranges;
 5. other: the rest (ops after the last backward such as gradient clipping or metrics,
    Python between ops, logging, idle waits).
@@ -157,13 +159,17 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
         bwd = backward[ops]
         last_bwd = start[bwd].max() if bwd.any() else np.inf   # no backward: inference
         fwd = top & (start < last_bwd) & ~data[ops] & ~optim[ops] & ~bwd
-        fwd |= _closure_ops(tree, ops, optim[ops], bwd)
+        closure = _closure_ops(tree, ops, optim[ops], bwd)
+        fwd |= closure
+        spans = _closure_spans(start, end, optim[ops], bwd)
         covered, lengths = np.zeros(len(ops), dtype=bool), {}
         done = 0.0
         for phase, mask in (("data", data[ops]), ("backward", bwd), ("forward", fwd),
                             ("optimizer", optim[ops])):
             covered |= mask
-            union = clipped_union(start[covered], end[covered], lo, hi)
+            extra = spans if phase in ("forward", "optimizer") else (spans[:0], spans[:0])
+            union = clipped_union(np.concatenate([start[covered], extra[0]]),
+                                  np.concatenate([end[covered], extra[1]]), lo, hi)
             lengths[phase], done = union - done, union
         wall = hi - lo
         rows.append({"step": int(step), "wall_ms": wall / 1e3, "data_ms": lengths["data"] / 1e3,
@@ -183,6 +189,32 @@ def _starting_in(tree: HostTree, lo: float, hi: float) -> np.ndarray:
         runs.append(np.arange(first + np.searchsorted(starts, lo, "left"),
                               first + np.searchsorted(starts, hi, "left")))
     return np.concatenate(runs) if runs else np.zeros(0, dtype=np.int64)
+
+
+def _closure_spans(start: np.ndarray, end: np.ndarray, optim: np.ndarray,
+                   backward: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The forward of a closure an optimizer range calls, as spans: from the range's start
+    to the first backward inside it, the Python of the closure included (a Lightning
+    training_step runs inside the optimizer's step: its Python is the forward's, not the
+    optimizer's), less the optimizer ranges nested there (the closure's zero_grad)."""
+    bwd_start = start[backward]
+    for owner in np.flatnonzero(optim):
+        inside = bwd_start[(bwd_start >= start[owner]) & (bwd_start < end[owner])]
+        if not len(inside):
+            continue
+        lo, hi = float(start[owner]), float(inside.min())
+        cuts = sorted((float(start[i]), float(end[i])) for i in np.flatnonzero(optim)
+                      if i != owner and lo <= start[i] < hi)
+        pieces, at = [], lo
+        for cut_lo, cut_hi in cuts:
+            if cut_lo > at:
+                pieces.append((at, cut_lo))
+            at = max(at, cut_hi)
+        if hi > at:
+            pieces.append((at, hi))
+        return (np.array([p[0] for p in pieces], dtype=np.float64),
+                np.array([p[1] for p in pieces], dtype=np.float64))
+    return np.zeros(0), np.zeros(0)
 
 
 def _closure_ops(tree: HostTree, ops: np.ndarray, optim: np.ndarray,

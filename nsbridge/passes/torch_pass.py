@@ -392,6 +392,15 @@ def _triage_notes(torch_pass: TorchPass, child: dict[str, Any]) -> list[str]:
     window_note = recording_note(window, steps_seen(child), bool(child.get("traces")))
     if window_note:
         notes.append(window_note)
+    compiled = [s for s in child.get("steps") or [] if s.get("compile_ms")]
+    if compiled:
+        seconds = sum(s["compile_ms"] for s in compiled) / 1e3
+        which = ", ".join(str(s["index"]) for s in compiled[:5]) + (
+            ", ..." if len(compiled) > 5 else "")
+        notes.append(f"torch.compile compiled for {seconds:.1f} s in {len(compiled)} step(s) "
+                     f"(step {which}; the first call compiles, a new shape recompiles): "
+                     "compile time, not step time; an unrecorded step that compiled is no "
+                     "baseline for the profiler's overhead or the gate")
     if child.get("compile_wait_s"):
         notes.append(f"torch.compile was compiling when the recording was due to stop "
                      f"(schedule.wait_for_step_s or a budget): the stop waited "
