@@ -284,3 +284,71 @@ def test_uninstall_restores_tensor_exactly() -> None:
     assert torch.cuda.synchronize is sync_before
     assert torch.Tensor.__bool__ is torch._C.TensorBase.__bool__
     assert bool(torch.tensor(1)) and rec.records() == []
+
+
+# -- CPU-only runs: calls judged by where the tensor would live on a GPU --------------------
+
+def test_cpu_and_to_cpu_written_in_the_line_are_read_backs(recorder: SyncRecorder) -> None:
+    """Regression: .cpu() and .to("cpu") were never listed on CPU runs, where they stand in
+    for the copy back from the device (minGPT adder line 169)."""
+    host, first = torch.ones(4).cpu(), _line()
+    other, second = torch.ones(4).to("cpu"), _line()
+    named, third = torch.ones(4).to(device=torch.device('cpu')), _line()
+    recorder.uninstall()
+    assert host.shape == other.shape == named.shape
+    assert [r["kind"] for r in _at(recorder, first)] == ["cpu"]
+    assert [r["kind"] for r in _at(recorder, second)] == ["to_cpu"]
+    assert [r["kind"] for r in _at(recorder, third)] == ["to_cpu"]
+    assert {r["device"] for r in recorder.records()} == {"cpu"}
+
+
+def test_to_device_on_a_cpu_run_is_an_upload_not_a_read_back(recorder: SyncRecorder) -> None:
+    device = "cpu"                          # what `"cuda" if available else "cpu"` gives here
+    batch = torch.ones(4).to(device)
+    same = torch.ones(4).to(torch.float64).to(device, non_blocking=True)
+    recorder.uninstall()
+    assert batch.shape == same.shape
+    assert recorder.records() == []
+
+
+def test_conversions_of_what_a_read_back_returned_stay_on_the_host(
+        recorder: SyncRecorder) -> None:
+    """minGPT adder 169-171: `correct = (pred == gt).cpu()` syncs once; `int(correct[i])`
+    and `not correct[i]` read a host tensor on any machine. A device-side value (d1i) in
+    the same loop still counts."""
+    pred, gt = torch.tensor([1, 2, 3]), torch.tensor([1, 0, 3])
+    d1i = pred * 10
+    correct, read_back = (pred == gt).cpu(), _line()
+    results, shown = [], []
+    for i in range(3):
+        results.append(int(correct[i]))
+        if not correct[i]:
+            shown.append("%d" % d1i[i]); line = _line()  # noqa: E702
+    listed = to_list = correct.tolist()
+    recorder.uninstall()
+    assert results == [1, 0, 1] and shown == ["20"] and listed == [True, False, True]
+    assert to_list == listed
+    kinds = sorted((r["kind"], r["line"]) for r in recorder.records())
+    assert kinds == [("cpu", read_back), ("index", line)] or kinds == [("cpu", read_back),
+                                                                      ("int", line)], kinds
+
+
+class _Digits(torch.utils.data.Dataset):
+    def __init__(self) -> None:
+        self.order = torch.randperm(8, generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.tensor([self.order[i].item()])       # the dataset's own bookkeeping
+
+
+def test_a_datasets_own_item_calls_are_not_syncs(recorder: SyncRecorder) -> None:
+    """minGPT adder line 103: `self.ixes[idx].item()` in __getitem__ runs on the host on
+    any machine; the same call in the loop is a sync."""
+    batches = list(torch.utils.data.DataLoader(_Digits(), batch_size=4))
+    value, line = batches[0][0].item(), _line()
+    recorder.uninstall()
+    assert len(batches) == 2 and isinstance(value, int)
+    assert [(r["kind"], r["line"]) for r in recorder.records()] == [("item", line)]

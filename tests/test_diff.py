@@ -359,11 +359,17 @@ def test_make_fragment_perf_diff(tmp_path: Path) -> None:
 
 
 def test_the_table_lists_deciding_ops_then_the_largest_and_hides_autograds_wrappers() -> None:
+    """A wrapper the data cannot decide (MmBackward0, noisy in B) does not make a regression
+    any less of one: it is not a deciding row, and the text table leaves it out."""
     times = {**BASE, "autograd::engine::evaluate_function: MmBackward0": [900.0] * 4,
              "MmBackward0": [700.0] * 4}
     result = compare(_report(times, STEPS, runs=TWO),
-                     _report({**times, "aten::mm": [200.0, 204.0, 196.0, 202.0]}, STEPS,
+                     _report({**times, "aten::mm": [200.0, 204.0, 196.0, 202.0],
+                              "MmBackward0": [400.0, 1400.0, 300.0, 1200.0]}, STEPS,
                              runs=TWO))
+    status = {r["op"]: r["status"] for r in result["ops"]}
+    assert status["MmBackward0"] == "inconclusive" and result["outcome"] == "regression"
+    assert [r["op"] for r in result["ops"] if r["decides"]] == ["aten::mm"]
     order = [r["op"] for r in result["ops"]]
     assert order[0] == "aten::mm"                                   # it decides the outcome
     rest = [r for r in result["ops"] if r["op"] != "aten::mm"]

@@ -85,4 +85,8 @@ def test_memory_levels_near_zero_never_read_minus_zero() -> None:
     memory = {"relative": True, "peak_mib": 3.0, "device": "cpu", "peak_at_ms": 1.0,
               "start_mib": -0.01, "end_mib": -0.04, "per_step_end_mib": [-0.02, 0.01]}
     text = memory_line(memory) + " " + (growth_line(memory) or "")
-    assert "-0.0" not in text and "0.0 MiB at the window's start" in text
+    assert "-0.0" not in text and "+0.0 MiB at its end" in text
+    assert "+0.0, +0.0 MiB since the window's start" in text      # changes read as such
+    absolute = {**memory, "relative": False}
+    text = memory_line(absolute) + " " + (growth_line(absolute) or "")
+    assert "-0.0" not in text and "0.0 MiB at the window's start" in text and "+" not in text

@@ -16,6 +16,20 @@ Entry points (kind: what the script wrote):
   that runs inside another recorded call (``.item()`` inside ``__format__``) is not counted
   again, and a call that torch refuses (``bool`` of a many-element tensor) is not counted.
 
+On a CPU-only run nothing waits, so the script's calls on CPU tensors stand in for the
+syncs they would be on a GPU, judged by where the tensor would live there:
+
+- ``t.cpu()``, and ``t.to("cpu")`` with ``cpu`` written in the call's line, are read-backs
+  (the script asks for the host); ``t.to(device)`` on a CPU run is an upload or nothing,
+  never a sync;
+- a tensor a read-back returned, and its views (``correct = (a == b).cpu()``, then
+  ``int(correct[i])``), is on the host either way: conversions of it are not syncs;
+- neither are calls made while a DataLoader fetches a batch (a Dataset's ``__getitem__``
+  reading its own index tensor): datasets run on the host on any machine.
+
+A tensor computed from host data without either mark (``torch.tensor(results).sum()``)
+still counts: nsbridge does not follow tensors through ops (that would cost every op).
+
 What is recorded, per (kind, file, line):
 
 - calls made by the script or a library it uses, with the tensor's device (a meta
@@ -47,11 +61,14 @@ the other C-level methods live on ``torch._C.TensorBase``) is deleted again.
 
 from __future__ import annotations
 
+import linecache
 import os
+import re
 import sys
 import sysconfig
 import threading
 import time
+import weakref
 from typing import Any, Callable, Optional
 
 import torch
@@ -74,6 +91,10 @@ _TARGETS = {
     "index": (torch.Tensor, "__index__", _ITEM_OP),
 }
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_DATA_DIR = os.path.join(_TORCH_DIR, "utils", "data", "")
+_READ_BACKS = ("cpu", "to_cpu")
+# .to("cpu"), .to(device="cpu"), .to(torch.device('cpu')) written in the line
+_TO_CPU_WRITTEN = re.compile(r"""\.to\(\s*(device\s*=\s*)?(torch\.device\(\s*)?["']cpu["']""")
 _NSBRIDGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _INTERNAL = (_TORCH_DIR, _NSBRIDGE_DIR)
 _LIBRARY_DIRS = tuple(sorted({os.path.join(sysconfig.get_paths()[k], "")
@@ -96,6 +117,10 @@ class SyncRecorder:
         # (owner, attribute, what owner.__dict__ held before, or _MISSING if inherited)
         self._originals: list[tuple[Any, str, Any]] = []
         self._local = threading.local()
+        # tensors a read-back returned (id -> tensor): on the host on any machine
+        self._host: "weakref.WeakValueDictionary[int, torch.Tensor]" = \
+            weakref.WeakValueDictionary()
+        self._writes_cpu: dict[tuple[str, int], bool] = {}
 
     def install(self) -> None:
         for kind, (owner, attr, op) in _TARGETS.items():
@@ -132,8 +157,12 @@ class SyncRecorder:
                 return original(*args, **kwargs)
             device = _device_of(kind, args, kwargs)
             site = _call_site() if device is not None else None
-            if site is None or (device == "cpu" and site[3]):
-                return original(*args, **kwargs)
+            if site is None or (device == "cpu" and (
+                    site[3] or recorder._stays_on_host(kind, args[0], site))):
+                result = original(*args, **kwargs)
+                if device == "cpu" and kind in _READ_BACKS:
+                    recorder._mark_host(result)
+                return result
             recorder._local.busy = True
             refused = False
             start = time.perf_counter()
@@ -142,7 +171,10 @@ class SyncRecorder:
                     name = f"{SYNC_SITE_PREFIX}{kind} {device} {site[0]}:{site[1]}"
                     with _RANGE(name):
                         return original(*args, **kwargs)
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
+                if device == "cpu" and kind in _READ_BACKS:
+                    recorder._mark_host(result)
+                return result
             except Exception:  # torch refused the call (bool of many values): no sync
                 refused = True
                 raise
@@ -156,6 +188,33 @@ class SyncRecorder:
         wrapper.__doc__ = getattr(original, "__doc__", None)
         setattr(owner, attr, wrapper)
         self._originals.append((owner, attr, own))
+
+    def _stays_on_host(self, kind: str, tensor: torch.Tensor, site: Site) -> bool:
+        """True when this call on a CPU tensor would stay on the host on a GPU too: an
+        upload (``.to(device)``), a tensor a read-back returned or a view of one, or a
+        call made while a DataLoader fetches (module docstring)."""
+        if kind == "to_cpu" and not self._writes_cpu_at(site):
+            return True
+        for held in (tensor, tensor._base):
+            if held is not None and self._host.get(id(held)) is held:
+                return True
+        return _fetching_data()
+
+    def _writes_cpu_at(self, site: Site) -> bool:
+        """Whether the line of a ``.to(...)`` call names the host (cached per line)."""
+        key = (site[0], site[1])
+        known = self._writes_cpu.get(key)
+        if known is None:
+            text = linecache.getline(site[0], site[1])
+            known = self._writes_cpu[key] = bool(_TO_CPU_WRITTEN.search(text))
+        return known
+
+    def _mark_host(self, result: Any) -> None:
+        if isinstance(result, torch.Tensor):
+            try:
+                self._host[id(result)] = result
+            except TypeError:  # a tensor subclass without weak references
+                pass
 
     def _add(self, kind: str, op: str, device: str, site: Site, cost_ms: float) -> None:
         file, line, function, library, via = site
@@ -190,16 +249,26 @@ def _device_of(kind: str, args: tuple, kwargs: dict) -> Optional[str]:
         device = tensor.device.type
     except Exception:  # a subclass without a device: leave the call to torch
         return None
-    if device == "meta" or (kind == "cpu" and device == "cpu"):  # a meta tensor has no data
+    if device == "meta":  # a meta tensor has no data
         return None
     if kind == "to_cpu":
         try:
             target = torch._C._nn._parse_to(*args[1:], **kwargs)[0]
         except Exception:  # an invalid call: let torch raise its own error
             return None
-        if target is None or target.type != "cpu" or device == "cpu":
+        if target is None or target.type != "cpu":
             return None
     return device
+
+
+def _fetching_data() -> bool:
+    """True when a DataLoader is fetching a batch somewhere up the stack."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_DATA_DIR):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _called_internally() -> bool:

@@ -180,14 +180,10 @@ def _op_table(sa: _Side, sb: _Side, *, fail_above: float, min_share: float,
                   "drift_witnesses": len(same_work)}
 
 
-DECIDING = ("regressed", "inconclusive", "new", "different work")   # listed first
-
-
-def _table_order(row: dict[str, Any]) -> tuple[bool, float]:
-    """The ops that decide the outcome first, then the largest ops (their time per step on
-    either side): a reader meets what matters, not the noise of small ops."""
-    return (row["status"] not in DECIDING,
-            -max(row.get("a_us") or 0.0, row.get("b_us") or 0.0))
+def _table_order(row: dict[str, Any]) -> float:
+    """The largest ops first (their time per step on either side): a reader meets what
+    matters, not the noise of small ops (gate_answer.answer puts the deciding ones first)."""
+    return -max(row.get("a_us") or 0.0, row.get("b_us") or 0.0)
 
 
 def _judged(estimate: tuple[float, float, float], ma: float, mb: float, drift: float,

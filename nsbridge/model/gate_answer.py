@@ -83,6 +83,11 @@ def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
         reasons.append(f"too noisy to see a +{fail_above:g}% change: {what} ±{detectable:.0f}% "
                        "wide")
     outcome = C.outcome(blockers, regressions, reasons)
+    decisive = {r["what"] for r in regressions} | (
+        {r["op"] for r in unsure} if outcome == "inconclusive" else set())
+    for row in rows:
+        row["decides"] = row["op"] in decisive
+    rows.sort(key=lambda r: not r["decides"])      # stable: the mode's order after them
     for row in rows + ([step] if step else []):
         row.pop("_log", None)
     return {"outcome": outcome, "exit_code": C.EXIT_CODES[outcome], "mode": mode,

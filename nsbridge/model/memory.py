@@ -3,7 +3,13 @@
 torch.profiler's memory events (``profile_memory``) each carry the allocator's totals
 after the event ("Total Allocated", "Total Reserved"), so the curve is read, not
 rebuilt; a trace without the totals gets the running sum of the events' bytes from the
-window start (``relative``: the level before the window is unknown). Only the run's
+window start (``relative``: the level before the window is unknown). So does host memory
+(``relative_why`` says which): torch's CPU totals count only blocks allocated while a
+recording ran (c10's ProfiledCPUMemoryReporter), and keep those freed between recordings
+(nsbridge's start-up recording, freed in the unrecorded warm-up steps), so their level is
+not the process's (49 MiB held where 33 were live); a free of a block allocated before
+the window is not in the trace at all, so a level since the window start is an upper
+bound, exact from the first measured step's end on. Only the run's
 device counts: the busiest GPU on a GPU run, host memory otherwise (torch's own rule for
 its CUDA Mem / CPU Mem columns).
 """
@@ -21,6 +27,8 @@ from .ops import MIB
 from .strings import starts_with
 
 MAX_POINTS = 400     # at most: each time bucket's highest and lowest point, and the peak
+NO_TOTALS = "no totals"      # relative_why: the trace's memory events carry none
+HOST_TOTALS = "host"         # relative_why: torch's CPU totals are not the process's
 
 
 def memory_over_window(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame,
@@ -28,7 +36,8 @@ def memory_over_window(events: pd.DataFrame, tree: HostTree, windows: pd.DataFra
     """The window's memory curve and peak, or None without memory events in it.
 
     Returns device ("cuda:N" or "cpu"), events, relative (True: levels are bytes since the
-    window start, not the allocator's totals), points {t_ms (from the window start),
+    window start, not the allocator's totals), relative_why (NO_TOTALS, HOST_TOTALS or
+    None), points {t_ms (from the window start),
     allocated_mib, reserved_mib (None on the host)}, start_mib / end_mib (allocated before
     the first and after the last event), peak_mib, peak_at_ms, peak_step, peak_ops (the
     op stack at the peak, outermost first), reserved_peak_mib, per_step_end_mib
@@ -54,7 +63,9 @@ def memory_over_window(events: pd.DataFrame, tree: HostTree, windows: pd.DataFra
     ts = mem[S.TS].to_numpy(np.float64)
     change = np.nan_to_num(mem[S.BYTES].to_numpy(np.float64))
     totals = mem[S.TOTAL_ALLOCATED].to_numpy(np.float64)
-    relative = bool(np.isnan(totals).any())
+    relative_why = (NO_TOTALS if np.isnan(totals).any() else None if device_run
+                    else HOST_TOTALS)
+    relative = relative_why is not None
     allocated = np.cumsum(change) if relative else totals
     reserved = mem[S.TOTAL_RESERVED].to_numpy(np.float64)
     has_reserved = device_run and not np.isnan(reserved).any()
@@ -66,6 +77,7 @@ def memory_over_window(events: pd.DataFrame, tree: HostTree, windows: pd.DataFra
     per_step_end = np.where(at_end >= 0, allocated[np.maximum(at_end, 0)], start)
     return {
         "device": label, "events": int(len(mem)), "relative": relative,
+        "relative_why": relative_why,
         "points": {"t_ms": _round((ts[keep] - lo) / 1e3),
                    "allocated_mib": _round(allocated[keep] / MIB),
                    "reserved_mib": _round(reserved[keep] / MIB) if has_reserved else None},

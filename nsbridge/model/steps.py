@@ -17,7 +17,8 @@ step):
 2. backward: ``autograd::engine::evaluate_function: ...`` ranges on any thread;
 3. forward: the step's top-level ops on its thread that start before the step's last
    backward range (every forward of a GAN's two models, not only the first; all of them
-   in a step without backward, as in inference), and the ops an optimizer range runs
+   in a step without backward, as in inference) with the Python between two of them
+   (module calls, hooks) unless a data, optimizer or backward range lies there, and the ops an optimizer range runs
    before its own last backward (the closures of LBFGS, Lightning's training_step), and
    the first optimizer range's span up to its first backward (the closure's Python)
    less the optimizer ranges nested in it;
@@ -159,15 +160,16 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
         bwd = backward[ops]
         last_bwd = start[bwd].max() if bwd.any() else np.inf   # no backward: inference
         fwd = top & (start < last_bwd) & ~data[ops] & ~optim[ops] & ~bwd
-        closure = _closure_ops(tree, ops, optim[ops], bwd)
-        fwd |= closure
-        spans = _closure_spans(start, end, optim[ops], bwd)
+        gaps = _forward_gaps(start, end, fwd, data[ops] | optim[ops] | bwd)
+        fwd |= _closure_ops(tree, ops, optim[ops], bwd)
+        closure = _closure_spans(start, end, optim[ops], bwd)
+        spans = (np.concatenate([closure[0], gaps[0]]), np.concatenate([closure[1], gaps[1]]))
         covered, lengths = np.zeros(len(ops), dtype=bool), {}
         done = 0.0
         for phase, mask in (("data", data[ops]), ("backward", bwd), ("forward", fwd),
                             ("optimizer", optim[ops])):
             covered |= mask
-            extra = spans if phase in ("forward", "optimizer") else (spans[:0], spans[:0])
+            extra = spans if phase in ("forward", "optimizer") else (spans[0][:0], spans[1][:0])
             union = clipped_union(np.concatenate([start[covered], extra[0]]),
                                   np.concatenate([end[covered], extra[1]]), lo, hi)
             lengths[phase], done = union - done, union
@@ -189,6 +191,24 @@ def _starting_in(tree: HostTree, lo: float, hi: float) -> np.ndarray:
         runs.append(np.arange(first + np.searchsorted(starts, lo, "left"),
                               first + np.searchsorted(starts, hi, "left")))
     return np.concatenate(runs) if runs else np.zeros(0, dtype=np.int64)
+
+
+def _forward_gaps(start: np.ndarray, end: np.ndarray, forward: np.ndarray,
+                  barrier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The Python between consecutive forward ops (module calls, hooks), as spans: each gap
+    between one forward op's end and the next one's start, unless a data, optimizer or
+    backward range lies in it (then the gap is between phases, not inside the forward)."""
+    order = np.argsort(start[forward], kind="stable")
+    first, last = start[forward][order], np.maximum.accumulate(end[forward][order])
+    lo, hi = last[:-1], first[1:]
+    open_gap = hi > lo
+    lo, hi = lo[open_gap], hi[open_gap]
+    order = np.argsort(start[barrier], kind="stable")
+    b_start, b_reach = start[barrier][order], np.maximum.accumulate(end[barrier][order])
+    before = np.searchsorted(b_start, hi, "left") - 1   # last barrier starting before hi
+    clear = (before < 0) | (b_reach[np.maximum(before, 0)] <= lo) if len(b_start) else \
+        np.ones(len(lo), dtype=bool)
+    return lo[clear].astype(np.float64), hi[clear].astype(np.float64)
 
 
 def _closure_spans(start: np.ndarray, end: np.ndarray, optim: np.ndarray,

@@ -9,7 +9,8 @@ A sync point is a call that can wait for a device:
   stack (function granularity, facts.md), and to the op it ran in. Calls inside
   ``nsbridge::own_sync`` are nsbridge's own and left out.
 - CPU-only runs: nothing waits, so the script's own `.item()`/`.cpu()`/... calls, recorded
-  in the profiled process, stand in for the syncs they would be on a GPU. Library calls on
+  in the profiled process, stand in for the syncs they would be on a GPU (those on tensors
+  that stay on the host either way are left out there: _bootstrap.syncs). Library calls on
   CPU tensors (optimizer step counters, mask helpers) are not sync points, and neither are
   a CPU trace's ``_local_scalar_dense`` ops: `analyze` of a CPU-only trace finds none.
 

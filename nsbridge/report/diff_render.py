@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional
 
-from ..model.diff import DECIDING
 from ..model.gate_answer import show_ci, show_pct
 from .escape import md_cell, terminal
 from .wording import is_autograd_wrapper, machine_line
@@ -45,8 +44,8 @@ def render_diff(result: dict[str, Any], fmt: str = "text", top: int = 15) -> str
                      f"{step['b_us'] / 1e3:.2f} ms ({show_pct(step['change_pct'])}, 95% "
                      f"interval {show_ci(step['ci_pct'])}): {step['status']}")
     lines.append(_method_line(result))
-    shown = [r for r in result["ops"] if r["status"] in DECIDING
-             or not is_autograd_wrapper(r["op"])][:top]
+    shown = [r for r in result["ops"]
+             if r.get("decides") or not is_autograd_wrapper(r["op"])][:top]
     rows = [_row(r, esc) for r in shown]
     lines += ["", *(_md_table(HEADER, rows) if md else _text_table(HEADER, rows))]
     for r in shown:

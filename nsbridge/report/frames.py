@@ -156,7 +156,9 @@ r.memory: the allocator's level over the measured window on the run's device (re
 
     column                      dtype    unit    meaning
     t_ms                        float64  ms      time from the window's start
-    allocated_mib               float64  MiB     allocated (torch's Total Allocated)
+    allocated_mib               float64  MiB     allocated (torch's Total Allocated);
+                                                 since the window's start where
+                                                 memory.relative (host memory)
     reserved_mib                float64  MiB     reserved by the caching allocator; NaN on
                                                  the host
 

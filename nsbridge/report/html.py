@@ -106,7 +106,8 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
                      "label": terminal(f"peak {curve['peak_mib']:.1f} MiB"
                                        + (f" in {curve['peak_ops'][-1]}"
                                           if curve.get("peak_ops") else ""))},
-            "device": curve["device"]}
+            "device": curve["device"] + (", since the window's start" if curve["relative"]
+                                         else "")}
     device = report.get("device")
     if device and device.get("idle_gaps"):
         steps = report.get("steps") or {}

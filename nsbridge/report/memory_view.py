@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .. import schema as S
+from ..model.memory import HOST_TOTALS
 from .document import Block, Section, Text
 from .views import PassView
 from .wording import fixed, is_autograd_wrapper
@@ -21,10 +22,17 @@ def memory_line(memory: dict[str, Any]) -> str:
     inside = f", inside {' › '.join(ops[-2:])}" if ops else ""
     reserved = (f"; reserved peak {fixed(memory['reserved_peak_mib'], 1)} MiB"
                 if memory.get("reserved_peak_mib") is not None else "")
-    return (f"peak {fixed(memory['peak_mib'], 1)} MiB {level} on {memory['device']} at "
-            f"{fixed(memory['peak_at_ms'], 1)} ms{where}{inside}; "
-            f"{fixed(memory['start_mib'], 1)} MiB at the window's start, "
-            f"{fixed(memory['end_mib'], 1)} MiB at its end{reserved}")
+    levels = (f"{_level(memory, memory['end_mib'])} MiB at its end" if memory["relative"]
+              else f"{fixed(memory['start_mib'], 1)} MiB at the window's start, "
+                   f"{fixed(memory['end_mib'], 1)} MiB at its end")
+    return (f"peak {_level(memory, memory['peak_mib'])} MiB {level} on {memory['device']} at "
+            f"{fixed(memory['peak_at_ms'], 1)} ms{where}{inside}; {levels}{reserved}")
+
+
+def _level(memory: dict[str, Any], mib: float) -> str:
+    """A level as shown: signed where it is a change since the window's start."""
+    text = fixed(mib, 1)
+    return f"+{text}" if memory["relative"] and not text.startswith("-") else text
 
 
 def growth_line(memory: dict[str, Any]) -> Optional[str]:
@@ -35,10 +43,12 @@ def growth_line(memory: dict[str, Any]) -> Optional[str]:
     rises = [b - a for a, b in zip(ends, ends[1:])]
     if all(r > GROWTH_MIB for r in rises):
         return (f"Memory held at the end of each step grows by {sum(rises) / len(rises):.1f} "
-                f"MiB per step ({', '.join(fixed(e, 1) for e in ends)} MiB): something keeps "
+                f"MiB per step ({', '.join(_level(memory, e) for e in ends)} MiB): something keeps "
                 "tensors across steps (a loss history without .item() or .detach(), a cache, "
                 "growing buffers); at this rate the run ends out of memory")
-    return (f"Memory held at the end of each step: {', '.join(fixed(e, 1) for e in ends)} MiB "
+    since = " since the window's start" if memory["relative"] else ""
+    return (f"Memory held at the end of each step: "
+            f"{', '.join(_level(memory, e) for e in ends)} MiB{since} "
             "(no growth across the measured steps)")
 
 
@@ -48,7 +58,14 @@ def memory_section(report: dict[str, Any], limit: Optional[int]) -> Optional[Sec
         return None
     growth = growth_line(memory)
     blocks: list[Block] = []
-    if memory["relative"]:
+    if memory.get("relative_why") == HOST_TOTALS:
+        blocks.append(Text("host memory: levels are bytes allocated minus freed since the "
+                           "window's start. torch counts host blocks only while it records, "
+                           "so its totals are not the process's, and a free of a block "
+                           "allocated before the window is missing: the first step's levels "
+                           "are upper bounds, the change from step to step after it is exact",
+                           note=True))
+    elif memory["relative"]:
         blocks.append(Text("the trace's memory events carry no allocator totals: levels are "
                            "bytes allocated minus freed since the window's start", note=True))
     runs = int((report.get("window") or {}).get("runs") or 1)
