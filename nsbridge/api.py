@@ -21,19 +21,16 @@ from .model.analysis import check_window
 from .collect.ncu import find_ncu, gpu_names
 from .collect.source import git_state, recorded_env
 from .collect.torch_profiler import with_threads
-from .passes.ncu_pass import DeepPass, NcuFilesPass, require_gpu
-from .passes.nsys_pass import NsysExportsPass, TimelinePass
+from .passes.ncu_pass import DeepOnRanks, DeepPass, NcuFilesPass, require_gpu
+from .passes.nsys_pass import NsysExportsPass, TimelineOnRanks, TimelinePass
 from .passes.torch_pass import TorchProfilerPass, analyse_run_dir, analyze_traces
 from .pipeline import Given, Pass, run_passes
 from .profiles import Profile, load_profile
 from .report import frames
 from .report.escape import terminal
 from .result import RunResult, result_of
-from .distributed.fan_out import is_ranked, on_ranks, tool_passes_on_ranks
-from .distributed.identity import detect as detect_rank
-from .distributed.launch import check_one_node, launcher_argv
-from .distributed.summary import read_summaries
-from .distributed.triage import analyze_ranks, triage_ranks
+from .job.identity import detect as detect_rank
+from .job.summary import read_summaries
 from .rundir import DEFAULT_BASE, check_new_out, read_run
 from .script_check import check_script
 from .run import Run, Script
@@ -107,24 +104,13 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
         raise LaunchError("--runs pools several processes of a one-process script; a job of "
                           "several ranks already measures each rank: leave --runs off.")
     if nproc_per_node or rank is not None:
-        launcher = launcher_argv(nproc_per_node=nproc_per_node, nnodes=nnodes,
-                                 node_rank=node_rank, rdzv_endpoint=rdzv_endpoint) \
-            if nproc_per_node else []
-        if launcher and (nsys or deep_top is not None):
-            check_one_node(launcher)
-        world = rank.world_size if rank is not None else nproc_per_node
-        if deep_ranks and max(deep_ranks) >= (world or 0) and str(nnodes or "1") == "1":
-            raise DeepError(f"--deep-ranks {','.join(map(str, deep_ranks))}: the job has "
-                            f"ranks 0 to {(world or 1) - 1}.")
-        result = triage_ranks(target, list(args), module=module, profile=prof, out=out,
-                              timeout=timeout, cwd=workdir, rank=rank, ranks=ranks,
-                              launcher=launcher, label=_label(target, module),
-                              world=(nproc_per_node or 0) if str(nnodes or "1").split(":")[-1]
-                              == "1" else 0, environ=environ)
-        return tool_passes_on_ranks(result, rank=rank, launcher=launcher, nsys=nsys,
-                                    deep_top=deep_top, profile=prof,
-                                    deep_profile=_profile(deep_profile), deep_ranks=deep_ranks,
-                                    timeout=timeout, on_plan=on_plan, environ=environ)
+        launcher = {"nproc_per_node": nproc_per_node, "nnodes": nnodes,
+                    "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint}
+        return _triage_job(Script(target=target, args=list(args), module=module, cwd=workdir),
+                           prof, out=out, timeout=timeout, rank=rank, launcher=launcher,
+                           ranks=ranks, nsys=nsys, deep_top=deep_top,
+                           deep_profile=_profile(deep_profile), deep_ranks=deep_ranks,
+                           on_plan=on_plan, source=source, environ=environ)
     run, script = _new_run(target, args, module, workdir, prof, "triage", out, source)
     passes: list[Pass] = [TorchProfilerPass(script, prof, timeout=timeout, environ=environ,
                                             runs=runs, window=window, threads=threads)]
@@ -133,6 +119,51 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     if deep_top is not None:
         passes.append(DeepPass(_profile(deep_profile).deep, top=deep_top or None,
                                timeout=timeout, on_plan=on_plan, environ=environ))
+    return _result(run_passes(run, passes))
+
+
+def _triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Path]],
+                timeout: Optional[float], rank: Any, launcher: dict[str, Any],
+                ranks: Optional[list[int]], nsys: bool, deep_top: Optional[int],
+                deep_profile: Profile, deep_ranks: Optional[list[int]],
+                on_plan: Optional[Callable[[str], None]], source: dict[str, Any],
+                environ: Mapping[str, str]) -> RunResult:
+    """triage of a job of several ranks: the torch.profiler pass on every rank, then nsys
+    and ncu on the ranks, as one pipeline with one save (rank 0, or this process when it
+    launches the ranks with ``launcher``'s torch.distributed.run options); a rank other
+    than 0 runs its share of each."""
+    from .distributed.fan_out import OnRanks
+    from .distributed.launch import check_one_node, launcher_argv
+    from .distributed.triage import RankedTorchPass, follow_triage, job_run
+
+    nproc, nnodes = launcher["nproc_per_node"], launcher["nnodes"]
+    argv = launcher_argv(**launcher) if nproc else []
+    if argv and (nsys or deep_top is not None):
+        check_one_node(argv)
+    world = rank.world_size if rank is not None else nproc
+    if deep_ranks and max(deep_ranks) >= (world or 0) and str(nnodes or "1") == "1":
+        raise DeepError(f"--deep-ranks {','.join(map(str, deep_ranks))}: the job has "
+                        f"ranks 0 to {(world or 1) - 1}.")
+    shares: list[tuple[Any, Profile]] = []
+    if nsys:
+        shares.append((TimelineOnRanks(timeout=timeout), profile))
+    if deep_top is not None:
+        shares.append((DeepOnRanks(deep_profile.deep, top=deep_top or None, ranks=deep_ranks,
+                                   timeout=timeout, on_plan=on_plan), deep_profile))
+    s, label = script, _label(script.target, script.module)
+    if rank is not None and rank.rank != 0:
+        return follow_triage(target=s.target, args=s.args, module=s.module, profile=profile,
+                             out=out, cwd=s.cwd, timeout=timeout, rank=rank, ranks=ranks,
+                             label=label, kinds=[share.kind for share, _ in shares],
+                             environ=environ)
+    run = job_run(target=s.target, args=s.args, module=s.module, profile=profile, out=out,
+                  cwd=s.cwd, label=label, launcher=argv, environ=environ, source=source)
+    one_node = str(nnodes or "1").split(":")[-1] == "1"
+    passes: list[Pass] = [RankedTorchPass(
+        target=s.target, args=s.args, module=s.module, profile=profile, cwd=s.cwd,
+        timeout=timeout, rank=rank, ranks=ranks, launcher=argv,
+        world=(nproc or 0) if one_node else 0, environ=environ)]
+    passes += [OnRanks(share, prof.source, rank, argv, environ) for share, prof in shares]
     return _result(run_passes(run, passes))
 
 
@@ -153,9 +184,11 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
     prof = _profile(profile)
     if run is not None and target is None:
         earlier = Run.open(Path(run))
-        if is_ranked(earlier):
-            return on_ranks("timeline", earlier, profile=prof, timeout=timeout,
-                            environ=environ)
+        if _is_ranked(earlier):
+            from .distributed.fan_out import on_ranks
+
+            return on_ranks(TimelineOnRanks(timeout=timeout), earlier,
+                            profile_source=prof.source, timeout=timeout, environ=environ)
         the_run, script = earlier, None
     else:
         the_run, script = _run_for(run, target, args, module, cwd, prof, "timeline", out)
@@ -201,10 +234,13 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
             DeepPass(deep_prof, kernels=kernels, top=top, timeout=timeout, on_plan=on_plan,
                      environ=environ)]))
     the_run = Run.open(Path(run) if run is not None else _latest_run())
-    if is_ranked(the_run) and the_run.manifest.get("command") != "analyze":
-        return on_ranks("deep", the_run, profile=_profile(profile), timeout=timeout,
-                        kernels=kernels, top=top, ranks=ranks, on_plan=on_plan,
-                        environ=environ)
+    if _is_ranked(the_run) and the_run.manifest.get("command") != "analyze":
+        from .distributed.fan_out import on_ranks
+
+        share = DeepOnRanks(_profile(profile).deep, kernels=kernels, top=top, ranks=ranks,
+                            timeout=timeout, on_plan=on_plan)
+        return on_ranks(share, the_run, profile_source=_profile(profile).source,
+                        timeout=timeout, environ=environ)
     return _result(run_passes(the_run, [DeepPass(deep_prof, kernels=kernels, top=top,
                                                  timeout=timeout, on_plan=on_plan,
                                                  environ=environ)]))
@@ -245,6 +281,8 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
             read_run(folder)   # a run directory: refused while incomplete or running
     ranked = [Path(p) for p in paths if Path(p).is_dir() and read_summaries(Path(p))]
     if ranked:
+        from .distributed.triage import analyze_ranks
+
         return analyze_ranks(ranked[0], prof, out)
     if len(paths) == 1 and _is_triage_run(Path(paths[0])):
         # the run's own records: its machine, steps, syncs and settings are kept
@@ -537,6 +575,11 @@ def _result(run: Run) -> RunResult:
     """What a command returns: the run, its frames, the exit code of its last pass."""
     passes = run.manifest.get("passes") or [{}]
     return result_of(run, int(passes[-1].get("exit_code") or 0))
+
+
+def _is_ranked(run: Run) -> bool:
+    """A run of several ranks (a distributed triage)."""
+    return bool((run.report.get(S.DISTRIBUTED_SECTION) or {}).get("ranks"))
 
 
 def _latest_run() -> Path:

@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Iterator, NoReturn, Optional
+from typing import Any, Callable, Iterator, Literal, NoReturn, Optional, overload
 
 import click
 
@@ -259,6 +259,12 @@ def doctor() -> None:
     _guard(body)
 
 
+@overload
+def _target(module: Optional[str], target: Optional[str], script_args: tuple[str, ...],
+            required: Literal[True]) -> tuple[str, list[str]]: ...
+@overload
+def _target(module: Optional[str], target: Optional[str], script_args: tuple[str, ...],
+            required: bool) -> tuple[Optional[str], list[str]]: ...
 def _target(module: Optional[str], target: Optional[str], script_args: tuple[str, ...],
             required: bool) -> tuple[Optional[str], list[str]]:
     if module and target is not None:

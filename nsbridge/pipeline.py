@@ -55,6 +55,15 @@ class Pass(Protocol):
         ...
 
 
+class Skippable(Protocol):
+    """A pass that must hear when it will not run (a pass on a job's ranks tells the
+    ranks waiting for it to stop: distributed.fan_out.OnRanks)."""
+
+    def skip(self, run: Run, why: str) -> None:
+        """Called when the pass will not run: an earlier pass failed, or its own plan."""
+        ...
+
+
 @dataclass(frozen=True)
 class Given:
     """A pass whose output was computed before the run directory existed (analyze reads
@@ -75,7 +84,9 @@ class Given:
 
 def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
     """Each pass in turn on ``run``: planned from the run so far, then run; after one
-    whose script failed (a non-zero exit code) the rest are skipped. The Run's files are
+    whose script failed (a non-zero exit code) or that raised, the rest are skipped, and a
+    pass that could not be planned is too (a pass with a ``skip`` method, Skippable, hears
+    why, once the files are written). The Run's files are
     written once, at the end, also when a pass raises: a pass that could not be planned
     leaves a note, one that failed while running is the run's failure.
 
@@ -83,23 +94,35 @@ def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
         NsbridgeError: what a pass raised (after the run is saved), or RunDirError when
             the run's files cannot be written.
     """
+    planned, why = 0, None
     try:
         for step in passes:
             try:
                 plan = step.plan(run)
-            except NsbridgeError as exc:
-                run.report["notes"].append(f"the {step.name} pass did not run: {exc}")
+            except BaseException as exc:
+                why = f"the {step.name} pass could not be planned: {exc}"
+                if isinstance(exc, NsbridgeError):
+                    run.report["notes"].append(f"the {step.name} pass did not run: {exc}")
                 raise
+            planned += 1
             try:
                 output = step.run(run, plan)
-            except NsbridgeError as exc:
-                run.fail(step.name, exc)
+            except BaseException as exc:
+                why = f"the {step.name} pass failed: {exc}"
+                if isinstance(exc, NsbridgeError):
+                    run.fail(step.name, exc)
                 raise
             run.add(output)
             if output.exit_code != 0:
+                why = f"the {step.name} pass ended with exit status {output.exit_code}"
                 break
     finally:
-        save(run)
+        try:
+            save(run)
+        finally:   # after the save: a pass told to skip may end this process (ranks)
+            for rest in passes[planned:] if why is not None else ():
+                if hasattr(rest, "skip"):
+                    rest.skip(run, why)
     return run
 
 

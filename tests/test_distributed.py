@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from nsbridge.api import analyze
-from nsbridge.distributed.identity import detect, job_id
+from nsbridge.job.identity import detect, job_id
 from nsbridge.model.cross_rank import cross_rank
 
 from conftest import ROOT, TORCH_DATA, first_fix, flat
@@ -223,6 +223,8 @@ def test_the_rank_that_failed_on_its_own_is_named_not_the_one_torchrun_ended(
     """torchrun ends the other ranks (SIGTERM) once one fails: whichever writes first, the
     run's error names the rank that failed on its own, with its exit status."""
     from nsbridge.distributed.fan_out import reduce_outputs
+    from nsbridge.passes.ncu_pass import DeepOnRanks
+    from nsbridge.profiles import load_profile
 
     stopped = {"status": "failed", "exit_code": 143, "manifest": {},
                "error": {"type": "Stopped", "message": "stopped by SIGTERM (the launcher "
@@ -230,7 +232,7 @@ def test_the_rank_that_failed_on_its_own_is_named_not_the_one_torchrun_ended(
     crashed = {"status": "failed", "exit_code": 1, "manifest": {},
                "error": {"type": "ToolFailedError", "message": "ncu failed with exit status 9"}}
     outputs = {0: stopped, 1: crashed} if stopped_first else {0: crashed, 1: stopped}
-    output = reduce_outputs("deep", outputs, 0, {}, {}, "none")
+    output = reduce_outputs(DeepOnRanks(load_profile("deep").deep), outputs, 0, {}, {}, "none")
     cause = 1 if stopped_first else 0
     assert output.error == {"type": "RankFailed", "rank": cause,
                             "message": f"rank {cause} (ncu): ncu failed with exit status 9"}

@@ -19,9 +19,10 @@ from nsbridge.api import load
 from nsbridge.errors import DeepError
 from nsbridge.model.rank_plan import pick_ranks, refuse_communication_ops
 from nsbridge.distributed.fan_out import reduce_outputs
-from nsbridge.distributed.mailbox import (acknowledge, pass_spec, retire_word, tell_ranks,
-                                         wait_for_word)
 from nsbridge.distributed.share import map_pass
+from nsbridge.job.mailbox import (acknowledge, pass_spec, retire_word, tell_ranks,
+                                  wait_for_word)
+from nsbridge.passes.nsys_pass import TimelineOnRanks
 
 from conftest import ROOT, fake_ncu_env, flat
 
@@ -87,7 +88,7 @@ def _timeline_output(ranges: int) -> dict:
 def test_merge_shows_one_rank_lists_all_and_names_the_failed_and_the_hung() -> None:
     failed = {**_timeline_output(0), "status": "failed", "exit_code": 124, "section": None,
               "error": {"type": "ToolFailedError", "message": "nsys left no report"}}
-    merged = reduce_outputs("timeline", {0: _timeline_output(10), 1: _timeline_output(12),
+    merged = reduce_outputs(TimelineOnRanks(), {0: _timeline_output(10), 1: _timeline_output(12),
                                          2: failed, 3: None},
                             shown=1, reasons={}, hosts={0: "a", 1: "a", 2: "b", 3: "b"},
                             missing="none within 30 s")
@@ -106,12 +107,12 @@ def test_merge_shows_one_rank_lists_all_and_names_the_failed_and_the_hung() -> N
     assert "rank 3 (nsys): no nsys output: none within 30 s" in merged.notes
     assert merged.op_columns == {"aten::mm": {"kernels": 3}}
     # the shown rank has no section: another rank's timeline is shown instead
-    fallback = reduce_outputs("timeline", {0: _timeline_output(10), 2: failed}, shown=2,
+    fallback = reduce_outputs(TimelineOnRanks(), {0: _timeline_output(10), 2: failed}, shown=2,
                               reasons={}, hosts={}, missing="-")
     assert fallback.section[1]["shown_rank"] == 0
     # a rank whose script failed still measured something: its section counts
     script_failed = {**_timeline_output(7), "status": "failed", "exit_code": 1}
-    kept = reduce_outputs("timeline", {0: script_failed}, shown=0, reasons={}, hosts={},
+    kept = reduce_outputs(TimelineOnRanks(), {0: script_failed}, shown=0, reasons={}, hosts={},
                           missing="-")
     assert kept.section[1]["nsbridge_ranges"] == 7 and kept.status == "failed"
 
@@ -311,14 +312,19 @@ def test_deep_under_torchrun_on_asked_ranks_others_run_plain(ranked_run: Path, t
 def test_communication_op_refused_and_the_other_rank_is_told(ranked_run: Path, tmp_path: Path,
                                                              fake_ncu: dict) -> None:
     run = ranked_run
-    before = (run / "report.json").read_text()
+    before = json.loads((run / "report.json").read_text())
     proc = _run(["deep", "--run-dir", str(run), "--kernel", "c10d::allreduce_"],
                 cwd=tmp_path, env=fake_ncu, launcher=True)
     assert proc.returncode != 0
     assert "communication ops' kernels (NCCL) wait for every other rank" in proc.stderr
-    assert "rank 1: no deep pass: rank 0 could not plan it: c10d::allreduce_" in proc.stderr
+    assert ("rank 1: no deep pass: rank 0: the ncu pass could not be planned: "
+            "c10d::allreduce_") in proc.stderr
     assert not (run / "ranks-next.json").exists()
-    assert _profiled(fake_ncu) == [] and (run / "report.json").read_text() == before
+    # as on one process: the run keeps all it had, with a note of the pass that did not run
+    after = json.loads((run / "report.json").read_text())
+    assert _profiled(fake_ncu) == [] and after["ops"] == before["ops"] and not after.get("ncu")
+    assert [n for n in after["notes"] if n not in before["notes"]] == [
+        next(n for n in after["notes"] if n.startswith("the ncu pass did not run: "))]
 
 
 @pytest.mark.slow
@@ -345,3 +351,36 @@ def test_a_rank_whose_ncu_fails_is_named_and_the_other_kept(ranked_run: Path, tm
     assert all(r["status"] in ("failed", "hung") for r in ranks), ranks
     assert report["timeline"]["ranks"]                      # the earlier passes are kept
     assert f"rank {report['error']['rank']} (ncu): ncu failed" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_ranked_triage_with_nsys_and_deep_is_one_pipeline_writing_each_file_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the nsys and ncu passes on the ranks reopened the saved run from disk,
+    added their outputs in a loop of their own and saved it again. One pipeline now, with
+    one process's failure rules: the deep pass, which a CPU run cannot plan (no kernels),
+    leaves a note and the run whole."""
+    from nsbridge import api
+    from nsbridge.errors import DeepError
+    from nsbridge.run import Run
+    from test_pipeline import _count_writes
+
+    _nsys_or_skip()
+    written = _count_writes(monkeypatch)
+    opened: list[Path] = []
+    real_open = Run.open
+    monkeypatch.setattr(Run, "open", classmethod(lambda cls, p: opened.append(p) or
+                                                 real_open.__func__(cls, p)))
+    env = {**fake_ncu_env(tmp_path), "NSBRIDGE_EXAMPLE_SLOW_RANK": "1"}
+    with pytest.raises(DeepError, match="No op of the run has kernels"):
+        api.triage(DDP, nproc_per_node=2, nsys=True, deep_top=1, timeout=300,
+                   out=tmp_path / "run", environ=env, cwd=tmp_path)
+    assert opened == []
+    for name in ("report.json", "report.md", "report.html", "ops.csv"):
+        assert written[name] == 1, (name, written)
+    assert written["manifest.json"] == 2      # "running" at the start, then the whole run
+    run = load(tmp_path / "run")
+    assert [p["name"] for p in run.manifest["passes"]] == ["torch.profiler (ranks)", "nsys"]
+    assert [r["rank"] for r in run.report["timeline"]["ranks"]] == [0, 1]
+    assert any(n.startswith("the ncu pass did not run: No op of the run has kernels")
+               for n in run.report["notes"])

@@ -54,16 +54,15 @@ LAYERS: list[set[str]] = [
     {"collect", "parse"},                            # tool adapters; file -> frame (siblings)
     {"model"},                                       # frames -> findings, no I/O
     {"report"},                                      # sections -> renderers
-    {"distributed", "distributed.identity",          # who am I (stdlib only; the child);
-     "distributed.mailbox", "distributed.summary"},  # rank 0 <-> ranks files; the map step
+    {"job"},                                         # who am I (stdlib only; the child),
+                                                     # rank 0 <-> ranks files, the map step
     {"_bootstrap"},                                  # inside the profiled process
     {"run", "result", "pipeline"},                   # the Run, what a command returns,
                                                      # one Run through a list of passes
     {"passes", "interleave"},                        # one module per tool; the gate's
                                                      # processes, run in pairs
-    {"distributed.launch", "distributed.share"},     # starting the ranks; a rank's share
-    {"distributed.fan_out", "distributed.triage"},   # any pass on chosen ranks, reduced;
-                                                     # the torch.profiler pass on every rank
+    {"distributed"},                                 # passes on the ranks: launch, a
+                                                     # rank's share, fan-out and reduce
     {"api"},                                         # commands = passes composed
     {"_options", "cli"},                             # click only
     {"__main__"},
@@ -82,12 +81,11 @@ NEVER_REACH: dict[str, set[str]] = {
                 "pandas", "numpy", "msgspec", "torch", "click"},
     "report": {"collect", "passes", "api", "cli", "run", "_bootstrap",
                "subprocess", "torch", "click"},
-    "_bootstrap": {"api", "cli", "passes", "report", "run", "result", "distributed.launch",
-                   "distributed.share", "distributed.fan_out", "distributed.triage", "click"},
+    "_bootstrap": {"api", "cli", "passes", "report", "run", "result", "distributed", "click"},
 }
 
 # unit -> what its own modules never import themselves, lazily or not (the child may reach
-# analysis code only through distributed.summary, after the script, for the per-rank summary)
+# analysis code only through job.summary, after the script, for the per-rank summary)
 NEVER_IMPORT: dict[str, set[str]] = {
     "_bootstrap": {"pandas", "click", "api", "model", "parse", "report"},
 }
@@ -97,9 +95,7 @@ NEVER_IMPORT: dict[str, set[str]] = {
 NOT_AT_IMPORT: dict[str, set[str]] = {
     # the profiled child, while the user's script runs: torch is expected, nothing else heavy
     "_bootstrap": {"pandas", "numpy", "msgspec", "click", "api", "model", "parse", "report",
-                   "passes", "run", "result", "cli", "distributed.summary",
-                   "distributed.launch", "distributed.share", "distributed.fan_out",
-                   "distributed.triage"},
+                   "passes", "run", "result", "cli", "job.summary", "distributed"},
     # `import nsbridge` starts nothing and stays light
     "nsbridge": {*HEAVY, "api", "cli", "collect", "parse", "model", "report", "passes", "run",
                  "_bootstrap"},
@@ -145,21 +141,13 @@ MODULES: dict[str, Path] = {_module_name(p): p for p in sorted(PKG.rglob("*.py")
 PACKAGES = {_module_name(p) for p in PKG.rglob("__init__.py")}
 
 
-# packages whose modules sit in different layers: each module is its own unit
-# (distributed/: who am I is imported in the profiled child, the fan-out drives passes)
-SPLIT = {"distributed"}
-
-
 def unit(module: str) -> str:
-    """nsbridge.model.verdict -> model; nsbridge.api -> api; nsbridge -> nsbridge;
-    nsbridge.distributed.mailbox -> distributed.mailbox (``SPLIT``); third-party names are
-    their own unit."""
+    """nsbridge.model.verdict -> model; nsbridge.api -> api; nsbridge -> nsbridge; a folder
+    is one unit, so the folders' graph is the layers'; third-party names are their own
+    unit."""
     if not module.startswith("nsbridge."):
         return module.split(".")[0]
-    parts = module.split(".")
-    if parts[1] in SPLIT and len(parts) > 2:
-        return ".".join(parts[1:3])
-    return parts[1]
+    return module.split(".")[1]
 
 
 def _targets(node: ast.AST, module: str) -> Iterable[str]:
@@ -245,7 +233,7 @@ def reach(start: str, eager_only: bool) -> dict[str, list[Edge]]:
 
 
 def _matches(target: str, banned: str) -> bool:
-    """``banned`` is a unit (model), a dotted unit path (distributed.summary) or a
+    """``banned`` is a unit (model), a dotted unit path (job.summary) or a
     third-party name (pandas)."""
     if not target.startswith("nsbridge"):
         return target == banned
@@ -296,7 +284,7 @@ def test_the_graph_sees_every_module_and_the_known_imports() -> None:
     # `from P import module`, and nsbridge's _LAZY table
     edges = {(e.src, e.dst, e.lazy) for es in g.values() for e in es}
     assert ("nsbridge.rundir", "nsbridge.errors", False) in edges
-    assert ("nsbridge.distributed.summary", "nsbridge.parse.torch_trace", False) in edges
+    assert ("nsbridge.job.summary", "nsbridge.parse.torch_trace", False) in edges
     assert ("nsbridge.cli", "nsbridge.api", True) in edges
     assert ("nsbridge._bootstrap.steps", "nsbridge._stepping", False) in edges
     assert ("nsbridge", "nsbridge.api", True) in edges

@@ -8,6 +8,8 @@ leaves a note and the run as it was."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,3 +198,19 @@ def test_a_failing_pass_is_recorded_and_the_run_saved(tmp_path: Path, at_plan: b
         assert report["error"] == {"type": "ToolFailedError", "message": "ncu crashed",
                                    "pass": "broken"}
     assert (tmp_path / "run" / "report.html").is_file()
+
+
+@pytest.mark.slow
+def test_a_single_process_triage_never_enters_the_distributed_code(tmp_path: Path) -> None:
+    """distributed/ drives passes on a job's ranks; a one-process triage imports none of it
+    (job/, what a process knows of its rank, it may)."""
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    code = ("import sys, nsbridge\n"
+            f"result = nsbridge.triage({str(script)!r}, out={str(tmp_path / 'run')!r})\n"
+            "assert result.exit_code == 0, result.report\n"
+            "print(sorted(m for m in sys.modules if m.startswith('nsbridge.distributed')))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

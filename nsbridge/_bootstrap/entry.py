@@ -11,7 +11,7 @@ being recorded.
 In a distributed job (config ``distributed``; the rank comes from the launcher's
 environment) every rank writes into its own ``rank-NN/`` folder, ranks left out by
 ``distributed.ranks`` run unprofiled, and each rank then writes its summary.json there
-(nsbridge.distributed.summary: the map step, in the process that captured the trace).
+(nsbridge.job.summary: the map step, in the process that captured the trace).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from nsbridge import schema as S
 
 
 _BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
@@ -64,7 +66,7 @@ def _on_sigterm_at_start(signum: int, frame: Any) -> None:
                      "(torch, the profiler): it wrote no record.\n")
     sys.stderr.flush()
     _end_family_if_orphaned()
-    os._exit(TERMINATED)
+    os._exit(S.TERMINATED)
 
 
 def _die_with_parent() -> None:
@@ -92,10 +94,6 @@ def _restore_umask() -> None:
         os.umask(int(mask, 8))
 
 
-RECORD_NOT_WRITTEN = 74   # EX_IOERR: the process could not write its record (child.json)
-TERMINATED = 143          # 128 + SIGTERM
-
-
 def main(config_path: str) -> int:
     _die_with_parent()
     _restore_umask()
@@ -111,7 +109,6 @@ def main(config_path: str) -> int:
     if config.get("threads"):   # triage --threads N: before the script sizes anything
         torch.set_num_threads(int(config["threads"]))
 
-    from nsbridge import schema as S
     from nsbridge.errors import RunDirError
     from nsbridge.rundir import write_json
 
@@ -191,7 +188,7 @@ def main(config_path: str) -> int:
                    result)
     except RunDirError as exc:   # nowhere to write the record: say why, in one paragraph
         print(f"nsbridge: {exc}", file=sys.stderr)
-        return RECORD_NOT_WRITTEN
+        return S.RECORD_NOT_WRITTEN
     if rank is not None:
         _write_rank_summary(run_dir, config, rank, result)
     # the record is written: a SIGTERM from now on (a --timeout during torch's teardown)
@@ -202,7 +199,7 @@ def main(config_path: str) -> int:
 
 def _terminated(what: str) -> dict[str, Any]:
     """The record of a process stopped by SIGTERM (128 + 15, as a shell reports it)."""
-    return {"status": "terminated", "exit_code": TERMINATED,
+    return {"status": "terminated", "exit_code": S.TERMINATED,
             "error": {"type": "Terminated", "message": f"SIGTERM stopped {what} (nsbridge's "
                       "--timeout, or a launcher or scheduler ending the job)"}}
 
@@ -211,7 +208,7 @@ def _rank(config: dict[str, Any]) -> Any:
     """This process's rank in a distributed run (None otherwise)."""
     if config.get("distributed") is None:
         return None
-    from nsbridge.distributed.identity import detect
+    from nsbridge.job.identity import detect
 
     return detect()
 
@@ -219,7 +216,7 @@ def _rank(config: dict[str, Any]) -> Any:
 def _write_rank_summary(rank_dir: Path, config: dict[str, Any], rank: Any,
                         result: dict[str, Any]) -> None:
     """The map step, once the script is done: this rank's trace analysed here."""
-    from nsbridge.distributed.summary import write_summary
+    from nsbridge.job.summary import write_summary
     from nsbridge.profiles import Analysis
 
     traces = result.get("traces") or []
@@ -230,9 +227,8 @@ def _write_rank_summary(rank_dir: Path, config: dict[str, Any], rank: Any,
                       exit_code=int(result["exit_code"]), error=result.get("error"))
     except BaseException as exc:  # a failing (or stopped) analysis must not hide the status
         from nsbridge.rundir import write_json
-        from nsbridge.schema import SUMMARY_JSON
 
-        write_json(rank_dir / SUMMARY_JSON, {
+        write_json(rank_dir / S.SUMMARY_JSON, {
             "rank": rank.rank, "host": rank.host, "world_size": rank.world_size,
             "status": result["status"], "exit_code": int(result["exit_code"]),
             "profiled": False, "trace": None,
@@ -353,4 +349,4 @@ if __name__ == "__main__":
             raise
         print("nsbridge: SIGTERM stopped the profiled process outside the script (starting "
               "torch or the profiler): it wrote no record.", file=sys.stderr)
-        sys.exit(TERMINATED)
+        sys.exit(S.TERMINATED)

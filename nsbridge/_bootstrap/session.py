@@ -25,7 +25,8 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from types import FrameType
+from typing import Any, Callable, Optional, cast
 
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule
@@ -156,7 +157,7 @@ class ProfilerSession:
         lap = self._clock.lap() if self._clock is not None else {}
         own, self._own_s = self._own_s * 1e3, 0.0
         if own and "wall_ms" in lap:
-            lap["wall_ms"] = max(lap["wall_ms"] - own, 0.0)
+            lap["wall_ms"] = max(cast(float, lap["wall_ms"]) - own, 0.0)   # always a number
             lap["nsbridge_ms"] = round(own, 3)
         compiled, self._compiled_s = self._compiled_s, compile_seconds()
         if self._compiled_s > compiled:
@@ -190,6 +191,7 @@ class ProfilerSession:
         if self.mode == "stopped" or self._prof is None:
             self.steps.append({"index": len(self.steps), **lap, "phase": _bare(lap)})
             return
+        assert self._schedule is not None   # set with the scheduled profiler (_start_schedule)
         action = self._schedule(self._prof.step_num)
         phase = _PHASES[action]
         self.steps.append({"index": len(self.steps), **lap,
@@ -204,6 +206,7 @@ class ProfilerSession:
 
     def _watch_scheduled(self) -> None:
         """In scheduled mode only the memory of a recording step is watched."""
+        assert self._schedule is not None and self._prof is not None   # scheduled mode: both set
         recording = self._schedule(self._prof.step_num) in _RECORDING
         if recording and not self._budget.watching:
             self._budget.watch(None)
@@ -369,7 +372,7 @@ def compiling() -> bool:
     nsbridge)."""
     if "torch._dynamo" not in sys.modules:
         return False
-    frame = sys._getframe(1)
+    frame: Optional[FrameType] = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_filename.replace("\\", "/").endswith(_COMPILE_FRAMES):
             return True

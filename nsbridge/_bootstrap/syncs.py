@@ -69,6 +69,7 @@ import sysconfig
 import threading
 import time
 import weakref
+from types import FrameType
 from typing import Any, Callable, Optional
 
 import torch
@@ -156,11 +157,12 @@ class SyncRecorder:
             if getattr(recorder._local, "busy", False) or _called_internally():
                 return original(*args, **kwargs)
             device = _device_of(kind, args, kwargs)
-            site = _call_site() if device is not None else None
-            if site is None or (device == "cpu" and (
-                    site[3] or recorder._stays_on_host(kind, args[0], site))):
+            if device is None:
+                return original(*args, **kwargs)
+            site = _call_site()
+            if device == "cpu" and (site[3] or recorder._stays_on_host(kind, args[0], site)):
                 result = original(*args, **kwargs)
-                if device == "cpu" and kind in _READ_BACKS:
+                if kind in _READ_BACKS:
                     recorder._mark_host(result)
                 return result
             recorder._local.busy = True
@@ -315,7 +317,7 @@ def _call_site() -> Site:
     or, when that frame is a library's (``library`` True), the first frame outward that is
     neither torch, nsbridge nor a library, with ``via`` naming the library frame
     ("path:line in function"); the library frame itself when no such frame exists."""
-    frame = sys._getframe(2)
+    frame: Optional[FrameType] = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
         frame = frame.f_back
     if frame is None:

@@ -4,7 +4,7 @@ again under the same launcher needs.
 
 Two ways in: nsbridge starts the ranks through torch.distributed.run (``launcher``), or a
 launcher (torchrun, srun, mpirun) started one nsbridge per rank, each of which profiles its
-own rank (rank 0 then merges once every rank's summary is there: distributed.summary).
+own rank (rank 0 then merges once every rank's summary is there: job.summary).
 """
 
 from __future__ import annotations

@@ -1,21 +1,25 @@
-"""The torch.profiler pass on a distributed job's ranks: every rank profiled into its own
-folder of one run directory (distributed.launch), then the reduce: the ranks' summaries
-(distributed.summary) merged into the cross-rank section (model.cross_rank), one rank's
-trace analysed in full; ``analyze`` of such a run's folder merges them again. The nsys and
-ncu passes on the ranks are distributed.fan_out's.
+"""The torch.profiler pass on a distributed job's ranks (``RankedTorchPass``): every rank
+profiled into its own folder of one run directory (distributed.launch), then the reduce:
+the ranks' summaries (job.summary) merged into the cross-rank section (model.cross_rank),
+one rank's trace analysed in full; ``analyze`` of such a run's folder merges them again.
+The run directory of a job (``job_run``) and what a rank other than 0 does
+(``follow_triage``). The nsys and ncu passes on the ranks are distributed.fan_out's.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from .. import __version__, progress
 from .. import schema as S
 from ..collect.machine import usable_cores
 from ..errors import TraceError
+from ..job.identity import job_id, rank_dir_name, rank_dirs
+from ..job.summary import SUMMARY_WAIT_S, missing_ranks, read_summaries, wait_for
 from ..model.analysis import TraceAnalysis, analyze_events
 from ..model.cross_rank import cross_rank
 from ..model.overhead import profiler_overhead
@@ -27,49 +31,91 @@ from ..report.build import build_report
 from ..result import RunResult, follower_result, result_of
 from ..run import PassOutput, Run
 from ..rundir import new_run_dir
-from .identity import job_id, rank_dir_name, rank_dirs
+from .fan_out import follow
 from .launch import profile_ranks
-from .summary import SUMMARY_WAIT_S, missing_ranks, read_summaries, wait_for
 
 
-def triage_ranks(target: str, args: list[str], *, module: bool, profile: Profile,
-                  out: Optional[Union[str, Path]], timeout: Optional[float], cwd: Path,
-                  rank: Any, ranks: Optional[list[int]], launcher: list[str], world: int,
-                  label: str, environ: Mapping[str, str]) -> RunResult:
-    """Every rank profiled into its own folder of one run directory, then merged: by this
-    process after torch.distributed.run returns (``launcher``), or, when a launcher started
-    one nsbridge per rank, by rank 0 once every rank's summary is there."""
+def job_run(*, target: str, args: list[str], module: bool, profile: Profile,
+            out: Optional[Union[str, Path]], cwd: Path, label: str, launcher: list[str],
+            environ: Mapping[str, str], source: Optional[dict[str, Any]] = None) -> Run:
+    """The run directory of a job's triage, made by the process that merges it: this one
+    when it launches the ranks (``launcher``), else rank 0, in the directory every rank of
+    the job names alike (job_id) and writes its own folder into."""
     if launcher:
         run = Run.create(out=Path(out) if out else None, label=label, command="triage",
-                         target=target, args=args, profile=profile, cwd=cwd, module=module)
+                         target=target, args=args, profile=profile, cwd=cwd, module=module,
+                         source=source)
         run.manifest["launcher"] = launcher   # `timeline`/`deep --run` start the ranks alike
-        code = profile_ranks(run.dir, target=target, args=args, module=module,
-                             profile=profile, cwd=cwd, timeout=timeout, ranks=ranks,
-                             launcher=launcher, environ=environ)
-        summaries = read_summaries(run.dir)
-        if world:   # one node: every rank wrote here (several nodes: only this node's)
-            summaries += missing_ranks(summaries, world, run.dir)
-    else:
-        run_dir = new_run_dir(Path(out) if out else None, f"{job_id(environ)}-{label}",
-                              shared=True)
+        return run
+    return Run.create(out=Path(out) if out else None, label=f"{job_id(environ)}-{label}",
+                      command="triage", target=target, args=args, profile=profile, cwd=cwd,
+                      module=module, shared=True, source=source)
+
+
+@dataclass
+class RankedTorchPass:
+    """The torch.profiler pass on every rank of a job, reduced: each rank profiled into its
+    folder of the run (distributed.launch), then the ranks' summaries merged into the
+    cross-rank section, one rank's trace analysed in full. ``launcher``: this process
+    starts the ranks through torch.distributed.run and merges once it returns; else
+    ``rank`` is rank 0 of ranks a launcher started, and merges once every rank's summary
+    is there."""
+
+    target: str
+    args: list[str]
+    module: bool
+    profile: Profile
+    cwd: Path
+    timeout: Optional[float]
+    rank: Any
+    ranks: Optional[list[int]]
+    launcher: list[str]
+    world: int
+    environ: Mapping[str, str]
+    name: str = "torch.profiler (ranks)"
+
+    def plan(self, run: Run) -> None:
+        return None
+
+    def run(self, run: Run, plan: None) -> PassOutput:
         started = time.time()
-        code = profile_ranks(run_dir, target=target, args=args, module=module,
-                             profile=profile, cwd=cwd, timeout=timeout, ranks=ranks,
-                             environ=environ)
-        if rank.rank != 0:
-            return follower_result(run_dir, rank, code, "triage", " ".join([target, *args]))
-        with progress.step(f"waiting for the other {rank.world_size - 1} rank(s)"):
-            # stopped (timeout, signal): a short wait; summaries older than this launch
-            # (an earlier run into the same --out) never count
-            summaries = wait_for(run_dir, rank.world_size,
-                                 (timeout or SUMMARY_WAIT_S) if code == 0 else 10.0, since=started)
-        run = Run.create(out=run_dir, label=label, command="triage", target=target,
-                         args=args, profile=profile, cwd=cwd, module=module, shared=True)
-    with progress.step("merging the ranks"):
-        output, analysis = reduce(run.dir, summaries, profile, " ".join([target, *args]))
-    if analysis is not None:
-        output.frames["analysis"] = analysis
-    return result_of(run_passes(run, [Given(output)]), output.exit_code or code)
+        code = profile_ranks(run.dir, target=self.target, args=self.args, module=self.module,
+                             profile=self.profile, cwd=self.cwd, timeout=self.timeout,
+                             ranks=self.ranks, launcher=self.launcher,
+                             environ=self.environ)
+        if self.launcher:
+            summaries = read_summaries(run.dir)
+            if self.world:   # one node: every rank wrote here (several nodes: only this one's)
+                summaries += missing_ranks(summaries, self.world, run.dir)
+        else:
+            with progress.step(f"waiting for the other {self.rank.world_size - 1} rank(s)"):
+                # stopped (timeout, signal): a short wait; summaries older than this launch
+                # (an earlier run into the same --out) never count
+                summaries = wait_for(run.dir, self.rank.world_size,
+                                     (self.timeout or SUMMARY_WAIT_S) if code == 0 else 10.0,
+                                     since=started)
+        with progress.step("merging the ranks"):
+            output, analysis = reduce(run.dir, summaries, self.profile,
+                                      " ".join([self.target, *self.args]))
+        if analysis is not None:
+            output.frames["analysis"] = analysis
+        return replace(output, exit_code=output.exit_code or code)
+
+
+def follow_triage(*, target: str, args: list[str], module: bool, profile: Profile,
+                  out: Optional[Union[str, Path]], cwd: Path, timeout: Optional[float],
+                  rank: Any, ranks: Optional[list[int]], label: str, kinds: Sequence[str],
+                  environ: Mapping[str, str]) -> RunResult:
+    """A rank other than 0 of ranks a launcher started: profiled into its folder, then its
+    share of each later pass (``kinds``) when rank 0 says so; rank 0 writes the report."""
+    run_dir = new_run_dir(Path(out) if out else None, f"{job_id(environ)}-{label}",
+                          shared=True)
+    code = profile_ranks(run_dir, target=target, args=args, module=module, profile=profile,
+                         cwd=cwd, timeout=timeout, ranks=ranks, environ=environ)
+    for kind in kinds:
+        if code == 0:
+            code = follow(kind, run_dir, rank, timeout, environ)
+    return follower_result(run_dir, rank, code, "triage", " ".join([target, *args]))
 
 
 def analyze_ranks(source: Path, prof: Profile, out: Optional[Union[str, Path]]) -> RunResult:
@@ -78,11 +124,11 @@ def analyze_ranks(source: Path, prof: Profile, out: Optional[Union[str, Path]]) 
     summaries += missing_ranks(summaries, max(s.get("world_size") or 0 for s in summaries),
                                source)
     output, analysis = reduce(source, summaries, prof, str(source), command="analyze")
-    if output.core["files"].get("trace"):
-        output.core["files"]["trace_input"] = str((source / output.core["files"]["trace"])
-                                                  .resolve())
-        output.core["files"]["trace"] = None
-    output.core["files"]["key_averages"] = None
+    files = (output.core or {})["files"]     # reduce always builds the core report
+    if files.get("trace"):
+        files["trace_input"] = str((source / files["trace"]).resolve())
+        files["trace"] = None
+    files["key_averages"] = None
     run = Run.create(out=Path(out) if out else None, label=f"analyze-{source.name}",
                      command="analyze", target=str(source), args=[], profile=prof,
                      cwd=Path.cwd())
@@ -103,7 +149,7 @@ def reduce(run_dir: Path, summaries: list[dict[str, Any]], profile: Profile, tar
         lead = cross["step"]["slowest_rank"]
     summary = next((s for s in summaries if s["rank"] == lead and s.get("trace")), None)
     analysis, trace, notes = None, None, []
-    if summary is not None:
+    if summary is not None and lead is not None:
         folder = run_dir / rank_dir_name(lead)
         child_path = folder / S.CHILD_JSON
         child = json.loads(child_path.read_text(encoding="utf-8")) if child_path.is_file() else {}

@@ -237,7 +237,8 @@ def mean_step(steps: pd.DataFrame) -> dict[str, Any]:
     """Mean of each phase over the steps, with shares of the mean wall time."""
     if steps.empty:
         return {}
-    means = {col: round(float(steps[col].mean()), 3) for col in ["wall_ms", *PHASES]}
+    means: dict[str, Any] = {col: round(float(steps[col].mean()), 3)
+                             for col in ["wall_ms", *PHASES]}
     wall = means["wall_ms"]
     means["shares"] = {col[:-3]: round(means[col] / wall, 4) if wall else 0.0 for col in PHASES}
     return means

@@ -86,18 +86,24 @@ def step_laps(steps: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
         return None
     wall = sum(s["wall_ms"] for s in steps)
     out: dict[str, Any] = {"n": len(steps), "wall_ms": summary([s["wall_ms"] for s in steps])}
-    cpu = [s.get("cpu_ms") for s in steps]
-    if None not in cpu:
+    cpu = _every(steps, "cpu_ms")
+    if cpu is not None:
         out["cpu_ms_per_step"] = round(sum(cpu) / len(steps), 3)
         out["cpu_per_wall"] = round(sum(cpu) / wall, 3) if wall else None
-    wait = [s.get("wait_ms") for s in steps]
-    if None not in wait:
+    wait = _every(steps, "wait_ms")
+    if wait is not None:
         out["wait_ms_per_step"] = round(sum(wait) / len(steps), 3)
         out["wait_share"] = round(sum(wait) / wall, 4) if wall else None
-    switches = [s.get("nivcsw") for s in steps]
-    if None not in switches:
+    switches = _every(steps, "nivcsw")
+    if switches is not None:
         out["nivcsw_per_step"] = round(sum(switches) / len(steps), 1)
     return out
+
+
+def _every(steps: list[dict[str, Any]], key: str) -> Optional[list[float]]:
+    """Every step's ``key``, or None when a step lacks it (or holds None)."""
+    values = [s[key] for s in steps if s.get(key) is not None]
+    return values if len(values) == len(steps) else None
 
 
 def contention(facts: dict[str, Any], *, wall_s: Optional[float], wait_share: float,

@@ -1,4 +1,4 @@
-"""The reduce step: rank summaries (distributed.summary) -> the cross-rank report; and
+"""The reduce step: rank summaries (job.summary) -> the cross-rank report; and
 several traces (ranks of one job, or several runs) folded into one view (``combine_ops``,
 ``slowest``).
 
@@ -19,13 +19,12 @@ so instead of naming ops whose differences are a small part of it.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .collectives import COMMUNICATION_OP
 from .ops import merge_shape_work
 from .stats import LEVEL, resample_indices
 
@@ -87,7 +86,7 @@ def _work_per_step(s: dict[str, Any]) -> list[float]:
 
 def rank_row(s: dict[str, Any]) -> dict[str, Any]:
     """The one row of a rank in report.json's ``distributed.ranks``, from its summary
-    (distributed.summary): status, step times (median, min, max; collectives and the work
+    (job.summary): status, step times (median, min, max; collectives and the work
     outside them per step), verdict, device figures; ``file`` (its trace: the path given to
     analyze, or the name in its rank folder), ``busy_pct`` (the verdict's device busy %)
     and ``ops`` (how many ops it ran) where known; ``breakdown_ms`` (step_breakdown)."""
@@ -140,12 +139,14 @@ def _cause_first(summary: dict[str, Any]) -> tuple[bool, float, int]:
     return stopped, at if isinstance(at, (int, float)) else float("inf"), summary["rank"]
 
 
-def tool_rank_row(kind: str, tool: str, rank: int, out: Optional[dict[str, Any]], *,
+def tool_rank_row(tool: str, rank: int, out: Optional[dict[str, Any]], *,
+                  numbers: Callable[[dict[str, Any], dict[str, Any], str], dict[str, Any]],
                   reason: Optional[str], host: Any, folder: str,
                   missing: str) -> dict[str, Any]:
-    """The one row of a rank in the ``ranks`` of the timeline (``kind`` "timeline") or ncu
-    section, from that rank's pass output (None: it never answered, ``missing`` says
-    why): status, error, and the headline numbers; file names under the rank's ``folder``."""
+    """The one row of a rank in the ``ranks`` of a pass's section, from that rank's pass
+    output (None: it never answered, ``missing`` says why): status, error, and the
+    headline numbers the pass picks (``numbers(section, output, folder)``, file names
+    under the rank's ``folder``)."""
     row: dict[str, Any] = {"rank": rank, "host": host, "reason": reason}
     if out is None:
         return {**row, "status": "hung", "error": f"no {tool} output: {missing}"}
@@ -153,23 +154,7 @@ def tool_rank_row(kind: str, tool: str, rank: int, out: Optional[dict[str, Any]]
                wall_s=(out.get("manifest") or {}).get("wall_s"))
     if not out.get("section"):
         return row
-    section = out["section"][1]
-    if kind == "timeline":
-        row.update({k: section.get(k) for k in ("gpu_busy_pct", "kernels", "copies", "memsets",
-                                                "nsbridge_ranges", "sync_calls", "sync_us")})
-        ops = section.get("ops") or []
-        row["kernel_us"] = round(sum(op.get("kernel_us") or 0.0 for op in ops), 3)
-        row["comm_kernel_us"] = round(sum(op.get("kernel_us") or 0.0 for op in ops
-                                          if COMMUNICATION_OP.search(str(op.get("op")))), 3)
-        row["files"] = {k: f"{folder}/{v}" for k, v in (section.get("files") or {}).items()}
-    else:
-        row.update(launches=section.get("launches"), attribution=section.get("attribution"),
-                   files={k: f"{folder}/{v}" for k, v in (out.get("files") or {}).items()})
-        row["ops"] = {op: {k: cols.get(k) for k in ("duration_ns", "sm_pct", "memory_pct",
-                                                    "achieved_occupancy_pct", "tensor_pct",
-                                                    "bound")}
-                      for op, cols in (out.get("op_columns") or {}).items()}
-    return row
+    return {**row, **numbers(out["section"][1], out, folder)}
 
 
 def _skew(measured: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
@@ -183,13 +168,13 @@ def _skew(measured: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
         for op in s.get("ops") or []:
             if op.get(key) is not None:
                 times.setdefault(op["name"], {})[s["rank"]] = op[key] / n
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, by_rank in times.items():
         if len(by_rank) < 2:
             continue
         values = list(by_rank.values())
         mid = statistics.median(values)
-        worst = max(by_rank, key=by_rank.get)
+        worst = max(by_rank, key=by_rank.__getitem__)
         rows.append({"op": name, "source": f"torch.profiler {key.replace('_us', '')}",
                      "min_us": round(min(values), 3), "median_us": round(mid, 3),
                      "max_us": round(max(values), 3), "max_rank": worst,
@@ -208,7 +193,7 @@ def _straggler(ranks: dict[int, dict[str, Any]], work: dict[int, list[float]],
     what = "works outside collectives" if with_coll else "takes per step"
     series = {rank: (work if with_coll else steps)[rank] for rank in ranks}
     values = {rank: r[metric] for rank, r in ranks.items()}
-    worst = max(values, key=values.get)
+    worst = max(values, key=values.__getitem__)
     others = [rank for rank in ranks if rank != worst]
     mid = statistics.median(values[rank] for rank in others)
     step = statistics.median(r["step_ms"] for r in ranks.values())
@@ -237,7 +222,8 @@ def _straggler(ranks: dict[int, dict[str, Any]], work: dict[int, list[float]],
         evidence.append(_where_excess(worst, excess_ms, skew))
     return {"verdict": "straggler" if called else "balanced", "rank": worst if called else None,
             "excess_pct": round(excess, 1), "excess_ms": round(excess_ms, 3),
-            "excess_ci_ms": None if low is None else [round(low, 3), round(high, 3)],
+            "excess_ci_ms": (None if low is None or high is None
+                             else [round(low, 3), round(high, 3)]),
             "floor_ms": round(floor, 3), "metric": metric, "evidence": evidence,
             "recommendation": {
                 "id": "straggler", "title": f"Speed up rank {worst}, the straggler",

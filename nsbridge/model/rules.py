@@ -61,10 +61,11 @@ def _rec(title: str, why: str, fix: str, impact: float) -> dict[str, Any]:
 
 
 def _quiet_machine(f: Facts) -> Optional[dict[str, Any]]:
-    if not (f.contention or {}).get("contended"):
+    contention = f.contention
+    if contention is None or not contention.get("contended"):
         return None
-    rec = _rec("Measure on a machine that is not busy", f.contention["evidence"],
-               f.contention["fix"], f.contention.get("share", 0.5))
+    rec = _rec("Measure on a machine that is not busy", contention["evidence"],
+               contention["fix"], contention.get("share", 0.5))
     rec["addresses_verdict"] = True   # every number of this run carries the contention
     return rec
 

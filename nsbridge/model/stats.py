@@ -9,7 +9,7 @@ machine, widens the interval as it should.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -39,7 +39,7 @@ def resample_indices(n: int, groups: Optional[Sequence[Any]] = None,
     return order[starts[slot] + within]
 
 
-def interval(samples: Sequence[float], stat: Callable[..., Any] = np.median,
+def interval(samples: Union[Sequence[float], np.ndarray], stat: Callable[..., Any] = np.median,
              groups: Optional[Sequence[Any]] = None, level: float = LEVEL
              ) -> tuple[Optional[float], Optional[float], Optional[float]]:
     """(point, low, high) of ``stat`` over the samples; (None, None, None) when empty; the

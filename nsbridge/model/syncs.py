@@ -42,6 +42,8 @@ COPY_OPS = {"aten::_to_copy", "aten::copy_", "aten::to"}
 _SITE = re.compile(r"^(?P<kind>\S+) (?P<device>\S+) (?P<file>.+):(?P<line>\d+)$")
 WINDOW, WHOLE_RUN, OUTSIDE = "measured steps", "whole run", "outside the steps"
 TRACE_WINDOW = "window"
+# one blocking call as blocking_calls reads it: call, kind, op, file, line, device, site
+_CallRow = tuple[str, str, Optional[str], Optional[str], Optional[int], Optional[str], bool]
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ def blocking_calls(events: pd.DataFrame, tree: HostTree, lo: float, hi: float) -
     probe = calls[S.TS].to_numpy(np.float64) + np.minimum(calls[S.DUR].to_numpy(), 1e-3)
     pos = tree.enclosing(calls[S.PID], calls[S.TID], probe)
     host_names = tree.name_values
-    rows = []
+    rows: list[Optional[_CallRow]] = []   # None: nsbridge's own
     for p, call in zip(pos, calls[S.NAME].str.replace(r"_v\d+$", "", regex=True)):
         chain = []
         while p >= 0:

@@ -360,7 +360,8 @@ def _idle_before(device: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
     """GPU idle time just before each activity on its device (rows sorted by device, then
     start): the start minus the latest end so far, 0 for overlaps and each device's first."""
     idle = np.zeros(len(start))
-    firsts = np.flatnonzero(np.r_[True, device[1:] != device[:-1]]) if len(device) else []
+    firsts = (np.flatnonzero(np.r_[True, device[1:] != device[:-1]]) if len(device)
+              else np.zeros(0, dtype=np.intp))
     for a, b in zip(firsts, list(firsts[1:]) + [len(device)]):
         reach = np.maximum.accumulate(end[a:b].astype(np.float64))
         idle[a + 1:b] = np.clip(start[a + 1:b] - reach[:-1], 0.0, None)
@@ -450,7 +451,8 @@ def op_summary(ranges: pd.DataFrame, gpu: pd.DataFrame, gpu_op: np.ndarray,
 def _by_kind(kind: np.ndarray, dur: np.ndarray) -> dict[str, dict[str, Any]]:
     """{"counts": {kernels, copies, memsets}, "totals": counts plus kernel_us, copy_us,
     memset_us (µs)} of a set of GPU rows, given their kinds and durations (ns)."""
-    counts, totals = {}, {}
+    counts: dict[str, int] = {}
+    totals: dict[str, float] = {}
     for name, key in (("kernel", "kernels"), ("memcpy", "copies"), ("memset", "memsets")):
         part = kind == name
         counts[key] = totals[key] = int(part.sum())

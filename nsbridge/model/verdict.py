@@ -82,7 +82,7 @@ def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost
     numbers["syncs_decide"] = many_syncs
     idle_share = sync_idle_share(cost.idle_share, busy)
     unit = "of the window" if stepless else "of each step"
-    if stepless:
+    if seconds is not None:
         numbers.update(sync_calls_per_step=None, sync_blocked_ms_per_step=None,
                        sync_gpu_idle_ms_per_step=None, window_s=round(seconds, 3),
                        sync_calls=round(cost.calls_per_step, 0))
@@ -185,7 +185,7 @@ def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Ana
             alternatives.append({"label": other, "why": why})
 
     low, high = data_share_interval(breakdown)
-    if low is not None:
+    if low is not None and high is not None:
         numbers["data_share_ci"] = [round(low, 4), round(high, 4)]
         for end in (low, high):
             consider(end, f"data loading is {numbers['data_share']:.0%} of the step, 95% "
@@ -221,8 +221,8 @@ def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Ana
             settle.append("more measured steps (a profile with schedule.active: 10)")
         settle.append("several processes pooled (nsbridge triage --runs 5)")
         if contended:
-            threads = ((machine or {}).get("threads") or {}).get("intra_op")
-            settle.append("a quieter machine" + ("" if threads == 1 else
+            intra_op = ((machine or {}).get("threads") or {}).get("intra_op")
+            settle.append("a quieter machine" + ("" if intra_op == 1 else
                                                  ", or torch.set_num_threads(1) on this one"))
     verdict.update(confidence=confidence, confidence_reasons=reasons, alternatives=alternatives,
                    contention=(contention or {}).get("evidence") if contended else None,

@@ -15,7 +15,7 @@ import math
 from collections import Counter
 from functools import lru_cache
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import msgspec
 import numpy as np
@@ -47,6 +47,9 @@ NO_TIMESTAMP = ("events without a usable timestamp (missing, not a number, or ou
 NO_DURATION = ("complete events without a usable duration (missing, negative, not a number "
                "or out of range) counted as 0 µs")
 
+# a numeric column of a batch: values as decoded, or already an array (add_records)
+Numbers = Union[list, np.ndarray]
+
 
 class EventColumns:
     """Accumulates event batches as arrays; strings share one dictionary per file."""
@@ -68,7 +71,7 @@ class EventColumns:
         if phaseless:
             self.skipped[NO_PHASE] += phaseless
         rows = [e for e in objects if e.get("ph") in ("X", "i")]
-        args = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in rows]
+        args = [a if isinstance(a := e.get("args"), dict) else {} for e in rows]
         self._add(
             cats=[e.get("cat") for e in rows], names=[e.get("name") for e in rows],
             phs=[e["ph"] for e in rows], pids=[e.get("pid") for e in rows],
@@ -116,9 +119,9 @@ class EventColumns:
             launches=[_launch(a) if a.grid else None for a in args], raw_json=True)
 
     def _add(self, *, cats: list, names: list, phs: list, pids: list, tids: list, ts: list,
-             durs: list, exts: list, corrs: list, dims: list, types: list, strides: list,
-             nbytes: list,
-             devices: list, files: list, allocated: list, reserved: list,
+             durs: list, exts: Numbers, corrs: Numbers, dims: list, types: list,
+             strides: list, nbytes: list,
+             devices: list, files: list, allocated: Numbers, reserved: Numbers,
              launches: list, raw_json: bool = False) -> None:
         """One batch's columns; with ``raw_json`` dims, types and strides are the raw JSON bytes
         (b"" when absent), converted to text once per distinct value."""
@@ -431,7 +434,7 @@ class _Missing:
 _MISSING: Any = _Missing()
 
 
-def _numeric(values: list) -> np.ndarray:
+def _numeric(values: Numbers) -> np.ndarray:
     """Numbers as float64; anything that is not a number a float can hold is NaN."""
     try:
         return np.array(values, dtype=np.float64)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import gzip
+import io
 import itertools
 import json
 import multiprocessing
@@ -50,13 +51,14 @@ import re
 import signal
 import threading
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Optional, Union
+from typing import Any, BinaryIO, Callable, Iterator, Optional, Union
 
 import msgspec
 import numpy as np
 
 from ._event_columns import EventColumns
 
+_native_scan: Optional[Callable[[bytes, int], Optional[tuple[Any, ...]]]]
 try:
     from ._scan import scan as _native_scan
 except ImportError:   # built without a C compiler: msgspec reads every batch
@@ -85,6 +87,9 @@ _NON_FINITE = re.compile(rb"-?(?:NaN|Infinity)\b")
 
 NO_RAW = msgspec.Raw(b"")
 NAN = float("nan")
+# NaN, the default of the Optional[int] fields below: outside their decoded type on purpose
+# (a float in the JSON still fails the strict struct); typed Any, as mypy wants an int
+ABSENT_INT: Any = NAN
 
 
 class Args(msgspec.Struct, gc=False):
@@ -93,9 +98,9 @@ class Args(msgspec.Struct, gc=False):
 
     # absent numbers default to NaN, not None: numpy turns a list of numbers into an array
     # several times faster when it holds no None
-    ext: Optional[int] = msgspec.field(name="External id", default=NAN)
-    ext_lower: Optional[int] = msgspec.field(name="external id", default=NAN)
-    correlation: Optional[int] = NAN
+    ext: Optional[int] = msgspec.field(name="External id", default=ABSENT_INT)
+    ext_lower: Optional[int] = msgspec.field(name="external id", default=ABSENT_INT)
+    correlation: Optional[int] = ABSENT_INT
     # JSON values kept as raw text: msgspec takes Raw only outside a Union, so an absent
     # field is an empty Raw and a JSON null the text "null" (parse._event_columns.raw_text)
     dims: msgspec.Raw = msgspec.field(name="Input Dims", default=NO_RAW)
@@ -105,7 +110,7 @@ class Args(msgspec.Struct, gc=False):
                                                                        default=msgspec.UNSET)
     Bytes: Union[int, float, None] = NAN
     device: Union[int, None, msgspec.UnsetType] = msgspec.UNSET
-    device_id: Optional[int] = msgspec.field(name="Device Id", default=NAN)
+    device_id: Optional[int] = msgspec.field(name="Device Id", default=ABSENT_INT)
     kernel_file: Optional[str] = None
     allocated: Union[int, float, None] = msgspec.field(name="Total Allocated", default=NAN)
     reserved: Union[int, float, None] = msgspec.field(name="Total Reserved", default=NAN)
@@ -537,7 +542,8 @@ def _receive(connection: Any) -> tuple[Any, bytes]:
         if not ok:
             raise value
         table, skipped, tail, layout = value
-        codes, numbers = {}, {}
+        codes: dict[str, np.ndarray] = {}
+        numbers: dict[str, np.ndarray] = {}
         for is_code, name, dtype in layout:
             (codes if is_code else numbers)[name] = np.frombuffer(connection.recv_bytes(),
                                                                    dtype=dtype)
@@ -606,7 +612,7 @@ class _ReadAhead:
     the bytes handed out so far (where a plain ``fh.tell()`` would be). ``close()`` stops
     the helper; call it before the file closes."""
 
-    def __init__(self, fh: BinaryIO, depth: int = 2) -> None:
+    def __init__(self, fh: io.BufferedIOBase, depth: int = 2) -> None:
         self.consumed = 0
         self._queue: queue.Queue[tuple[bytes, Optional[BaseException]]] = queue.Queue(depth)
         self._stop = threading.Event()
@@ -615,7 +621,7 @@ class _ReadAhead:
                                         name="nsbridge-read-ahead")
         self._thread.start()
 
-    def _produce(self, fh: BinaryIO) -> None:
+    def _produce(self, fh: io.BufferedIOBase) -> None:
         try:
             while not self._stop.is_set():
                 block = fh.read(BLOCK)
@@ -752,7 +758,8 @@ def _decode_batch(data: bytes, columns: EventColumns) -> Optional[int]:
     return None
 
 
-def _decode_leniently(data: bytes, exc: ValueError, columns: EventColumns) -> Optional[int]:
+def _decode_leniently(data: bytes, exc: Union[msgspec.DecodeError, UnicodeDecodeError],
+                      columns: EventColumns) -> Optional[int]:
     """A batch msgspec refuses for what Python's json reads (``NaN``, ``Infinity``, a lone
     surrogate escape) or for bytes that are not UTF-8 (read as U+FFFD): decoded by the
     stdlib, so only the events holding odd values are skipped later. Else the failing byte."""

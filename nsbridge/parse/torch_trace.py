@@ -16,6 +16,7 @@ import json
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Optional
 
 import pandas as pd
@@ -26,6 +27,7 @@ from ._event_columns import EventColumns
 
 BOM = b"\xef\xbb\xbf"   # a UTF-8 byte-order mark, which some editors write before JSON
 
+msgspec: Optional[ModuleType]
 try:  # the fast streaming reader; the stdlib reader below gives the same frame
     import msgspec
 

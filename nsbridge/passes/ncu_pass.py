@@ -16,7 +16,10 @@ from ..collect.ncu import (capture, export_raw_csv, find_ncu, gpu_names, ncu_ver
 from ..collect.ncu_report import extract_report
 from ..collect.torch_profiler import bootstrap_argv
 from ..errors import DeepError, NcuFormatError, ToolNotFoundError
+from ..job.mailbox import RankPlan
+from ..model.collectives import COMMUNICATION_OP
 from ..model.deep_plan import check_ops, describe, plan_for_run
+from ..model.rank_plan import pick_ranks, refuse_communication_ops
 from ..model.ncu import (ROOFLINE_COLUMNS, family_summary, kernel_table, metric_names,
                          op_summary)
 from ..model.rules import MATMUL_OP
@@ -111,6 +114,90 @@ class NcuFilesPass:
         return ncu_from_files(self.files, self.deep,
                               (run.report.get("verdict") or {}).get("label"),
                               op_shapes(run.report), run_dir=run.dir, environ=self.environ)
+
+
+@dataclass(frozen=True)
+class DeepOnRanks:
+    """The ncu pass on a job's ranks, as distributed.fan_out.OnRanks drives it: ncu on the
+    ranks the planner picks (the slowest and the median, model.rank_plan) or on ``ranks``,
+    never on communication ops (their kernels would wait for peers that are not replaying
+    them); the others run the script alone."""
+
+    deep: Deep
+    kernels: Sequence[str] = ()
+    top: Optional[int] = None
+    ranks: Optional[Sequence[int]] = None
+    timeout: Optional[float] = None
+    on_plan: Optional[Callable[[str], None]] = None
+    kind: str = "deep"               # its name between rank 0 and the ranks (job.mailbox)
+    tool: str = "ncu"                # the pass's name in manifest.json and its op column
+    title: str = "Nsight Compute"
+    shows: str = "Nsight Compute section"
+
+    def plan_ranks(self, run: Run) -> RankPlan:
+        """Rank 0, before any rank runs it; the plan is told through ``on_plan``.
+
+        Raises:
+            DeepError: a communication op, an op the run does not have, a rank it lacks.
+        """
+        report = run.report
+        dist = report[S.DISTRIBUTED_SECTION]
+        refuse_communication_ops(self.kernels)
+        if self.kernels:
+            check_ops(self.kernels, run.op_names)
+        compute_ops = [op for op in report.get("ops", [])
+                       if not COMMUNICATION_OP.search(op["name"])]
+        plan = plan_for_run(report, run.manifest, self.deep, kernels=self.kernels,
+                            top=self.top, candidates=None if self.kernels else compute_ops)
+        picks = pick_ranks(dist, self.ranks)
+        plan["ranks"] = picks
+        if self.on_plan is not None:
+            others = int(dist.get("world_size") or 0) - len(picks)
+            self.on_plan("\n".join(
+                [describe(plan), *(f"  rank {p['rank']}: {p['reason']}" for p in picks)]
+                + ([f"  the other {others} rank(s) run the script unprofiled"]
+                   if others > 0 else [])))
+        chosen = [p["rank"] for p in picks]
+        shown = dist.get("shown_rank")
+        if shown not in chosen:
+            shown = next((p["rank"] for p in picks if p["role"] == "slowest"), chosen[0])
+        return RankPlan(ranks=chosen, reasons={p["rank"]: p["reason"] for p in picks},
+                        shown=shown, timeout=self.timeout or self.deep.timeout_s,
+                        extra={"plan": plan, "op_shapes": op_shapes(report),
+                               "verdict": (report.get("verdict") or {}).get("label")})
+
+    @staticmethod
+    def check_tool(environ: Mapping[str, str]) -> None:
+        """On a chosen rank, before its script runs: no GPU or no ncu, in their own words."""
+        require_gpu(environ)
+        find_ncu(environ)
+
+    @staticmethod
+    def capture(folder: Path, spec: Mapping[str, Any], profile: Any,
+                **script: Any) -> PassOutput:
+        """A chosen rank's share: the script under ncu, filtered to the plan's ops."""
+        return capture_deep(folder, plan=spec["plan"], deep=profile.deep,
+                            verdict=spec.get("verdict"), op_shapes=spec["op_shapes"], **script)
+
+    @staticmethod
+    def rank_numbers(section: dict[str, Any], output: dict[str, Any],
+                     folder: str) -> dict[str, Any]:
+        """A rank's headline numbers in the section's ``ranks`` rows."""
+        keys = ("duration_ns", "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct",
+                "bound")
+        return {"launches": section.get("launches"), "attribution": section.get("attribution"),
+                "files": {k: f"{folder}/{v}" for k, v in (output.get("files") or {}).items()},
+                "ops": {op: {k: cols.get(k) for k in keys}
+                        for op, cols in (output.get("op_columns") or {}).items()}}
+
+    @staticmethod
+    def failure_hint(message: str) -> str:
+        """What to do when a rank's ncu ran out of time."""
+        if "(stopped by --timeout)" not in message:
+            return ""
+        return (" On several ranks the usual cause is a rank waiting in a collective for a "
+                "peer that ncu's kernel replay holds up: raise --timeout (and the process "
+                "group's timeout), or profile fewer launches (deep.max_launches).")
 
 
 def op_shapes(report: dict[str, Any]) -> dict[str, list[str]]:

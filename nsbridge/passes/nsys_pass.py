@@ -11,6 +11,9 @@ from typing import Any, Mapping, Optional, Sequence
 from .. import progress
 from .. import schema as S
 from ..collect.nsys import export_sqlite, find_nsys, run_nsys_pass
+from ..errors import LaunchError
+from ..job.mailbox import RankPlan
+from ..model.collectives import COMMUNICATION_OP
 from ..model.timeline import Timeline, join, window_to_steps
 from ..parse.nsys_sqlite import read_nsys_sqlite
 from ..profiles import Profile
@@ -60,6 +63,60 @@ class NsysExportsPass:
                                                environ=self.environ)
         output.frames["timeline"] = joined.ops
         return output
+
+
+@dataclass(frozen=True)
+class TimelineOnRanks:
+    """The nsys pass on a job's ranks, as distributed.fan_out.OnRanks drives it: nsys on
+    every rank the torch.profiler pass profiled (the others run the script alone)."""
+
+    timeout: Optional[float] = None
+    kind: str = "timeline"           # its name between rank 0 and the ranks (job.mailbox)
+    tool: str = "nsys"               # the pass's name in manifest.json and its op column
+    title: str = "Nsight Systems"
+    shows: str = "timeline"          # what the shown rank's output is in the report
+
+    def plan_ranks(self, run: Run) -> RankPlan:
+        """Rank 0, before any rank runs it.
+
+        Raises:
+            LaunchError: no rank was profiled, so there is no window to join to.
+        """
+        dist = run.report[S.DISTRIBUTED_SECTION]
+        ranks = list(dist.get("profiled") or [])
+        if not ranks:
+            raise LaunchError("No rank to run Nsight Systems on: the torch.profiler pass "
+                              "measured no step on any rank.")
+        return RankPlan(ranks=ranks, reasons={r: "profiled by the torch.profiler pass"
+                                              for r in ranks},
+                        shown=dist.get("shown_rank"), timeout=self.timeout)
+
+    @staticmethod
+    def check_tool(environ: Mapping[str, str]) -> None:
+        """On a chosen rank, before its script runs: nsys's own error when it is missing."""
+        find_nsys(environ)
+
+    @staticmethod
+    def capture(folder: Path, spec: Mapping[str, Any], profile: Profile,
+                **script: Any) -> PassOutput:
+        """A chosen rank's share: the script under nsys into its folder."""
+        return capture_timeline(folder, profile=profile, **script)[0]
+
+    @staticmethod
+    def rank_numbers(section: dict[str, Any], output: dict[str, Any],
+                     folder: str) -> dict[str, Any]:
+        """A rank's headline numbers in the section's ``ranks`` rows."""
+        ops = section.get("ops") or []
+        return {**{k: section.get(k) for k in ("gpu_busy_pct", "kernels", "copies", "memsets",
+                                                "nsbridge_ranges", "sync_calls", "sync_us")},
+                "kernel_us": round(sum(op.get("kernel_us") or 0.0 for op in ops), 3),
+                "comm_kernel_us": round(sum(op.get("kernel_us") or 0.0 for op in ops
+                                            if COMMUNICATION_OP.search(str(op.get("op")))), 3),
+                "files": {k: f"{folder}/{v}" for k, v in (section.get("files") or {}).items()}}
+
+    @staticmethod
+    def failure_hint(message: str) -> str:
+        return ""
 
 
 def capture_timeline(run_dir: Path, *, target: str, args: Sequence[str], module: bool,

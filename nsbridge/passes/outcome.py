@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 from typing import Any, Optional
 
-from .._bootstrap.entry import RECORD_NOT_WRITTEN
+from .. import schema as S
 from ..collect._process import ChildOutcome
 from ..printable import printable
 
@@ -34,7 +34,7 @@ def pass_status(outcome: ChildOutcome, child: Optional[dict[str, Any]],
         return "interrupted", 130, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"}
     if child is None and outcome.returncode < 0:
         return "failed", 128 - outcome.returncode, killed_by(-outcome.returncode, doing)
-    if child is None and outcome.returncode == RECORD_NOT_WRITTEN:
+    if child is None and outcome.returncode == S.RECORD_NOT_WRITTEN:
         return "failed", 1, {"type": "WriteError", "message": "the profiled process could "
                              "not write its record (child.json): its reason is printed above "
                              "(a full disk, most likely)"}

@@ -16,7 +16,7 @@ from .. import schema as S
 from ..collect._process import ChildOutcome
 from ..collect.torch_profiler import TorchPass, recorded_pass, run_torch_pass
 from ..errors import ProfileError, TraceError, TraceFormatError, TraceNotFoundError
-from ..distributed.summary import summarize
+from ..job.summary import summarize
 from ..model.analysis import TraceAnalysis, analyze_events
 from ..model.contention import combine_runs, machine_facts
 from ..model.pooled import pool_analyses

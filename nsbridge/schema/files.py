@@ -6,7 +6,8 @@ directory per process): GATE_JSON, GATE_MD. Written by the profiled process (_bo
 record of each pass's child (CHILD_JSON for torch.profiler, NVTX_CHILD_JSON under nsys,
 NCU_CHILD_JSON under ncu), read from its config (CHILD_CONFIG, ...); the torch trace
 (TRACE_JSON_GZ, ``trace_name``), its key_averages table (KEY_AVERAGES) and, in each rank's
-folder of a job, SUMMARY_JSON.
+folder of a job, SUMMARY_JSON; its exit codes where it could not write a record
+(RECORD_NOT_WRITTEN, TERMINATED).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ TRACE_JSON_GZ = "trace.json.gz"
 KEY_AVERAGES = "key_averages.txt"
 PROFILER_NOISE_LOG = "profiler-noise.log"   # the profiler's known noise from the child's stderr
 PROFILER_DOING = "profiler-doing.txt"   # what the child's profiler is doing while it does it
+
+# the profiled process's own exit codes, where no record (CHILD_JSON) says more
+RECORD_NOT_WRITTEN = 74   # EX_IOERR: the process could not write its record
+TERMINATED = 143          # 128 + SIGTERM
 
 # files nsbridge writes that are JSON but no trace (analyze skips them in a folder)
 NOT_TRACES = frozenset({REPORT_JSON, MANIFEST_JSON, CHILD_JSON, CHILD_CONFIG, NVTX_CHILD_JSON,

@@ -7,8 +7,10 @@ says whether the next pass runs and with which spec (``tell_ranks``); each rank 
 once every rank has read it (``retire_word``), so a later launch into the same folder never
 reads it. nsbridge starting the ranks itself (torch.distributed.run) hands them the spec in
 ``{kind}-ranks-spec.json`` (``spec_path``). The ranks to rank 0: each rank's output of a pass
-in its folder (``OUTPUT``, read by ``wait_outputs``); its torch.profiler summary is
-distributed.summary's.
+in its folder (``output_name``, read by ``wait_outputs``); its torch.profiler summary is
+job.summary's. A pass is named by its ``kind`` (the name its rank share gives it:
+passes.nsys_pass.TimelineOnRanks, passes.ncu_pass.DeepOnRanks); nothing here depends on
+which pass it is.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
@@ -23,10 +26,27 @@ from ..rundir import write_json
 from .identity import rank_dir_name
 
 POLL_S = 0.5   # how often a waiting rank looks for the others' files
-OUTPUT = {"timeline": "timeline-pass.json", "deep": "deep-pass.json"}   # in rank-NN/
+OUTPUT = "{kind}-pass.json"      # a rank's output of a pass, in rank-NN/
 NEXT = "ranks-next.json"         # rank 0's word, in the run directory
 ACK = "{kind}-ack.json"          # a rank has read the word, in rank-NN/
 SPEC = "{kind}-ranks-spec.json"  # the spec handed to ranks started by torch.distributed.run
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """What rank 0 planned for a pass on the ranks: which ranks run the tool and why, whose
+    output the report shows, the pass's time limit and what else every rank needs."""
+
+    ranks: list[int]
+    reasons: dict[int, str]
+    shown: Optional[int]
+    timeout: Optional[float]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def output_name(kind: str) -> str:
+    """A rank's output of the ``kind`` pass, in its folder."""
+    return OUTPUT.format(kind=kind)
 
 
 def spec_path(run_dir: Path, kind: str) -> Path:
@@ -36,15 +56,13 @@ def spec_path(run_dir: Path, kind: str) -> Path:
 
 def pass_spec(*, target: str, args: Sequence[str], module: bool, cwd: Path,
               timeout: Optional[float], profile_source: str, ranks: Sequence[int],
-              pass_id: str, plan: Optional[dict[str, Any]] = None,
-              verdict: Optional[str] = None,
-              op_shapes: Optional[Mapping[str, list[str]]] = None) -> dict[str, Any]:
-    """What every rank needs to run its share of a pass (JSON-able); ``pass_id`` marks
-    the outputs of this pass apart from an earlier one's."""
+              pass_id: str, extra: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    """What every rank needs to run its share of a pass (JSON-able; ``extra``: the pass's
+    own, e.g. the deep plan); ``pass_id`` marks the outputs of this pass apart from an
+    earlier one's."""
     return {"target": target, "args": list(args), "module": module, "cwd": str(cwd),
             "timeout": timeout, "profile": profile_source, "ranks": sorted(ranks),
-            "pass_id": pass_id, "plan": plan, "verdict": verdict,
-            "op_shapes": dict(op_shapes or {})}
+            "pass_id": pass_id, **(extra or {})}
 
 
 def wait_outputs(kind: str, run_dir: Path, ranks: Sequence[int], timeout_s: float,
@@ -56,7 +74,7 @@ def wait_outputs(kind: str, run_dir: Path, ranks: Sequence[int], timeout_s: floa
     while True:
         for rank in ranks:
             if found.get(rank) is None:
-                out = read_json(run_dir / rank_dir_name(rank) / OUTPUT[kind])
+                out = read_json(run_dir / rank_dir_name(rank) / output_name(kind))
                 found[rank] = out if out and out.get("pass_id") == pass_id else None
         if all(found.values()) or time.monotonic() >= deadline:
             return found
