@@ -18,13 +18,13 @@ from . import schema as S
 from .errors import (DeepError, DiffInputError, DiffRefusedError, GateRunError, LaunchError,
                      RunDirError, ScriptError, Stopped, TraceNotFoundError)
 from .model.analysis import check_window
-from .collect.ncu import find_ncu, gpu_names
+from .collect.ncu import gpu_names
 from .collect.source import git_state, recorded_env
 from .collect.torch_profiler import with_threads
-from .passes.ncu_pass import DeepOnRanks, DeepPass, NcuFilesPass, require_gpu
+from .passes.ncu_pass import DeepOnRanks, DeepPass, NcuFilesPass
 from .passes.nsys_pass import NsysExportsPass, TimelineOnRanks, TimelinePass
 from .passes.torch_pass import TorchProfilerPass, analyse_run_dir, analyze_traces
-from .pipeline import Given, Pass, run_passes
+from .pipeline import Given, Pass, preflight, run_passes
 from .profiles import Profile, load_profile
 from .report import frames
 from .report.escape import terminal
@@ -96,10 +96,6 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     source = {"threads": threads, "env": recorded_env(environ), "git": git_state(workdir)}
     environ = with_threads(environ, threads)
     rank = None if nproc_per_node else detect_rank(environ)
-    if deep_top is not None:   # fail before the script runs, not after
-        _profile(deep_profile)
-        require_gpu(environ)
-        find_ncu(environ)
     if runs > 1 and (nproc_per_node or rank is not None):
         raise LaunchError("--runs pools several processes of a one-process script; a job of "
                           "several ranks already measures each rank: leave --runs off.")
@@ -111,7 +107,7 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
                            ranks=ranks, nsys=nsys, deep_top=deep_top,
                            deep_profile=_profile(deep_profile), deep_ranks=deep_ranks,
                            on_plan=on_plan, source=source, environ=environ)
-    run, script = _new_run(target, args, module, workdir, prof, "triage", out, source)
+    script = Script(target=target, args=list(args), module=module, cwd=workdir)
     passes: list[Pass] = [TorchProfilerPass(script, prof, timeout=timeout, environ=environ,
                                             runs=runs, window=window, threads=threads)]
     if nsys:
@@ -119,6 +115,8 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     if deep_top is not None:
         passes.append(DeepPass(_profile(deep_profile).deep, top=deep_top or None,
                                timeout=timeout, on_plan=on_plan, environ=environ))
+    preflight(passes)   # fail before the script runs, not after
+    run, _ = _new_run(target, args, module, workdir, prof, "triage", out, source)
     return _result(run_passes(run, passes))
 
 
@@ -150,6 +148,8 @@ def _triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Pa
     if deep_top is not None:
         shares.append((DeepOnRanks(deep_profile.deep, top=deep_top or None, ranks=deep_ranks,
                                    timeout=timeout, on_plan=on_plan), deep_profile))
+    rank_passes = [OnRanks(share, prof.source, rank, argv, environ) for share, prof in shares]
+    preflight(rank_passes)   # on every rank, before any script runs
     s, label = script, _label(script.target, script.module)
     if rank is not None and rank.rank != 0:
         return follow_triage(target=s.target, args=s.args, module=s.module, profile=profile,
@@ -163,8 +163,7 @@ def _triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Pa
         target=s.target, args=s.args, module=s.module, profile=profile, cwd=s.cwd,
         timeout=timeout, rank=rank, ranks=ranks, launcher=argv,
         world=(nproc or 0) if one_node else 0, environ=environ)]
-    passes += [OnRanks(share, prof.source, rank, argv, environ) for share, prof in shares]
-    return _result(run_passes(run, passes))
+    return _result(run_passes(run, [*passes, *rank_passes]))
 
 
 def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = False,
@@ -191,6 +190,8 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
                             profile_source=prof.source, timeout=timeout, environ=environ)
         the_run, script = earlier, None
     else:
+        if run is None:   # a new run: nothing is left behind when nsys is missing
+            preflight([TimelinePass(prof, environ=environ)])
         the_run, script = _run_for(run, target, args, module, cwd, prof, "timeline", out)
     return _result(run_passes(the_run, [TimelinePass(prof, script=script, timeout=timeout,
                                                      environ=environ)]))
@@ -226,13 +227,14 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
         if detect_rank(environ) is not None:
             raise LaunchError("Under a launcher, triage and deep run together: nsbridge triage "
                               "--deep N script.py (or triage first, then deep --run-dir DIR).")
-        require_gpu(environ)
+        ncu = DeepPass(deep_prof, kernels=kernels, top=top, timeout=timeout, on_plan=on_plan,
+                       environ=environ)
+        preflight([ncu])
         the_run, script = _new_run(target, args, module, cwd, _profile("default"), "triage",
                                    out)
         return _result(run_passes(the_run, [
             TorchProfilerPass(script, _profile("default"), timeout=timeout, environ=environ),
-            DeepPass(deep_prof, kernels=kernels, top=top, timeout=timeout, on_plan=on_plan,
-                     environ=environ)]))
+            ncu]))
     the_run = Run.open(Path(run) if run is not None else _latest_run())
     if _is_ranked(the_run) and the_run.manifest.get("command") != "analyze":
         from .distributed.fan_out import on_ranks

@@ -26,6 +26,7 @@ from typing import Any, Protocol, Sequence
 
 from . import schema as S
 from .errors import NsbridgeError
+from .model.tensor_cores import settle_with_ncu
 from .parse.torch_trace import read_inflated
 from .report.html import html_page
 from .report.merged_trace import merged_trace_json
@@ -53,6 +54,27 @@ class Pass(Protocol):
     def run(self, run: Run, plan: Any) -> PassOutput:
         """Capture or read as planned; return the pass's contribution to the run."""
         ...
+
+
+class Checked(Protocol):
+    """A pass that needs a tool or a device: checked before any pass plans or runs, and by
+    the commands before a run directory exists (``preflight``), so a missing ncu or GPU
+    fails before the script runs, not after."""
+
+    def check(self) -> None:
+        """Raise the tool's or the device's own error (ToolNotFoundError, DeepError)."""
+        ...
+
+
+def preflight(passes: Sequence[Any]) -> None:
+    """Every pass's ``check`` (Checked), in order: the first failure raises.
+
+    Raises:
+        NsbridgeError: what the check raised.
+    """
+    for step in passes:
+        if hasattr(step, "check"):
+            step.check()
 
 
 class Skippable(Protocol):
@@ -83,7 +105,8 @@ class Given:
 
 
 def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
-    """Each pass in turn on ``run``: planned from the run so far, then run; after one
+    """Each pass's tools and devices checked (``preflight``), then each pass in turn on
+    ``run``: planned from the run so far, then run; after one
     whose script failed (a non-zero exit code) or that raised, the rest are skipped, and a
     pass that could not be planned is too (a pass with a ``skip`` method, Skippable, hears
     why, once the files are written). The Run's files are
@@ -96,6 +119,13 @@ def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
     """
     planned, why = 0, None
     try:
+        try:
+            preflight(passes)
+        except BaseException as exc:
+            why = f"a pass cannot start here: {exc}"
+            if isinstance(exc, NsbridgeError):
+                run.report["notes"].append(f"no pass ran: {exc}")
+            raise
         for step in passes:
             try:
                 plan = step.plan(run)
@@ -126,8 +156,16 @@ def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
     return run
 
 
+def settle(run: Run) -> None:
+    """What one pass's numbers decide in another's, once every pass has run: ncu's
+    tensor-pipe counters settle the Tensor Core marks triage made from kernel names and
+    dtypes (model.tensor_cores)."""
+    settle_with_ncu(run.report["ops"])
+
+
 def save(run: Run) -> None:
-    """Write every file of the run once: ops.csv (when the report has ops) and
+    """Settle what passes decide in each other's numbers, then write every file of the
+    run once: ops.csv (when the report has ops) and
     merged.json.gz (when the torch trace is small enough to annotate whole) first, so that
     if one does not fit the reports can still say so; then manifest.json, report.json,
     report.md and report.html.
@@ -135,6 +173,7 @@ def save(run: Run) -> None:
     Raises:
         RunDirError: a file cannot be written (the run is then marked failed).
     """
+    settle(run)
     trace = run.close()
     try:
         if run.report.get("ops"):

@@ -25,7 +25,6 @@ from typing import Any, Callable, Optional
 from . import __version__
 from . import schema as S
 from .errors import RunDirError, ScriptError
-from .model.tensor_cores import settle_with_ncu
 from .profiles import Profile
 from .report.build import clean, conclusive
 from .rundir import atomic_path, new_run_dir, read_run, write_json
@@ -164,16 +163,14 @@ class Run:
         self.manifest["finished_at"] = _now()
 
     def close(self) -> Optional[Path]:
-        """Settle the report before its files are written: a run no pass finished is
+        """Close the report before its files are written: a run no pass finished is
         failed, a run that concludes nothing keeps no verdict or recommendations (a later
-        pass may have failed), ncu's counters settle the Tensor Core marks, values are made
-        JSON-safe. Returns the torch trace to
+        pass may have failed), values are made JSON-safe. Returns the torch trace to
         annotate into merged.json.gz, or None (none, or too big: a note says so)."""
         if self.report["status"] == S.RUNNING:   # no pass said how it went
             self.report["status"] = self.manifest["status"] = S.FAILED
         if not conclusive(self.report):
             self.report.update(verdict=None, recommendations=[])
-        settle_with_ncu(self.report["ops"])
         files = self.report["files"]
         trace = self.dir / str(files.get("trace") or files.get("trace_input") or "-")
         size = json_size(trace) if trace.is_file() else None

@@ -7,6 +7,7 @@ leaves a note and the run as it was."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import pytest
 import nsbridge
 from nsbridge import api, pipeline, rundir
 from nsbridge import run as run_module
-from nsbridge.errors import DeepError, ToolFailedError
+from nsbridge.errors import DeepError, ToolFailedError, ToolNotFoundError
 from nsbridge.passes.torch_pass import analyze_traces
 from nsbridge.pipeline import Given, run_passes
 from nsbridge.profiles import load_profile
@@ -29,7 +30,7 @@ from nsbridge.report.document import Section, Table
 from nsbridge.report.terminal import terminal_summary
 from nsbridge.run import PassOutput, Run
 
-from conftest import TORCH_DATA, fake_ncu_env
+from conftest import ROOT, TORCH_DATA, fake_ncu_env
 
 H200 = TORCH_DATA / "h200" / "train_cnn_h200.json.gz"
 SCRIPT = "import torch\nx = torch.randn(8, 8)\nfor _ in range(3):\n    (x @ x).sum()\n"
@@ -214,3 +215,32 @@ def test_a_single_process_triage_never_enters_the_distributed_code(tmp_path: Pat
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_pass_whose_tool_is_missing_fails_before_the_script_runs(tmp_path: Path) -> None:
+    """Each pass checks its tools and devices first (pipeline.preflight): triage --nsys
+    without nsys used to profile the script, then fail; now nothing runs and no run
+    directory is left behind."""
+    script = tmp_path / "job.py"
+    script.write_text("import pathlib\npathlib.Path('ran').write_text('yes')\n")
+    environ = {**os.environ, "NSBRIDGE_NSYS": str(tmp_path / "no-nsys")}
+    with pytest.raises(ToolNotFoundError, match="NSBRIDGE_NSYS=.* is not a file"):
+        nsbridge.triage(str(script), nsys=True, out=tmp_path / "run", cwd=tmp_path,
+                        environ=environ)
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "run").exists()
+
+
+def test_a_pass_that_cannot_start_on_an_earlier_run_leaves_a_note(tmp_path: Path) -> None:
+    """Into an existing run, the same check is the pipeline's: a note, the run kept."""
+    output = analyze_traces([H200], load_profile(), str(H200))
+    run = Run.create(out=tmp_path / "run", label="x", command="analyze", target="x",
+                     args=[], profile=load_profile(), cwd=tmp_path)
+    run_passes(run, [Given(output)])
+    ops = nsbridge.load(tmp_path / "run").report["ops"]
+    environ = {**os.environ, "NSBRIDGE_NSYS": str(tmp_path / "no-nsys")}
+    with pytest.raises(ToolNotFoundError):
+        nsbridge.timeline("train_cnn.py", run=tmp_path / "run", cwd=ROOT / "examples",
+                          environ=environ)
+    report = nsbridge.load(tmp_path / "run").report
+    assert report["ops"] == ops
+    assert report["notes"][-1].startswith("no pass ran: NSBRIDGE_NSYS=")

@@ -118,10 +118,12 @@ class OnRanks:
     def name(self) -> str:
         return self.share.tool
 
-    def plan(self, run: Run) -> tuple[dict[str, Any], RankPlan]:
-        """The tool checked on this process and the ranks planned (when that fails, the
-        pipeline calls ``skip``)."""
+    def check(self) -> None:
+        """The tool on this process, before anything runs."""
         self.share.check_tool(self.environ)
+
+    def plan(self, run: Run) -> tuple[dict[str, Any], RankPlan]:
+        """The ranks planned (when that fails, the pipeline calls ``skip``)."""
         planned = self.share.plan_ranks(run)
         return _spec(run, planned.timeout, self.profile_source, planned.ranks,
                      **planned.extra), planned

@@ -69,11 +69,20 @@ class DeepPass:
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     name: str = "ncu"
 
-    def plan(self, run: Run) -> tuple[dict[str, Any], Script]:
-        """(the plan, the script): the ops checked, a GPU required, the launches chosen.
+    def check(self) -> None:
+        """A GPU and ncu, before anything runs.
 
         Raises:
-            DeepError, ScriptError: an op the run does not have, no GPU, no script.
+            DeepError (no GPU), ToolNotFoundError (no ncu).
+        """
+        require_gpu(self.environ)
+        find_ncu(self.environ)
+
+    def plan(self, run: Run) -> tuple[dict[str, Any], Script]:
+        """(the plan, the script): the ops checked, the launches chosen.
+
+        Raises:
+            DeepError, ScriptError: an op the run does not have, no script.
         """
         if run.manifest.get("command") == "analyze" and self.script is None:
             raise DeepError(f"The run {run.dir} was made by `analyze` and has no script to "
@@ -81,7 +90,6 @@ class DeepPass:
                             "script.py.")
         if self.kernels:
             check_ops(self.kernels, run.op_names)
-        require_gpu(self.environ)
         top = self.deep.top if not self.kernels and self.top is None else self.top
         the_plan = plan_for_run(run.report, run.manifest, self.deep, kernels=self.kernels,
                                 top=top)

@@ -33,6 +33,10 @@ class TimelinePass:
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     name: str = "nsys"
 
+    def check(self) -> None:
+        """nsys, before anything runs (ToolNotFoundError says how to install it)."""
+        find_nsys(self.environ)
+
     def plan(self, run: Run) -> Script:
         return self.script or run.script()
 
