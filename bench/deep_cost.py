@@ -32,7 +32,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from nsbridge.api import analyze  # noqa: E402
-from nsbridge.model.deep_plan import choose, plan  # noqa: E402
+from nsbridge.model.nsight.deep_plan import choose, plan  # noqa: E402
 from nsbridge.profiles import load_profile  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "data" / "torch" / "h200" / "train_cnn_h200.json.gz"

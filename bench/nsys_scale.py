@@ -30,7 +30,7 @@ RANGES_PER_KERNEL = 10
 JOIN = """
 import sys
 from nsbridge.parse.nsys_sqlite import read_nsys_sqlite
-from nsbridge.model.timeline import join
+from nsbridge.model.device.timeline import join
 timeline = join(read_nsys_sqlite(sys.argv[1]))
 s = timeline.summary
 print(s["ranges"], s["kernels"], s["attribution"])

@@ -318,7 +318,7 @@ def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 1
          allow: Sequence[str] = ()) -> dict[str, Any]:
     """Compare two runs (directories or report.json files) and gate on the result.
 
-    Returns model.diff.compare's dict: ``outcome`` (pass, regression, inconclusive) with its
+    Returns model.comparing.diff.compare's dict: ``outcome`` (pass, regression, inconclusive) with its
     ``exit_code`` (0, 1, 4), ``reasons`` and ``advice`` when inconclusive, ``regressions``
     (op or step time, source, change beyond the drift with its 95% interval, ms added per
     step), the step-time and per-op comparison, the noise figures and both machines.
@@ -329,11 +329,11 @@ def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 1
     Raises:
         DiffInputError: a path is neither a run directory nor a JSON file, or an ``ops`` or
             ``allow`` entry is unknown.
-        DiffRefusedError: a run diff cannot compare (model.comparability.refusal): failed,
+        DiffRefusedError: a run diff cannot compare (model.comparing.comparability.refusal): failed,
             still running, empty, of another schema version or shape, or of another script.
     """
-    from .model.comparability import SIDES, refusal
-    from .model.diff import compare
+    from .model.comparing.comparability import SIDES, refusal
+    from .model.comparing.diff import compare
     from .report.build import SCHEMA_VERSION
 
     _check_allow(allow)
@@ -361,13 +361,13 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     """Measure BASE and NEW again, interleaved, and judge them: ``processes`` pairs of
     processes (A B, B A, ...; nsbridge.interleave), each a triage with the ``profile``
     (``steps`` measured steps) into one gate folder, judged on paired changes
-    (model.paired; with one pair, as `diff` judges two runs). BASE and NEW are run
+    (model.comparing.paired; with one pair, as `diff` judges two runs). BASE and NEW are run
     directories (run again as their manifests recorded them) or checkouts (``script`` run
     in each). ``threads``: torch's intra-op threads in every process (default: 1 when no
     GPU is visible, where two threads on a busy machine wait for each other; else as the
     script sets them). ``base_env``/``new_env``: variables set for one side only.
 
-    Returns the comparison (model.diff.compare's keys, ``mode`` "interleaved") with
+    Returns the comparison (model.comparing.diff.compare's keys, ``mode`` "interleaved") with
     ``gate``: its folder, processes, threads, steps, the order run, wall seconds, notes.
     gate.json and gate.md are written into the folder.
 
@@ -441,7 +441,7 @@ def rejudge(folder: Union[str, Path], *, fail_above: float = 10.0,
             or an ``ops``/``allow`` entry that is unknown. DiffRefusedError: a run in it
             cannot be compared (failed, still running, of another shape).
     """
-    from .model.comparability import SIDES, refusal
+    from .model.comparing.comparability import SIDES, refusal
     from .report.build import SCHEMA_VERSION
 
     path = Path(folder)
@@ -477,8 +477,8 @@ def _judge_pairs(pairs: list[tuple[dict[str, Any], dict[str, Any]]], *, fail_abo
                  allow: Sequence[str]) -> dict[str, Any]:
     """The gate's answer on its pairs of reports: paired from two pairs on, as `diff`
     judges two runs with one."""
-    from .model.diff import compare
-    from .model.paired import compare_pairs
+    from .model.comparing.diff import compare
+    from .model.comparing.paired import compare_pairs
 
     _check_gated_ops(ops, [r for pair in pairs for r in pair])
     if len(pairs) >= 2:
@@ -498,7 +498,7 @@ def _read_gate(folder: Path) -> dict[str, Any]:
 
 def _check_allow(allow: Sequence[str]) -> None:
     """DiffInputError for an ``--allow`` kind that is not one."""
-    from .model.comparability import ALLOWABLE
+    from .model.comparing.comparability import ALLOWABLE
 
     unknown = [k for k in allow if k not in ALLOWABLE]
     if unknown:
@@ -524,7 +524,7 @@ def _read_report(path: Path, side: str) -> Any:
             report.json.
         DiffInputError: anything else that is not readable JSON.
     """
-    from .model.comparability import no_report
+    from .model.comparing.comparability import no_report
 
     file = path / S.REPORT_JSON if path.is_dir() else path
     try:

@@ -26,7 +26,7 @@ from typing import Any, Protocol, Sequence
 
 from . import schema as S
 from .errors import NsbridgeError
-from .model.tensor_cores import settle_with_ncu
+from .model.device.tensor_cores import settle_with_ncu
 from .parse.torch_trace import read_inflated
 from .report.html import html_page
 from .report.merged_trace import merged_trace_json
@@ -159,7 +159,7 @@ def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
 def settle(run: Run) -> None:
     """What one pass's numbers decide in another's, once every pass has run: ncu's
     tensor-pipe counters settle the Tensor Core marks triage made from kernel names and
-    dtypes (model.tensor_cores)."""
+    dtypes (model.device.tensor_cores)."""
     settle_with_ncu(run.report["ops"])
 
 

@@ -34,7 +34,7 @@ class RunResult:
     ops: pd.DataFrame      # r.ops (report/frames.py)
     steps: pd.DataFrame    # r.steps: step, wall_ms, data/forward/backward/optimizer/other_ms
     exit_code: int         # 0, the script's own non-zero status, 124 timeout, 130 Ctrl-C
-    timeline: Optional[pd.DataFrame] = None  # nsys per-op table (model.timeline.op_summary)
+    timeline: Optional[pd.DataFrame] = None  # nsys per-op table (model.device.timeline.op_summary)
 
     @property
     def status(self) -> str:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from nsbridge import schema as S
-from nsbridge.model.attribution import attribute_gpu_events
-from nsbridge.model.collectives import collective_kind, collectives
-from nsbridge.model.nesting import build_host_tree
+from nsbridge.model.device.attribution import attribute_gpu_events
+from nsbridge.model.ranks.collectives import collective_kind, collectives
+from nsbridge.model.host.nesting import build_host_tree
 from nsbridge.parse.torch_trace import read_trace
 
 from builders import events, kernel, launch, op

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from nsbridge.collect.machine import ProcessClock, throttle_names, usable_cores
-from nsbridge.model.contention import contention, machine_facts
-from nsbridge.model.verdict import qualify
+from nsbridge.model.judging.contention import contention, machine_facts
+from nsbridge.model.judging.verdict import qualify
 from nsbridge.profiles import load_profile
 
 from conftest import ROOT, run_nsbridge

@@ -13,7 +13,7 @@ import pytest
 
 import nsbridge.api as api
 from nsbridge.errors import DiffInputError
-from nsbridge.model.diff import compare
+from nsbridge.model.comparing.diff import compare
 from nsbridge.report.diff_render import render_diff
 
 from conftest import ROOT, TORCH_DATA, run_nsbridge

@@ -15,7 +15,7 @@ import pytest
 
 from nsbridge.api import analyze
 from nsbridge.job.identity import detect, job_id
-from nsbridge.model.cross_rank import cross_rank
+from nsbridge.model.ranks.cross_rank import cross_rank
 
 from conftest import ROOT, TORCH_DATA, first_fix, flat
 

@@ -17,7 +17,7 @@ import pytest
 
 from nsbridge.api import load
 from nsbridge.errors import DeepError
-from nsbridge.model.rank_plan import pick_ranks, refuse_communication_ops
+from nsbridge.model.ranks.rank_plan import pick_ranks, refuse_communication_ops
 from nsbridge.distributed.fan_out import reduce_outputs
 from nsbridge.distributed.share import map_pass
 from nsbridge.job.mailbox import (acknowledge, pass_spec, retire_word, tell_ranks,

@@ -163,7 +163,7 @@ def test_a_crash_while_the_profiler_stops_names_what_nsbridge_was_doing(tmp_path
 
 @pytest.mark.parametrize("threads, advised", [(1, False), (4, True), (None, True)])
 def test_contention_advice_offers_one_thread_only_where_torch_runs_more(threads, advised) -> None:
-    from nsbridge.model.contention import contention
+    from nsbridge.model.judging.contention import contention
 
     facts = {"cores": {"usable": 2}, "threads": {"intra_op": threads},
              "measured_steps": {"wait_share": 0.4, "wait_ms_per_step": 12.0}}

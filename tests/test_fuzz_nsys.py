@@ -16,7 +16,7 @@ import pytest
 
 import nsbridge
 from nsbridge.errors import NsbridgeError, NsysExportError
-from nsbridge.model.timeline import join
+from nsbridge.model.device.timeline import join
 from nsbridge.parse.nsys_sqlite import read_nsys_sqlite
 
 from conftest import DATA

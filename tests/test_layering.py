@@ -117,7 +117,7 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 @dataclass(frozen=True)
 class Edge:
-    src: str      # importing module, e.g. nsbridge.model.verdict
+    src: str      # importing module, e.g. nsbridge.model.judging.verdict
     dst: str      # nsbridge module imported, or a third-party top-level name
     lazy: bool    # inside a function (or nsbridge's attribute-triggered _LAZY table)
     line: int
@@ -142,7 +142,7 @@ PACKAGES = {_module_name(p) for p in PKG.rglob("__init__.py")}
 
 
 def unit(module: str) -> str:
-    """nsbridge.model.verdict -> model; nsbridge.api -> api; nsbridge -> nsbridge; a folder
+    """nsbridge.model.judging.verdict -> model; nsbridge.api -> api; nsbridge -> nsbridge; a folder
     is one unit, so the folders' graph is the layers'; third-party names are their own
     unit."""
     if not module.startswith("nsbridge."):

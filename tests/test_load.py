@@ -12,7 +12,7 @@ import pytest
 
 import nsbridge
 from nsbridge.errors import RunDirError
-from nsbridge.model.cross_rank import tool_rank_row
+from nsbridge.model.ranks.cross_rank import tool_rank_row
 from nsbridge.report import frames
 from nsbridge.report.frames import summary_html
 from nsbridge.result import FRAMES, RunResult
@@ -231,7 +231,7 @@ def check_dtypes(name: str, frame: pd.DataFrame, docs: list[Doc]) -> None:
 
 def ranks_report(run: RunResult) -> dict[str, Any]:
     """The ranks rows of a timeline and an ncu pass on two ranks, built as the real fan-out
-    builds them (model.cross_rank.tool_rank_row) from one real run's sections: rank 0 ran,
+    builds them (model.ranks.cross_rank.tool_rank_row) from one real run's sections: rank 0 ran,
     rank 1 never answered."""
     report = run.report
     op_columns = {op["name"]: op["ncu"] for op in report["ops"] if op.get("ncu")}
@@ -252,7 +252,7 @@ def real_frames(runs: list[RunResult]) -> list[tuple[str, pd.DataFrame]]:
     found += [("timeline_ranks", frames.pass_ranks(ranks, "timeline")),
               ("ncu_ranks", frames.pass_ranks(ranks, "ncu"))]
     pooled = {"steps": {"per_step": [{**s, "run": 1 + i % 2} for i, s in enumerate(
-        runs[-1].report["steps"]["per_step"])]}}        # as model.pooled numbers the runs
+        runs[-1].report["steps"]["per_step"])]}}        # as model.comparing.pooled numbers the runs
     found.append(("steps", frames.steps(pooled)))
     return [(name, frame) for name, frame in found if frame is not None]
 

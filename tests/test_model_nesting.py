@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from nsbridge import schema as S
-from nsbridge.model import nesting
-from nsbridge.model.nesting import (build_host_tree, build_tree, clipped_union, merge_intervals,
+from nsbridge.model.host import nesting
+from nsbridge.model.host.nesting import (build_host_tree, build_tree, clipped_union, merge_intervals,
                                     sort_intervals)
 
 from builders import events, op
@@ -206,7 +206,7 @@ def test_interval_order_equals_lexsort(seed: int) -> None:
 def test_covered_within_equals_a_clipped_union_per_window() -> None:
     """The vectorised coverage of many windows (comm_overlap's, once a loop per NCCL
     interval over every compute interval) equals clipped_union window by window."""
-    from nsbridge.model.nesting import clipped_union, covered_within, merge_intervals
+    from nsbridge.model.host.nesting import clipped_union, covered_within, merge_intervals
 
     rng = np.random.default_rng(1)
     for _ in range(500):
@@ -224,7 +224,7 @@ def test_covered_within_equals_a_clipped_union_per_window() -> None:
 def test_longest_gaps_equal_a_full_sort(seed: int) -> None:
     """The partitioned pick of the longest gaps equals sorting every gap as a (length,
     start, device) tuple, ties on every key included."""
-    from nsbridge.model.nesting import longest_gaps, merge_intervals
+    from nsbridge.model.host.nesting import longest_gaps, merge_intervals
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(0, 300))

@@ -6,8 +6,8 @@ import pytest
 
 from nsbridge import schema as S
 from nsbridge.model.analysis import analyze_events
-from nsbridge.model.nesting import build_host_tree
-from nsbridge.model.steps import step_breakdown, step_windows
+from nsbridge.model.host.nesting import build_host_tree
+from nsbridge.model.host.steps import step_breakdown, step_windows
 from nsbridge.profiles import load_profile
 
 from builders import events, kernel, launch, op

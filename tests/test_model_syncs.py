@@ -8,8 +8,8 @@ import pytest
 
 from nsbridge import schema as S
 from nsbridge.model.analysis import analyze_events
-from nsbridge.model.attribution import LAUNCHED_BEFORE_WINDOW
-from nsbridge.model.syncs import gpu_idle_after
+from nsbridge.model.device.attribution import LAUNCHED_BEFORE_WINDOW
+from nsbridge.model.host.syncs import gpu_idle_after
 from nsbridge.profiles import load_profile
 
 from builders import events, kernel, launch, op

@@ -9,8 +9,8 @@ import pytest
 
 from nsbridge.api import analyze
 from nsbridge.errors import DeepError
-from nsbridge.model.deep_plan import check_ops, choose, plan
-from nsbridge.model.ncu import kernel_table, launch_op, op_summary, resolve
+from nsbridge.model.nsight.deep_plan import check_ops, choose, plan
+from nsbridge.model.nsight.ncu import kernel_table, launch_op, op_summary, resolve
 from nsbridge.parse.ncu import read_ncu
 from nsbridge.profiles import load_profile
 

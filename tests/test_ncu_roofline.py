@@ -18,9 +18,9 @@ from click.testing import CliRunner
 
 from nsbridge.api import analyze
 from nsbridge.cli import main
-from nsbridge.model.ncu import kernel_family
-from nsbridge.model.ncu_findings import TF32_FIX
-from nsbridge.model.roofline import roofline
+from nsbridge.model.nsight.ncu import kernel_family
+from nsbridge.model.nsight.ncu_findings import TF32_FIX
+from nsbridge.model.nsight.roofline import roofline
 from nsbridge.passes.ncu_pass import read_ncu_file
 
 from conftest import DATA

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from nsbridge.errors import NsysExportError, TraceNotFoundError
-from nsbridge.model.timeline import (NO_LAUNCH, NVTX_PUSH_POP, OUTSIDE_OPS, classify_ranges,
+from nsbridge.model.device.timeline import (NO_LAUNCH, NVTX_PUSH_POP, OUTSIDE_OPS, classify_ranges,
                                      join, window_to_steps)
 from nsbridge.parse.nsys_sqlite import read_nsys_sqlite
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nsbridge.api import analyze
-from nsbridge.model.cross_rank import step_breakdown
+from nsbridge.model.ranks.cross_rank import step_breakdown
 from nsbridge.report.op_groups_view import shape_text
 
 from conftest import TORCH_DATA

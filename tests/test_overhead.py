@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from nsbridge.model.overhead import profiler_overhead
+from nsbridge.model.host.overhead import profiler_overhead
 
 
 def _steps(active: list[float], bare: list[float]) -> list[dict]:

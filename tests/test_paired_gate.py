@@ -1,4 +1,4 @@
-"""The interleaved gate's judgement (model.steady, model.paired, model.change) on
+"""The interleaved gate's judgement (model.comparing.steady, model.comparing.paired, model.comparing.change) on
 one-process reports built to a known truth: unchanged pairs pass, a uniform slowdown and
 a same-work slowdown are caught, a dtype switch is named as different work, and noise is
 never an improvement."""
@@ -11,9 +11,9 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from nsbridge.model import change as C
-from nsbridge.model.paired import choose_statistic, compare_pairs, processes_needed
-from nsbridge.model.steady import process_steady, step_weights
+from nsbridge.model.comparing import change as C
+from nsbridge.model.comparing.paired import choose_statistic, compare_pairs, processes_needed
+from nsbridge.model.comparing.steady import process_steady, step_weights
 from nsbridge.report.diff_render import render_diff
 
 OPS = {"gatebench::busy": 10000.0, "aten::mm": 4000.0, "aten::addmm": 2600.0,
@@ -201,7 +201,7 @@ def test_the_interval_decides(point: float, low: float, high: float, added: floa
 
 
 def test_displayed_changes_are_clipped_the_json_keeps_them() -> None:
-    from nsbridge.model.gate_answer import show_ci, show_pct
+    from nsbridge.model.comparing.gate_answer import show_ci, show_pct
     assert show_pct(12345.6) == ">+999%" and show_pct(-99.9) == "-99.9%"
     assert show_ci([-50.0, 4000.0]) == "-50.0%..>+999%"
 

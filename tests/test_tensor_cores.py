@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from nsbridge.api import analyze
-from nsbridge.model.tensor_cores import (ELIGIBLE, MISALIGNED, NOT_ELIGIBLE, OFF, ON, mark,
+from nsbridge.model.device.tensor_cores import (ELIGIBLE, MISALIGNED, NOT_ELIGIBLE, OFF, ON, mark,
                                          settle_with_ncu)
 
 from conftest import DATA, ROOT, TORCH_DATA, run_nsbridge
@@ -102,7 +102,7 @@ def test_common_input_types_equals_a_counter_per_name() -> None:
     import random
     from collections import Counter
 
-    from nsbridge.model.tensor_cores import common_input_types, is_tensor_core_op
+    from nsbridge.model.device.tensor_cores import common_input_types, is_tensor_core_op
 
     rng = random.Random(3)
     pool_names = ["aten::mm", "aten::addmm", "aten::conv2d", "aten::relu", "aten::bmm"]

@@ -97,7 +97,7 @@ def test_cnn_report_md_is_worth_pasting(cnn: tuple) -> None:
 def test_cnn_memory_curve_equals_the_allocator_totals(cnn: tuple) -> None:
     """The memory peak and levels equal torch's own "Total Allocated" in the trace's CPU
     memory events inside the measured steps (read here with json alone), less its level
-    before the window: torch's host totals are not the process's (model.memory)."""
+    before the window: torch's host totals are not the process's (model.device.memory)."""
     _, run, report = cnn
     events = json.loads(gzip.open(run / "trace.json.gz").read())["traceEvents"]
     window = report["window"]

@@ -9,9 +9,9 @@ import pytest
 
 from nsbridge import schema as S
 from nsbridge.model.analysis import analyze_events
-from nsbridge.model.nesting import build_host_tree
-from nsbridge.model.steps import PHASES, drop_partial_steps, step_breakdown, step_windows
-from nsbridge.model.syncs import placement
+from nsbridge.model.host.nesting import build_host_tree
+from nsbridge.model.host.steps import PHASES, drop_partial_steps, step_breakdown, step_windows
+from nsbridge.model.host.syncs import placement
 from nsbridge.parse.torch_trace import read_trace
 from nsbridge.profiles import load_profile
 

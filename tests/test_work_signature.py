@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from nsbridge.model.analysis import analyze_events
-from nsbridge.model.work import OpWork, dtype_text, layout_text, signature_changes
+from nsbridge.model.comparing.work import OpWork, dtype_text, layout_text, signature_changes
 from nsbridge.parse.torch_trace import read_trace
 from nsbridge.profiles import load_profile
 

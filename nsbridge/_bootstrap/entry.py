@@ -332,7 +332,7 @@ def _environment() -> dict[str, Any]:
     if torch.cuda.is_available():
         env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     # the math settings the script ended with: whether fp32 matmuls and convolutions may
-    # run on Tensor Cores as TF32 (model/tensor_cores.py)
+    # run on Tensor Cores as TF32 (model/device/tensor_cores.py)
     env["math"] = {"matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
                    "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
                    "float32_matmul_precision": torch.get_float32_matmul_precision()}

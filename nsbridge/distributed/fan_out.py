@@ -39,7 +39,7 @@ from ..errors import LaunchError
 from ..job.identity import RankEnv, detect as detect_rank, job_id, rank_dir_name
 from ..job.mailbox import (RankPlan, acknowledge, pass_spec, retire_word, spec_path,
                            tell_ranks, wait_for_word, wait_outputs)
-from ..model.cross_rank import tool_rank_row
+from ..model.ranks.cross_rank import tool_rank_row
 from ..pipeline import run_passes
 from ..result import RunResult, follower_result, result_of
 from ..run import PassOutput, Run

@@ -1,6 +1,6 @@
 """The torch.profiler pass on a distributed job's ranks (``RankedTorchPass``): every rank
 profiled into its own folder of one run directory (distributed.launch), then the reduce:
-the ranks' summaries (job.summary) merged into the cross-rank section (model.cross_rank),
+the ranks' summaries (job.summary) merged into the cross-rank section (model.ranks.cross_rank),
 one rank's trace analysed in full; ``analyze`` of such a run's folder merges them again.
 The run directory of a job (``job_run``) and what a rank other than 0 does
 (``follow_triage``). The nsys and ncu passes on the ranks are distributed.fan_out's.
@@ -21,8 +21,8 @@ from ..errors import TraceError
 from ..job.identity import job_id, rank_dir_name, rank_dirs
 from ..job.summary import SUMMARY_WAIT_S, missing_ranks, read_summaries, wait_for
 from ..model.analysis import TraceAnalysis, analyze_events
-from ..model.cross_rank import cross_rank
-from ..model.overhead import profiler_overhead
+from ..model.ranks.cross_rank import cross_rank
+from ..model.host.overhead import profiler_overhead
 from ..parse.torch_trace import read_trace
 from ..passes.torch_pass import has_memory, process_machine
 from ..pipeline import Given, run_passes

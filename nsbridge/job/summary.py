@@ -107,6 +107,6 @@ def missing_ranks(summaries: list[dict[str, Any]], world_size: int,
 def unprofiled(rank: int, world_size: int, *, status: str, exit_code: Optional[int],
                error: Optional[dict[str, Any]], host: Optional[str] = None) -> dict[str, Any]:
     """The summary of a rank with nothing measured: not profiled, failed, or hung (the one
-    shape rank 0 merges; its rows in the report are model.cross_rank.rank_row's)."""
+    shape rank 0 merges; its rows in the report are model.ranks.cross_rank.rank_row's)."""
     return {"rank": rank, "host": host, "world_size": world_size, "status": status,
             "exit_code": exit_code, "error": error, "profiled": False, "trace": None}

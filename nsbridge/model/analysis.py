@@ -10,20 +10,20 @@ import pandas as pd
 
 from .. import schema as S
 from ..profiles import Analysis as Thresholds
-from .attribution import LAUNCHED_BEFORE_WINDOW, attribute_gpu_events, linking_generation
-from .collectives import collectives, comm_overlap, time_per_step
-from .device import busy_by_device, copies, gpu_work, idle_gaps, launched_before_window
-from .kernel_origins import graph_launch_calls, kernel_origins
-from .memory import memory_over_window
-from .nesting import at_rows, build_host_tree
-from .op_groups import op_groups
-from .ops import op_calls, op_table
-from .rules import Facts, recommend
-from .steps import PHASES, drop_partial_steps, main_thread, step_breakdown, step_windows
+from .device.attribution import LAUNCHED_BEFORE_WINDOW, attribute_gpu_events, linking_generation
+from .ranks.collectives import collectives, comm_overlap, time_per_step
+from .device.activity import busy_by_device, copies, gpu_work, idle_gaps, launched_before_window
+from .device.kernel_origins import graph_launch_calls, kernel_origins
+from .device.memory import memory_over_window
+from .host.nesting import at_rows, build_host_tree
+from .host.op_groups import op_groups
+from .host.ops import op_calls, op_table
+from .judging.rules import Facts, recommend
+from .host.steps import PHASES, drop_partial_steps, main_thread, step_breakdown, step_windows
 from .strings import name_mask, row_groups, starts_with
-from .syncs import blocking_calls, gpu_idle_after, sync_cost, sync_points
-from .tensor_cores import common_input_types
-from .verdict import decide, qualify
+from .host.syncs import blocking_calls, gpu_idle_after, sync_cost, sync_points
+from .device.tensor_cores import common_input_types
+from .judging.verdict import decide, qualify
 
 
 WINDOWS = ("steps", "trace")
@@ -38,16 +38,16 @@ class TraceAnalysis:
     steps: pd.DataFrame                # per step: step, wall_ms, data/forward/backward/optimizer/other_ms
     has_device: bool
     device: dict[str, Any]             # busy, gaps, copies, attribution counts (GPU runs)
-    sync_points: list[dict[str, Any]]  # model.syncs.sync_points
+    sync_points: list[dict[str, Any]]  # model.host.syncs.sync_points
     verdict: dict[str, Any]
     recommendations: list[dict[str, Any]]
-    collectives: list[dict[str, Any]]  # model.collectives.collectives (distributed runs)
-    facts: Optional[Facts] = None      # what the verdict and the rules read (model.pooled)
+    collectives: list[dict[str, Any]]  # model.ranks.collectives.collectives (distributed runs)
+    facts: Optional[Facts] = None      # what the verdict and the rules read (model.comparing.pooled)
     comm_per_step_us: Optional[list[float]] = None   # collectives.time_per_step
     # per matmul/convolution/attention op: its most common "Input type" list (tensor_cores)
     input_types: dict[str, str] = field(default_factory=dict)
-    memory: Optional[dict[str, Any]] = None   # model.memory.memory_over_window
-    op_groups: Optional[dict[str, Any]] = None   # model.op_groups.op_groups
+    memory: Optional[dict[str, Any]] = None   # model.device.memory.memory_over_window
+    op_groups: Optional[dict[str, Any]] = None   # model.host.op_groups.op_groups
 
 
 def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
@@ -60,7 +60,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     """Analyse one EVENTS frame (see nsbridge.schema).
 
     ``process_syncs`` and ``process_steps`` (steps the script ran) come from triage's
-    profiled process, and ``machine`` (model.contention.machine_facts) from around it;
+    profiled process, and ``machine`` (model.judging.contention.machine_facts) from around it;
     ``analyze`` has none of them. ``window``: "steps" (the measured steps, the default) or
     "trace" (the whole trace as one window, in totals and rates per second); see
     ``measured_window``. ``complete_steps``: the trace's steps were closed at real step

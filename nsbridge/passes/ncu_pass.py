@@ -17,12 +17,12 @@ from ..collect.ncu_report import extract_report
 from ..collect.torch_profiler import bootstrap_argv
 from ..errors import DeepError, NcuFormatError, ToolNotFoundError
 from ..job.mailbox import RankPlan
-from ..model.collectives import COMMUNICATION_OP
-from ..model.deep_plan import check_ops, describe, plan_for_run
-from ..model.rank_plan import pick_ranks, refuse_communication_ops
-from ..model.ncu import (ROOFLINE_COLUMNS, family_summary, kernel_table, metric_names,
+from ..model.ranks.collectives import COMMUNICATION_OP
+from ..model.nsight.deep_plan import check_ops, describe, plan_for_run
+from ..model.ranks.rank_plan import pick_ranks, refuse_communication_ops
+from ..model.nsight.ncu import (ROOFLINE_COLUMNS, family_summary, kernel_table, metric_names,
                          op_summary)
-from ..model.rules import MATMUL_OP
+from ..model.judging.rules import MATMUL_OP
 from ..parse.ncu import NcuData, read_ncu, report_data
 from ..profiles import Deep
 from ..report.build import clean
@@ -127,7 +127,7 @@ class NcuFilesPass:
 @dataclass(frozen=True)
 class DeepOnRanks:
     """The ncu pass on a job's ranks, as distributed.fan_out.OnRanks drives it: ncu on the
-    ranks the planner picks (the slowest and the median, model.rank_plan) or on ``ranks``,
+    ranks the planner picks (the slowest and the median, model.ranks.rank_plan) or on ``ranks``,
     never on communication ops (their kernels would wait for peers that are not replaying
     them); the others run the script alone."""
 

@@ -13,8 +13,8 @@ from .. import schema as S
 from ..collect.nsys import export_sqlite, find_nsys, run_nsys_pass
 from ..errors import LaunchError
 from ..job.mailbox import RankPlan
-from ..model.collectives import COMMUNICATION_OP
-from ..model.timeline import Timeline, join, window_to_steps
+from ..model.ranks.collectives import COMMUNICATION_OP
+from ..model.device.timeline import Timeline, join, window_to_steps
 from ..parse.nsys_sqlite import read_nsys_sqlite
 from ..profiles import Profile
 from ..report.build import clean

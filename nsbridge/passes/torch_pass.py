@@ -18,10 +18,10 @@ from ..collect.torch_profiler import TorchPass, recorded_pass, run_torch_pass
 from ..errors import ProfileError, TraceError, TraceFormatError, TraceNotFoundError
 from ..job.summary import summarize
 from ..model.analysis import TraceAnalysis, analyze_events
-from ..model.contention import combine_runs, machine_facts
-from ..model.pooled import pool_analyses
-from ..model.overhead import profiler_overhead
-from ..model.cross_rank import combine_ops, cross_rank, slowest
+from ..model.judging.contention import combine_runs, machine_facts
+from ..model.comparing.pooled import pool_analyses
+from ..model.host.overhead import profiler_overhead
+from ..model.ranks.cross_rank import combine_ops, cross_rank, slowest
 from ..parse.torch_trace import TorchTrace, read_trace
 from ..profiles import SECTIONS, Profile, load_profile, profile_from_dict
 from ..report.build import build_report
@@ -37,7 +37,7 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
                    ) -> tuple[PassOutput, Optional[TraceAnalysis]]:
     """Run the target under torch.profiler into ``run_dir`` and analyse its trace; with
     ``runs`` > 1 the script runs that many times (the later ones into repeat-NN/) and the
-    runs' steps are pooled (model.pooled). A run that fails ends the series. ``threads``:
+    runs' steps are pooled (model.comparing.pooled). A run that fails ends the series. ``threads``:
     torch's intra-op threads in the profiled process (None: as the script and the
     environment set them), recorded in the machine facts as ``threads.requested``."""
     passes: list[TorchPass] = []

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from .. import schema as S
-from ..model import tensor_cores
+from ..model.device import tensor_cores
 from ..model.analysis import TraceAnalysis, mean_step
 from ..model.stats import mean_half_widths_pct, summary
 
@@ -29,7 +29,7 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     ``verdict`` is None and ``recommendations`` empty when nothing was measured
     (``measured_anything``) or the run concludes nothing (``conclusive``).
 
-    ``machine``: model.contention.machine_facts; ``child_steps``: every step the profiled
+    ``machine``: model.judging.contention.machine_facts; ``child_steps``: every step the profiled
     process timed (its unprofiled ones give ``steps.unprofiled``)."""
     report = S.empty_report(command=command, target=target, version=version, status=status,
                             error=error)

@@ -1,5 +1,5 @@
 """`nsbridge diff` and `nsbridge gate` output: text, Markdown (a PR comment) or JSON.
-Formatting only: every value comes from the comparison's result (model.gate_answer).
+Formatting only: every value comes from the comparison's result (model.comparing.gate_answer).
 
 Changes print in percent and times in ms per step; percentages past +999% print as
 ">+999%" (the JSON keeps the value). Everything taken from the runs (paths, op names,
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional
 
-from ..model.gate_answer import show_ci, show_pct
+from ..model.comparing.gate_answer import show_ci, show_pct
 from .escape import md_cell, terminal
 from .wording import is_autograd_wrapper, machine_line
 

@@ -139,7 +139,7 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
 
 def ranks_data(dist: dict[str, Any]) -> Optional[dict[str, Any]]:
     """Per rank, its median step split into compute, collectives (exposed and overlapped)
-    and GPU idle (model.cross_rank.step_breakdown); the straggler marked."""
+    and GPU idle (model.ranks.cross_rank.step_breakdown); the straggler marked."""
     ranks = [r for r in dist.get("ranks") or [] if r.get("breakdown_ms")]
     if len(ranks) < 2:
         return None

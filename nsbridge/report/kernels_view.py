@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..model.tensor_cores import kernel_path
+from ..model.device.tensor_cores import kernel_path
 from .document import Section, Table
 from .wording import span_text
 

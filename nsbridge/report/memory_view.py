@@ -1,4 +1,4 @@
-"""The memory section (report key ``memory``, model.memory.memory_over_window): the peak,
+"""The memory section (report key ``memory``, model.device.memory.memory_over_window): the peak,
 the ops live at it and whether memory grows from step to step; report.html adds the curve."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .. import schema as S
-from ..model.memory import HOST_TOTALS
+from ..model.device.memory import HOST_TOTALS
 from .document import Block, Section, Text
 from .views import PassView
 from .wording import fixed, is_autograd_wrapper

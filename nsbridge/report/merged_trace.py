@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from .. import schema as S
-from ..model.syncs import BLOCKING_CALL
+from ..model.host.syncs import BLOCKING_CALL
 from ..parse._event_columns import fields_as_read, readable_event, readable_events
 
 PID = 2_000_000_000          # a pid no real process has: nsbridge's own tracks

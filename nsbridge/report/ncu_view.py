@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .. import schema as S
-from ..model.ncu_findings import si
+from ..model.nsight.ncu_findings import si
 from .document import IN_FILES, TERMINAL, Items, Section, Table
 from .views import OpColumn, PassView
 from .wording import cell, count, us_from_ns

@@ -1,5 +1,5 @@
 """The op table grouped by input shape and by calling function (report key ``op_groups``,
-model.op_groups): on the page, two more views of the op table behind a toggle; in the
+model.host.op_groups): on the page, two more views of the op table behind a toggle; in the
 terminal and report.md, the top shapes of the top ops."""
 
 from __future__ import annotations

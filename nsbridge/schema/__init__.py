@@ -37,7 +37,7 @@ tests then work on small integer codes (model.strings):
                         "registers per thread", "shared memory":
                         'grid [120,1,1] block [256,1,1] regs 40 smem 0' (NaN elsewhere)
 
-OPS (model.ops.op_table), one row per op name, the report's hot-op table:
+OPS (model.host.ops.op_table), one row per op name, the report's hot-op table:
 
     name, calls, cpu_self_us, cpu_total_us, device_self_us, device_total_us, mem_mib,
     mem_net_mib, self_pct, shapes, kernels, copies, per_step_us (the ranking time in each

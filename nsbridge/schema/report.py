@@ -21,8 +21,8 @@ REPORT_KEYS = ("schema_version", "nsbridge_version", "command", "target", "statu
 # of each Tensor Core mark; each matmul/conv/attention op's own is its ops[].tensor_cores)
 TIMELINE_SECTION, NCU_SECTION, DISTRIBUTED_SECTION = "timeline", "ncu", "distributed"
 TENSOR_CORES_SECTION = "tensor_cores"
-MEMORY_SECTION = "memory"   # model.memory.memory_over_window: the curve and its peak
-OP_GROUPS_SECTION = "op_groups"   # model.op_groups: ops by input shape and by source line
+MEMORY_SECTION = "memory"   # model.device.memory.memory_over_window: the curve and its peak
+OP_GROUPS_SECTION = "op_groups"   # model.host.op_groups: ops by input shape and by source line
 # the keys whose values every pass adds to rather than replaces
 ACCUMULATED_KEYS = ("notes", "files", "sources")
 

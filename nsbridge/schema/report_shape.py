@@ -64,7 +64,7 @@ _SIGNED = _Atom("a finite number", _is_signed)
 _RANKING = _Atom('"cpu_self_us" or "device_self_us"',
                  lambda v: v in (S.RANKED_BY_HOST, S.RANKED_BY_DEVICE))
 
-# The fields the readers use (report.frames for load, model.diff, report.diff_render) and
+# The fields the readers use (report.frames for load, model.comparing.diff, report.diff_render) and
 # what each must be: a dict is an object with those keys, a one-item list a list of such
 # items, an atom a leaf; every field may be missing or null unless _Required.
 _OP = {S.NAME: _Required(_NAME), S.CALLS: _NUMBER, S.CPU_SELF_US: _NUMBER,

@@ -1,0 +1,166 @@
+"""The answer both comparisons give (`diff` of two runs, model.comparing.diff; the interleaved gate,
+model.comparing.paired): which rows gate, what each regression is named with, why the data cannot
+decide, and the facts printed around them. Rows arrive judged (model.comparing.change)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+from . import change as C
+from .work import OpWork, describe_change, more_work, signature_changes
+
+SOURCES = {True: "torch.profiler self device time", False: "torch.profiler self CPU time"}
+
+
+def judge_work(row: dict[str, Any], a: Optional[OpWork], b: Optional[OpWork], point: float,
+               fail_above: float, floor_us: float) -> None:
+    """Judge what an op computes before how long it took (in place): another dtype,
+    layout or input shapes makes it different work (model.comparing.change.different_work, on the
+    judged change ``point``, a log); more calls per step, priced per signature, a
+    regression of work whatever the timing noise (model.comparing.work.more_work)."""
+    if a is None or b is None:
+        return
+    kinds = signature_changes(a, b)
+    if kinds:
+        kind = next(k for k in ("dtype", "layout", "shapes") if k in kinds)
+        before, after = kinds[kind]
+        per_call = (row["b_us"] / b.calls) / (row["a_us"] / a.calls) \
+            if a.calls and b.calls and row.get("a_us") and row.get("b_us") else None
+        row.update(basis=kind, work=describe_change(kind, before, after),
+                   per_call_ratio=C.rounded(per_call, 3),
+                   status=C.different_work(point, fail_above, row.get("added_us") or 0.0,
+                                           floor_us))
+    more = more_work(a, b, row.get("a_us"), row.get("b_us"))
+    if more and row["status"] != "regressed" and (
+            more["pct"] > fail_above and more["added_us"] >= floor_us
+            and more["added_us"] > fail_above / 100.0 * (row.get("a_us") or 0.0)):
+        row.update(status="regressed", basis="calls", more_work=more,
+                   work=f"runs {more['calls_b']:g} calls per step instead of "
+                        f"{more['calls_a']:g}, priced {more['priced']}: about "
+                        f"{more['added_us'] / 1e3:+.3f} ms per step")
+
+
+def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
+           step: Optional[dict[str, Any]], blockers: list[dict[str, str]], fail_above: float,
+           min_step_share: float, ops: Sequence[str], device: bool, mode: str,
+           samples: dict[str, Any], advice: list[str], reasons: list[str],
+           noise: dict[str, Any]) -> dict[str, Any]:
+    """The result dict of a comparison (README, "Gate a change"): ``a`` and ``b`` are
+    the first report of each side (their verdicts, machines and sync points are shown).
+
+    The outcome: not comparable -> inconclusive; any regression (an op's, or the step
+    time's) -> regression; else the step time decides (inconclusive when its interval
+    holds both no change and the threshold, or is wider than the threshold), and ops the
+    data could not decide are listed without blocking a pass: their spread between
+    processes is larger than the step's (one op's loss is often another's gain). An op
+    whose slowdown the interval shows but the comparison cannot put on the code (the same
+    work, one process per side or a contended machine: ``significant``) does block it.
+    With ``ops`` (gate only these) or without a step time, those ops decide instead."""
+    source = SOURCES[device]
+    regressions = [named(r, source) for r in rows if r["gated"] and r["status"] == "regressed"]
+    deciding = step if step is not None and not ops else None
+    if deciding is not None and deciding["status"] == "regressed":
+        regressions.insert(0, named({**deciding, "op": "step time", "basis": "time"},
+                                    deciding["source"]))
+    unsure = [r for r in rows if r["gated"] and r["status"] == "inconclusive"]
+    reasons = [f"not comparable: {p['text']}" for p in blockers] + reasons
+    if deciding is not None:
+        # a slowdown the data shows but cannot put on the code (one process per side, a
+        # contended machine) keeps a decided step from passing: it is evidence, not noise
+        reasons += [_why(r, fail_above) for r in unsure if r.get("significant")]
+        if deciding["status"] == "inconclusive":
+            reasons.append(deciding.get("why")
+                           or unsure_reason({**deciding, "op": "step time"}, fail_above))
+        detectable = deciding.get("half_width_pct")
+        what = "the step time's 95% interval is"
+    else:
+        reasons += [_why(r, fail_above) for r in unsure]
+        detectable = C.detectable([r for r in rows if r.get("half_width_pct") is not None
+                                   and r["gated"]])
+        what = "the judged ops' 95% intervals are (base-time-weighted median)"
+    if detectable is not None and detectable > fail_above and not regressions:
+        reasons.append(f"too noisy to see a +{fail_above:g}% change: {what} ±{detectable:.0f}% "
+                       "wide")
+    outcome = C.outcome(blockers, regressions, reasons)
+    decisive = {r["what"] for r in regressions} | (
+        {r["op"] for r in unsure} if outcome == "inconclusive" else set())
+    for row in rows:
+        row["decides"] = row["op"] in decisive
+    rows.sort(key=lambda r: not r["decides"])      # stable: the mode's order after them
+    for row in rows + ([step] if step else []):
+        row.pop("_log", None)
+    return {"outcome": outcome, "exit_code": C.EXIT_CODES[outcome], "mode": mode,
+            "reasons": reasons, "advice": advice if outcome == "inconclusive" else [],
+            "comparability": blockers, "source": source, "fail_above_pct": fail_above,
+            "min_step_share_pct": round(100.0 * min_step_share, 3), "samples": samples,
+            **noise, "detectable_pct": detectable, "step": step,
+            "verdict": {"a": (a.get("verdict") or {}).get("label"),
+                        "b": (b.get("verdict") or {}).get("label")},
+            "machine": {"a": a.get("machine"), "b": b.get("machine")},
+            "syncs": syncs(a, b), "ops": rows, "regressions": regressions,
+            "inconclusive": [r["op"] for r in unsure],
+            "undecided": [_why(r, fail_above) for r in unsure
+                          if deciding is not None and not r.get("significant")]}
+
+
+def _why(row: dict[str, Any], fail_above: float) -> str:
+    return str(row.get("why") or unsure_reason(row, fail_above))
+
+
+def named(row: dict[str, Any], source: str) -> dict[str, Any]:
+    """One regression as the gate names it: what, the value gated, its basis and source."""
+    basis = row.get("basis", "time")
+    entry = {"what": row["op"], "basis": basis, "source": source,
+             "change_pct": row.get("change_pct"), "ci_pct": row.get("ci_pct"),
+             "added_ms": _ms(row.get("added_us")), "detail": None}
+    if basis == "calls":
+        more = row["more_work"]
+        entry.update(source="torch.profiler call counts", change_pct=more["pct"], ci_pct=None,
+                     added_ms=_ms(more["added_us"]),
+                     detail=f"{more['calls_b']:g} calls per step instead of "
+                            f"{more['calls_a']:g}, priced {more['priced']}")
+    elif basis in ("dtype", "layout", "shapes"):
+        ratio = row.get("per_call_ratio")
+        entry["source"] = f"torch.profiler input {'types' if basis == 'dtype' else basis} " \
+                          f"and {source.split('torch.profiler ')[-1]}"
+        entry["detail"] = row["work"] + (f": x{ratio:.2f} time per call" if ratio else "")
+    elif basis == "new":
+        entry.update(change_pct=None, ci_pct=None, detail="only the new run has it")
+    return entry
+
+
+def unsure_reason(row: dict[str, Any], fail_above: float) -> str:
+    """Why a change cannot be decided: its interval holds no change and the threshold."""
+    return (f"{row['op']} {show_pct(row['change_pct'])} (95% interval {show_ci(row['ci_pct'])}) "
+            f"could be no change or a +{fail_above:g}% slowdown: its interval holds both")
+
+
+def syncs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[str]]:
+    """Sync points only the new run has, and those it no longer has."""
+    def sites(report: dict[str, Any]) -> set[str]:
+        return {f"{p['kind']} at {p['file']}:{p['line']}" if p.get("file")
+                else f"{p['kind']} in {p.get('op') or 'no op'}"
+                for p in report.get("sync_points", [])}
+    sa, sb = sites(a), sites(b)
+    return {"new": sorted(sb - sa), "vanished": sorted(sa - sb)}
+
+
+def show_pct(value: Optional[float], digits: int = 1) -> str:
+    """A percent change for people: signed, clipped to ±999% (the JSON keeps the value)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if value > C.DISPLAY_LIMIT_PCT:
+        return f">+{C.DISPLAY_LIMIT_PCT:.0f}%"
+    return f"{value:+.{digits}f}%"
+
+
+def show_ci(ci: Optional[Sequence[Optional[float]]]) -> str:
+    """An interval of percent changes, each end as show_pct gives it."""
+    if not ci or ci[0] is None:
+        return "-"
+    return f"{show_pct(ci[0])}..{show_pct(ci[1])}"
+
+
+def _ms(us: Optional[float]) -> Optional[float]:
+    return None if us is None else round(us / 1e3, 3)

@@ -1,0 +1,221 @@
+"""The interleaved gate's judgement: K pairs of processes, base and new run back to back
+(A, B, then B, A, ...), judged on paired changes so that machine drift cancels.
+
+For each op (and the step), in each process, its steady time per step (model.comparing.steady: the
+steps the process did not spend waiting for a CPU, their median or 10th percentile); of
+the two statistics the comparison takes the one that varies less between the processes of
+each side (decided on both sides alike, blind to which is which). Pair i's change is
+log(B_i / A_i); the change is their mean and its 95% interval Student's t over the K pairs
+(K - 1 degrees of freedom): between-process spread, drift within a pair and the noise of
+the steps all show in how the pairs disagree. The interval then decides (model.comparing.change).
+
+Work is judged before time, as in `diff`: an op that now runs in another dtype or layout,
+or on other input shapes, is different work (regressed when it takes more than the
+threshold longer, whatever the noise), and more calls per step are priced per signature
+(model.comparing.work, model.comparing.gate_answer.judge_work). An op only the new side has regresses when it costs
+the floor.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+
+from ... import schema as S
+from . import change as C
+from .comparability import problems
+from .gate_answer import answer, judge_work
+from .steady import STATISTICS, Steady, process_steady
+from .work import pooled_work
+
+_MEDIAN = "median"
+
+
+def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
+                  fail_above: float = 10.0, ops: Sequence[str] = (), min_share: float = 0.01,
+                  min_step_share: float = 0.02,
+                  allow: Iterable[str] = ()) -> dict[str, Any]:
+    """The gate's answer on K >= 2 pairs of one-process reports (base, new), in the order
+    they ran: the same keys as model.comparing.diff.compare, ``mode`` "interleaved"."""
+    base, new = [a for a, _ in pairs], [b for _, b in pairs]
+    allow = list(allow)
+    blockers = _blockers(pairs, allow)
+    device = all(r.get("ranked_by") == S.DEVICE_SELF_US for r in base + new)
+    steady_a = [process_steady(r) for r in base]
+    steady_b = [process_steady(r) for r in new]
+    shares = _shares(base, new)
+    base_step_us = 1e3 * float(np.mean([s.step[_MEDIAN] for s in steady_a if s.step])) \
+        if all(s.step for s in steady_a) else None
+    floor = min_step_share * base_step_us if base_step_us else 0.0
+    work_a, work_b = pooled_work(base), pooled_work(new)
+    gate = set(ops)
+    rows = []
+    for name in sorted(shares):
+        in_a = all(name in s.ops for s in steady_a)
+        in_b = all(name in s.ops for s in steady_b)
+        row: dict[str, Any] = {"op": name, "share": round(shares[name], 4),
+                               "gated": (not gate or name in gate) and shares[name] >= min_share}
+        if in_a and in_b:
+            row.update(_paired([s.ops[name] for s in steady_a],
+                               [s.ops[name] for s in steady_b], fail_above, floor, scale=1.0))
+            if row["gated"]:
+                judge_work(row, work_a.get(name), work_b.get(name), row["_log"][0],
+                           fail_above, floor)
+        elif in_b:
+            b_us = float(np.mean([s.ops[name][_MEDIAN] for s in steady_b]))
+            row.update(a_us=None, b_us=C.rounded(b_us), added_us=C.rounded(b_us), new=True,
+                       status="regressed" if floor and b_us >= floor else "new", basis="new")
+            row["gated"] = not gate or name in gate
+        else:
+            a_us = float(np.mean([s.ops[name][_MEDIAN] for s in steady_a
+                                  if name in s.ops] or [0.0]))
+            row.update(a_us=C.rounded(a_us), b_us=None, added_us=C.rounded(-a_us),
+                       status="vanished", basis="time")
+        rows.append(row)
+    rows.sort(key=lambda r: -abs(r.get("added_us") or 0.0))
+    step = _step(steady_a, steady_b, fail_above)
+    return answer(base[0], new[0], rows=rows, step=step, blockers=blockers,
+                  fail_above=fail_above, min_step_share=min_step_share, ops=ops,
+                  device=device, mode="interleaved",
+                  samples={"a": _samples(steady_a), "b": _samples(steady_b)},
+                  advice=_advice(rows, step, steady_a, steady_b, fail_above, bool(ops)),
+                  reasons=[],
+                  noise={"pairs": len(pairs), "contended": _contended(base, new),
+                         "drift_pct": None, "op_noise_pct": None})
+
+
+
+def _paired(a: list[dict[str, float]], b: list[dict[str, float]], fail_above: float,
+            floor_us: float, scale: float) -> dict[str, Any]:
+    """One quantity's paired comparison: values per process (``scale`` turns them into
+    µs), the statistic chosen, each side's geometric mean, the change, its 95% interval,
+    the µs added per step and the status."""
+    stat = choose_statistic(a, b)
+    va = np.array([max(x[stat], 1e-9) for x in a]) * scale
+    vb = np.array([max(x[stat], 1e-9) for x in b]) * scale
+    logs = np.log(vb) - np.log(va)
+    k = len(logs)
+    point = float(logs.mean())
+    spread = float(logs.std(ddof=1)) if k > 1 else 0.0
+    half = C.t975(k - 1) * spread / math.sqrt(k)
+    low, high = point - half, point + half
+    # geometric means: their ratio is exactly the mean paired change
+    a_us, b_us = float(np.exp(np.log(va).mean())), float(np.exp(np.log(vb).mean()))
+    added = b_us - a_us
+    added_high = a_us * math.expm1(high)
+    return {"a_us": C.rounded(a_us), "b_us": C.rounded(b_us), "statistic": stat,
+            "raw_pct": C.pct(point), "change_pct": C.pct(point),
+            "ci_pct": C.interval_pct(low, high), "half_width_pct": C.half_width_pct(low, high),
+            "added_us": C.rounded(added),
+            "added_ci_us": [C.rounded(a_us * math.expm1(low)), C.rounded(added_high)],
+            "pair_sd_pct": C.pct(spread), "new": False, "basis": "time",
+            "status": C.judge(point, low, high, fail_above, added, added_high, floor_us),
+            "_log": (point, low, high, spread, k)}
+
+
+def choose_statistic(a: list[dict[str, float]], b: list[dict[str, float]]) -> str:
+    """The statistic whose log varies less between the processes of each side (pooled over
+    both sides, each around its own mean: blind to the change between them)."""
+    def spread(stat: str) -> float:
+        total = 0.0
+        for side in (a, b):
+            logs = np.log([max(x[stat], 1e-9) for x in side])
+            total += float(((logs - logs.mean()) ** 2).sum())
+        return total
+    return min(STATISTICS, key=spread) if min(len(a), len(b)) > 1 else _MEDIAN
+
+
+def _step(sa: list[Steady], sb: list[Steady], fail_above: float) -> Optional[dict[str, Any]]:
+    steps_a = [s.step for s in sa if s.step is not None]
+    steps_b = [s.step for s in sb if s.step is not None]
+    if len(steps_a) < len(sa) or len(steps_b) < len(sb):
+        return None
+    row = _paired(steps_a, steps_b, fail_above, 0.0, scale=1e3)
+    row["source"] = ("median" if row["statistic"] == _MEDIAN else "10th percentile") + (
+        " of the measured steps' wall times, waits for a CPU left out (nsbridge's step clock)")
+    row["samples"] = [sum(s.steps_used for s in side) for side in (sa, sb)]
+    return row
+
+
+def _blockers(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+              allow: list[str]) -> list[dict[str, str]]:
+    """What makes any pair not comparable, each text once."""
+    found: dict[str, dict[str, str]] = {}
+    for a, b in pairs:
+        for problem in problems(a, b, allow):
+            found.setdefault(problem["text"], problem)
+    return list(found.values())
+
+
+def _shares(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, float]:
+    """Each op's largest share of a side's op time (either side), over its processes."""
+    def side(reports: list[dict[str, Any]]) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for report in reports:
+            key = report.get("ranked_by") or S.CPU_SELF_US
+            for op in report.get("ops") or []:
+                if op.get(key) is not None and op.get("name"):
+                    totals[op["name"]] = totals.get(op["name"], 0.0) + float(op[key])
+        grand = sum(totals.values()) or 1.0
+        return {n: t / grand for n, t in totals.items()}
+    sa, sb = side(base), side(new)
+    return {n: max(sa.get(n, 0.0), sb.get(n, 0.0)) for n in set(sa) | set(sb)}
+
+
+def _samples(side: list[Steady]) -> dict[str, Any]:
+    return {"runs": len(side), "steps": sum(s.steps_measured for s in side),
+            "used_steps": sum(s.steps_used for s in side),
+            "waited_steps": sum(s.waited_steps for s in side),
+            "scaled_processes": sum(s.scaled for s in side)}
+
+
+def _contended(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
+    def any_contended(side: list[dict[str, Any]]) -> bool:
+        return any(((r.get("machine") or {}).get("contention") or {}).get("contended")
+                   for r in side)
+    return [w for w, side in (("A", base), ("B", new)) if any_contended(side)]
+
+
+def processes_needed(spread: float, target: float, limit: int = 50) -> Optional[int]:
+    """The fewest pairs whose t interval, at this pair-to-pair spread (log), is at most
+    ``target`` (log) half-wide; None past ``limit``."""
+    for k in range(2, limit + 1):
+        if C.t975(k - 1) * spread / math.sqrt(k) <= target:
+            return k
+    return None
+
+
+def _advice(rows: list[dict[str, Any]], step: Optional[dict[str, Any]], sa: list[Steady],
+            sb: list[Steady], fail_above: float, only_ops: bool) -> list[str]:
+    """What would settle an inconclusive answer (the step time, or with ``only_ops`` or
+    no step the gated ops: what decides), estimated from the pairs' own spread."""
+    if step is not None and not only_ops:
+        wide = (step["half_width_pct"] or 0.0) > fail_above
+        unsure = [{**step, "op": "step time"}] if step["status"] == "inconclusive" or wide \
+            else []
+    else:
+        unsure = [r for r in rows if r.get("gated") and r.get("status") == "inconclusive"]
+    if not unsure:
+        return []
+    k = len(sa)
+    target = math.log1p(fail_above / 100.0) / 2.0
+    worst = max(unsure, key=lambda r: r["_log"][3])
+    needed = processes_needed(worst["_log"][3], target)
+    advice = []
+    if needed:
+        advice.append(f"about {max(needed - k, 1)} more process(es) per side (--processes "
+                      f"{needed}): the pairs of {worst['op']} disagree by "
+                      f"{C.pct(worst['_log'][3]):.1f}% (standard deviation), and {needed} "
+                      f"pairs would bring its interval to ±{fail_above / 2:g}%")
+    else:
+        advice.append(f"the pairs of {worst['op']} disagree by {C.pct(worst['_log'][3]):.0f}%: "
+                      "more processes alone would take over 50 per side; run on a quieter "
+                      "machine, with --threads 1")
+    clean = min(s.steps_used for s in sa + sb)
+    if clean < 10:
+        advice.append(f"measure more steps: as few as {clean} clean step(s) in a process "
+                      "(--steps 40, with a script that runs that many)")
+    return advice
+

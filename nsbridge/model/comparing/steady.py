@@ -1,0 +1,118 @@
+"""Steady times per step in one process: the numbers the gate compares.
+
+On a shared machine the noise in an op's time per step only ever adds time, in two ways
+seen on this project's machines (facts.md): the process waits for a CPU another process
+holds (its threads' run-queue wait, which nsbridge's step clock measures per step), and
+the CPU itself runs slower for a while with no wait at all (other guests of the host).
+So, per process:
+
+1. **Steps that did not wait.** A step in which the process waited for a CPU for more than
+   ``WAIT_LIMIT`` of its CPU time is left out, as long as ``MIN_CLEAN_STEPS`` steps (or
+   half of them) did not wait: beside two busy loops on two cores, 13 to 20 of a process's
+   25 measured steps waited about as long as they ran, and an op's time in them is mostly
+   that wait. When fewer did not wait (a process that shared a core with a busy loop from
+   start to end), every step counts, its times scaled by the step's running share: wall
+   time minus the wait (per intra-op thread), over the wall time. That is rough (sharing a
+   core also slows the CPU time itself, by 10-20% in bench/gate_workload.py), so such a
+   process is named in the samples line. GPU runs keep every step as it is: device time
+   does not wait for the host's CPU.
+2. **Two statistics** of each op's time in those steps: the median, and the 10th
+   percentile (the time the op takes when nothing slows it). Which one a comparison uses is
+   decided per op by the comparison (model.comparing.paired), on both sides' processes together.
+
+The step time is treated the same way, on the same measured steps (their wall time, from
+the process's own step clock). The unprofiled steps are too few in a gate's process, and
+the first ones after the profiler stops run slower for a while (23, 21, 20.5, 20 ms against
+21 ms measured, in bench/gate_workload.py): they would judge the profiler's wake.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from ... import schema as S
+
+WAIT_LIMIT = 0.01      # a step waited for a CPU longer than this share of its CPU time
+LOW_QUANTILE = 10      # percent: the "nothing slowed it" statistic
+MIN_CLEAN_STEPS = 5
+MIN_RUNNING_SHARE = 0.05
+STATISTICS = ("median", "p10")
+
+
+@dataclass
+class Steady:
+    """One process's steady times: per op name {statistic: µs per step}, the step's
+    {statistic: ms}, and which steps gave them."""
+
+    ops: dict[str, dict[str, float]]
+    step: Optional[dict[str, float]]
+    steps_used: int
+    steps_measured: int
+    waited_steps: int
+    scaled: bool          # most steps waited: all used, scaled by their running share
+
+
+@dataclass
+class StepWeights:
+    """Which measured steps a process's times are taken from, and the factor each step's
+    times are multiplied by (1, or its running share)."""
+
+    index: np.ndarray
+    scale: np.ndarray
+    waited: int
+
+    @property
+    def scaled(self) -> bool:
+        return bool((self.scale < 1.0).any())
+
+
+def statistics(values: np.ndarray) -> dict[str, float]:
+    """{median, p10} of one sample."""
+    return {"median": float(np.median(values)),
+            "p10": float(np.percentile(values, LOW_QUANTILE))}
+
+
+def step_weights(per_step: list[dict[str, Any]], threads: int, device: bool) -> StepWeights:
+    """The steps a process's times come from (module docstring, 1); a step without a
+    known wait counts as one that did not wait."""
+    n = len(per_step)
+    wall = np.array([float(s.get("wall_ms") or 0.0) for s in per_step], dtype=np.float64)
+    wait = np.array([float(s.get("wait_ms") or 0.0) for s in per_step], dtype=np.float64)
+    cpu = np.array([float(s.get("cpu_ms") or 0.0) for s in per_step], dtype=np.float64)
+    waited = wait > WAIT_LIMIT * np.maximum(cpu, 1e-9)
+    if device or not waited.any():
+        return StepWeights(np.arange(n), np.ones(n), 0)
+    if (~waited).sum() >= min(MIN_CLEAN_STEPS, (n + 1) // 2):
+        return StepWeights(np.flatnonzero(~waited), np.ones(int((~waited).sum())),
+                           int(waited.sum()))
+    running = (wall - wait / max(threads, 1)) / np.maximum(wall, 1e-9)
+    return StepWeights(np.arange(n), np.clip(running, MIN_RUNNING_SHARE, 1.0), int(waited.sum()))
+
+
+def process_steady(report: dict[str, Any]) -> Steady:
+    """The steady times of the one process a report measured."""
+    per_step = (report.get("steps") or {}).get("per_step") or []
+    device = report.get("ranked_by") == S.DEVICE_SELF_US
+    key = S.DEVICE_SELF_US if device else S.CPU_SELF_US
+    weights = step_weights(per_step, intra_op_threads(report), device)
+    ops: dict[str, dict[str, float]] = {}
+    for op in report.get("ops") or []:
+        samples = op.get(S.PER_STEP_US) or []
+        if op.get(key) is None or len(samples) != len(per_step) or not len(weights.index):
+            continue
+        values = np.asarray(samples, dtype=np.float64)[weights.index] * weights.scale
+        ops[op["name"]] = statistics(values)
+    walls = np.asarray([s["wall_ms"] for s in per_step], dtype=np.float64)
+    step = statistics(walls[weights.index] * weights.scale) if len(weights.index) else None
+    return Steady(ops=ops, step=step, steps_used=len(weights.index),
+                  steps_measured=len(per_step), waited_steps=weights.waited,
+                  scaled=weights.scaled)
+
+
+def intra_op_threads(report: dict[str, Any]) -> int:
+    """torch's intra-op threads in the run's process (1 when not recorded)."""
+    threads = ((report.get("machine") or {}).get("threads") or {}).get("intra_op")
+    return int(threads) if isinstance(threads, int) and threads > 0 else 1

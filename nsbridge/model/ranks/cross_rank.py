@@ -1,0 +1,341 @@
+"""The reduce step: rank summaries (job.summary) -> the cross-rank report; and
+several traces (ranks of one job, or several runs) folded into one view (``combine_ops``,
+``slowest``).
+
+Per rank and per measured step: the step time, the time some collective was running
+(the union of their intervals in the step, so it never exceeds the step) and the work
+outside collectives. With collectives the ranks wait for each other, so their step
+times even out; the straggler is the rank that works longest outside collectives (the
+others wait for it inside them). Without collectives it is the rank with the longest step.
+
+A straggler is called only when it is real: in the measured steps, the rank's excess over
+the median of the other ranks is at least ``straggler_pct`` percent of the median step and
+at least ``straggler_min_ms``, and the lower end of its 95% interval (bootstrap over steps)
+stays above both that floor and the spread between the other ranks. When the excess lies
+outside any op torch.profiler recorded (Python code, sleeps, data loading), the report says
+so instead of naming ops whose differences are a small part of it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Callable, Iterable, Optional
+
+import numpy as np
+import pandas as pd
+
+from ... import schema as S
+from ..host.ops import merge_shape_work
+from ..stats import LEVEL, resample_indices
+
+OP_SHARE = 0.10     # an op is named when it holds at least this share of the excess
+
+
+def cross_rank(summaries: Iterable[dict[str, Any]], straggler_pct: float = 10.0,
+               top: int = 10, straggler_min_ms: float = 1.0) -> dict[str, Any]:
+    """{world_size, ranks[], step, skew[], collectives[], straggler, failed[] (the likely
+    cause first: _cause_first)}."""
+    rows = sorted(summaries, key=lambda s: s["rank"])
+    measured = [s for s in rows if s.get("profiled") and s.get("step_ms")]
+    per_rank = [rank_row(s) for s in rows]
+    out: dict[str, Any] = {
+        "world_size": max((s.get("world_size") or 0 for s in rows), default=len(rows)),
+        "ranks": per_rank, "profiled": [s["rank"] for s in measured],
+        "failed": [{"rank": s["rank"], "host": s.get("host"), "status": s["status"],
+                    "exit_code": s["exit_code"], "error": s.get("error")}
+                   for s in sorted((s for s in rows if s["status"] != "ok"), key=_cause_first)],
+        "step": None, "skew": [], "collectives": [], "straggler": None}
+    if not measured:
+        return out
+    medians = {r["rank"]: r for r in per_rank if r["step_ms"] is not None}
+    steps = [r["step_ms"] for r in medians.values()]
+    slowest_row = max(medians.values(), key=lambda r: r["step_ms"])
+    mid = statistics.median(steps)
+    out["step"] = {"min_ms": min(steps), "median_ms": round(mid, 3), "max_ms": max(steps),
+                   "slowest_rank": slowest_row["rank"],
+                   "slowest_over_median_pct": round(100 * (slowest_row["step_ms"] - mid) / mid, 1)
+                   if mid else None}
+    out["skew"] = _skew(measured, top)
+    out["collectives"] = [{**c, "rank": s["rank"]} for s in measured
+                          for c in s.get("collectives") or []]
+    out["straggler"] = _straggler(medians, {s["rank"]: _work_per_step(s) for s in measured},
+                                  {s["rank"]: list(s["step_ms"]) for s in measured},
+                                  straggler_pct, straggler_min_ms, out["skew"])
+    return out
+
+
+def _collective_per_step(s: dict[str, Any]) -> list[float]:
+    """ms per step some collective was running: the summary's per-step union, else (older
+    summaries, GPU traces) the summed time spread evenly, never above the step."""
+    steps = s.get("step_ms") or []
+    union = s.get("collective_ms") or []
+    if len(union) == len(steps) and steps:
+        comm = (s.get("comm") or {}).get("comm_us")   # GPU: NCCL kernels, the waiting
+        if comm is None:
+            return [min(u, w) for u, w in zip(union, steps)]
+    comm = (s.get("comm") or {}).get("comm_us")
+    total = comm if comm is not None else sum(c["time_us"] for c in s.get("collectives") or [])
+    each = total / 1e3 / max(len(steps), 1)
+    return [min(each, w) for w in steps]
+
+
+def _work_per_step(s: dict[str, Any]) -> list[float]:
+    """ms per step outside collectives."""
+    return [max(w - c, 0.0) for w, c in zip(s.get("step_ms") or [], _collective_per_step(s))]
+
+
+def rank_row(s: dict[str, Any]) -> dict[str, Any]:
+    """The one row of a rank in report.json's ``distributed.ranks``, from its summary
+    (job.summary): status, step times (median, min, max; collectives and the work
+    outside them per step), verdict, device figures; ``file`` (its trace: the path given to
+    analyze, or the name in its rank folder), ``busy_pct`` (the verdict's device busy %)
+    and ``ops`` (how many ops it ran) where known; ``breakdown_ms`` (step_breakdown)."""
+    steps = s.get("step_ms") or []
+    coll = statistics.median(_collective_per_step(s)) if steps else None
+    work = statistics.median(_work_per_step(s)) if steps else None
+    step = statistics.median(steps) if steps else None
+    return {"rank": s["rank"], "host": s.get("host"), "status": s["status"],
+            "exit_code": s["exit_code"], "profiled": bool(s.get("profiled")),
+            "step_ms": None if step is None else round(step, 3),
+            "min_step_ms": min(steps) if steps else None,
+            "max_step_ms": max(steps) if steps else None,
+            "collective_ms_per_step": None if coll is None else round(coll, 3),
+            "work_ms_per_step": None if work is None else round(work, 3),
+            "verdict": s.get("verdict"), "device_busy_pct": s.get("device_busy_pct"),
+            "comm_overlap_pct": (s.get("comm") or {}).get("overlap_pct"),
+            "file": s.get("trace"), "busy_pct": (s.get("numbers") or {}).get("device_busy_pct"),
+            "ops": len(s["ops"]) if s.get("ops") is not None else None,
+            "breakdown_ms": step_breakdown(step, work, s.get("device_busy_pct"),
+                                           (s.get("comm") or {}).get("overlap_pct"))}
+
+
+def step_breakdown(step: Optional[float], work: Optional[float], busy_pct: Optional[float],
+                   overlap_pct: Optional[float]) -> Optional[dict[str, Optional[float]]]:
+    """A rank's median step split into parts that add up to it (ms), from its median work
+    outside collectives per step (``work_ms_per_step``, the same number the rank table
+    shows): ``idle`` (the GPU idle: step x (1 - busy)), ``overlap`` (collectives running
+    while compute does), ``communication`` (collectives exposed), ``compute`` (the work
+    less the GPU idle). Without a device, idle and overlap are unknown (None) and compute
+    is the work itself."""
+    if step is None or work is None:
+        return None
+    comm = max(step - work, 0.0)
+    if busy_pct is None:
+        return {"compute": round(max(step - comm, 0.0), 3), "communication": round(comm, 3),
+                "overlap": None, "idle": None}
+    idle = step * max(0.0, 1 - busy_pct / 100)
+    overlap = comm * (overlap_pct or 0.0) / 100
+    return {"compute": round(max(step - idle - comm, 0.0), 3),
+            "communication": round(comm - overlap, 3), "overlap": round(overlap, 3),
+            "idle": round(idle, 3)}
+
+
+def _cause_first(summary: dict[str, Any]) -> tuple[bool, float, int]:
+    """Failed ranks, the likely cause first: one that failed on its own before one a
+    launcher stopped or that never answered, and among those the first to fail (the
+    others' errors, such as "Connection closed by peer", follow from it)."""
+    at = (summary.get("error") or {}).get("at")
+    stopped = summary["status"] in ("terminated", "hung", "interrupted")
+    return stopped, at if isinstance(at, (int, float)) else float("inf"), summary["rank"]
+
+
+def tool_rank_row(tool: str, rank: int, out: Optional[dict[str, Any]], *,
+                  numbers: Callable[[dict[str, Any], dict[str, Any], str], dict[str, Any]],
+                  reason: Optional[str], host: Any, folder: str,
+                  missing: str) -> dict[str, Any]:
+    """The one row of a rank in the ``ranks`` of a pass's section, from that rank's pass
+    output (None: it never answered, ``missing`` says why): status, error, and the
+    headline numbers the pass picks (``numbers(section, output, folder)``, file names
+    under the rank's ``folder``)."""
+    row: dict[str, Any] = {"rank": rank, "host": host, "reason": reason}
+    if out is None:
+        return {**row, "status": "hung", "error": f"no {tool} output: {missing}"}
+    row.update(status=out["status"], error=(out.get("error") or {}).get("message"),
+               wall_s=(out.get("manifest") or {}).get("wall_s"))
+    if not out.get("section"):
+        return row
+    return {**row, **numbers(out["section"][1], out, folder)}
+
+
+def _skew(measured: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
+    """Ops whose time per step differs most across ranks (device time when every rank had
+    a GPU, else CPU time)."""
+    device = all(s.get("has_device") for s in measured)
+    key = S.DEVICE_SELF_US if device else S.CPU_SELF_US
+    times: dict[str, dict[int, float]] = {}
+    for s in measured:
+        n = max(len(s["step_ms"]), 1)
+        for op in s.get("ops") or []:
+            if op.get(key) is not None:
+                times.setdefault(op["name"], {})[s["rank"]] = op[key] / n
+    rows: list[dict[str, Any]] = []
+    for name, by_rank in times.items():
+        if len(by_rank) < 2:
+            continue
+        values = list(by_rank.values())
+        mid = statistics.median(values)
+        worst = max(by_rank, key=by_rank.__getitem__)
+        rows.append({"op": name, "source": f"torch.profiler {key.replace('_us', '')}",
+                     "min_us": round(min(values), 3), "median_us": round(mid, 3),
+                     "max_us": round(max(values), 3), "max_rank": worst,
+                     "excess_us": round(by_rank[worst] - mid, 3),
+                     "skew_pct": round(100 * (by_rank[worst] - mid) / mid, 1) if mid else None})
+    return sorted(rows, key=lambda r: -r["excess_us"])[:top]
+
+
+def _straggler(ranks: dict[int, dict[str, Any]], work: dict[int, list[float]],
+               steps: dict[int, list[float]], threshold: float, min_ms: float,
+               skew: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    if len(ranks) < 2:
+        return None
+    with_coll = any(r["collective_ms_per_step"] for r in ranks.values())
+    metric = "work_ms_per_step" if with_coll else "step_ms"
+    what = "works outside collectives" if with_coll else "takes per step"
+    series = {rank: (work if with_coll else steps)[rank] for rank in ranks}
+    values = {rank: r[metric] for rank, r in ranks.items()}
+    worst = max(values, key=values.__getitem__)
+    others = [rank for rank in ranks if rank != worst]
+    mid = statistics.median(values[rank] for rank in others)
+    step = statistics.median(r["step_ms"] for r in ranks.values())
+    excess_ms = values[worst] - mid
+    excess = 100 * excess_ms / step if step else 0.0
+    low, high = _excess_interval(series, worst, others)
+    spread = _between_ranks(values, others)
+    floor = max(min_ms, threshold / 100 * step, spread)
+    evidence = [f"rank {worst} {what} {values[worst]:.2f} ms per step, {excess_ms:.2f} ms "
+                f"more than the median of the other ranks ({mid:.2f} ms): {excess:.0f}% of the "
+                f"{step:.2f} ms step"
+                + (f" (95% interval {low:.2f} to {high:.2f} ms over the measured steps)"
+                   if low is not None else "")]
+    called = low is not None and excess >= threshold and excess_ms >= min_ms and low >= floor
+    if not called:
+        evidence.append(_why_balanced(excess, excess_ms, low, threshold, min_ms, spread))
+    if with_coll and called:
+        waits = {rank: r["collective_ms_per_step"] - ranks[worst]["collective_ms_per_step"]
+                 for rank, r in ranks.items() if rank != worst}
+        waiting = [kv for kv in sorted(waits.items(), key=lambda kv: -kv[1])[:3] if kv[1] > 0]
+        if waiting:
+            evidence.append("the other ranks wait for it inside collectives: " + ", ".join(
+                f"rank {rank} {wait:.2f} ms per step more than rank {worst}"
+                for rank, wait in waiting))
+    if called:
+        evidence.append(_where_excess(worst, excess_ms, skew))
+    return {"verdict": "straggler" if called else "balanced", "rank": worst if called else None,
+            "excess_pct": round(excess, 1), "excess_ms": round(excess_ms, 3),
+            "excess_ci_ms": (None if low is None or high is None
+                             else [round(low, 3), round(high, 3)]),
+            "floor_ms": round(floor, 3), "metric": metric, "evidence": evidence,
+            "recommendation": {
+                "id": "straggler", "title": f"Speed up rank {worst}, the straggler",
+                "why": evidence[0], "impact": round(min(excess / 100, 1.0), 3),
+                "fix": (f"every rank waits for rank {worst} at each collective: compare its "
+                        "host (another job, thermal throttling, a slower GPU), its data (uneven "
+                        "shards or sequence lengths) and the ops above with the other ranks'; "
+                        "profile it alone with --ranks " + str(worst)),
+                "url": "https://pytorch.org/docs/stable/notes/ddp.html",
+                "addresses_verdict": True} if called else None}
+
+
+def _excess_interval(series: dict[int, list[float]], worst: int,
+                     others: list[int]) -> tuple[Optional[float], Optional[float]]:
+    """95% interval (ms) of the mean per-step excess of ``worst`` over the median of the
+    other ranks, step by step (steps aligned by position)."""
+    n = min(len(series[r]) for r in [worst, *others])
+    if n < 2:
+        return None, None
+    mine = np.asarray(series[worst][:n])
+    rest = np.median(np.asarray([series[r][:n] for r in others]), axis=0)
+    diff = mine - rest
+    boot = diff[resample_indices(n)].mean(axis=1)
+    tail = 100 * (1 - LEVEL) / 2
+    low, high = np.percentile(boot, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _between_ranks(values: dict[int, float], others: list[int]) -> float:
+    """How far the other ranks spread around their median (ms): 1.4826 x their MAD, zero
+    with fewer than three of them."""
+    if len(others) < 3:
+        return 0.0
+    rest = [values[r] for r in others]
+    mid = statistics.median(rest)
+    return 1.4826 * statistics.median(abs(v - mid) for v in rest)
+
+
+def _why_balanced(excess: float, excess_ms: float, low: Optional[float], threshold: float,
+                  min_ms: float, spread: float) -> str:
+    if low is None:
+        return "too few measured steps to tell a straggler from noise"
+    if excess < threshold:
+        return f"below the {threshold:g}% of the step that makes a straggler"
+    if excess_ms < min_ms:
+        return f"below the {min_ms:g} ms per step that makes a straggler"
+    return (f"not steady across the measured steps: its 95% interval reaches {low:.2f} ms, "
+            f"under the floor of {max(min_ms, spread):.2f} ms and {threshold:g}% of the step")
+
+
+def _where_excess(worst: int, excess_ms: float, skew: list[dict[str, Any]]) -> str:
+    """Which ops hold the straggler's excess, or that it lies outside any op."""
+    mine = [s for s in skew if s["max_rank"] == worst]
+    in_ops = sum(s["excess_us"] for s in mine) / 1e3
+    named = [s for s in mine if s["excess_us"] / 1e3 >= OP_SHARE * excess_ms][:3]
+    outside = max(excess_ms - in_ops, 0.0)
+    if not named or outside >= 0.5 * excess_ms:
+        text = (f"{outside:.2f} of rank {worst}'s {excess_ms:.2f} ms per step lies outside any "
+                "op torch.profiler recorded: Python code, sleeps, data loading or I/O")
+        if named:
+            text += "; of the ops, " + ", ".join(f"{s['op']} +{s['excess_us'] / 1e3:.2f} ms"
+                                                  for s in named)
+        return text
+    return (f"rank {worst}'s ops that take longest against the median rank: "
+            + ", ".join(f"{s['op']} +{s['excess_us'] / 1e3:.2f} ms per step" for s in named))
+
+
+def combine_ops(tables: list[pd.DataFrame], has_device: bool) -> pd.DataFrame:
+    """Sum OPS frames by op name (kernels and copies merged by name); self_pct recomputed."""
+    if len(tables) == 1:
+        return tables[0]
+    frame = pd.concat(tables, ignore_index=True)
+    numeric = frame.groupby("name", sort=False)[S.OP_SUMMED_COLUMNS].sum(min_count=1)
+    shapes = frame.groupby("name", sort=False)["shapes"].first()
+    kernels = frame.groupby("name", sort=False)["kernels"].apply(_merge_work)
+    copies = frame.groupby("name", sort=False)["copies"].apply(_merge_work)
+    spread = frame.groupby("name", sort=False)["per_step_us"].apply(_sum_steps)
+    work = frame.groupby("name", sort=False)["shape_work"].apply(merge_shape_work)
+    table = (numeric.join(shapes).join(kernels).join(copies).join(spread).join(work)
+             .reset_index())
+    rank_col = "device_self_us" if has_device else "cpu_self_us"
+    total = table[rank_col].sum()
+    table["self_pct"] = 100.0 * table[rank_col] / total if total > 0 else 0.0
+    table = table.sort_values([rank_col, "cpu_total_us"], ascending=False, kind="stable")
+    return table[S.OP_COLUMNS].reset_index(drop=True)
+
+
+def slowest(summaries: list[dict[str, Any]]) -> int:
+    """Index of the rank with the longest mean step: it sets the job's pace."""
+    walls = [s.get("step_ms") or 0.0 for s in summaries]
+    return int(np.argmax(walls)) if walls else 0
+
+
+def _sum_steps(lists: pd.Series) -> list[float]:
+    """Per-step times of several ranks added step by step (ranks step together)."""
+    width = max((len(v) for v in lists), default=0)
+    return [round(sum(v[i] for v in lists if i < len(v)), 3) for i in range(width)]
+
+
+def _merge_work(lists: pd.Series) -> list[dict[str, Any]]:
+    """Kernel (or copy) entries of several traces summed by name (and kind, and how it
+    was launched: via, source)."""
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for entries in lists:
+        for k in entries:
+            fresh = {**k, "calls": 0, "device_us": 0.0}
+            if "bytes" in k:
+                fresh["bytes"] = None
+            row = merged.setdefault((k["name"], k.get("kind"), k.get("via"), k.get("source")),
+                                    fresh)
+            row["calls"] += k["calls"]
+            row["device_us"] = round(row["device_us"] + k["device_us"], 3)
+            if k.get("bytes") is not None:
+                row["bytes"] = (row["bytes"] or 0) + k["bytes"]
+    return sorted(merged.values(), key=lambda k: -k["device_us"])
