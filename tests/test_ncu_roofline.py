@@ -132,15 +132,16 @@ def test_the_terminal_prints_the_kernels_findings(tmp_path: Path) -> None:
 def test_report_html_has_the_roofline_chart_with_each_kernel(tmp_path: Path) -> None:
     result = analyze([FP32, BF16], out=tmp_path / "r")
     page = (tmp_path / "r" / "report.html").read_text()
-    assert "id='chart-roofline'" in page
+    assert "id='chart-pass-roofline'" in page        # the ncu view's chart
     blob = page[page.index("id='nsbridge-data'>") + 19:]
     data = json.loads(blob[:blob.index("</script>")])
-    points = {p["label"].split(" (")[0][:20]: p for p in data["roofline"]["points"]}
+    roofline = next(c for c in data["pass_charts"] if c["id"] == "roofline")
+    points = {p["label"].split(" (")[0][:20]: p for p in roofline["points"]}
     assert len(points) == 2
     fams = {f["kernel"][:20]: f for f in result.report["ncu"]["families"]}
     for key, point in points.items():
         assert (point["x"], point["y"]) == (fams[key]["intensity"], fams[key]["flop_per_s"])
-    roofs = {r["label"] for r in data["roofline"]["roofs"]}
+    roofs = {r["label"] for r in roofline["roofs"]}
     assert roofs == {"fp32 roof", "tensor bf16 (hgmma) roof"}
 
 

@@ -7,6 +7,8 @@ leaves a note and the run as it was."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -148,6 +150,14 @@ def test_every_renderer_shows_a_new_pass_without_an_edit(tmp_path: Path) -> None
     assert "## toy" in md and "<section id='toy'>" in page and "\ntoy:" in text
     row = next(line for line in md.splitlines() if line.startswith(f"| `{first_two[1]}`"))
     assert row.rstrip(" |").endswith("0.5")
+    # load(), ops.csv and the merged trace: its per-op numbers on its ops' own slices
+    ops = nsbridge.load(tmp_path / "run").ops.set_index("name")
+    assert ops.loc[first_two[1], "toy_score"] == 0.5
+    assert "toy_score" in (tmp_path / "run" / "ops.csv").read_text().splitlines()[0]
+    merged = json.loads(gzip.open(tmp_path / "run" / "merged.json.gz").read())
+    scored = {e["name"]: e["args"]["nsbridge.toy"]["score"] for e in merged["traceEvents"]
+              if e.get("cat") == "cpu_op" and "nsbridge.toy" in e.get("args", {})}
+    assert scored == {first_two[0]: 0.25, first_two[1]: 0.5}
 
 
 def test_a_registered_view_titles_a_new_pass(tmp_path: Path,
@@ -158,14 +168,25 @@ def test_a_registered_view_titles_a_new_pass(tmp_path: Path,
     def toy_section(report: dict[str, Any], limit: Any) -> Section:
         rows = [[f["op"], f["why"]] for f in report["toy"]["findings"]]
         return Section("toy", "Toy checks", [Table(["op", "why"], rows)])
+    def toy_charts(report: dict[str, Any]) -> list[dict[str, Any]]:
+        rows = [op for op in report["ops"] if op.get("toy")]
+        return [{"id": "toy", "kind": "bar", "title": "Toy score per op", "unit": "score",
+                 "labels": [op["name"] for op in rows],
+                 "series": {"score": [op["toy"]["score"] for op in rows]}}]
     views.register_view(views.PassView("toy", toy_section, op_key="toy", source="Toy",
-                                       op_columns=(views.OpColumn("toy %", "score", "pct"),)))
+                                       op_columns=(views.OpColumn("toy %", "score", "pct"),),
+                                       frame_dtypes=(("score", "float64"), ("note", "str")),
+                                       charts=toy_charts))
     report, first_two = _toy_run(tmp_path)
     md = (tmp_path / "run" / "report.md").read_text()
     assert "## Toy checks" in md and "checked: 2" not in md and "| toy % |" in md
     row = next(line for line in md.splitlines() if line.startswith(f"| `{first_two[1]}`"))
     assert row.rstrip(" |").endswith("0.5")
-    assert "<th colspan='1'>Toy</th>" in (tmp_path / "run" / "report.html").read_text()
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert "<th colspan='1'>Toy</th>" in page
+    assert "Toy score per op" in page and "id='chart-pass-toy'" in page     # its chart
+    ops = nsbridge.load(tmp_path / "run").ops     # its declared columns, there even unfilled
+    assert ops["toy_score"].dtype == "float64" and ops["toy_note"].isna().all()
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ def test_gpu_fixture_report_has_device_and_ncu_charts(browser, tmp_path: Path) -
                       DATA / "ncu" / "train_cnn_nvtx_sections.raw.csv"], out=tmp_path / "r")
     page, errors = _open(browser, result.run_dir / "report.html", tmp_path / "h200.png")
     assert errors == []
-    for chart in ("steps", "ops", "kernels", "gaps", "memory_curve", "memory", "ncu"):
+    for chart in ("steps", "ops", "kernels", "gaps", "memory_curve", "memory", "pass-ncu"):
         assert page.locator(f"#chart-{chart}").count() == 1, chart
     assert page.evaluate("Object.keys(Chart.instances).length") == 7
     _labels_fit(page)
@@ -138,7 +138,7 @@ def test_the_roofline_chart_places_each_kernel_under_its_roofs(browser, tmp_path
     page, errors = _open(browser, result.run_dir / "report.html", tmp_path / "roofline.png")
     assert errors == []
     drawn = page.evaluate("""() => {
-        const c = Object.values(Chart.instances).find(c => c.canvas.id === 'chart-roofline');
+        const c = Object.values(Chart.instances).find(c => c.canvas.id === 'chart-pass-roofline');
         return c && {x: c.options.scales.x.type, y: c.options.scales.y.type,
                      sets: c.data.datasets.map(d => [d.type, d.data.length])};
     }""")

@@ -320,6 +320,8 @@ import pandas as pd
 
 from .. import schema as S
 from .escape import terminal
+from .timeline_view import NSYS_OP_DTYPES
+from .views import views_by_op_key
 from .wording import shown_verdict, trouble_lines, verdict_title
 
 # each frame's columns and dtypes, as the module docstring's tables give them
@@ -332,19 +334,6 @@ OPS: dict[str, str] = {
     S.SPREAD_PCT: "float64",
     **{f"tensor_cores_{k}": "str" for k in ("status", "dtype", "evidence", "reason",
                                              "triage_status")}}
-_NSYS_OPS = {"ranges": "Int64", "range_us": "float64", "kernels": "Int64",
-             "kernel_us": "float64", "copies": "Int64", "copy_us": "float64",
-             "memsets": "Int64", "memset_us": "float64", "gpu_us": "float64",
-             "launch_latency_us": "float64", "idle_before_us": "float64",
-             **{f"copy_bytes_{d}": "Int64" for d in ("htod", "dtoh", "dtod", "other")},
-             "sync_us": "float64"}
-OPS_NSYS = {f"{S.NSYS_KEY}_{k}": v for k, v in _NSYS_OPS.items()}
-OPS_NCU = {f"{S.NCU_KEY}_{k}": v for k, v in {
-    "launches": "Int64", "bound": "str", "occupancy_limiter": "str", "tensor_path": "str",
-    "precision": "str", "flop_per_s": "float64", "flop_peak_per_s": "float64",
-    "dram_bytes_per_s": "float64", "dram_peak_bytes_per_s": "float64",
-    "l2_bytes_per_s": "float64", "l2_peak_bytes_per_s": "float64", "intensity": "float64",
-    "ridge": "float64", "roof": "str", "roof_pct": "float64"}.items()}
 KERNELS = {"op": "str", "kind": "str", "name": "str", "calls": "int64", "device_us": "float64",
            "bytes": "Int64", "attribution": "str", "via": "str", "source": "str",
            "launch": "str", "launch_configs": "int64"}
@@ -364,7 +353,7 @@ SYNC_POINTS = {"kind": "str", "call": "str", "op": "str", "file": "str", "line":
 GAPS = {"device": "int64", "start_us": "float64", "dur_us": "float64", "host_op": "str",
         "host_top_op": "str"}
 TIMELINE_OPS = {"op": "str", **{k: ("int64" if k == "ranges" else v)
-                                for k, v in _NSYS_OPS.items()}}
+                                for k, v in NSYS_OP_DTYPES.items()}}
 TIMELINE_GAPS = {"device": "int64", "start_ns": "float64", "dur_us": "float64", "op": "str",
                  "module": "str", "step": "str"}
 _RANK = {"rank": "int64", "host": "str", "reason": "str", "status": "str", "error": "str",
@@ -390,14 +379,15 @@ def ops(report: dict[str, Any]) -> pd.DataFrame:
     the report)."""
     rows = [_op_row(op) for op in report.get("ops") or []]
     columns = dict(OPS)
-    if report.get(S.TIMELINE_SECTION):
-        columns.update(OPS_NSYS)
-    if report.get(S.NCU_SECTION):
-        columns.update(OPS_NCU)
-    for row in rows:          # the rest: each ncu quantity, and any pass added later
+    for key, view in views_by_op_key().items():   # each pass's columns, as its view types them
+        if report.get(view.report_key):
+            columns.update({f"{key}_{name}": dtype for name, dtype in view.frame_dtypes})
+    defaults = {f"{key}_": view.frame_default for key, view in views_by_op_key().items()}
+    for row in rows:          # the rest: each ncu quantity, any other pass's
         for col in row:
             if col not in columns:
-                columns[col] = "float64" if col.startswith(f"{S.NCU_KEY}_") else ""
+                columns[col] = next((dtype for prefix, dtype in defaults.items()
+                                     if col.startswith(prefix)), "")
     return _frame(rows, columns)
 
 

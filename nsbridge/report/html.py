@@ -24,6 +24,7 @@ from .document import HTML, Items, Section, Table, Text
 from .escape import terminal
 from .kernels_view import top_kernels
 from .sections import sections
+from .views import registered, views_by_op_key
 from .wording import (context_lines, is_number, model_ops, shown_verdict, span_text,
                       trouble_lines, verdict_headline, verdict_lines, verdict_title)
 
@@ -86,9 +87,11 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
         if report.get("device"):
             series["torch.profiler self device ms"] = [(op[S.DEVICE_SELF_US] or 0) / 1e3
                                                       for op in ops]
-        if any((op.get("nsys") or {}).get("kernel_us") is not None for op in ops):
-            series["nsys kernel ms"] = [((op.get("nsys") or {}).get("kernel_us") or 0) / 1e3
-                                        for op in ops]
+        for key, view in views_by_op_key().items():   # each pass's own time columns
+            for column in (c for c in view.op_columns if c.chart):
+                values = [(op.get(key) or {}).get(column.key) for op in ops]
+                if any(v is not None for v in values):
+                    series[column.header] = [(v or 0) / 1e3 for v in values]
         out["ops"] = {"labels": _labels(ops), "series": series}
         memory = [op for op in ops if op.get(S.MEM_MIB) is not None]
         if memory and any(op[S.MEM_MIB] or op.get(S.MEM_NET_MIB) for op in memory):
@@ -123,17 +126,10 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
         out["kernels"] = {"labels": [terminal(f"{w['name']} ({w['op'] or 'no op'})")
                                      for w in kernels],
                           "series": {"GPU ms": [w["device_us"] / 1e3 for w in kernels]}}
-    roofline = roofline_data((report.get(S.NCU_SECTION) or {}).get("families") or [])
-    if roofline:
-        out["roofline"] = roofline
-    ncu_ops = [op for op in report.get("ops", []) if op.get("ncu")][:8]
-    if ncu_ops:
-        keys = {"SM %": "sm_pct", "memory %": "memory_pct",
-                "achieved occupancy %": "achieved_occupancy_pct", "tensor pipe %": "tensor_pct",
-                "L2 hit %": "l2_hit_pct"}
-        out["ncu"] = {"labels": _labels(ncu_ops),
-                      "series": {label: [op["ncu"].get(k) for op in ncu_ops]
-                                 for label, k in keys.items()}}
+    charts = [chart for view in registered().values() if view.charts
+              for chart in view.charts(report)]
+    if charts:
+        out["pass_charts"] = charts
     return out
 
 
@@ -152,23 +148,6 @@ def ranks_data(dist: dict[str, Any]) -> Optional[dict[str, Any]]:
     return {"labels": [f"rank {r['rank']}" + (" (straggler)" if r["rank"] == marked else "")
                        for r in ranks],
             "series": series, "straggler": [r["rank"] == marked for r in ranks]}
-
-
-def roofline_data(families: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
-    """The roofline chart: each kernel family placed at (FLOP/byte, FLOP/s), and each of
-    their precisions' roofs (the DRAM slope up to the ridge, then the compute peak), all
-    from ncu's own numbers."""
-    placed = [f for f in families if f.get("flop_per_s") and f.get("intensity")][:TOP_CHART]
-    if not placed:
-        return None
-    roofs: dict[str, dict[str, float]] = {}
-    for f in placed:
-        if f.get("flop_peak_per_s") and f.get("dram_peak_bytes_per_s"):
-            roofs.setdefault(str(f["precision"]), {"peak": f["flop_peak_per_s"],
-                                                  "dram": f["dram_peak_bytes_per_s"]})
-    return {"points": [{"label": terminal(f"{f['kernel'][:80]} ({f['precision']})"),
-                        "x": f["intensity"], "y": f["flop_per_s"]} for f in placed],
-            "roofs": [{"label": terminal(f"{name} roof"), **roof} for name, roof in roofs.items()]}
 
 
 def _xy(xs: list[float], ys: list[float]) -> list[dict[str, float]]:
@@ -215,12 +194,12 @@ def _charts(report: dict[str, Any]) -> str:
               "kernels": f"Top kernels: GPU time {span} (ms)",
               "gaps": "Longest GPU idle gaps over the measured window (ms from its start)",
               "memory_curve": "Memory over the measured window (MiB; ms from its start)",
-              "memory": f"Memory per op {span}: gross vs net (MiB)",
-              "ncu": "Nsight Compute per op (% of peak / hit rate)",
-              "roofline": "Roofline: each kernel family at its arithmetic intensity (FLOP/byte "
-                          "of DRAM traffic) and FLOP/s, under its roofs (ncu's own peaks)"}
+              "memory": f"Memory per op {span}: gross vs net (MiB)"}
     boxes = [f"<figure class='chart'><figcaption>{_esc(titles[k])}</figcaption>"
              f"<canvas id='chart-{k}'></canvas></figure>" for k in titles if k in data]
+    boxes += [f"<figure class='chart'><figcaption>{_esc(c['title'])}</figcaption>"
+              f"<canvas id='chart-pass-{_esc(c['id'])}'></canvas></figure>"
+              for c in data.get("pass_charts", [])]
     return f"<section id='charts'>{''.join(boxes)}</section>" if boxes else ""
 
 

@@ -1,8 +1,9 @@
 """merged.json.gz: the run's torch trace with nsbridge's findings on it, for ui.perfetto.dev.
 
-- op slices (``cpu_op``) carry their op's nsys and ncu numbers as args
-  (``nsbridge.nsys``, ``nsbridge.ncu``), and so do the kernels they launched (found by
-  External id, so traces with the newer linking);
+- op slices (``cpu_op``) carry each pass's numbers for their op as args
+  (``nsbridge.nsys``, ``nsbridge.ncu``, ``nsbridge.KEY`` for any pass: the fields its view
+  names, else every scalar), and so do the kernels they launched (found by External id,
+  so traces with the newer linking);
 - a process "nsbridge findings" (pid 2000000000) holds three tracks: the verdict with its evidence (an
   instant at the window's start), the longest GPU idle gaps (slices, with the host op),
   and every blocking sync call in the window (instants);
@@ -23,16 +24,12 @@ import msgspec
 from .. import schema as S
 from ..model.host.syncs import BLOCKING_CALL
 from ..parse._event_columns import fields_as_read, readable_event, readable_events
+from .views import views_by_op_key
 
 PID = 2_000_000_000          # a pid no real process has: nsbridge's own tracks
 TRACKS = {"verdict": 1, "GPU idle gaps": 2, "sync points": 3}
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")   # their blocking calls get marks
 _PER_OP_CATS = ("cpu_op", "kernel")               # they get the op's nsys and ncu numbers
-_OP_FIELDS = {S.NSYS_KEY: ("kernels", "kernel_us", "copies", "copy_us", "launch_latency_us",
-                       "idle_before_us", "sync_us"),
-              S.NCU_KEY: ("launches", "duration_ns", "sm_pct", "memory_pct",
-                      "achieved_occupancy_pct", "tensor_pct", "tensor_path", "l2_hit_pct",
-                      "bound", "occupancy_limiter")}
 
 
 def merge_trace(trace: Any, report: dict[str, Any]) -> dict[str, Any]:
@@ -162,12 +159,19 @@ def _external_id(event: dict[str, Any]) -> Any:
 
 
 def _op_facts(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per op name, each pass's numbers (its ops[] key's scalars, or those its view names)."""
+    views = views_by_op_key()
     facts: dict[str, dict[str, Any]] = {}
     for op in report.get("ops", []):
-        for key, fields in _OP_FIELDS.items():
-            if op.get(key):
-                facts.setdefault(op["name"], {})[f"nsbridge.{key}"] = {
-                    f: op[key].get(f) for f in fields if op[key].get(f) is not None}
+        for key, values in op.items():
+            if key in S.OP_COLUMNS or not isinstance(values, dict) or not values:
+                continue
+            view = views.get(key)
+            fields = view.trace_fields if view and view.trace_fields else tuple(values)
+            kept = {f: values[f] for f in fields if values.get(f) is not None
+                    and not isinstance(values[f], (list, dict))}
+            if kept:
+                facts.setdefault(op["name"], {})[f"nsbridge.{key}"] = kept
         findings = (op.get("ncu") or {}).get("findings")
         if findings:
             facts[op["name"]]["nsbridge.ncu_findings"] = "; ".join(

@@ -8,9 +8,11 @@ from typing import Any, Optional
 from .. import schema as S
 from ..model.nsight.ncu_findings import si
 from .document import IN_FILES, TERMINAL, Items, Section, Table
+from .escape import terminal
 from .views import OpColumn, PassView
 from .wording import cell, count, us_from_ns
 
+TOP_FAMILIES = 15   # kernel families on the roofline chart
 NCU_RANK_HEADER = ["rank", "why this rank", "status", "launches", "per op: µs, SM %, "
                    "occupancy %, tensor %", "ncu report"]
 LAUNCH_HEADER = ["launch", "op", "kernel", "µs", "SM %", "mem %", "occupancy %", "tensor %",
@@ -120,8 +122,60 @@ def rank_rows(ncu: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def ncu_charts(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """report.html's Nsight Compute charts: its per-op percentages, and the roofline."""
+    charts = []
+    ops = [op for op in report.get("ops", []) if op.get(S.NCU_KEY)][:8]
+    if ops:
+        keys = {"SM %": "sm_pct", "memory %": "memory_pct",
+                "achieved occupancy %": "achieved_occupancy_pct", "tensor pipe %": "tensor_pct",
+                "L2 hit %": "l2_hit_pct"}
+        charts.append({"id": "ncu", "kind": "bar",
+                       "title": "Nsight Compute per op (% of peak / hit rate)",
+                       "labels": [terminal(op["name"]) for op in ops],
+                       "series": {label: [op[S.NCU_KEY].get(k) for op in ops]
+                                  for label, k in keys.items()},
+                       "range": {"min": 0, "max": 100}})
+    roofline = roofline_data((report.get(S.NCU_SECTION) or {}).get("families") or [])
+    if roofline:
+        charts.append({"id": "roofline", "kind": "roofline", **roofline,
+                       "title": "Roofline: each kernel family at its arithmetic intensity "
+                                "(FLOP/byte of DRAM traffic) and FLOP/s, under its roofs "
+                                "(ncu's own peaks)"})
+    return charts
+
+
+def roofline_data(families: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """The roofline chart: each kernel family placed at (FLOP/byte, FLOP/s), and each of
+    their precisions' roofs (the DRAM slope up to the ridge, then the compute peak), all
+    from ncu's own numbers."""
+    placed = [f for f in families if f.get("flop_per_s") and f.get("intensity")][:TOP_FAMILIES]
+    if not placed:
+        return None
+    roofs: dict[str, dict[str, float]] = {}
+    for f in placed:
+        if f.get("flop_peak_per_s") and f.get("dram_peak_bytes_per_s"):
+            roofs.setdefault(str(f["precision"]), {"peak": f["flop_peak_per_s"],
+                                                  "dram": f["dram_peak_bytes_per_s"]})
+    return {"points": [{"label": terminal(f"{f['kernel'][:80]} ({f['precision']})"),
+                        "x": f["intensity"], "y": f["flop_per_s"]} for f in placed],
+            "roofs": [{"label": terminal(f"{name} roof"), **roof} for name, roof in roofs.items()]}
+
+
+# ops[].ncu: the pandas dtype of its fixed numbers (its quantities, which the profile
+# names, are float64)
+NCU_OP_DTYPES = {"launches": "Int64", "bound": "str", "occupancy_limiter": "str",
+                 "tensor_path": "str", "precision": "str", "flop_per_s": "float64",
+                 "flop_peak_per_s": "float64", "dram_bytes_per_s": "float64",
+                 "dram_peak_bytes_per_s": "float64", "l2_bytes_per_s": "float64",
+                 "l2_peak_bytes_per_s": "float64", "intensity": "float64", "ridge": "float64",
+                 "roof": "str", "roof_pct": "float64"}
+
 NCU_VIEW = PassView(
     report_key=S.NCU_SECTION, section=ncu_section, op_key=S.NCU_KEY, source="Nsight Compute",
+    frame_dtypes=tuple(NCU_OP_DTYPES.items()), frame_default="float64", charts=ncu_charts,
+    trace_fields=("launches", "duration_ns", "sm_pct", "memory_pct", "achieved_occupancy_pct",
+                  "tensor_pct", "tensor_path", "l2_hit_pct", "bound", "occupancy_limiter"),
     op_columns=(OpColumn("ncu SM %", "sm_pct", "pct"), OpColumn("ncu mem %", "memory_pct", "pct"),
                 OpColumn("ncu occupancy %", "achieved_occupancy_pct", "pct"),
                 OpColumn("ncu tensor %", "tensor_pct", "pct"),

@@ -84,9 +84,20 @@ def rank_rows(t: dict[str, Any]) -> list[list[str]]:
             for r in t.get("ranks") or []]
 
 
+# ops[].nsys (and the timeline's own ops frame): each number's pandas dtype
+NSYS_OP_DTYPES = {"ranges": "Int64", "range_us": "float64", "kernels": "Int64",
+                  "kernel_us": "float64", "copies": "Int64", "copy_us": "float64",
+                  "memsets": "Int64", "memset_us": "float64", "gpu_us": "float64",
+                  "launch_latency_us": "float64", "idle_before_us": "float64",
+                  **{f"copy_bytes_{d}": "Int64" for d in ("htod", "dtoh", "dtod", "other")},
+                  "sync_us": "float64"}
+
 TIMELINE_VIEW = PassView(
     report_key=S.TIMELINE_SECTION, section=timeline_section, op_key=S.NSYS_KEY,
     source="Nsight Systems",
-    op_columns=(OpColumn("nsys kernel ms", "kernel_us", "ms"),
+    op_columns=(OpColumn("nsys kernel ms", "kernel_us", "ms", chart=True),
                 OpColumn("nsys copy ms", "copy_us", "ms"),
-                OpColumn("nsys idle before ms", "idle_before_us", "ms")))
+                OpColumn("nsys idle before ms", "idle_before_us", "ms")),
+    frame_dtypes=tuple(NSYS_OP_DTYPES.items()),
+    trace_fields=("kernels", "kernel_us", "copies", "copy_us", "launch_latency_us",
+                  "idle_before_us", "sync_us"))

@@ -73,27 +73,21 @@
       datasets: sets({"gross MiB": data.memory.gross, "net MiB": data.memory.net}, false)},
       options: {indexAxis: "y"}});
   }
-  if (data.ncu) {
-    chart("chart-ncu", {type: "bar", data: {labels: data.ncu.labels,
-      datasets: sets(data.ncu.series, false)},
-      options: {indexAxis: "y", scales: {x: {min: 0, max: 100}}}});
-  }
-
-  if (data.roofline) {
-    var xs = data.roofline.points.map(function (p) { return p.x; });
+  function roofline(id, r) {
+    var xs = r.points.map(function (p) { return p.x; });
     var lo = Math.min.apply(null, xs) / 10, hi = Math.max.apply(null, xs) * 10;
-    var roofSets = data.roofline.roofs.map(function (r, i) {
-      var ridge = r.peak / r.dram;
-      var line = [{x: Math.min(lo, ridge / 10), y: Math.min(lo, ridge / 10) * r.dram},
-                  {x: ridge, y: r.peak}, {x: Math.max(hi, ridge * 10), y: r.peak}];
-      return {type: "line", label: r.label, data: line, borderColor: palette[(i + 3) % palette.length],
+    var roofSets = r.roofs.map(function (roof, i) {
+      var ridge = roof.peak / roof.dram;
+      var line = [{x: Math.min(lo, ridge / 10), y: Math.min(lo, ridge / 10) * roof.dram},
+                  {x: ridge, y: roof.peak}, {x: Math.max(hi, ridge * 10), y: roof.peak}];
+      return {type: "line", label: roof.label, data: line, borderColor: palette[(i + 3) % palette.length],
               pointRadius: 0, fill: false};
     });
-    var pointSets = data.roofline.points.map(function (p, i) {
+    var pointSets = r.points.map(function (p, i) {
       return {type: "scatter", label: p.label, data: [{x: p.x, y: p.y}],
               backgroundColor: palette[i % palette.length], pointRadius: 6};
     });
-    chart("chart-roofline", {type: "scatter", data: {datasets: roofSets.concat(pointSets)},
+    chart(id, {type: "scatter", data: {datasets: roofSets.concat(pointSets)},
       options: {scales: {x: {type: "logarithmic", title: {display: true, text: "FLOP/byte (DRAM)"}},
                          y: {type: "logarithmic", title: {display: true, text: "FLOP/s"},
                              ticks: {callback: function (v) {
@@ -104,6 +98,16 @@
                                return v;
                              }}}}}});
   }
+
+  // each pass's own charts, as its view declares them (report/views.py)
+  (data.pass_charts || []).forEach(function (c) {
+    var id = "chart-pass-" + c.id;
+    if (c.kind === "roofline") { roofline(id, c); return; }
+    var x = Object.assign({}, c.range || {});
+    if (c.unit) { x.title = {display: true, text: c.unit}; }
+    chart(id, {type: "bar", data: {labels: c.labels, datasets: sets(c.series, false)},
+      options: {indexAxis: "y", scales: {x: x}}});
+  });
 
   function sortable(table) {
     var body = table.tBodies[0];
