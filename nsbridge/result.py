@@ -14,7 +14,7 @@ from . import schema as S
 from .report import frames
 from .report.escape import terminal
 from .report.failure import failure_paragraph
-from .report.wording import shown_verdict
+from .report.head import shown_verdict
 from .run import Run
 
 

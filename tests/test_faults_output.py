@@ -29,7 +29,7 @@ from nsbridge.report.escape import md_code, md_text, terminal
 from nsbridge.report.html import html_page
 from nsbridge.report.markdown import markdown
 from nsbridge.report.terminal import terminal_summary
-from nsbridge.report.wording import machine_line
+from nsbridge.report.head import machine_line
 
 from builders import events, kernel, launch, op
 from conftest import TORCH_DATA, flat, run_nsbridge

@@ -15,7 +15,8 @@ from typing import Any, Callable, Optional
 
 from ..model.comparing.gate_answer import show_ci, show_pct
 from .escape import md_cell, terminal
-from .wording import is_autograd_wrapper, machine_line
+from .head import machine_line
+from .wording import is_autograd_wrapper
 
 HEADER = ["op", "judged on", "A ms/step", "B ms/step", "change", "95% interval",
           "added ms/step (95%)", "status"]

@@ -322,7 +322,7 @@ from .. import schema as S
 from .escape import terminal
 from .timeline_view import NSYS_OP_DTYPES
 from .views import views_by_op_key
-from .wording import shown_verdict, trouble_lines, verdict_title
+from .head import shown_verdict, trouble_lines, verdict_title
 
 # each frame's columns and dtypes, as the module docstring's tables give them
 # (tests/test_load.py checks the two against the frames of real runs)

@@ -20,13 +20,13 @@ from importlib.resources import files
 from typing import Any, Collection, Optional
 
 from .. import schema as S
+from .compose import Head, compose
 from .document import HTML, Items, Section, Table, Text
 from .escape import terminal
 from .kernels_view import top_kernels
-from .sections import sections
 from .views import registered, views_by_op_key
-from .wording import (context_lines, is_number, model_ops, shown_verdict, span_text,
-                      trouble_lines, verdict_headline, verdict_lines, verdict_title)
+from .formats import is_number
+from .wording import model_ops, span_text
 
 TOP_CHART = 15
 PERFETTO = "https://ui.perfetto.dev"
@@ -42,11 +42,13 @@ def html_page(report: dict[str, Any]) -> str:
     trace = files.get("merged_trace") or files.get("trace")
     perfetto = (f" · <code>{e(trace)}</code> (in this folder) opens in "
                 f"<a href='{PERFETTO}'>{PERFETTO}</a>" if trace else "")
-    body = [f"<header><h1>nsbridge {e(report['command'])}: <code>{e(report['target'])}</code>"
-            f"</h1><p>Status: <b>{e(report['status'])}</b>{perfetto}</p></header>"]
-    body += [f"<p class='err'>{e(line)}</p>" for line in trouble_lines(report)]
-    body.append(_summary(report))
-    shown = [s for s in sections(report) if HTML in s.views]
+    composed = compose(report)
+    head = composed.head
+    body = [f"<header><h1>nsbridge {e(head.command)}: <code>{e(head.target)}</code>"
+            f"</h1><p>Status: <b>{e(head.status)}</b>{perfetto}</p></header>"]
+    body += [f"<p class='err'>{e(line)}</p>" for line in head.trouble]
+    body.append(_summary(head))
+    shown = [s for s in composed.sections if HTML in s.views]
     # what to do first, then the charts, then the long tables
     body += [_section(s) for s in shown if s.key in FIRST]
     body.append(_charts(report))
@@ -159,30 +161,27 @@ def _labels(ops: list[dict[str, Any]]) -> list[str]:
     return [terminal(op["name"]) for op in ops]
 
 
-def _summary(report: dict[str, Any]) -> str:
+def _summary(head: Head) -> str:
     """The verdict with its evidence (where the run concludes one; else what was
     recorded), steps, window and machine."""
     e = _esc
-    parts = [f"<p id='{label.lower()}'>{label}: {e(text)}</p>"
-             for label, text in context_lines(report)]
-    verdict = _verdict(report)
+    parts = [f"<p id='{label.lower()}'>{label}: {e(text)}</p>" for label, text in head.context]
+    verdict = _verdict(head)
     if not (verdict or parts):
         return ""
-    head = (f"<section id='verdict' class='card'>{verdict}" if verdict
-            else "<section id='recorded' class='card'><h2>What was recorded</h2>")
-    return head + "".join(parts) + "</section>"
+    top = (f"<section id='verdict' class='card'>{verdict}" if verdict
+           else "<section id='recorded' class='card'><h2>What was recorded</h2>")
+    return top + "".join(parts) + "</section>"
 
 
-def _verdict(report: dict[str, Any]) -> str:
-    verdict = shown_verdict(report)
-    if not verdict:
+def _verdict(head: Head) -> str:
+    if not head.verdict:
         return ""
     e = _esc
     css = {"!": " class='err'", "-": "", "~": "", "?": " class='muted'", ">": " class='muted'"}
-    return (f"<h2>{e(verdict_title(report))}: <span class='verdict'>"
-            f"{e(verdict_headline(verdict, report))}</span></h2><ul>"
-            + "".join(f"<li{css[kind]}>{e(text)}</li>" for kind, text in verdict_lines(verdict))
-            + "</ul>")
+    return (f"<h2>{e(head.verdict[0])}: <span class='verdict'>{e(head.verdict[1])}</span>"
+            "</h2><ul>" + "".join(f"<li{css[kind]}>{e(text)}</li>"
+                                  for kind, text in head.verdict_lines) + "</ul>")
 
 
 def _charts(report: dict[str, Any]) -> str:

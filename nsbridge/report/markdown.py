@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Collection, Optional
 
+from .compose import Head, compose
 from .definitions import markdown_block
 from .document import MARKDOWN, Items, Table, Text
 from .escape import md_cell, md_code, md_text
-from .sections import sections
-from .wording import (context_lines, shown_verdict, trouble_lines, verdict_headline,
-                      verdict_lines, verdict_title)
 
 _MARKS = {"!": "**contended:** ", "-": "", "~": "", "?": "*", ">": ""}
 
@@ -22,8 +20,9 @@ def markdown(report: dict[str, Any], top: int = 10,
     """report.md, sized to paste in a PR comment (about 80 lines): tables cut to ``top``
     rows (a table or list with a ``brief`` to that many), the definitions folded at the
     end, with the name of torch's own ``key_averages`` table file when there is one."""
-    md = _head(report)
-    for section in sections(report, top):
+    composed = compose(report, top)
+    md = _head(composed.head)
+    for section in composed.sections:
         if MARKDOWN not in section.views:
             continue
         body = [md_text(section.lead)] if section.lead else []
@@ -44,18 +43,17 @@ def markdown(report: dict[str, Any], top: int = 10,
     return "\n".join(md) + "\n"
 
 
-def _head(report: dict[str, Any]) -> list[str]:
+def _head(head: Head) -> list[str]:
     """Title, status, error, what a stopped or failed run kept, verdict, steps, machine."""
-    md = [f"# nsbridge {report['command']}: {md_cell(report['target'])}", "",
-          f"Status: **{md_cell(report['status'])}**"]
-    for line in trouble_lines(report):
+    md = [f"# nsbridge {head.command}: {md_cell(head.target)}", "",
+          f"Status: **{md_cell(head.status)}**"]
+    for line in head.trouble:
         md += ["", md_text(line)]
-    verdict = shown_verdict(report)
-    if verdict:
-        md += ["", f"## {verdict_title(report)}: {md_cell(verdict_headline(verdict, report))}", ""]
+    if head.verdict:
+        md += ["", f"## {head.verdict[0]}: {md_cell(head.verdict[1])}", ""]
         md += [f"- {_MARKS[kind]}{md_cell(text)}" + ("*" if kind == "?" else "")
-               for kind, text in verdict_lines(verdict)]
-    for label, text in context_lines(report):
+               for kind, text in head.verdict_lines]
+    for label, text in head.context:
         md += ["", f"{label}: {md_text(text)}"]
     return md
 

@@ -9,7 +9,8 @@ from .. import schema as S
 from ..model.device.memory import HOST_TOTALS
 from .document import Block, Section, Text
 from .views import PassView
-from .wording import fixed, is_autograd_wrapper
+from .formats import fixed
+from .wording import is_autograd_wrapper
 
 GROWTH_MIB = 1.0   # step-end growth above this, in every step, is memory kept across steps
 

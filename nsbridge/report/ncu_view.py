@@ -10,7 +10,7 @@ from ..model.nsight.ncu_findings import si
 from .document import IN_FILES, TERMINAL, Items, Section, Table
 from .escape import terminal
 from .views import OpColumn, PassView
-from .wording import cell, count, us_from_ns
+from .formats import cell, count, us_from_ns
 
 TOP_FAMILIES = 15   # kernel families on the roofline chart
 NCU_RANK_HEADER = ["rank", "why this rank", "status", "launches", "per op: µs, SM %, "

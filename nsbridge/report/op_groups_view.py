@@ -10,7 +10,7 @@ from typing import Any, Optional
 from .. import schema as S
 from .document import HTML, MARKDOWN, TERMINAL, Block, Table, Text
 from .views import PassView
-from .wording import int_text, ms
+from .formats import int_text, ms
 
 TOP_OPS, SHAPES_PER_OP = 2, 2
 

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from .. import schema as S
 from .document import Items, Section, Table
 from .views import PassView
-from .wording import error_text
+from .head import error_text
 
 RANK_HEADER = ["rank", "host", "status", "step ms", "collectives ms/step", "work ms/step",
                "verdict"]

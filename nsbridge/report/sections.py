@@ -26,10 +26,11 @@ from .op_groups_view import OP_GROUPS_VIEW, group_blocks
 from .ranks_view import RANKS_VIEW
 from .tensor_cores_view import TENSOR_CORES_VIEW
 from .timeline_view import TIMELINE_VIEW
+from .formats import cell, count, int_text, mib, ms, ms_or_dash
 from .views import OpColumn, register_view, view_for_key, views_by_op_key
-from .wording import (attribution, cell, count, counted_over, early_line, int_text,
-                      kernel_rate, mib, ms, ms_or_dash, per_step_cell, shown_recommendations,
-                      model_ops, span_text, where)
+from .wording import (attribution, counted_over, early_line, kernel_rate, model_ops,
+                      per_step_cell, shown_recommendations, span_text, where)
+
 
 def sections(report: dict[str, Any], limit: Optional[int] = None) -> list[Section]:
     """Every section the report has, in order; tables of ops, sync points and kernels

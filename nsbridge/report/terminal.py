@@ -8,11 +8,10 @@ from __future__ import annotations
 import textwrap
 from typing import Any, Collection, Optional
 
+from .compose import Head, compose
 from .document import TERMINAL, Items, Table, Text
 from .escape import terminal
-from .sections import sections
-from .wording import (context_lines, is_number, shown_verdict, trouble_lines,
-                      verdict_headline, verdict_lines, verdict_title)
+from .formats import is_number
 
 PERFETTO = "https://ui.perfetto.dev"
 NAME_WIDTH = 44
@@ -23,8 +22,9 @@ WIDTH = 120   # text lines wrap here (tables do not: their names are clipped ins
 
 def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 10) -> str:
     """The summary, tables cut to ``top`` rows (fewer where a block says so)."""
-    lines = _head(report)
-    for section in sections(report, top):
+    composed = compose(report, top)
+    lines = _head(composed.head)
+    for section in composed.sections:
         if TERMINAL not in section.views:
             continue
         title = section.brief_title or section.title
@@ -50,18 +50,16 @@ def wrapped(text: str, indent: str = "", bullet: str = "") -> list[str]:
                          break_on_hyphens=False) or [indent + bullet.rstrip()]
 
 
-def _head(report: dict[str, Any]) -> list[str]:
+def _head(head: Head) -> list[str]:
     """Status, error, what a stopped or failed run kept, the verdict, steps and machine."""
-    lines = wrapped(f"nsbridge {report['command']}: {report['target']}  "
-                    f"[status: {report['status']}]")
-    for line in trouble_lines(report):
+    lines = wrapped(f"nsbridge {head.command}: {head.target}  [status: {head.status}]")
+    for line in head.trouble:
         lines += wrapped(line, "  ")
-    verdict = shown_verdict(report)
-    if verdict:
-        lines += ["", *wrapped(f"{verdict_title(report)}: {verdict_headline(verdict, report)}")]
-        for kind, text in verdict_lines(verdict):
+    if head.verdict:
+        lines += ["", *wrapped(f"{head.verdict[0]}: {head.verdict[1]}")]
+        for kind, text in head.verdict_lines:
             lines += wrapped(text, "  ", f"{kind} ")
-    context = [w for label, text in context_lines(report) for w in wrapped(f"{label}: {text}")]
+    context = [w for label, text in head.context for w in wrapped(f"{label}: {text}")]
     return lines + ([""] + context if context else [])
 
 

@@ -8,7 +8,8 @@ from typing import Any, Optional
 from .. import schema as S
 from .document import Items, Section, Table, without_empty_columns
 from .views import OpColumn, PassView
-from .wording import attribution, gap_host, int_text, ms
+from .formats import int_text, ms
+from .wording import attribution, gap_host
 
 TIMELINE_HEADER = ["op (nsys)", "ranges", "range ms", "kernels", "kernel ms", "copies",
                    "copy ms", "memsets", "launch lat µs", "idle before ms", "sync ms"]

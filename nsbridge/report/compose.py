@@ -1,0 +1,45 @@
+"""The report composed once, for every renderer to format: the head (title, status, what
+went wrong, the verdict with its lines, steps and machine: report.head's sentences) and
+the sections. The terminal, report.md and report.html only lay these out, so
+they cannot disagree on a word."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .document import Section
+from .head import (context_lines, shown_verdict, trouble_lines, verdict_headline,
+                   verdict_lines, verdict_title)
+from .sections import sections
+
+
+@dataclass(frozen=True)
+class Head:
+    """What every view shows above its sections."""
+
+    command: str
+    target: str
+    status: str
+    trouble: list[str]                    # the error, what a stopped or failed run kept
+    verdict: Optional[tuple[str, str]]    # (its title, its headline); None: none shown
+    verdict_lines: list[tuple[str, str]]  # (kind mark, text): evidence, alternatives, ...
+    context: list[tuple[str, str]]        # (label, text): steps, machine, window
+
+
+@dataclass(frozen=True)
+class Composed:
+    head: Head
+    sections: list[Section]
+
+
+def compose(report: dict[str, Any], limit: Optional[int] = None) -> Composed:
+    """The head and every section of ``report``; tables keep at most ``limit`` rows."""
+    verdict = shown_verdict(report)
+    head = Head(command=str(report["command"]), target=str(report["target"]),
+                status=str(report["status"]), trouble=list(trouble_lines(report)),
+                verdict=((verdict_title(report), verdict_headline(verdict, report))
+                         if verdict else None),
+                verdict_lines=list(verdict_lines(verdict)) if verdict else [],
+                context=list(context_lines(report)))
+    return Composed(head, sections(report, limit))
