@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 import nsbridge
-from nsbridge.report.html import chart_data, step_label
+from nsbridge.report.charts import chart_data, step_label
 
 from conftest import EXAMPLES, ROOT
 

@@ -5,9 +5,10 @@ they cannot disagree on a word."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .charts import chart_data, chart_titles
 from .document import Section
 from .head import (context_lines, shown_verdict, trouble_lines, verdict_headline,
                    verdict_lines, verdict_title)
@@ -25,21 +26,34 @@ class Head:
     verdict: Optional[tuple[str, str]]    # (its title, its headline); None: none shown
     verdict_lines: list[tuple[str, str]]  # (kind mark, text): evidence, alternatives, ...
     context: list[tuple[str, str]]        # (label, text): steps, machine, window
+    trace: Optional[str]                  # the trace file that opens in Perfetto, if any
 
 
 @dataclass(frozen=True)
 class Composed:
     head: Head
     sections: list[Section]
+    charts: dict[str, Any] = field(default_factory=dict)        # charts.chart_data
+    chart_titles: dict[str, str] = field(default_factory=dict)  # charts.chart_titles
 
 
-def compose(report: dict[str, Any], limit: Optional[int] = None) -> Composed:
-    """The head and every section of ``report``; tables keep at most ``limit`` rows."""
+def compose(report: dict[str, Any], limit: Optional[int] = None,
+            charts: bool = False) -> Composed:
+    """The head and every section of ``report``; tables keep at most ``limit`` rows;
+    ``charts``: report.html's chart data and titles too."""
     verdict = shown_verdict(report)
     head = Head(command=str(report["command"]), target=str(report["target"]),
                 status=str(report["status"]), trouble=list(trouble_lines(report)),
                 verdict=((verdict_title(report), verdict_headline(verdict, report))
                          if verdict else None),
                 verdict_lines=list(verdict_lines(verdict)) if verdict else [],
-                context=list(context_lines(report)))
-    return Composed(head, sections(report, limit))
+                context=list(context_lines(report)), trace=_trace(report))
+    if not charts:
+        return Composed(head, sections(report, limit))
+    return Composed(head, sections(report, limit), chart_data(report), chart_titles(report))
+
+
+def _trace(report: dict[str, Any]) -> Optional[str]:
+    files = report.get("files") or {}
+    trace = files.get("merged_trace") or files.get("trace")
+    return str(trace) if trace else None

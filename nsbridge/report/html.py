@@ -17,18 +17,12 @@ import json
 import re
 from functools import lru_cache
 from importlib.resources import files
-from typing import Any, Collection, Optional
+from typing import Any, Collection
 
-from .. import schema as S
 from .compose import Head, compose
 from .document import HTML, Items, Section, Table, Text
 from .escape import terminal
-from .kernels_view import top_kernels
-from .views import registered, views_by_op_key
 from .formats import is_number
-from .wording import model_ops, span_text
-
-TOP_CHART = 15
 PERFETTO = "https://ui.perfetto.dev"
 FIRST = ("recommendations",)   # sections drawn before the charts and the op table
 _URL = re.compile(r"https?://[^\s<>\"')]+[^\s<>\"').,;:]")
@@ -38,12 +32,10 @@ def html_page(report: dict[str, Any]) -> str:
     """The whole page: the head, the verdict card, the charts, then every section of
     report/sections.py with all its rows."""
     e = _esc
-    files = report.get("files") or {}
-    trace = files.get("merged_trace") or files.get("trace")
-    perfetto = (f" · <code>{e(trace)}</code> (in this folder) opens in "
-                f"<a href='{PERFETTO}'>{PERFETTO}</a>" if trace else "")
-    composed = compose(report)
+    composed = compose(report, charts=True)
     head = composed.head
+    perfetto = (f" · <code>{e(head.trace)}</code> (in this folder) opens in "
+                f"<a href='{PERFETTO}'>{PERFETTO}</a>" if head.trace else "")
     body = [f"<header><h1>nsbridge {e(head.command)}: <code>{e(head.target)}</code>"
             f"</h1><p>Status: <b>{e(head.status)}</b>{perfetto}</p></header>"]
     body += [f"<p class='err'>{e(line)}</p>" for line in head.trouble]
@@ -51,114 +43,17 @@ def html_page(report: dict[str, Any]) -> str:
     shown = [s for s in composed.sections if HTML in s.views]
     # what to do first, then the charts, then the long tables
     body += [_section(s) for s in shown if s.key in FIRST]
-    body.append(_charts(report))
+    body.append(_charts(composed.charts, composed.chart_titles))
     body += [_section(s) for s in shown if s.key not in FIRST]
-    data = json.dumps(chart_data(report)).replace("<", "\\u003c").replace(
+    data = json.dumps(composed.charts).replace("<", "\\u003c").replace(
         ">", "\\u003e").replace("&", "\\u0026")
     return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>nsbridge {e(report['command'])}: {e(report['target'])}</title>"
+            f"<title>nsbridge {e(head.command)}: {e(head.target)}</title>"
             f"<style>{_asset('report.css')}</style></head><body>{''.join(body)}"
             f"<script type='application/json' id='nsbridge-data'>{data}</script>"
             f"<script>{_asset('chart.umd.min.js')}</script><script>{_asset('report.js')}</script>"
             "</body></html>\n")
-
-
-def step_label(step: dict[str, Any]) -> str:
-    """A step's bar label: 'step 3', 'run 2 step 3', or 'whole window' (no steps)."""
-    name = "whole window" if step["step"] is None else f"step {step['step']}"
-    return f"run {step['run']} {name}" if "run" in step else name
-
-
-def chart_data(report: dict[str, Any]) -> dict[str, Any]:
-    """What the charts draw (only what the report has)."""
-    out: dict[str, Any] = {}
-    ranks = ranks_data(report.get(S.DISTRIBUTED_SECTION) or {})
-    if ranks:
-        out["ranks"] = ranks
-    per_step = (report.get("steps") or {}).get("per_step") or []
-    if per_step:
-        out["steps"] = {"labels": [step_label(s) for s in per_step],
-                        "phases": {p[:-3]: [s[p] for s in per_step] for p in
-                                   ("data_ms", "forward_ms", "backward_ms", "optimizer_ms",
-                                    "other_ms")}}
-    ops = [op for op in model_ops(report.get("ops", []))          # as the op table
-           if op.get(S.CPU_SELF_US) is not None][:TOP_CHART]
-    if ops:
-        series = {"torch.profiler self CPU ms": [op[S.CPU_SELF_US] / 1e3 for op in ops]}
-        if report.get("device"):
-            series["torch.profiler self device ms"] = [(op[S.DEVICE_SELF_US] or 0) / 1e3
-                                                      for op in ops]
-        for key, view in views_by_op_key().items():   # each pass's own time columns
-            for column in (c for c in view.op_columns if c.chart):
-                values = [(op.get(key) or {}).get(column.key) for op in ops]
-                if any(v is not None for v in values):
-                    series[column.header] = [(v or 0) / 1e3 for v in values]
-        out["ops"] = {"labels": _labels(ops), "series": series}
-        memory = [op for op in ops if op.get(S.MEM_MIB) is not None]
-        if memory and any(op[S.MEM_MIB] or op.get(S.MEM_NET_MIB) for op in memory):
-            out["memory"] = {"labels": _labels(memory),
-                             "gross": [op[S.MEM_MIB] for op in memory],
-                             "net": [op.get(S.MEM_NET_MIB) for op in memory]}
-    curve = (report.get(S.MEMORY_SECTION) or {})
-    if curve.get("points"):
-        points = curve["points"]
-        out["memory_curve"] = {
-            "allocated": _xy(points["t_ms"], points["allocated_mib"]),
-            "reserved": _xy(points["t_ms"], points["reserved_mib"])
-            if points.get("reserved_mib") else None,
-            "peak": {"x": curve["peak_at_ms"], "y": curve["peak_mib"],
-                     "label": terminal(f"peak {curve['peak_mib']:.1f} MiB"
-                                       + (f" in {curve['peak_ops'][-1]}"
-                                          if curve.get("peak_ops") else ""))},
-            "device": curve["device"] + (", since the window's start" if curve["relative"]
-                                         else "")}
-    device = report.get("device")
-    if device and device.get("idle_gaps"):
-        steps = report.get("steps") or {}
-        window = (steps.get("mean") or {}).get("wall_ms", 0) * (steps.get("count") or 0)
-        out["gaps"] = {"window_ms": window, "busy_pct": device["busy_pct"],
-                       "labels": [terminal(f"{g['dur_us'] / 1e3:.2f} ms idle, host in "
-                                           f"{g['host_op'] or 'Python between ops'}")
-                                  for g in device["idle_gaps"]],
-                       "spans": [[g["start_us"] / 1e3, (g["start_us"] + g["dur_us"]) / 1e3]
-                                 for g in device["idle_gaps"]]}
-    kernels = top_kernels(report)
-    if kernels:
-        out["kernels"] = {"labels": [terminal(f"{w['name']} ({w['op'] or 'no op'})")
-                                     for w in kernels],
-                          "series": {"GPU ms": [w["device_us"] / 1e3 for w in kernels]}}
-    charts = [chart for view in registered().values() if view.charts
-              for chart in view.charts(report)]
-    if charts:
-        out["pass_charts"] = charts
-    return out
-
-
-def ranks_data(dist: dict[str, Any]) -> Optional[dict[str, Any]]:
-    """Per rank, its median step split into compute, collectives (exposed and overlapped)
-    and GPU idle (model.ranks.cross_rank.step_breakdown); the straggler marked."""
-    ranks = [r for r in dist.get("ranks") or [] if r.get("breakdown_ms")]
-    if len(ranks) < 2:
-        return None
-    straggler = dist.get("straggler") or {}
-    marked = straggler.get("rank") if straggler.get("verdict") == "straggler" else None
-    parts = {"compute": "compute", "overlap": "collectives overlapped with compute",
-             "communication": "collectives (exposed)", "idle": "GPU idle"}
-    series = {label: [r["breakdown_ms"].get(key) for r in ranks] for key, label in parts.items()
-              if any(r["breakdown_ms"].get(key) is not None for r in ranks)}
-    return {"labels": [f"rank {r['rank']}" + (" (straggler)" if r["rank"] == marked else "")
-                       for r in ranks],
-            "series": series, "straggler": [r["rank"] == marked for r in ranks]}
-
-
-def _xy(xs: list[float], ys: list[float]) -> list[dict[str, float]]:
-    return [{"x": x, "y": y} for x, y in zip(xs, ys)]
-
-
-def _labels(ops: list[dict[str, Any]]) -> list[str]:
-    """Op names for the charts, control characters shown as escapes."""
-    return [terminal(op["name"]) for op in ops]
 
 
 def _summary(head: Head) -> str:
@@ -184,16 +79,7 @@ def _verdict(head: Head) -> str:
                                   for kind, text in head.verdict_lines) + "</ul>")
 
 
-def _charts(report: dict[str, Any]) -> str:
-    data = chart_data(report)
-    span = span_text(report)
-    titles = {"ranks": "Ranks: median step split into compute, collectives and GPU idle (ms)",
-              "steps": "Step time per measured step, by phase (ms)",
-              "ops": f"Top ops: time {span} by source (ms)",
-              "kernels": f"Top kernels: GPU time {span} (ms)",
-              "gaps": "Longest GPU idle gaps over the measured window (ms from its start)",
-              "memory_curve": "Memory over the measured window (MiB; ms from its start)",
-              "memory": f"Memory per op {span}: gross vs net (MiB)"}
+def _charts(data: dict[str, Any], titles: dict[str, str]) -> str:
     boxes = [f"<figure class='chart'><figcaption>{_esc(titles[k])}</figcaption>"
              f"<canvas id='chart-{k}'></canvas></figure>" for k in titles if k in data]
     boxes += [f"<figure class='chart'><figcaption>{_esc(c['title'])}</figcaption>"

@@ -32,8 +32,7 @@ def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 
         for block in section.shown_in(TERMINAL):
             lines += _block(block)
     if run_dir:
-        files = report.get("files") or {}
-        trace = files.get("merged_trace") or files.get("trace")
+        trace = composed.head.trace
         # one line, never wrapped: scripts and people copy the path from it
         lines += ["", terminal(f"Run directory: {run_dir}  (report.md, report.html"
                                + (f", {trace} opens in {PERFETTO}" if trace else "") + ")")]
