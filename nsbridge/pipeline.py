@@ -22,7 +22,7 @@ from __future__ import annotations
 import gzip
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 from . import schema as S
 from .errors import NsbridgeError
@@ -61,12 +61,14 @@ class Checked(Protocol):
     the commands before a run directory exists (``preflight``), so a missing ncu or GPU
     fails before the script runs, not after."""
 
-    def check(self) -> None:
-        """Raise the tool's or the device's own error (ToolNotFoundError, DeepError)."""
+    def check(self, run: Optional[Run]) -> None:
+        """Raise the tool's or the device's own error (ToolNotFoundError, DeepError);
+        ``run``: the run it will join, when there is one yet (what it asks of the run, such
+        as op names, is checked first: a typo is told before a missing GPU)."""
         ...
 
 
-def preflight(passes: Sequence[Any]) -> None:
+def preflight(passes: Sequence[Any], run: Optional[Run] = None) -> None:
     """Every pass's ``check`` (Checked), in order: the first failure raises.
 
     Raises:
@@ -74,7 +76,7 @@ def preflight(passes: Sequence[Any]) -> None:
     """
     for step in passes:
         if hasattr(step, "check"):
-            step.check()
+            step.check(run)
 
 
 class Skippable(Protocol):
@@ -120,7 +122,7 @@ def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
     planned, why = 0, None
     try:
         try:
-            preflight(passes)
+            preflight(passes, run)
         except BaseException as exc:
             why = f"a pass cannot start here: {exc}"
             if isinstance(exc, NsbridgeError):

@@ -13,6 +13,9 @@ import pytest
 import nsbridge
 from nsbridge.errors import RunDirError
 from nsbridge.model.ranks.cross_rank import tool_rank_row
+from nsbridge.passes.ncu_pass import DeepOnRanks
+from nsbridge.passes.nsys_pass import TimelineOnRanks
+from nsbridge.profiles import load_profile
 from nsbridge.report import frames
 from nsbridge.report.frames import summary_html
 from nsbridge.result import FRAMES, RunResult
@@ -236,11 +239,13 @@ def ranks_report(run: RunResult) -> dict[str, Any]:
     report = run.report
     op_columns = {op["name"]: op["ncu"] for op in report["ops"] if op.get("ncu")}
     rows: dict[str, list[dict[str, Any]]] = {"timeline": [], "ncu": []}
-    for kind, tool in (("timeline", "nsys"), ("ncu", "ncu")):
+    for kind, share in (("timeline", TimelineOnRanks()),
+                        ("ncu", DeepOnRanks(load_profile("deep").deep))):
         out = {"status": "ok", "error": None, "manifest": {"wall_s": 12.5},
                "section": (kind, report[kind]), "op_columns": op_columns, "files": {}}
         for rank, answer in ((0, out), (1, None)):
-            rows[kind].append(tool_rank_row(kind, tool, rank, answer, reason="median",
+            rows[kind].append(tool_rank_row(share.tool, rank, answer,
+                                            numbers=share.rank_numbers, reason="median",
                                             host="node-a", folder=f"rank-{rank:02d}",
                                             missing="it never wrote one"))
     return {"timeline": {"ranks": rows["timeline"]}, "ncu": {"ranks": rows["ncu"]}}

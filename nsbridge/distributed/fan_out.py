@@ -118,7 +118,7 @@ class OnRanks:
     def name(self) -> str:
         return self.share.tool
 
-    def check(self) -> None:
+    def check(self, run: Optional[Run]) -> None:
         """The tool on this process, before anything runs."""
         self.share.check_tool(self.environ)
 

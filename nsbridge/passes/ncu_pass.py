@@ -69,27 +69,28 @@ class DeepPass:
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     name: str = "ncu"
 
-    def check(self) -> None:
-        """A GPU and ncu, before anything runs.
+    def check(self, run: Optional[Run]) -> None:
+        """The ops asked for (in ``run``, when there is one yet), a GPU and ncu, before
+        anything runs.
 
         Raises:
-            DeepError (no GPU), ToolNotFoundError (no ncu).
+            DeepError (an op the run does not have, no GPU), ToolNotFoundError (no ncu).
         """
+        if run is not None and self.kernels:
+            check_ops(self.kernels, run.op_names)
         require_gpu(self.environ)
         find_ncu(self.environ)
 
     def plan(self, run: Run) -> tuple[dict[str, Any], Script]:
-        """(the plan, the script): the ops checked, the launches chosen.
+        """(the plan, the script): the launches chosen (``check`` checked the ops).
 
         Raises:
-            DeepError, ScriptError: an op the run does not have, no script.
+            DeepError, ScriptError: no op to profile, no script.
         """
         if run.manifest.get("command") == "analyze" and self.script is None:
             raise DeepError(f"The run {run.dir} was made by `analyze` and has no script to "
                             "run under ncu. Give the script: nsbridge deep --kernel OP "
                             "script.py.")
-        if self.kernels:
-            check_ops(self.kernels, run.op_names)
         top = self.deep.top if not self.kernels and self.top is None else self.top
         the_plan = plan_for_run(run.report, run.manifest, self.deep, kernels=self.kernels,
                                 top=top)

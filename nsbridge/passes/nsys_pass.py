@@ -33,7 +33,7 @@ class TimelinePass:
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     name: str = "nsys"
 
-    def check(self) -> None:
+    def check(self, run: Optional[Run]) -> None:
         """nsys, before anything runs (ToolNotFoundError says how to install it)."""
         find_nsys(self.environ)
 
