@@ -107,7 +107,8 @@ class Given:
 
 
 def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
-    """Each pass's tools and devices checked (``preflight``), then each pass in turn on
+    """On an earlier run, each pass's tools and devices checked (``preflight``; a command
+    checks them before it makes a new run), then each pass in turn on
     ``run``: planned from the run so far, then run; after one
     whose script failed (a non-zero exit code) or that raised, the rest are skipped, and a
     pass that could not be planned is too (a pass with a ``skip`` method, Skippable, hears
@@ -121,8 +122,9 @@ def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
     """
     planned, why = 0, None
     try:
-        try:
-            preflight(passes, run)
+        try:   # a new run was checked before it was made; an earlier one is checked here
+            if run.manifest["passes"]:
+                preflight(passes, run)
         except BaseException as exc:
             why = f"a pass cannot start here: {exc}"
             if isinstance(exc, NsbridgeError):

@@ -117,3 +117,13 @@ def test_merging_leaves_the_decoded_trace_as_it_was() -> None:
     repaired = annotated[-1]
     assert repaired["ts"] == 5.0 and isinstance(repaired["ts"], float) and repaired["dur"] == 0.0
     assert sum(1 for e in merged if "nsbridge.sync" in (e.get("args") or {})) > 0
+
+
+def test_an_op_with_ncu_findings_but_no_numbers_keeps_its_findings() -> None:
+    """Regression: findings of an op whose ncu numbers were all missing raised KeyError."""
+    trace = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1,
+                              "ts": 0, "dur": 5, "args": {"External id": 7}}]}
+    report = {"ops": [{"name": "a", "ncu": {"sm_pct": None, "findings": [
+        {"title": "t", "detail": "d"}]}}]}
+    slice_ = merge_trace(trace, report)["traceEvents"][0]
+    assert slice_["args"]["nsbridge.ncu_findings"] == "t: d"

@@ -265,3 +265,18 @@ def test_a_pass_that_cannot_start_on_an_earlier_run_leaves_a_note(tmp_path: Path
     report = nsbridge.load(tmp_path / "run").report
     assert report["ops"] == ops
     assert report["notes"][-1].startswith("no pass ran: NSBRIDGE_NSYS=")
+
+
+def test_deep_with_a_script_profiles_the_named_op_after_triaging_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: `deep --kernel OP script.py` checked OP against the new, empty run
+    before the triage had found any op, and always failed."""
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    monkeypatch.setattr(api, "TorchProfilerPass", RecordedTorchPass)
+    op = next(o["name"] for o in analyze_traces([H200], load_profile(), str(H200)).core["ops"]
+              if o.get("device_self_us"))
+    result = nsbridge.deep(str(script), kernels=[op], out=tmp_path / "run", cwd=tmp_path,
+                           environ=fake_ncu_env(tmp_path))
+    assert [p["name"] for p in result.manifest["passes"]] == ["torch.profiler", "ncu"]
+    assert (tmp_path / "run" / "deep.ncu-rep").is_file()

@@ -9,6 +9,7 @@ from typing import Any, Optional
 from .. import schema as S
 from .escape import terminal
 from .kernels_view import top_kernels
+from .memory_view import level_text
 from .views import registered, views_by_op_key
 from .wording import model_ops, span_text
 
@@ -59,7 +60,7 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
             "reserved": _xy(points["t_ms"], points["reserved_mib"])
             if points.get("reserved_mib") else None,
             "peak": {"x": curve["peak_at_ms"], "y": curve["peak_mib"],
-                     "label": terminal(f"peak {curve['peak_mib']:.1f} MiB"
+                     "label": terminal(f"peak {level_text(curve, curve['peak_mib'])} MiB"
                                        + (f" in {curve['peak_ops'][-1]}"
                                           if curve.get("peak_ops") else ""))},
             "device": curve["device"] + (", since the window's start" if curve["relative"]

@@ -17,20 +17,20 @@ GROWTH_MIB = 1.0   # step-end growth above this, in every step, is memory kept a
 
 def memory_line(memory: dict[str, Any]) -> str:
     """One sentence: the peak (with its step and ops), the start and end levels."""
-    level = "since the window start" if memory["relative"] else "allocated"
+    level = "since the window's start" if memory["relative"] else "allocated"
     where = f" in step {memory['peak_step']}" if memory.get("peak_step") is not None else ""
     ops = [op for op in memory.get("peak_ops") or [] if not is_autograd_wrapper(op)]
     inside = f", inside {' › '.join(ops[-2:])}" if ops else ""
     reserved = (f"; reserved peak {fixed(memory['reserved_peak_mib'], 1)} MiB"
                 if memory.get("reserved_peak_mib") is not None else "")
-    levels = (f"{_level(memory, memory['end_mib'])} MiB at its end" if memory["relative"]
+    levels = (f"{level_text(memory, memory['end_mib'])} MiB at its end" if memory["relative"]
               else f"{fixed(memory['start_mib'], 1)} MiB at the window's start, "
                    f"{fixed(memory['end_mib'], 1)} MiB at its end")
-    return (f"peak {_level(memory, memory['peak_mib'])} MiB {level} on {memory['device']} at "
+    return (f"peak {level_text(memory, memory['peak_mib'])} MiB {level} on {memory['device']} at "
             f"{fixed(memory['peak_at_ms'], 1)} ms{where}{inside}; {levels}{reserved}")
 
 
-def _level(memory: dict[str, Any], mib: float) -> str:
+def level_text(memory: dict[str, Any], mib: float) -> str:
     """A level as shown: signed where it is a change since the window's start."""
     text = fixed(mib, 1)
     return f"+{text}" if memory["relative"] and not text.startswith("-") else text
@@ -44,12 +44,12 @@ def growth_line(memory: dict[str, Any]) -> Optional[str]:
     rises = [b - a for a, b in zip(ends, ends[1:])]
     if all(r > GROWTH_MIB for r in rises):
         return (f"Memory held at the end of each step grows by {sum(rises) / len(rises):.1f} "
-                f"MiB per step ({', '.join(_level(memory, e) for e in ends)} MiB): something keeps "
+                f"MiB per step ({', '.join(level_text(memory, e) for e in ends)} MiB): something keeps "
                 "tensors across steps (a loss history without .item() or .detach(), a cache, "
                 "growing buffers); at this rate the run ends out of memory")
     since = " since the window's start" if memory["relative"] else ""
     return (f"Memory held at the end of each step: "
-            f"{', '.join(_level(memory, e) for e in ends)} MiB{since} "
+            f"{', '.join(level_text(memory, e) for e in ends)} MiB{since} "
             "(no growth across the measured steps)")
 
 

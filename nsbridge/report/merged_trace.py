@@ -174,7 +174,7 @@ def _op_facts(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 facts.setdefault(op["name"], {})[f"nsbridge.{key}"] = kept
         findings = (op.get("ncu") or {}).get("findings")
         if findings:
-            facts[op["name"]]["nsbridge.ncu_findings"] = "; ".join(
+            facts.setdefault(op["name"], {})["nsbridge.ncu_findings"] = "; ".join(
                 f"{f['title']}: {f['detail']}" for f in findings)
     return facts
 

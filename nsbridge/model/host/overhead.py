@@ -55,12 +55,15 @@ def profiler_overhead(child_steps: list[dict[str, Any]],
         result["kind"] = "faster"
         result["note"] = (f"measured steps ran faster than unprofiled ones ({span}): the "
                           "machine's speed changed during the run (other load, clocks, caches), "
-                          "so the profiler's overhead cannot be read off this run")
+                          "so the profiler's overhead cannot be read off this run; run "
+                          "again on a quieter machine, or with more steps")
     else:
         bound = 100 * max(1.0 - low, high - 1.0)
         result["kind"] = "not-measurable"
         result["note"] = (f"the profiler's overhead is not measurable within ±{bound:.0f}%: "
-                          f"measured steps took {span}")
+                          f"measured steps took {span}; more steps narrow it (a script that "
+                          "runs more steps after the window, or schedule.active in a "
+                          "profile)")
     return result
 
 
