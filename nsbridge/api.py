@@ -220,9 +220,8 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
         matched), ToolNotFoundError (no ncu), ToolFailedError (ncu failed; log kept),
         RunDirError, ScriptError, LaunchError (a script given under a launcher).
     """
-    deep_prof = _profile(profile).deep
-    if not kernels and top is None:
-        top = deep_prof.top
+    prof = _profile(profile)
+    deep_prof = prof.deep
     if run is None and target is not None:
         if detect_rank(environ) is not None:
             raise LaunchError("Under a launcher, triage and deep run together: nsbridge triage "
@@ -239,9 +238,9 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
     if _is_ranked(the_run) and the_run.manifest.get("command") != "analyze":
         from .distributed.fan_out import on_ranks
 
-        share = DeepOnRanks(_profile(profile).deep, kernels=kernels, top=top, ranks=ranks,
+        share = DeepOnRanks(deep_prof, kernels=kernels, top=top, ranks=ranks,
                             timeout=timeout, on_plan=on_plan)
-        return on_ranks(share, the_run, profile_source=_profile(profile).source,
+        return on_ranks(share, the_run, profile_source=prof.source,
                         timeout=timeout, environ=environ)
     return _result(run_passes(the_run, [DeepPass(deep_prof, kernels=kernels, top=top,
                                                  timeout=timeout, on_plan=on_plan,

@@ -122,14 +122,16 @@ def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
     """
     planned, why = 0, None
     try:
-        try:   # a new run was checked before it was made; an earlier one is checked here
-            if run.manifest["passes"]:
-                preflight(passes, run)
-        except BaseException as exc:
-            why = f"a pass cannot start here: {exc}"
-            if isinstance(exc, NsbridgeError):
-                run.report["notes"].append(f"no pass ran: {exc}")
-            raise
+        # a new run was checked before it was made; an earlier one is checked here
+        for step in passes if run.manifest["passes"] else ():
+            try:
+                if hasattr(step, "check"):
+                    step.check(run)
+            except BaseException as exc:
+                why = f"the {step.name} pass cannot start here: {exc}"
+                if isinstance(exc, NsbridgeError):
+                    run.report["notes"].append(f"the {step.name} pass did not run: {exc}")
+                raise
         for step in passes:
             try:
                 plan = step.plan(run)

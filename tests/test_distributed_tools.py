@@ -317,7 +317,7 @@ def test_communication_op_refused_and_the_other_rank_is_told(ranked_run: Path, t
                 cwd=tmp_path, env=fake_ncu, launcher=True)
     assert proc.returncode != 0
     assert "communication ops' kernels (NCCL) wait for every other rank" in proc.stderr
-    assert ("rank 1: no deep pass: rank 0: the ncu pass could not be planned: "
+    assert ("rank 1: no deep pass: rank 0: the ncu pass cannot start here: "
             "c10d::allreduce_") in proc.stderr
     assert not (run / "ranks-next.json").exists()
     # as on one process: the run keeps all it had, with a note of the pass that did not run
@@ -384,3 +384,14 @@ def test_a_ranked_triage_with_nsys_and_deep_is_one_pipeline_writing_each_file_on
     assert [r["rank"] for r in run.report["timeline"]["ranks"]] == [0, 1]
     assert any(n.startswith("the ncu pass did not run: No op of the run has kernels")
                for n in run.report["notes"])
+
+
+@pytest.mark.slow
+def test_an_op_the_ranked_run_lacks_is_told_before_a_missing_gpu(ranked_run: Path,
+                                                                  tmp_path: Path) -> None:
+    """As on one process: the typo first (with what was meant), not "no GPU"."""
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable)}      # no GPU, no ncu
+    proc = _run(["deep", "--run", str(ranked_run), "--kernel", "aten::reluu"], cwd=tmp_path,
+                env=env)
+    assert proc.returncode != 0
+    assert "The run has no op 'aten::reluu' (did you mean 'aten::relu'" in proc.stderr

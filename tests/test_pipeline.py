@@ -264,7 +264,7 @@ def test_a_pass_that_cannot_start_on_an_earlier_run_leaves_a_note(tmp_path: Path
                           environ=environ)
     report = nsbridge.load(tmp_path / "run").report
     assert report["ops"] == ops
-    assert report["notes"][-1].startswith("no pass ran: NSBRIDGE_NSYS=")
+    assert report["notes"][-1].startswith("the nsys pass did not run: NSBRIDGE_NSYS=")
 
 
 def test_deep_with_a_script_profiles_the_named_op_after_triaging_it(

@@ -55,7 +55,6 @@ _STARTED = time.time()   # rank 0's words older than this (less WORD_SLACK_S) ar
 WORD_SLACK_S = 300.0     # start skew between ranks, and coarse file times on shared disks
 
 
-
 class RankShare(Protocol):
     """How a tool pass runs on a job's ranks (passes.nsys_pass.TimelineOnRanks, ...)."""
 
@@ -77,7 +76,7 @@ class RankShare(Protocol):
 
     def plan_ranks(self, run: Run) -> RankPlan: ...
 
-    def check_tool(self, environ: Mapping[str, str]) -> None: ...
+    def check(self, run: Optional[Run], environ: Mapping[str, str]) -> None: ...
 
     def rank_numbers(self, section: dict[str, Any], output: dict[str, Any],
                      folder: str) -> dict[str, Any]: ...
@@ -119,8 +118,8 @@ class OnRanks:
         return self.share.tool
 
     def check(self, run: Optional[Run]) -> None:
-        """The tool on this process, before anything runs."""
-        self.share.check_tool(self.environ)
+        """What the share asks of the run, then its tool on this process."""
+        self.share.check(run, self.environ)
 
     def plan(self, run: Run) -> tuple[dict[str, Any], RankPlan]:
         """The ranks planned (when that fails, the pipeline calls ``skip``)."""

@@ -91,9 +91,8 @@ class DeepPass:
             raise DeepError(f"The run {run.dir} was made by `analyze` and has no script to "
                             "run under ncu. Give the script: nsbridge deep --kernel OP "
                             "script.py.")
-        top = self.deep.top if not self.kernels and self.top is None else self.top
         the_plan = plan_for_run(run.report, run.manifest, self.deep, kernels=self.kernels,
-                                top=top)
+                                top=self.top)
         if self.on_plan is not None:
             self.on_plan(describe(the_plan))
         return the_plan, self.script or run.script()
@@ -147,13 +146,10 @@ class DeepOnRanks:
         """Rank 0, before any rank runs it; the plan is told through ``on_plan``.
 
         Raises:
-            DeepError: a communication op, an op the run does not have, a rank it lacks.
+            DeepError: nothing to profile, a rank the job lacks.
         """
         report = run.report
         dist = report[S.DISTRIBUTED_SECTION]
-        refuse_communication_ops(self.kernels)
-        if self.kernels:
-            check_ops(self.kernels, run.op_names)
         compute_ops = [op for op in report.get("ops", [])
                        if not COMMUNICATION_OP.search(op["name"])]
         plan = plan_for_run(report, run.manifest, self.deep, kernels=self.kernels,
@@ -174,6 +170,18 @@ class DeepOnRanks:
                         shown=shown, timeout=self.timeout or self.deep.timeout_s,
                         extra={"plan": plan, "op_shapes": op_shapes(report),
                                "verdict": (report.get("verdict") or {}).get("label")})
+
+    def check(self, run: Optional[Run], environ: Mapping[str, str]) -> None:
+        """On rank 0 before anything runs: no communication op and, given the run, only
+        ops it has; then the GPU and ncu, in their own words.
+
+        Raises:
+            DeepError (a communication op, an op the run lacks, no GPU), ToolNotFoundError.
+        """
+        refuse_communication_ops(self.kernels)
+        if run is not None and self.kernels:
+            check_ops(self.kernels, run.op_names)
+        self.check_tool(environ)
 
     @staticmethod
     def check_tool(environ: Mapping[str, str]) -> None:

@@ -95,6 +95,10 @@ class TimelineOnRanks:
                                               for r in ranks},
                         shown=dist.get("shown_rank"), timeout=self.timeout)
 
+    def check(self, run: Optional[Run], environ: Mapping[str, str]) -> None:
+        """On rank 0 before anything runs: nsys's own error when it is missing."""
+        self.check_tool(environ)
+
     @staticmethod
     def check_tool(environ: Mapping[str, str]) -> None:
         """On a chosen rank, before its script runs: nsys's own error when it is missing."""

@@ -121,13 +121,16 @@ def plan_for_run(report: dict[str, Any], manifest: dict[str, Any], deep: Any, *,
                  kernels: Sequence[str] = (), top: Optional[int] = None,
                  candidates: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
     """The deep pass's plan for a run (its report and manifest): the chosen ops (from
-    ``candidates``, default every op) and their launches, timed by the torch.profiler pass.
-    One planner for one process and for the ranks of a job.
+    ``candidates``, default every op: ``kernels``, else the ``top`` ones, by default the
+    deep profile's top) and their launches, timed by the torch.profiler pass. One planner
+    for one process and for the ranks of a job.
 
     Raises:
         DeepError: nothing to profile (see choose).
     """
     ops = report.get("ops", [])
+    if not kernels and top is None:
+        top = deep.top
     chosen = choose(ops if candidates is None else candidates, kernels=kernels, top=top,
                     min_kernel_us=deep.min_kernel_us)
     torch_pass: dict[str, Any] = next((p for p in manifest.get("passes", [])
