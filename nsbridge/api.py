@@ -33,7 +33,7 @@ from .job.identity import detect as detect_rank
 from .job.summary import read_summaries
 from .rundir import DEFAULT_BASE, check_new_out, read_run
 from .script_check import check_script
-from .run import Run, Script
+from .run import Run, Script, is_ranked
 
 __all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "gate", "rejudge",
            "load", "doctor"]
@@ -99,15 +99,14 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     if runs > 1 and (nproc_per_node or rank is not None):
         raise LaunchError("--runs pools several processes of a one-process script; a job of "
                           "several ranks already measures each rank: leave --runs off.")
+    script = Script(target=target, args=list(args), module=module, cwd=workdir)
     if nproc_per_node or rank is not None:
         launcher = {"nproc_per_node": nproc_per_node, "nnodes": nnodes,
                     "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint}
-        return _triage_job(Script(target=target, args=list(args), module=module, cwd=workdir),
-                           prof, out=out, timeout=timeout, rank=rank, launcher=launcher,
-                           ranks=ranks, nsys=nsys, deep_top=deep_top,
+        return _triage_job(script, prof, out=out, timeout=timeout, rank=rank,
+                           launcher=launcher, ranks=ranks, nsys=nsys, deep_top=deep_top,
                            deep_profile=_profile(deep_profile), deep_ranks=deep_ranks,
                            on_plan=on_plan, source=source, environ=environ)
-    script = Script(target=target, args=list(args), module=module, cwd=workdir)
     passes: list[Pass] = [TorchProfilerPass(script, prof, timeout=timeout, environ=environ,
                                             runs=runs, window=window, threads=threads)]
     if nsys:
@@ -131,7 +130,7 @@ def _triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Pa
     launches the ranks with ``launcher``'s torch.distributed.run options); a rank other
     than 0 runs its share of each."""
     from .distributed.fan_out import OnRanks
-    from .distributed.launch import check_one_node, launcher_argv
+    from .distributed.launch import check_one_node, launcher_argv, one_node
     from .distributed.triage import RankedTorchPass, follow_triage, job_run
 
     nproc, nnodes = launcher["nproc_per_node"], launcher["nnodes"]
@@ -139,7 +138,7 @@ def _triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Pa
     if argv and (nsys or deep_top is not None):
         check_one_node(argv)
     world = rank.world_size if rank is not None else nproc
-    if deep_ranks and max(deep_ranks) >= (world or 0) and str(nnodes or "1") == "1":
+    if deep_ranks and max(deep_ranks) >= (world or 0) and one_node(nnodes):
         raise DeepError(f"--deep-ranks {','.join(map(str, deep_ranks))}: the job has "
                         f"ranks 0 to {(world or 1) - 1}.")
     shares: list[tuple[Any, Profile]] = []
@@ -158,11 +157,10 @@ def _triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Pa
                              environ=environ)
     run = job_run(target=s.target, args=s.args, module=s.module, profile=profile, out=out,
                   cwd=s.cwd, label=label, launcher=argv, environ=environ, source=source)
-    one_node = str(nnodes or "1").split(":")[-1] == "1"
     passes: list[Pass] = [RankedTorchPass(
         target=s.target, args=s.args, module=s.module, profile=profile, cwd=s.cwd,
         timeout=timeout, rank=rank, ranks=ranks, launcher=argv,
-        world=(nproc or 0) if one_node else 0, environ=environ)]
+        world=(nproc or 0) if one_node(nnodes) else 0, environ=environ)]
     return _result(run_passes(run, [*passes, *rank_passes]))
 
 
@@ -183,7 +181,7 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
     prof = _profile(profile)
     if run is not None and target is None:
         earlier = Run.open(Path(run))
-        if _is_ranked(earlier):
+        if is_ranked(earlier.report):
             from .distributed.fan_out import on_ranks
 
             return on_ranks(TimelineOnRanks(timeout=timeout), earlier,
@@ -235,7 +233,7 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
             TorchProfilerPass(script, _profile("default"), timeout=timeout, environ=environ),
             ncu]))
     the_run = Run.open(Path(run) if run is not None else _latest_run())
-    if _is_ranked(the_run) and the_run.manifest.get("command") != "analyze":
+    if is_ranked(the_run.report) and the_run.manifest.get("command") != "analyze":
         from .distributed.fan_out import on_ranks
 
         share = DeepOnRanks(deep_prof, kernels=kernels, top=top, ranks=ranks,
@@ -576,11 +574,6 @@ def _result(run: Run) -> RunResult:
     """What a command returns: the run, its frames, the exit code of its last pass."""
     passes = run.manifest.get("passes") or [{}]
     return result_of(run, int(passes[-1].get("exit_code") or 0))
-
-
-def _is_ranked(run: Run) -> bool:
-    """A run of several ranks (a distributed triage)."""
-    return bool((run.report.get(S.DISTRIBUTED_SECTION) or {}).get("ranks"))
 
 
 def _latest_run() -> Path:

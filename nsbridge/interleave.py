@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from . import schema as S
 from .collect.source import git_state
 from .errors import DiffInputError
+from .run import is_ranked
 
 SIDES = ("base", "new")
 
@@ -111,8 +112,7 @@ def _ranked(run_dir: Path) -> bool:
         report = json.loads((run_dir / S.REPORT_JSON).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(report, dict) and bool(
-        (report.get(S.DISTRIBUTED_SECTION) or {}).get("ranks"))
+    return isinstance(report, dict) and is_ranked(report)
 
 
 def order(pairs: int) -> list[tuple[int, str]]:

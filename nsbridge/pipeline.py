@@ -36,7 +36,11 @@ from .run import PassOutput, Run
 
 
 class Pass(Protocol):
-    """A step of the pipeline: plan, then run."""
+    """A step of the pipeline: plan, then run. Optionally also ``check(run)`` (the tools and
+    devices it needs, and what it asks of ``run`` when there is one yet: raised before
+    anything runs; ``preflight``) and ``skip(run, why)`` (told when it will not run: an
+    earlier pass failed, or its own check or plan; the ranks waiting for a pass on a job's
+    ranks hear it so)."""
 
     @property
     def name(self) -> str:
@@ -56,20 +60,8 @@ class Pass(Protocol):
         ...
 
 
-class Checked(Protocol):
-    """A pass that needs a tool or a device: checked before any pass plans or runs, and by
-    the commands before a run directory exists (``preflight``), so a missing ncu or GPU
-    fails before the script runs, not after."""
-
-    def check(self, run: Optional[Run]) -> None:
-        """Raise the tool's or the device's own error (ToolNotFoundError, DeepError);
-        ``run``: the run it will join, when there is one yet (what it asks of the run, such
-        as op names, is checked first: a typo is told before a missing GPU)."""
-        ...
-
-
 def preflight(passes: Sequence[Any], run: Optional[Run] = None) -> None:
-    """Every pass's ``check`` (Checked), in order: the first failure raises.
+    """Every pass's ``check`` (see Pass), in order: the first failure raises.
 
     Raises:
         NsbridgeError: what the check raised.
@@ -77,15 +69,6 @@ def preflight(passes: Sequence[Any], run: Optional[Run] = None) -> None:
     for step in passes:
         if hasattr(step, "check"):
             step.check(run)
-
-
-class Skippable(Protocol):
-    """A pass that must hear when it will not run (a pass on a job's ranks tells the
-    ranks waiting for it to stop: distributed.fan_out.OnRanks)."""
-
-    def skip(self, run: Run, why: str) -> None:
-        """Called when the pass will not run: an earlier pass failed, or its own plan."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -111,7 +94,7 @@ def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
     checks them before it makes a new run), then each pass in turn on
     ``run``: planned from the run so far, then run; after one
     whose script failed (a non-zero exit code) or that raised, the rest are skipped, and a
-    pass that could not be planned is too (a pass with a ``skip`` method, Skippable, hears
+    pass that could not be planned is too (a pass with a ``skip`` method hears
     why, once the files are written). The Run's files are
     written once, at the end, also when a pass raises: a pass that could not be planned
     leaves a note, one that failed while running is the run's failure.

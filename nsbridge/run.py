@@ -256,6 +256,11 @@ class Run:
         return [op["name"] for op in self.report.get("ops", [])]
 
 
+def is_ranked(report: dict[str, Any]) -> bool:
+    """A run of several ranks: its report's distributed section lists them."""
+    return bool((report.get(S.DISTRIBUTED_SECTION) or {}).get("ranks"))
+
+
 def merge_ops(rows: list[dict[str, Any]], key: str,
               columns: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """ops[] with ``key`` set on every row from ``columns`` (None where the pass did not

@@ -54,11 +54,16 @@ def profile_ranks(run_dir: Path, *, target: str, args: Sequence[str], module: bo
     return outcome.returncode
 
 
+def one_node(nnodes: Optional[str]) -> bool:
+    """Whether torch.distributed.run's --nnodes (``N`` or ``MIN:MAX``) is one machine."""
+    return str(nnodes or "1").split(":")[-1] == "1"
+
+
 def check_one_node(launcher: Sequence[str]) -> None:
     """LaunchError for torch.distributed.run options spanning several machines: each
     machine's nsbridge would plan and merge on its own."""
     nnodes = launcher[launcher.index("--nnodes") + 1] if "--nnodes" in launcher else "1"
-    if str(nnodes).split(":")[-1] != "1":
+    if not one_node(nnodes):
         raise LaunchError("The timeline and deep passes on several machines need one nsbridge "
                           "per rank, started by the launcher: srun nsbridge triage --nsys ..., "
                           "or torchrun ... -m nsbridge triage --nsys ... on every machine.")

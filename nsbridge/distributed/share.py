@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from .. import schema as S
 from ..collect._process import run_passthrough
 from ..errors import NsbridgeError, Stopped, stop_on_sigterm
 from ..job.identity import RankEnv, detect, rank_dir_name
@@ -72,7 +73,7 @@ def map_pass(kind: str, run_dir: Path, rank: int, spec: Mapping[str, Any],
 
 def _failed(share: Any, exc: BaseException, prefix: str = "") -> PassOutput:
     interrupted = isinstance(exc, KeyboardInterrupt)
-    code = 130 if interrupted else 143 if isinstance(exc, Stopped) else 1
+    code = 130 if interrupted else S.TERMINATED if isinstance(exc, Stopped) else 1
     message = str(exc) or type(exc).__name__
     if isinstance(exc, Stopped):
         message = ("stopped by SIGTERM (the launcher ended this rank, as torchrun does once "
@@ -93,7 +94,7 @@ def main(spec_path: str) -> int:
     try:
         return map_pass(spec["kind"], Path(spec["run_dir"]), rank.rank if rank else 0, spec)
     except Stopped:
-        return 143
+        return S.TERMINATED
     except KeyboardInterrupt:
         return 130
 

@@ -47,7 +47,7 @@ def job_run(*, target: str, args: list[str], module: bool, profile: Profile,
                          source=source)
         run.manifest["launcher"] = launcher   # `timeline`/`deep --run` start the ranks alike
         return run
-    return Run.create(out=Path(out) if out else None, label=f"{job_id(environ)}-{label}",
+    return Run.create(out=Path(out) if out else None, label=_job_label(label, environ),
                       command="triage", target=target, args=args, profile=profile, cwd=cwd,
                       module=module, shared=True, source=source)
 
@@ -108,14 +108,18 @@ def follow_triage(*, target: str, args: list[str], module: bool, profile: Profil
                   environ: Mapping[str, str]) -> RunResult:
     """A rank other than 0 of ranks a launcher started: profiled into its folder, then its
     share of each later pass (``kinds``) when rank 0 says so; rank 0 writes the report."""
-    run_dir = new_run_dir(Path(out) if out else None, f"{job_id(environ)}-{label}",
-                          shared=True)
+    run_dir = new_run_dir(Path(out) if out else None, _job_label(label, environ), shared=True)
     code = profile_ranks(run_dir, target=target, args=args, module=module, profile=profile,
                          cwd=cwd, timeout=timeout, ranks=ranks, environ=environ)
     for kind in kinds:
         if code == 0:
             code = follow(kind, run_dir, rank, timeout, environ)
     return follower_result(run_dir, rank, code, "triage", " ".join([target, *args]))
+
+
+def _job_label(label: str, environ: Mapping[str, str]) -> str:
+    """The run directory's name every rank of one job gives alike (job_id)."""
+    return f"{job_id(environ)}-{label}"
 
 
 def analyze_ranks(source: Path, prof: Profile, out: Optional[Union[str, Path]]) -> RunResult:

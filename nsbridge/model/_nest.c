@@ -1,4 +1,4 @@
-/* Interval nesting for nsbridge.model.nesting, in C: the stack sweep that
+/* Interval nesting for nsbridge.model.host.nesting, in C: the stack sweep that
  * nesting._parents vectorises with numpy (several passes over the arrays) in one pass,
  * and the innermost interval around each point (HostTree.enclosing_codes: a binary
  * search and a climb per point). Optional: without a C compiler nsbridge uses the numpy

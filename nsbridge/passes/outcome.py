@@ -28,7 +28,7 @@ def pass_status(outcome: ChildOutcome, child: Optional[dict[str, Any]],
     if outcome.timed_out:
         return "timeout", 124, {"type": "Timeout", "message": "stopped by --timeout"}
     if outcome.terminated:
-        return "terminated", 143, {"type": "Terminated", "message": "nsbridge got SIGTERM "
+        return "terminated", S.TERMINATED, {"type": "Terminated", "message": "nsbridge got SIGTERM "
                                    "(a launcher or scheduler ending the job) and ended the script"}
     if outcome.interrupted or (child and child["status"] == "interrupted"):
         return "interrupted", 130, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"}

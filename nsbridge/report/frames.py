@@ -379,10 +379,11 @@ def ops(report: dict[str, Any]) -> pd.DataFrame:
     the report)."""
     rows = [_op_row(op) for op in report.get("ops") or []]
     columns = dict(OPS)
-    for key, view in views_by_op_key().items():   # each pass's columns, as its view types them
+    views = views_by_op_key()
+    for key, view in views.items():   # each pass's columns, as its view types them
         if report.get(view.report_key):
             columns.update({f"{key}_{name}": dtype for name, dtype in view.frame_dtypes})
-    defaults = {f"{key}_": view.frame_default for key, view in views_by_op_key().items()}
+    defaults = {f"{key}_": view.frame_default for key, view in views.items()}
     for row in rows:          # the rest: each ncu quantity, any other pass's
         for col in row:
             if col not in columns:

@@ -84,21 +84,6 @@ def kernel_rate(dev: dict[str, Any]) -> str:
         return f"{dev['kernels_per_step']:g} per step"
     return f"{dev.get('kernels_per_s') or 0:g} per second"
 
-def rate_text(point: dict[str, Any]) -> str:
-    """A sync site's rate ('3/step', '12/s'), or why it has none."""
-    if point.get("per_step") is not None:
-        return f"{point['per_step']:g}/step"
-    if point.get("per_s") is not None:
-        return f"{point['per_s']:g}/s"
-    return point.get("placement_why") or "no per-step rate without steps"
-
-def sync_cost(point: dict[str, Any]) -> str:
-    """What a sync site cost: host time, and GPU idle after it where measured."""
-    text = f"host {point['host_ms']:.2f} ms"
-    if point.get("gpu_idle_ms") is not None:
-        text += f", GPU idle after {point['gpu_idle_ms']:.2f} ms"
-    return text
-
 def early_line(device: dict[str, Any]) -> Optional[str]:
     """The GPU work queued before the window opened, when there was any."""
     early = device.get("launched_before_window") or {}

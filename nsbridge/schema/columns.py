@@ -57,14 +57,3 @@ RANKED_BY_DEVICE, RANKED_BY_HOST = DEVICE_SELF_US, CPU_SELF_US
 # Per-pass columns of ops[]: every other pass's per-op numbers sit under its own key
 NSYS_KEY, NCU_KEY = "nsys", "ncu"
 OP_PASS_KEYS = (NSYS_KEY, NCU_KEY)
-# ops[].nsys (model.device.timeline.op_summary; also copy_bytes_htod / _dtoh / _dtod / _other)
-NSYS_OP_COUNTS = ["ranges", "kernels", "copies", "memsets"]
-NSYS_OP_TIMES = ["range_us", "kernel_us", "copy_us", "memset_us", "gpu_us",
-                 "launch_latency_us", "idle_before_us", "sync_us"]
-NSYS_OP_COLUMNS = [*NSYS_OP_COUNTS, *NSYS_OP_TIMES]
-# ops[].ncu (model.nsight.ncu.op_summary): launches, kernels, bound, occupancy_limiter,
-# tensor_path, findings, and one column per quantity of the deep profile (those below are
-# the default quantities the renderers show)
-NCU_OP_COLUMNS = ["launches", "kernels", "duration_ns", "sm_pct", "memory_pct",
-                  "achieved_occupancy_pct", "tensor_pct", "tensor_path", "l2_hit_pct",
-                  "bound", "occupancy_limiter", "findings"]

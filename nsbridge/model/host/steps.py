@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ... import schema as S
-from .nesting import HostTree, clipped_union
+from .nesting import HostTree, clipped_union, covered_within, merge_intervals
 from ..strings import starts_with
 
 DATA_PREFIX = "enumerate(DataLoader)#"
@@ -198,17 +198,12 @@ def _forward_gaps(start: np.ndarray, end: np.ndarray, forward: np.ndarray,
     """The Python between consecutive forward ops (module calls, hooks), as spans: each gap
     between one forward op's end and the next one's start, unless a data, optimizer or
     backward range lies in it (then the gap is between phases, not inside the forward)."""
-    order = np.argsort(start[forward], kind="stable")
-    first, last = start[forward][order], np.maximum.accumulate(end[forward][order])
-    lo, hi = last[:-1], first[1:]
-    open_gap = hi > lo
-    lo, hi = lo[open_gap], hi[open_gap]
-    order = np.argsort(start[barrier], kind="stable")
-    b_start, b_reach = start[barrier][order], np.maximum.accumulate(end[barrier][order])
-    before = np.searchsorted(b_start, hi, "left") - 1   # last barrier starting before hi
-    clear = (before < 0) | (b_reach[np.maximum(before, 0)] <= lo) if len(b_start) else \
-        np.ones(len(lo), dtype=bool)
-    return lo[clear].astype(np.float64), hi[clear].astype(np.float64)
+    ops_start, ops_end = merge_intervals(start[forward], end[forward])
+    lo, hi = ops_end[:-1], ops_start[1:]
+    if not np.any(barrier):
+        return lo, hi
+    clear = covered_within(*merge_intervals(start[barrier], end[barrier]), lo, hi) == 0
+    return lo[clear], hi[clear]
 
 
 def _closure_spans(start: np.ndarray, end: np.ndarray, optim: np.ndarray,
