@@ -61,7 +61,9 @@ def test_cnn_report_renders_sorts_and_filters(browser, tmp_path: Path) -> None:
         c => c.canvas.id === 'chart-memory_curve').data.datasets.map(d => [d.label, d.data.length])""")
     memory = report["memory"]
     assert curve[0][1] == len(memory["points"]["t_ms"]) > 10           # the allocated curve
-    assert curve[-1] == [f"peak {memory['peak_mib']:.1f} MiB in {memory['peak_ops'][-1]}", 1]
+    sign = "+" if memory["relative"] else ""            # as the memory line says it
+    assert curve[-1] == [f"peak {sign}{memory['peak_mib']:.1f} MiB in {memory['peak_ops'][-1]}",
+                         1]
     # group by shape: the toggle shows the shape table and hides the op table
     page.locator("#ops .toggle-bar button", has_text="op and input shapes").click()
     assert page.locator("#op-table").is_hidden()
