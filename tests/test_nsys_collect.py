@@ -91,15 +91,17 @@ def test_nsys_failure_quotes_nsys_and_keeps_the_run(fake_nsys: dict, tmp_path: P
     assert (tmp_path / "run" / "timeline.nsys.log").is_file()
 
 
-def test_nsys_that_fails_before_starting_the_program_is_started_again(fake_nsys: dict,
-                                                                        tmp_path: Path) -> None:
-    proc = _run(fake_nsys, tmp_path, "start-race")
+@pytest.mark.parametrize("race, said", [("start-race", "Local Endpoint is not available"),
+                                        ("agent-lost", "Connection to the Agent lost")])
+def test_nsys_that_fails_before_starting_the_program_is_started_again(
+        fake_nsys: dict, tmp_path: Path, race: str, said: str) -> None:
+    proc = _run(fake_nsys, tmp_path, race)
     assert proc.returncode == 0, proc.stderr
     calls = [json.loads(line) for line in fake_nsys["log"].read_text().splitlines()]
     assert [c[0] for c in calls].count("profile") == 2
     assert proc.stdout.count("script ran") == 1               # the script ran once
     log = (tmp_path / "run" / "timeline.nsys.log").read_text()
-    assert "Local Endpoint is not available" in log and "started it again" in log
+    assert said in log and "started it again" in log
 
 
 def test_no_recorded_ranges_gives_a_warning_with_the_cause(fake_nsys: dict,
