@@ -2,13 +2,22 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# CPU build for development and CI; on a CUDA machine: make TORCH_SPEC="torch" install
-TORCH_SPEC ?= torch==2.13.0
+# torch for this machine. PyPI's Linux wheel of torch carries CUDA and runs on a CPU too;
+# without an NVIDIA GPU (nvidia-smi finds none) TORCH_INDEX can point pip at a CPU-only
+# index for a much smaller wheel. Either is a variable: make TORCH_SPEC="torch==2.12.0" demo
+TORCH_SPEC  ?= torch==2.13.0
+TORCH_INDEX ?=
+HAS_GPU     := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+CPU_INDEX   := https://download.pytorch.org/whl/cpu
+TORCH_CHOICE = $(if $(HAS_GPU),an NVIDIA GPU answered nvidia-smi: installing $(TORCH_SPEC) with \
+  CUDA,no NVIDIA GPU found: installing $(TORCH_SPEC) for the CPU$(if $(TORCH_INDEX),, (make \
+  TORCH_INDEX=$(CPU_INDEX) install picks the smaller CPU-only build)))$(if \
+  $(TORCH_INDEX), from $(TORCH_INDEX))
 # nvtx 0.2.10: the newest release whose ranges Debian's nsys 2022.4 records (see shared facts)
 NVTX_SPEC  ?= nvtx==0.2.10
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo demo-gate test test-gpu bench clean
+.PHONY: install demo demo-gate test test-fast test-gpu docs dist bench clean
 
 # nsbridge's own Make targets (profile-triage, profile-timeline, profile-deep, perf-gate),
 # run with this checkout's venv: e.g. make profile-triage SCRIPT=examples/train_cnn.py
@@ -20,14 +29,20 @@ profile-triage profile-timeline profile-deep perf-gate: install
 # setup.py compiles the C extensions: a changed one reinstalls (rebuilds) them
 $(STAMP): pyproject.toml setup.py nsbridge/parse/_scan.c nsbridge/model/_nest.c
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" "$(NVTX_SPEC)"
+	@echo "nsbridge: $(TORCH_CHOICE); make TORCH_SPEC=... install picks another"
+	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q "$(NVTX_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[dev]"
+	@$(BIN)/python -c "import torch; print('nsbridge: torch', torch.__version__, \
+	'(CUDA ' + torch.version.cuda + ')' if torch.version.cuda else '(CPU only)')"
 	touch $(STAMP)
 
 install: $(STAMP)
 
 demo: install
 	$(BIN)/nsbridge triage examples/train_cnn.py -- --epochs 1
+	@echo "nsbridge is installed in $(VENV): run $(BIN)/nsbridge, or source $(BIN)/activate \
+	and then nsbridge (pip install $(CURDIR) puts it in another environment)"
 
 # the perf gate on the bundled example: a baseline run, and a run with a planted slowdown
 # (extra matmuls; NSBRIDGE_* variables are recorded in the run's manifest), measured again
@@ -41,8 +56,21 @@ demo-gate: install
 test: install
 	$(BIN)/python -m pytest -q
 
+# the edit-run loop: the tests that start no process (not marked slow or gpu; conftest.py checks)
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow and not gpu"
+
 test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu
+
+# the docs site in site/ (MkDocs; warnings and broken internal links are errors)
+docs: install
+	$(BIN)/mkdocs build --strict
+
+# release artifacts in dist/: sdist + manylinux wheel, twine-checked, each installed in a
+# fresh venv (the sdist also without a C compiler) and run (.ci/dist.sh)
+dist:
+	PYTHON=$(PYTHON) bash .ci/dist.sh
 
 bench: install
 	$(BIN)/python bench/trace_scale.py
@@ -54,4 +82,4 @@ bench: install
 	$(BIN)/python bench/gate_quality.py
 
 clean:
-	rm -rf $(VENV) nsbridge-runs .pytest_cache build nsbridge/parse/_scan.*.so nsbridge/model/_nest.*.so
+	rm -rf $(VENV) nsbridge-runs .pytest_cache build site dist nsbridge/parse/_scan.*.so nsbridge/model/_nest.*.so

@@ -23,6 +23,8 @@ from typing import Any
 from ._stepping import step
 from .errors import NsbridgeError
 
+# the one place the version is written: pyproject.toml reads it from here (without
+# importing nsbridge), and a release adds its CHANGELOG.md section
 __version__ = "0.1.0"
 __all__ = ["triage", "timeline", "deep", "analyze", "load", "diff", "gate", "rejudge", "step",
            "load_profile", "read_ahead", "RunResult", "NsbridgeError", "__version__"]

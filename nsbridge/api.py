@@ -84,10 +84,16 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
         RunResult. A script that fails still returns one (status 'failed', its exit code).
 
     Raises:
-        ValueError (an unknown ``window``, before the script runs), ScriptError,
-        LaunchError (--runs with a job of ranks), RunDirError, ProfileError; with ``nsys``: ToolNotFoundError, ToolFailedError,
-        NsysExportError; with ``deep_top``: DeepError, ToolNotFoundError, ToolFailedError
-        (each after the earlier passes' outputs are written).
+        ValueError: an unknown ``window``, before the script runs.
+        ScriptError: the script or module cannot be found or compiled.
+        LaunchError: ``runs`` with a job of ranks.
+        RunDirError: the run directory cannot be made or written.
+        ProfileError: the profile is not valid.
+        ToolNotFoundError: with ``nsys``/``deep_top``, the tool is missing (how to install it).
+        ToolFailedError: the tool failed (its own error lines and its log).
+        NsysExportError: with ``nsys``, the capture cannot be exported.
+        DeepError: with ``deep_top``, the deep pass cannot run as asked. The tool errors
+            come after the earlier passes' outputs are written.
     """
     check_window(window)
     prof = _profile(profile)
@@ -175,8 +181,12 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
     ``target`` is None); otherwise a new run directory.
 
     Raises:
-        ScriptError, RunDirError, ProfileError; ToolNotFoundError (no nsys, with how to
-        install it), ToolFailedError (nsys's own error lines and its log), NsysExportError.
+        ScriptError: the script or module cannot be found or compiled.
+        RunDirError: ``run`` is not a usable run directory, or one cannot be made.
+        ProfileError: the profile is not valid.
+        ToolNotFoundError: no nsys (with how to install it).
+        ToolFailedError: nsys failed (its own error lines and its log).
+        NsysExportError: the capture cannot be exported.
     """
     prof = _profile(profile)
     if run is not None and target is None:
@@ -214,9 +224,13 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
     before ncu starts.
 
     Raises:
-        DeepError (an op the run does not have, no GPU, counters not permitted, no kernel
-        matched), ToolNotFoundError (no ncu), ToolFailedError (ncu failed; log kept),
-        RunDirError, ScriptError, LaunchError (a script given under a launcher).
+        DeepError: an op the run does not have, no GPU, counters not permitted, no kernel
+            matched.
+        ToolNotFoundError: no ncu.
+        ToolFailedError: ncu failed (its log is kept).
+        RunDirError: ``run`` is not a usable run directory.
+        ScriptError: the script cannot be found or compiled.
+        LaunchError: a script given under a launcher.
     """
     prof = _profile(profile)
     deep_prof = prof.deep
@@ -267,9 +281,14 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
 
     Raises:
         ValueError: an unknown ``window``.
-        TraceNotFoundError, TraceFormatError, EmptyTraceError, NsysExportError,
-        NcuFormatError: a path is not usable. RunDirError (also: a run directory given
-        that is incomplete or still running), ProfileError.
+        TraceNotFoundError: a path does not exist.
+        TraceFormatError: a file is not a trace, export or report nsbridge reads.
+        EmptyTraceError: a trace holds no event nsbridge can read.
+        NsysExportError: an nsys export is damaged.
+        NcuFormatError: an ncu CSV or report is damaged.
+        RunDirError: the output cannot be written, or a run directory given is incomplete
+            or still running.
+        ProfileError: the profile is not valid.
     """
     check_window(window)
     check_new_out(Path(out) if out else None)    # before minutes of reading, not after
@@ -370,8 +389,11 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
 
     Raises:
         DiffInputError: a side is neither a run directory nor a checkout (with a script),
-            or an ``ops``/``allow`` entry is unknown. GateRunError: a process failed (the
-            runs made so far are kept). ScriptError, ProfileError, RunDirError.
+            or an ``ops``/``allow`` entry is unknown.
+        GateRunError: a process failed (the runs made so far are kept).
+        ScriptError: a side's script cannot be found or compiled.
+        ProfileError: the gate's profile is not valid.
+        RunDirError: the gate's folder cannot be written.
     """
     import time
 
@@ -435,8 +457,9 @@ def rejudge(folder: Union[str, Path], *, fail_above: float = 10.0,
 
     Raises:
         DiffInputError: not a gate folder (no base-01 and new-01), a pair missing a side,
-            or an ``ops``/``allow`` entry that is unknown. DiffRefusedError: a run in it
-            cannot be compared (failed, still running, of another shape).
+            or an ``ops``/``allow`` entry that is unknown.
+        DiffRefusedError: a run in it cannot be compared (failed, still running, of another
+            shape).
     """
     from .model.comparing.comparability import SIDES, refusal
     from .report.build import SCHEMA_VERSION

@@ -29,85 +29,142 @@ SUPPORTED_VERSION = 1
 MAX_COUNT = 2 ** 31 - 1     # the largest count a profile may set
 
 
-def bounded(default: Any, interval: str) -> Any:
+def bounded(default: Any, interval: str, meaning: str) -> Any:
     """A field with its allowed interval, written as in mathematics: "(0, 1]" (a share
-    above 0, at most 1), "[1, inf)" (a count of at least 1)."""
-    return field(default=default, metadata={"range": interval})
+    above 0, at most 1), "[1, inf)" (a count of at least 1), and what it means (the
+    profile reference in the docs is generated from these)."""
+    return field(default=default, metadata={"range": interval, "meaning": meaning})
+
+
+def described(default: Any, meaning: str) -> Any:
+    """A field without a range (a flag, a choice, a list) and what it means; a mutable
+    default (a dict) is copied for each instance."""
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata={"meaning": meaning})
+    return field(default=default, metadata={"meaning": meaning})
 
 
 @dataclass(frozen=True)
 class Capture:
     """torch.profiler options."""
 
-    cuda: Union[bool, str] = "auto"
-    record_shapes: bool = True
-    profile_memory: bool = True
-    with_stack: bool = False
-    with_flops: bool = False
-    with_modules: bool = False
+    cuda: Union[bool, str] = described("auto",
+        "record CUDA kernels and copies: `auto` (when a GPU is present), `true`, `false`")
+    record_shapes: bool = described(True,
+        "input shapes per op, with their dtypes and strides (the work signatures `gate` "
+        "and `diff` compare)")
+    profile_memory: bool = described(True,
+        "allocations per op (`mem_mib`, `mem_net_mib`) and the memory curve")
+    with_stack: bool = described(False,
+        "Python stacks in the trace (ops by source line)")
+    with_flops: bool = described(False,
+        "FLOP estimates for matmul and convolution")
+    with_modules: bool = described(False,
+        "the nn.Module hierarchy in the trace")
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """Which steps are measured (torch.profiler.schedule semantics, see README)."""
+    """Which steps are measured (torch.profiler.schedule semantics)."""
 
-    skip_first: int = bounded(1, "[0, inf)")
-    wait: int = bounded(1, "[0, inf)")
-    warmup: int = bounded(1, "[0, inf)")
-    active: int = bounded(3, "[1, inf)")
-    repeat: int = bounded(1, "[0, inf)")
+    skip_first: int = bounded(1, "[0, inf)",
+        "steps before the schedule starts (at least the first step is always skipped)")
+    wait: int = bounded(1, "[0, inf)",
+        "unprofiled steps per cycle (also the overhead baseline)")
+    warmup: int = bounded(1, "[0, inf)",
+        "steps with the profiler on and the results discarded")
+    active: int = bounded(3, "[1, inf)",
+        "measured steps")
+    repeat: int = bounded(1, "[0, inf)",
+        "cycles (0 = until the script ends); each cycle writes `trace.N.json.gz`, the "
+        "report reads the first")
     # recording while no step has come yet, at most this long; then (no steps) a time
     # window of this length instead; any recording stops once the process grew this much
-    wait_for_step_s: float = bounded(20.0, "(0, inf)")
-    window_s: float = bounded(5.0, "(0, inf)")
-    max_record_mib: float = bounded(512.0, "(0, inf)")
+    wait_for_step_s: float = bounded(20.0, "(0, inf)",
+        "seconds recorded while no step has come; then the start-up is dropped and a time"
+        " window is profiled")
+    window_s: float = bounded(5.0, "(0, inf)",
+        "length of that time window, for scripts without steps")
+    max_record_mib: float = bounded(512.0, "(0, inf)",
+        "any recording that grows the process by this much (at most half the available "
+        "memory) is stopped and kept")
 
 
 @dataclass(frozen=True)
 class Analysis:
     """Thresholds for the ranking and the verdict."""
 
-    top_ops: int = bounded(15, "[1, inf)")
-    top_gaps: int = bounded(10, "[0, inf)")
-    input_bound_share: float = bounded(0.30, "(0, 1]")
-    sync_bound_share: float = bounded(0.15, "(0, 1]")
-    sync_calls_per_step: float = bounded(8.0, "(0, inf)")
-    sync_max_ops_between: float = bounded(500.0, "[1, inf)")
-    sync_recommend_per_step: float = bounded(1.0, "(0, inf)")
-    gpu_bound_busy: float = bounded(0.80, "(0, 1]")
-    straggler_pct: float = bounded(10.0, "(0, inf)")
-    straggler_min_ms: float = bounded(1.0, "[0, inf)")
-    contention_wait_share: float = bounded(0.10, "(0, 1]")
-    contention_steal_share: float = bounded(0.05, "(0, 1]")
+    top_ops: int = bounded(15, "[1, inf)",
+        "rows in summaries")
+    top_gaps: int = bounded(10, "[0, inf)",
+        "idle gaps listed")
+    input_bound_share: float = bounded(0.30, "(0, 1]",
+        "input-bound when data loading takes at least this share of a step")
+    sync_bound_share: float = bounded(0.15, "(0, 1]",
+        "sync-bound (GPU run) when the GPU idles after syncs at least this share of the step")
+    sync_calls_per_step: float = bounded(8.0, "(0, inf)",
+        "sync-bound (CPU-only run) at this many of the script's sync calls per step or more...")
+    sync_max_ops_between: float = bounded(500.0, "[1, inf)",
+        "...with at most this many host ops between two of them on average")
+    sync_recommend_per_step: float = bounded(1.0, "(0, inf)",
+        "syncs rarer than this per step are listed, never recommended away")
+    gpu_bound_busy: float = bounded(0.80, "(0, 1]",
+        "gpu-bound when the device is busy at least this share of the window")
+    straggler_pct: float = bounded(10.0, "(0, inf)",
+        "a rank whose excess over the median rank is this share of the step is the straggler...")
+    straggler_min_ms: float = bounded(1.0, "[0, inf)",
+        "...when the excess is also at least this many ms per step, all through the "
+        "measured steps")
+    contention_wait_share: float = bounded(0.10, "(0, 1]",
+        "contended when the threads wait for a CPU at least this share of the step time")
+    contention_steal_share: float = bounded(0.05, "(0, 1]",
+        "contended when the hypervisor steals at least this share of the CPU time")
 
 
 @dataclass(frozen=True)
 class Timeline:
     """The nsys pass."""
 
-    trace: tuple = ("cuda", "nvtx", "osrt", "cudnn", "cublas")
-    top_gaps: int = bounded(10, "[0, inf)")
+    trace: tuple = described(("cuda", "nvtx", "osrt", "cudnn", "cublas"),
+        "the `nsys profile --trace` set")
+    top_gaps: int = bounded(10, "[0, inf)",
+        "GPU idle gaps listed in the timeline section")
 
 
 @dataclass(frozen=True)
 class Deep:
-    """The Nsight Compute pass (see README, "The deep pass")."""
+    """The Nsight Compute pass (docs: "A GPU deep dive")."""
 
-    top: int = bounded(5, "[1, inf)")
-    min_kernel_us: float = bounded(2.0, "[0, inf)")
-    skip_steps: int = bounded(2, "[0, inf)")
-    profile_steps: int = bounded(1, "[1, inf)")
-    max_launches: int = bounded(200, "[1, inf)")
-    replay_mode: str = "kernel"
-    clock_control: str = "base"
-    cache_control: str = "all"
-    sections: tuple = ("SpeedOfLight", "Occupancy", "LaunchStats", "MemoryWorkloadAnalysis",
-                       "ComputeWorkloadAnalysis")
-    metrics: tuple = ()
-    passes_per_kernel: int = bounded(14, "[1, inf)")
-    seconds_per_pass: float = bounded(0.05, "(0, inf)")
-    timeout_s: float = bounded(3600.0, "(0, inf)")
-    quantities: dict = field(default_factory=dict)
+    top: int = bounded(5, "[1, inf)",
+        "ops picked by `--top` / `--deep` without a number")
+    min_kernel_us: float = bounded(2.0, "[0, inf)",
+        "`--top` skips ops whose kernels average less per launch")
+    skip_steps: int = bounded(2, "[0, inf)",
+        "steps' worth of the ops' launches skipped (warm-up)")
+    profile_steps: int = bounded(1, "[1, inf)",
+        "steps' worth of the ops' launches then profiled")
+    max_launches: int = bounded(200, "[1, inf)",
+        "cap on profiled launches")
+    replay_mode: str = described("kernel",
+        "ncu's `--replay-mode`, always passed explicitly")
+    clock_control: str = described("base",
+        "ncu's `--clock-control`, always passed explicitly")
+    cache_control: str = described("all",
+        "ncu's `--cache-control`, always passed explicitly")
+    sections: tuple = described(("SpeedOfLight", "Occupancy", "LaunchStats",
+                                 "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis"),
+        "ncu sections")
+    metrics: tuple = described((),
+        "extra ncu metric names")
+    passes_per_kernel: int = bounded(14, "[1, inf)",
+        "replay passes per kernel, for the plan's time estimate")
+    seconds_per_pass: float = bounded(0.05, "(0, inf)",
+        "seconds per replay pass, for the plan's time estimate")
+    timeout_s: float = bounded(3600.0, "(0, inf)",
+        "ncu's time limit when `--timeout` is not given")
+    quantities: dict = described({},
+        "quantity -> candidate metric names, the first ncu collected wins (see "
+        "`profiles/deep.yaml`)")
 
 
 @dataclass(frozen=True)
@@ -130,7 +187,7 @@ class Profile:
 
 SECTIONS = {"capture": Capture, "schedule": Schedule, "analysis": Analysis,
              "timeline": Timeline, "deep": Deep}
-_CHOICES = {"replay_mode": ("kernel", "application"), "clock_control": ("base", "none"),
+CHOICES = {"replay_mode": ("kernel", "application"), "clock_control": ("base", "none"),
             "cache_control": ("all", "none")}
 _TOP_KEYS = {"version", "description", *SECTIONS}
 
@@ -269,13 +326,13 @@ def _typed(value: Any, spec: Any, where: str) -> Any:
     if expected is dict:
         ok = isinstance(value, dict) and all(
             isinstance(v, list) and all(isinstance(x, str) for x in v) for v in value.values())
-    if spec.name in _CHOICES:
-        ok = value in _CHOICES[spec.name]
+    if spec.name in CHOICES:
+        ok = value in CHOICES[spec.name]
     if not ok:
         want = ("true, false or auto" if spec.name == "cuda" else "a list of names"
                 if expected is tuple else "a mapping of names to lists of metric names"
-                if expected is dict else " or ".join(_CHOICES[spec.name])
-                if spec.name in _CHOICES else getattr(expected, "__name__", str(spec.type)))
+                if expected is dict else " or ".join(CHOICES[spec.name])
+                if spec.name in CHOICES else getattr(expected, "__name__", str(spec.type)))
         raise ProfileError(f"{where} must be {want}; got {_shown(value)}.")
     return value
 

@@ -1,13 +1,17 @@
-"""Shared fixtures: test data paths, a CLI runner, and a real `nsbridge` subprocess runner."""
+"""Shared fixtures: test data paths, a CLI runner, and a real `nsbridge` subprocess runner;
+and the rule that a test starting a process is marked `slow` (left out of make test-fast)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing.process
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Iterator, Optional
 
 import pytest
 
@@ -16,6 +20,90 @@ DATA = ROOT / "tests" / "data"
 TORCH_DATA = DATA / "torch"
 EXAMPLES = ROOT / "examples"
 SHARED_REAL = ROOT.parent / "shared" / "fixtures" / "real"
+
+
+# What starts a child process: subprocess (run, call, check_output, os.popen, asyncio's),
+# os's fork and spawn calls (os.spawn*, pty.fork, os.system) and multiprocessing (any context).
+PROCESS_STARTERS = ((subprocess.Popen, "_execute_child"), (os, "fork"), (os, "forkpty"),
+                    (os, "posix_spawn"), (os, "posix_spawnp"), (os, "system"),
+                    (multiprocessing.process.BaseProcess, "start"))
+
+
+class UnmarkedProcess(RuntimeError):
+    """A test not marked slow (nor gpu) started a child process."""
+
+
+def unmarked_process(nodeid: str, how: str) -> UnmarkedProcess:
+    return UnmarkedProcess(
+        f"{nodeid} starts a child process ({how}, in the test or one of its fixtures) but is "
+        "not marked slow: mark it @pytest.mark.slow (make test-fast leaves those out), or "
+        "keep it in this process")
+
+
+@contextlib.contextmanager
+def processes_refused(nodeid: str) -> Iterator[list[str]]:
+    """While open, every PROCESS_STARTERS call raises UnmarkedProcess instead of starting a
+    process; yields the list of those calls ("os.fork"), which outlives a caught error."""
+    started: list[str] = []
+
+    def refuse(owner: Any, name: str) -> Any:
+        how = f"{getattr(owner, '__qualname__', owner.__name__)}.{name}"
+
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            started.append(how)
+            raise unmarked_process(nodeid, how)
+        return refused
+
+    saved = [(owner, name, getattr(owner, name))
+             for owner, name in PROCESS_STARTERS if hasattr(owner, name)]
+    try:
+        for owner, name, _ in saved:
+            setattr(owner, name, refuse(owner, name))
+        yield started
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+def _processes_checked(item: pytest.Item) -> Any:
+    """One test phase (setup, call, teardown) run with processes refused, unless the test is
+    marked slow or gpu; it fails even where the code under test caught the refusal."""
+    if item.get_closest_marker("slow") or item.get_closest_marker("gpu"):
+        return (yield)
+    with processes_refused(item.nodeid) as started:
+        try:
+            result = yield
+        except UnmarkedProcess:
+            raise
+        except BaseException as exc:
+            if started:
+                raise unmarked_process(item.nodeid, started[0]) from exc
+            raise
+        if started:
+            raise unmarked_process(item.nodeid, started[0])
+        return result
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Fills the process-wide caches whose first use starts a process (platform.platform()
+    runs `uname -p`; nsbridge records it in each run), so that no test is blamed for being
+    the first."""
+    platform.platform()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    return (yield from _processes_checked(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    return (yield from _processes_checked(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Any:
+    return (yield from _processes_checked(item))
 
 
 @pytest.fixture

@@ -52,6 +52,7 @@ def test_a_run_folder_is_one_trace_not_two(tmp_path: Path) -> None:
     assert "ranks" not in report and "distributed" not in report
 
 
+@pytest.mark.slow      # analyze reads the ranks on worker processes
 def test_multi_rank_folder(tmp_path: Path) -> None:
     result = analyze([TORCH_DATA / "two_ranks"], out=tmp_path / "run")
     assert "ranks" not in result.report   # one key for ranks: distributed.ranks
@@ -81,6 +82,7 @@ def test_analyze_rejects_what_is_not_a_trace(tmp_path: Path) -> None:
 SHARED_TRACES = sorted(SHARED_REAL.rglob("*.json.gz")) if SHARED_REAL.is_dir() else []
 
 
+@pytest.mark.slow      # every real trace of ../shared, ~10 s: the full suite's
 @pytest.mark.skipif(not SHARED_TRACES, reason="../shared/fixtures/real is not beside the repo")
 @pytest.mark.parametrize("path", SHARED_TRACES, ids=lambda p: p.name)
 def test_every_shared_real_trace_analyses(path: Path, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from nsbridge.errors import TraceFormatError
 from conftest import ROOT, TORCH_DATA, run_nsbridge
 
 RANKS = sorted((TORCH_DATA / "two_ranks").glob("*.json.gz"))
+pytestmark = pytest.mark.slow    # each test starts worker processes (or the CLI)
 
 
 def _comparable(report: dict) -> dict:

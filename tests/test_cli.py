@@ -175,6 +175,7 @@ def test_analyze_prints_the_verdict_and_the_run_directory(two_runs: tuple) -> No
     assert report["command"] == "analyze" and report["status"] == "ok"
 
 
+@pytest.mark.slow      # two traces: analyze starts worker processes
 def test_analyze_of_one_file_starts_reading_it_ahead(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """One trace: its read starts before the analysis modules load; several: not."""
@@ -247,6 +248,7 @@ command()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "code"), [(["--version"], 0), (["no-such-command"], 2),
                                             (["analyze", "/no/such/trace.json"], 1)])
 @pytest.mark.parametrize("thread", ["", "thread"])
@@ -288,6 +290,7 @@ print(len(os.listdir("/proc/self/task")), os.environ.get("OPENBLAS_NUM_THREADS")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads counted in /proc")
 def test_the_console_command_imports_numpy_with_one_blas_thread() -> None:
     """OpenBLAS's threads, started at numpy's import and spinning for a while, would take

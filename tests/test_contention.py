@@ -118,6 +118,7 @@ def test_usable_cores_is_at_most_the_logical_cores() -> None:
     assert 1 <= cores["usable"] <= cores["logical"]
 
 
+@pytest.mark.slow      # cpu_hogs starts busy processes
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 def test_the_process_clock_sees_its_threads_wait_when_the_cores_are_busy(cpu_hogs) -> None:
     clock = ProcessClock()

@@ -276,6 +276,7 @@ def _write(tmp_path: Path, name: str, report: dict) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_exit_codes_and_inconclusive_mapping(tmp_path: Path) -> None:
     base = _write(tmp_path, "base", _report(BASE, STEPS))
     noisy = _write(tmp_path, "noisy", _report(NOISY_MM, NOISY_STEPS))
@@ -292,6 +293,7 @@ def test_exit_codes_and_inconclusive_mapping(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--allow bogus" in bad.stderr
 
 
+@pytest.mark.slow
 def test_diff_of_something_that_is_not_a_run(tmp_path: Path) -> None:
     proc = run_nsbridge("diff", str(tmp_path), str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2 and "neither an nsbridge run directory" in proc.stderr
@@ -328,6 +330,7 @@ def test_diff_gates_a_planted_slowdown(tmp_path: Path) -> None:
     assert as_json["machine"]["a"]["cores"]["usable"] >= 1
 
 
+@pytest.mark.slow
 def test_make_fragment_perf_diff(tmp_path: Path) -> None:
     """The shipped fragment, included from a project's Makefile, wraps `nsbridge diff`."""
     import shutil

@@ -126,6 +126,7 @@ def test_ranks_option_profiles_only_those(tmp_path: Path) -> None:
     assert report["distributed"]["profiled"] == [1]
 
 
+@pytest.mark.slow      # analyze reads the ranks on worker processes
 def test_two_rank_fixture_folder_gives_the_cross_rank_report(tmp_path: Path) -> None:
     report = analyze([TORCH_DATA / "two_ranks"], out=tmp_path / "r").report
     dist = report["distributed"]

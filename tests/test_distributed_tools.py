@@ -137,6 +137,7 @@ def test_ranks_take_only_this_jobs_word_and_acknowledge_it(tmp_path: Path) -> No
         "rank 0 could not plan it"
 
 
+@pytest.mark.slow      # runs the script
 def test_a_rank_whose_tool_cannot_start_still_runs_the_script(tmp_path: Path) -> None:
     """Its peers wait for it in collectives: it runs the script alone and says why."""
     script = tmp_path / "job.py"

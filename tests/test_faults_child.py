@@ -40,6 +40,7 @@ for _ in range(int(sys.argv[1])):
 
 
 # -- -m MODULE ------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["triage", "timeline"])
 def test_missing_module_fails_before_the_run(tmp_path: Path, command: str) -> None:
     proc = run_nsbridge("-q", command, "--out", str(tmp_path / "run"), "-m",

@@ -283,6 +283,7 @@ def test_escape_helpers() -> None:
     assert md_cell("line\nbreak") == "line\\\\nbreak"
 
 
+@pytest.mark.slow
 def test_the_real_command_refuses_a_crashed_run(real_run: Path, tmp_path: Path) -> None:
     """End to end, as CI runs it: `python -m nsbridge diff` on a crashed new side."""
     crashed = _copy(real_run, tmp_path / "crashed", BROKEN["failed"][0])

@@ -112,6 +112,7 @@ def test_load_refuses_a_run_still_being_written(tmp_path: Path) -> None:
         nsbridge.load(run)
 
 
+@pytest.mark.slow
 def test_load_and_analyze_refuse_a_run_cut_off_while_running(tmp_path: Path) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -148,6 +149,7 @@ def _tmpfs(path: Path, size: str) -> bool:
     return done.returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", ["8k", "150k", "330k"])
 def test_triage_onto_a_full_disk(tmp_path: Path, size: str) -> None:
     """A real full disk (a small tmpfs as --out's parent) at three points: the profiled

@@ -55,16 +55,19 @@ def chatty_tools(tmp_path: Path) -> dict[str, str]:
     return paths
 
 
+@pytest.mark.slow      # runs the fake tools
 def test_versions_are_read_from_the_tools_own_lines(chatty_tools: dict[str, str]) -> None:
     assert nsys_version(chatty_tools["nsys"]) == "2022.4.2.1"
     assert ncu_version(chatty_tools["ncu"]) == "2022.3.0.0"
 
 
+@pytest.mark.slow      # runs the fake tools
 def test_gpu_listing_ignores_chatter(chatty_tools: dict[str, str]) -> None:
     folder = str(Path(chatty_tools["nvidia-smi"]).parent)
     assert gpu_names({"PATH": folder}) == ["NVIDIA H200"]
 
 
+@pytest.mark.slow      # runs the fake tools
 def test_csv_export_holds_stdout_only(chatty_tools: dict[str, str], tmp_path: Path) -> None:
     out = export_raw_csv(chatty_tools["ncu"], tmp_path / "k.ncu-rep", tmp_path / "k.csv")
     assert out.read_text() == CSV

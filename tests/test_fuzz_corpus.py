@@ -63,6 +63,7 @@ def test_damaged_profiles_are_refused_naming_the_key(tmp_path: Path,
     _one_paragraph(str(refused.value), case["error"])
 
 
+@pytest.mark.slow      # an .ncu-rep is read in a child process
 @pytest.mark.skipif(importlib.util.find_spec("ncu_report") is None,
                     reason="the ncu-report package is not installed")
 @pytest.mark.parametrize("case", _cases("ncu_rep"))

@@ -67,6 +67,7 @@ def _check(tmp: Path, case: int) -> None:
     path.unlink()
 
 
+@pytest.mark.slow      # an .ncu-rep is read in a child process
 def test_an_undamaged_report_still_reads_in_full(tmp_path: Path) -> None:
     """The child process changes nothing in what is read: every launch, its duration."""
     source, _ = _source(0)
@@ -77,6 +78,7 @@ def test_an_undamaged_report_still_reads_in_full(tmp_path: Path) -> None:
     assert not any("warned" in note for note in report["ncu"].get("notes", []))
 
 
+@pytest.mark.slow      # an .ncu-rep is read in a child process
 @pytest.mark.parametrize("block", range(3))
 def test_damaged_ncu_reports_give_a_report_or_a_clear_error(tmp_path: Path, block: int) -> None:
     for case in range(block * 70, block * 70 + 70):

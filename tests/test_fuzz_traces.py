@@ -2,9 +2,11 @@
 
 Over a fixed budget of seeded cases (NSBRIDGE_FUZZ_CASES, default 1,000; run 20,000 locally
 before a release) the only exceptions that may escape are nsbridge's documented errors
-(NsbridgeError), and no case may hang. A case that fails is replayed from its number alone
-(`NSBRIDGE_FUZZ_START=N NSBRIDGE_FUZZ_CASES=1`); keep its bytes in tests/data/fuzz/ as
-case-N.json.gz, where test_fuzz_reproducers replays every case ever found.
+(NsbridgeError), and no case may hang. The fast tier runs the first FAST_CASES of them, the
+slow tier (`-m slow`) the rest. A case that fails is replayed from its number alone
+(`NSBRIDGE_FUZZ_START=N NSBRIDGE_FUZZ_CASES=1 pytest -m slow -k fuzz_mutated`); keep its bytes
+in tests/data/fuzz/ as case-N.json.gz, where test_fuzz_reproducers replays every case ever
+found.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ SEEDS = [DATA / "torch" / name for name in (
     "h200/input_bound_h200.json.gz")]               # nsbridge's own H200 capture, 6 steps
 REPRODUCERS = sorted((DATA / "fuzz").glob("case-*.json.gz"))
 HANG_S = 60
+FAST_CASES = 100    # the fast tier's share of the budget: about 6 s of make test-fast
 
 
 def _analyze_and_load(trace: Path, out: Path) -> None:
@@ -47,13 +50,27 @@ def _on_hang(signum: int, frame: object) -> None:
 
 
 def test_fuzz_mutated_traces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    seeds = [gzip.open(p).read() for p in SEEDS]
-    start = int(os.environ.get("NSBRIDGE_FUZZ_START", "0"))
+    """The budget's first FAST_CASES cases."""
+    _fuzz(range(FAST_CASES), tmp_path, capsys)
+
+
+@pytest.mark.slow
+def test_fuzz_mutated_traces_to_the_budget(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The budget's other cases, or the NSBRIDGE_FUZZ_CASES from NSBRIDGE_FUZZ_START on."""
     cases = int(os.environ.get("NSBRIDGE_FUZZ_CASES", "1000"))
+    start = os.environ.get("NSBRIDGE_FUZZ_START")
+    _fuzz(range(FAST_CASES, cases) if start is None else range(int(start), int(start) + cases),
+          tmp_path, capsys)
+
+
+def _fuzz(numbers: range, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    seeds = [gzip.open(p).read() for p in SEEDS]
+    start, cases = numbers.start, len(numbers)
     escapes: dict[str, list[int]] = {}
     previous = signal.signal(signal.SIGALRM, _on_hang)
     try:
-        for case in range(start, start + cases):
+        for case in numbers:
             folder = tmp_path / str(case)
             folder.mkdir()
             trace = folder / "trace.json"

@@ -72,6 +72,7 @@ def test_a_checkout_runs_the_script_inside_it_first_on_pythonpath(tmp_path: Path
         resolve_side("new", str(tmp_path / "nowhere"), "t.py", (), False, {})
 
 
+@pytest.mark.slow
 def test_a_run_made_at_another_commit_is_rerun_with_a_note(tmp_path: Path) -> None:
     git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True,  # noqa: E731
                                     capture_output=True)
@@ -152,6 +153,7 @@ def _gate_folder(folder: Path, pairs: list[tuple[dict, dict]]) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_rejudge_judges_an_earlier_gate_again_without_running_anything(tmp_path: Path) -> None:
     from test_paired_gate import pairs
 
@@ -167,6 +169,7 @@ def test_rejudge_judges_an_earlier_gate_again_without_running_anything(tmp_path:
     assert not list(folder.glob("gate.*"))        # the folder is only read
 
 
+@pytest.mark.slow
 def test_gate_usage_and_bad_input_exit_2(tmp_path: Path) -> None:
     assert _nsbridge("gate", cwd=tmp_path).returncode == 2
     both = _nsbridge("gate", "--rejudge", str(tmp_path), "a", "b", cwd=tmp_path)

@@ -502,11 +502,13 @@ def probe() -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow      # the probe fixture runs an interpreter
 def test_every_module_imports(probe: dict) -> None:
     assert "error" not in probe, probe
     assert probe["every module"] == {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry, heavy", [
     ("nsbridge", []),                           # import nsbridge starts nothing
     ("nsbridge.step()", []),                    # step() outside a profiled run

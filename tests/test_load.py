@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import pandas as pd
 import pytest
@@ -17,6 +17,7 @@ from nsbridge.passes.ncu_pass import DeepOnRanks
 from nsbridge.passes.nsys_pass import TimelineOnRanks
 from nsbridge.profiles import load_profile
 from nsbridge.report import frames
+from nsbridge.report.frame_reference import Column, frame_reference
 from nsbridge.report.frames import summary_html
 from nsbridge.result import FRAMES, RunResult
 
@@ -180,39 +181,18 @@ def test_every_frame_has_its_columns_when_empty() -> None:
 
 # the column reference -----------------------------------------------------------------------
 
-class Doc(NamedTuple):
-    column: str
-    dtype: str
-    unit: str
-    when: Optional[str]     # the [bracketed] condition it is listed under, None: always
+def documented() -> dict[str, list[Column]]:
+    """report/frames.py's docstring tables (the one column reference, rendered into
+    docs/reference/frames.md): frame attribute -> its documented columns."""
+    return {frame.name: frame.columns for frame in frame_reference()}
 
 
-def documented() -> dict[str, list[Doc]]:
-    """report/frames.py's docstring tables: frame attribute -> its documented columns."""
-    tables: dict[str, list[Doc]] = {}
-    frame, when = None, None
-    for line in (frames.__doc__ or "").splitlines():
-        head = re.match(r"^r\.(\w+):", line)
-        if head:
-            frame, when = head[1], None
-            tables[frame] = []
-        elif frame and line.startswith("    ") and not line.startswith("     "):
-            text = line.strip()
-            if text.startswith("["):
-                when = text
-                continue
-            column, dtype, unit, _ = text.split(None, 3)
-            if column != "column":
-                tables[frame].append(Doc(column, dtype, unit, when))
-    return tables
-
-
-def fixed(docs: list[Doc]) -> list[str]:
+def fixed(docs: list[Column]) -> list[str]:
     """The columns every frame of that kind has, in order."""
     return [d.column for d in docs if d.when is None and "<" not in d.column]
 
 
-def find(column: str, docs: list[Doc]) -> Optional[Doc]:
+def find(column: str, docs: list[Column]) -> Optional[Column]:
     exact = [d for d in docs if d.column == column]
     if exact:
         return exact[0]
@@ -220,7 +200,7 @@ def find(column: str, docs: list[Doc]) -> Optional[Doc]:
         ".+".join(map(re.escape, re.split(r"<\w+>", d.column))), column)), None)
 
 
-def check_dtypes(name: str, frame: pd.DataFrame, docs: list[Doc]) -> None:
+def check_dtypes(name: str, frame: pd.DataFrame, docs: list[Column]) -> None:
     text = pd.Series(["x"]).dtype          # pandas' string dtype (str, or object before 3)
     for column in frame.columns:
         doc = find(column, docs)

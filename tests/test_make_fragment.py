@@ -24,7 +24,8 @@ from conftest import ROOT
 FRAGMENT = ROOT / "nsbridge" / "make" / "nsbridge.mk"
 MARKER = "includer-default-goal-ran"
 
-pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+pytestmark = [pytest.mark.slow,    # each test runs make
+              pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")]
 
 
 def project(tmp_path: Path, *, include_first: bool) -> Path:

@@ -70,7 +70,8 @@ def _assert_same(scanned: Any, plain: Any) -> None:
         plain.rank, plain.base_time_ns, plain.device_properties)
 
 
-@pytest.mark.parametrize("path", FIXTURES + SHARED, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", FIXTURES + [pytest.param(p, marks=pytest.mark.slow) for p in SHARED],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")   # ../shared's: full suite
 def test_real_traces_identical_with_and_without_the_scanner(
         path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_stream, "BLOCK", 16 * 1024)   # many batches, cut inside events

@@ -63,7 +63,9 @@ def test_nvtx_stack_keeps_op_names_with_colons() -> None:
 
 
 @needs_shared
-@pytest.mark.parametrize("path", NCU_FILES, ids=lambda p: str(p.relative_to(SHARED)))
+@pytest.mark.parametrize("path", [   # an .ncu-rep is read in a child process: slow
+    pytest.param(p, marks=pytest.mark.slow) if p.suffix == ".ncu-rep" else p
+    for p in NCU_FILES], ids=lambda p: str(p.relative_to(SHARED)))
 def test_every_real_ncu_file_reads(path: Path) -> None:
     if path.suffix == ".ncu-rep":
         pytest.importorskip("ncu_report")
@@ -95,6 +97,7 @@ def test_auto_scaled_and_base_units_agree() -> None:
         assert sum(close) / len(close) > 0.995, numeric[[not c for c in close]].head()
 
 
+@pytest.mark.slow      # an .ncu-rep is read in a child process
 @needs_shared
 @pytest.mark.parametrize("report, export", [
     ("gpu-h200/ncu/matmul_bf16_full.ncu-rep", "gpu-h200/ncu/matmul_bf16_full.raw.csv"),

@@ -76,6 +76,7 @@ def _count_writes(monkeypatch: pytest.MonkeyPatch) -> Counter:
     return written
 
 
+@pytest.mark.slow      # the run asks git for its commit
 @pytest.mark.skipif(shutil.which("nsys") is None, reason="needs nsys (the timeline pass runs)")
 def test_triage_with_nsys_and_deep_writes_each_file_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -238,6 +239,7 @@ def test_a_single_process_triage_never_enters_the_distributed_code(tmp_path: Pat
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
+@pytest.mark.slow      # the run asks git for its commit
 def test_a_pass_whose_tool_is_missing_fails_before_the_script_runs(tmp_path: Path) -> None:
     """Each pass checks its tools and devices first (pipeline.preflight): triage --nsys
     without nsys used to profile the script, then fail; now nothing runs and no run
@@ -267,6 +269,7 @@ def test_a_pass_that_cannot_start_on_an_earlier_run_leaves_a_note(tmp_path: Path
     assert report["notes"][-1].startswith("the nsys pass did not run: NSBRIDGE_NSYS=")
 
 
+@pytest.mark.slow      # the deep pass lists GPUs (nvidia-smi)
 def test_deep_with_a_script_profiles_the_named_op_after_triaging_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Regression: `deep --kernel OP script.py` checked OP against the new, empty run

@@ -123,6 +123,7 @@ def _fd(n: int) -> list[int]:
     return [os.fstat(n).st_dev, os.fstat(n).st_ino]
 
 
+@pytest.mark.slow      # runs a child with its streams
 @pytest.mark.parametrize("shown", [False, True])
 def test_only_stderr_is_filtered_and_stdout_stays_the_terminal(
         tmp_path: Path, capfdbinary: pytest.CaptureFixture[bytes],

@@ -21,7 +21,8 @@ from conftest import DATA, ROOT, TORCH_DATA, run_nsbridge
 
 sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+pytestmark = [pytest.mark.slow,    # the browser fixture starts chromium
+              pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")]
 
 
 @pytest.fixture(scope="module")

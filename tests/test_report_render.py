@@ -52,17 +52,15 @@ def test_device_fields_are_null_without_a_device() -> None:
     assert report["ops"][0]["device_self_us"] is None and report["ops"][0]["mem_mib"] is None
 
 
-def test_report_md_ends_with_the_definitions_the_readme_gives() -> None:
+def test_report_md_ends_with_the_definitions_the_docs_give() -> None:
     from nsbridge.report.definitions import DEFINITIONS
 
     text = markdown(_report())
     block = text[text.index("What each number means"):]
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## What each number means"):]
-    section = section[:section.index("\n## ", 5)]
+    page = (ROOT / "docs" / "explanation" / "numbers.md").read_text()
     for term in DEFINITIONS:
         assert f"**{term}**" in block
-        assert f"**{term}**" in section, f"README has no definition of {term}"
+        assert f"**{term}**" in page, f"docs/explanation/numbers.md has no definition of {term}"
 
 
 def test_op_totals_say_their_span_and_whose_they_are() -> None:

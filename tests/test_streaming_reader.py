@@ -36,6 +36,7 @@ def test_fixtures_identical_in_small_blocks(path: Path, monkeypatch: pytest.Monk
     _same(path)
 
 
+@pytest.mark.slow      # every real trace of ../shared, ~10 s: the full suite's
 @pytest.mark.skipif(not SHARED, reason="../shared fixtures not beside the repository")
 @pytest.mark.parametrize("path", SHARED, ids=lambda p: p.name)
 def test_every_shared_trace_identical(path: Path) -> None:
@@ -89,7 +90,8 @@ def _forked_readers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_stream, "_native_scan", None)
 
 
-@pytest.mark.parametrize("readers", ["threads", "processes"])
+@pytest.mark.parametrize("readers", ["threads",
+                                     pytest.param("processes", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("workers", [2, 3])
 def test_parallel_ranges_give_the_same_frame(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              workers: int, readers: str) -> None:
@@ -108,6 +110,7 @@ def test_parallel_ranges_give_the_same_frame(tmp_path: Path, monkeypatch: pytest
     pd.testing.assert_frame_equal(read_trace(plain, streaming=True).events, sequential)
 
 
+@pytest.mark.slow      # forked readers
 def test_a_child_reader_that_dies_unanswered_falls_back_to_one_reader(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A forked reader killed before it answers (the OOM killer) leaves the parent reading
@@ -227,6 +230,7 @@ def test_real_traces_take_the_typed_fast_path(path: Path, monkeypatch: pytest.Mo
     assert len(columns.finish()) > 0
 
 
+@pytest.mark.slow      # forked readers
 def test_parallel_workers_end_quietly_under_nsbridges_sigterm_handler(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture) -> None:
     """The CLI turns SIGTERM into Stopped; forked readers must not inherit that (a pool
@@ -430,14 +434,15 @@ def test_adopt_takes_over_a_reader_and_refuses_to_mix() -> None:
         busy.adopt(EventColumns())
 
 
+@pytest.mark.slow
 def test_joining_the_batches_gives_their_memory_back(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """finish() hands the heap's free pages back before and once the columns are joined
     (the reader's buffers and the batches' small arrays, freed, would otherwise stay in
     the process's RSS to its end), and release_free_memory really does on glibc: freed
     small arrays leave the RSS."""
-    import ctypes.util
     import os
+    import platform
     import sys
 
     import numpy as np
@@ -449,7 +454,7 @@ def test_joining_the_batches_gives_their_memory_back(tmp_path: Path,
     read_trace(TORCH_DATA / "h100_bert-small_2025-07.json.gz")
     assert calls == [1, 1]         # the reader's garbage before the join, the batches after
     monkeypatch.undo()
-    if not sys.platform.startswith("linux") or "libc.so" not in str(ctypes.util.find_library("c")):
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":   # no process
         pytest.skip("malloc_trim is glibc's")
 
     def rss_mib() -> float:

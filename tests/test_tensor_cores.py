@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from nsbridge.api import analyze
 from nsbridge.model.device.tensor_cores import (ELIGIBLE, MISALIGNED, NOT_ELIGIBLE, OFF, ON, mark,
                                          settle_with_ncu)
@@ -73,6 +75,7 @@ def test_with_ncu_the_marks_rest_on_the_counters(tmp_path: Path) -> None:
     assert "## Tensor Cores" in md and "| Tensor Cores |" in md
 
 
+@pytest.mark.slow
 def test_a_cpu_triage_records_the_tf32_settings_and_marks_ops(tmp_path: Path) -> None:
     proc = run_nsbridge("-q", "triage", "--out", str(tmp_path / "run"),
                         "examples/train_cnn.py", "--", "--epochs", "1", cwd=ROOT)

@@ -12,8 +12,9 @@ import pytest
 
 from conftest import ROOT
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("mypy") is None,
-                                reason="mypy is not installed (pip install -e '.[dev]')")
+pytestmark = [pytest.mark.slow,    # mypy runs in a child process
+              pytest.mark.skipif(importlib.util.find_spec("mypy") is None,
+                                 reason="mypy is not installed (pip install -e '.[dev]')")]
 
 
 def test_mypy_checks_every_module_and_passes() -> None:

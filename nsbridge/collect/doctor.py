@@ -90,24 +90,45 @@ def run_checks() -> list[Check]:
     return checks
 
 
+# nsbridge's C extensions and what it uses where one is missing (setup.py says the same at
+# install, where pip shows it); nesting.py and _stream.py fall back on ImportError
+NATIVE = (("nsbridge.parse._scan", "C scanner",
+           "the pure-Python reader is in use: msgspec reads every batch, and a large trace "
+           "takes about 1.5-2x as long to analyse"),
+          ("nsbridge.model._nest", "C nesting sweep", "numpy nests the ops, a little slower"))
+NATIVE_FIX = ("install a C compiler and Python's headers (apt install gcc python3-dev) and "
+              "reinstall nsbridge: pip install --force-reinstall --no-deps --no-cache-dir "
+              "nsbridge (pip install -e . in a checkout)")
+
+
+def _native_state(name: str) -> Optional[str]:
+    """None when the extension loads; else why not: never compiled (no file, as an install
+    without a C compiler leaves it), or compiled but refused by this Python."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return "not built when nsbridge was installed (no C compiler or Python headers then?)"
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        return f"built but does not load ({one_line(str(exc), 200)})"
+    return None
+
+
 def _trace_reader_check() -> Check:
-    """Whether the C extensions were compiled at install: the trace scanner
-    (nsbridge/parse/_scan.c) and the nesting sweep (nsbridge/model/_nest.c)."""
-    scanner = importlib.util.find_spec("nsbridge.parse._scan") is not None
-    nesting = importlib.util.find_spec("nsbridge.model._nest") is not None
-    if scanner and nesting:
+    """Whether the C extensions were compiled at install and load: the trace scanner
+    (nsbridge/parse/_scan.c) and the nesting sweep (nsbridge/model/_nest.c); each missing
+    one is named with the fallback in use instead."""
+    missing = [(what, state, instead) for name, what, instead in NATIVE
+               if (state := _native_state(name)) is not None]
+    if not missing:
         return Check("OK", "trace reader", "C scanner (msgspec for batches it declines) and "
                      "C nesting sweep")
-    missing = " and ".join(name for name, built in (("the C scanner", scanner),
-                                                      ("the C nesting sweep", nesting))
-                           if not built)
-    return Check("WARN", "trace reader", f"{missing} not compiled when nsbridge was installed "
-                 "(no C compiler?): "
-                 + ("msgspec reads every batch, large traces about 3x slower"
-                    if not scanner else "numpy nests the ops, a little slower"),
-                 "install a C compiler (apt install gcc) and reinstall nsbridge "
-                 "(pip install --force-reinstall --no-deps nsbridge, or pip install -e . in "
-                 "a checkout)")
+    return Check("WARN", "trace reader",
+                 "; ".join(f"{what}: {state}; {instead}" for what, state, instead in missing),
+                 NATIVE_FIX)
 
 
 def probe_python() -> tuple[dict[str, Any], Captured]:

@@ -73,7 +73,7 @@ def map_pass(kind: str, run_dir: Path, rank: int, spec: Mapping[str, Any],
 
 def _failed(share: Any, exc: BaseException, prefix: str = "") -> PassOutput:
     interrupted = isinstance(exc, KeyboardInterrupt)
-    code = 130 if interrupted else S.TERMINATED if isinstance(exc, Stopped) else 1
+    code = S.INTERRUPTED if interrupted else S.TERMINATED if isinstance(exc, Stopped) else 1
     message = str(exc) or type(exc).__name__
     if isinstance(exc, Stopped):
         message = ("stopped by SIGTERM (the launcher ended this rank, as torchrun does once "

@@ -224,7 +224,7 @@ def check_window(window: str) -> None:
 
 def window_facts(windows: pd.DataFrame, asked: str, seconds: float,
                  notes: list[str]) -> dict[str, Any]:
-    """report.window: what the figures cover (README, "What each number means")."""
+    """report.window: what the figures cover (docs/explanation/numbers.md)."""
     stepless = int(windows["step"].iloc[0]) < 0
     return {"kind": "trace" if stepless else "steps", "asked": asked,
             "steps": 0 if stepless else int(len(windows)),

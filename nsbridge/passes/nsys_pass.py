@@ -234,7 +234,7 @@ def nvtx_check(emitted: int, recorded: int, nsys_version: Optional[str]) -> dict
 
 def timeline_section(timeline: Timeline, nvtx: dict[str, Any],
                      files: dict[str, Any]) -> dict[str, Any]:
-    """report["timeline"]: the nsys view (see README)."""
+    """report["timeline"]: the nsys view (docs/reference/report-json.md)."""
     return clean({**timeline.summary, "nvtx": nvtx, "files": files,
                   "ops": timeline.ops.to_dict("records"), "idle_gaps": timeline.gaps})
 

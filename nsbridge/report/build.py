@@ -1,4 +1,4 @@
-"""report.json: the contract other commands and users read (documented in README.md)."""
+"""report.json: the contract other commands and users read (documented in docs/reference/report-json.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What each number means, in one sentence each: the block report.md ends with.
 
-README.md "What each number means" gives each definition with its source; the two are
-kept in step by tests/test_report_render.py.
+docs/explanation/numbers.md gives each definition with its source; the two are kept in
+step by tests/test_report_render.py.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ DEFINITIONS: dict[str, str] = {
 
 def markdown_block(preface: str = "") -> list[str]:
     """The collapsed block report.md ends with (``preface``: a line before the terms)."""
-    lines = ["<details><summary>What each number means (README: \"What each number "
-             "means\")</summary>", ""] + ([preface, ""] if preface else [])
+    lines = ["<details><summary>What each number means (nsbridge docs: "
+             "explanation/numbers.md)</summary>", ""] + ([preface, ""] if preface else [])
     lines.append(" · ".join(f"**{term}**: {text}" for term, text in DEFINITIONS.items()))
     return lines + ["", "</details>"]

@@ -35,10 +35,6 @@ KEY_AVERAGES = "key_averages.txt"
 PROFILER_NOISE_LOG = "profiler-noise.log"   # the profiler's known noise from the child's stderr
 PROFILER_DOING = "profiler-doing.txt"   # what the child's profiler is doing while it does it
 
-# the profiled process's own exit codes, where no record (CHILD_JSON) says more
-RECORD_NOT_WRITTEN = 74   # EX_IOERR: the process could not write its record
-TERMINATED = 143          # 128 + SIGTERM
-
 # files nsbridge writes that are JSON but no trace (analyze skips them in a folder)
 NOT_TRACES = frozenset({REPORT_JSON, MANIFEST_JSON, CHILD_JSON, CHILD_CONFIG, NVTX_CHILD_JSON,
                         NCU_CHILD_JSON, NVTX_CHILD_CONFIG, NCU_CHILD_CONFIG, SUMMARY_JSON,

@@ -1,4 +1,4 @@
-"""report.json's top-level keys and its one skeleton (documented in README.md).
+"""report.json's top-level keys and its one skeleton (documented in docs/reference/report-json.md).
 
 Every report nsbridge writes starts as ``empty_report``: the run before any pass
 (nsbridge.run.Run.create) and the torch.profiler pass's report (report.build.build_report)

@@ -27,12 +27,14 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ...schema import exit_codes as X
+
 Z = 1.96
 # Student's t, 97.5th percentile, by degrees of freedom 1..30 (two-sided 95%)
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
          2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
          2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-EXIT_CODES = {"pass": 0, "regression": 1, "inconclusive": 4}
+EXIT_CODES = {"pass": X.OK, "regression": X.ERROR, "inconclusive": X.INCONCLUSIVE}
 # statuses of a judged change, and what a gate makes of each
 GATING = {"regressed": "regression", "inconclusive": "inconclusive"}
 DISPLAY_LIMIT_PCT = 999.0    # percentages past this print as ">+999%"

@@ -68,7 +68,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, fail_above: float = 10.0,
             allow: Iterable[str] = ()) -> dict[str, Any]:
     """B against A (A is the base): outcome, exit_code, reasons, advice, comparability,
     step, ops[], regressions[], inconclusive[] and the noise figures (module docstring;
-    README, "Gate a change")."""
+    docs/how-to/ci-perf-gate.md)."""
     device = _has_device(a) and _has_device(b)
     key = S.DEVICE_SELF_US if device else S.CPU_SELF_US
     blockers = problems(a, b, allow)

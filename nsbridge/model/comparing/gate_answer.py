@@ -46,7 +46,7 @@ def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
            min_step_share: float, ops: Sequence[str], device: bool, mode: str,
            samples: dict[str, Any], advice: list[str], reasons: list[str],
            noise: dict[str, Any]) -> dict[str, Any]:
-    """The result dict of a comparison (README, "Gate a change"): ``a`` and ``b`` are
+    """The result dict of a comparison (docs/how-to/ci-perf-gate.md): ``a`` and ``b`` are
     the first report of each side (their verdicts, machines and sync points are shown).
 
     The outcome: not comparable -> inconclusive; any regression (an op's, or the step

@@ -5,7 +5,7 @@ average, steal, cgroup throttling, usable cores), the profiled process's own rec
 thread counts, GPU state as the window closed) and its per-step laps (wall time, CPU time
 of all its threads, run-queue wait, involuntary context switches).
 
-The rule (README "Busy machines"): a run is **contended** when any of these holds over its
+The rule (docs/explanation/noise.md): a run is **contended** when any of these holds over its
 measured steps (all steps when none was measured):
 
 1. its threads waited for a CPU (runnable, not running) for at least ``wait_share`` of the
