@@ -26,8 +26,8 @@ include nsbridge/make/nsbridge.mk
 profile-triage profile-timeline profile-deep perf-gate: install
 .DEFAULT_GOAL := demo
 
-# setup.py compiles the C extensions: a changed one reinstalls (rebuilds) them
-$(STAMP): pyproject.toml setup.py nsbridge/parse/_scan.c nsbridge/model/_nest.c
+# setup.py compiles the C trace scanner: a changed one reinstalls (rebuilds) it
+$(STAMP): pyproject.toml setup.py nsbridge/parse/_scan.c
 	$(PYTHON) -m venv $(VENV)
 	@echo "nsbridge: $(TORCH_CHOICE); make TORCH_SPEC=... install picks another"
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
@@ -82,4 +82,4 @@ bench: install
 	$(BIN)/python bench/gate_quality.py
 
 clean:
-	rm -rf $(VENV) nsbridge-runs .pytest_cache build site dist nsbridge/parse/_scan.*.so nsbridge/model/_nest.*.so
+	rm -rf $(VENV) nsbridge-runs .pytest_cache build site dist nsbridge/parse/_scan.*.so

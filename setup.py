@@ -1,14 +1,13 @@
-"""Builds nsbridge's two C extensions: the trace scanner (nsbridge/parse/_scan.c) and the
-interval-nesting sweep (nsbridge/model/_nest.c).
+"""Builds nsbridge's C extension, the trace scanner (nsbridge/parse/_scan.c).
 
-Everything else is in pyproject.toml (the version: nsbridge/__init__.py). Both are
-optional: without a C compiler (or without Python's headers) the install still succeeds,
-traces are read by the msgspec reader alone and nested by numpy (slower, the same results;
-`nsbridge doctor` says which are in use). An extension that does not compile is reported
-in the build's output and as a Python warning. `python -m build` and `pip install -v`
-print the output; pip prints a build backend's warnings without -v only from 26.3 on and
-only when it builds a local folder (`pip install .`), so the warning is also written to
-the terminal an install runs in, if any; `nsbridge doctor` says which path is in use.
+Everything else is in pyproject.toml (the version: nsbridge/__init__.py). The extension is
+optional: without a C compiler (or without Python's headers) the install still succeeds and
+traces are read by the msgspec reader alone (slower, the same results). When it does not
+compile, that is reported in the build's output and as a Python warning.
+`python -m build` and `pip install -v` print the output; pip prints a build backend's
+warnings without -v only from 26.3 on and only when it builds a local folder
+(`pip install .`), so the warning is also written to the terminal an install runs in, if
+any; `nsbridge doctor` says which path is in use.
 """
 
 from __future__ import annotations
@@ -28,8 +27,6 @@ FALLBACK = {
     "nsbridge.parse._scan": ("the C trace scanner (nsbridge/parse/_scan.c)",
                              "msgspec reads every trace batch, so analysing a large trace "
                              "takes about 1.5-2x as long"),
-    "nsbridge.model._nest": ("the C nesting sweep (nsbridge/model/_nest.c)",
-                             "numpy nests the ops, a little slower"),
 }
 FIX = ("to build it, install a C compiler and Python's headers (Debian/Ubuntu: apt install "
        "gcc python3-dev) and reinstall: pip install --force-reinstall --no-deps "
@@ -81,7 +78,5 @@ def _tell_terminal(message: str) -> None:
 
 
 setup(ext_modules=[Extension("nsbridge.parse._scan", ["nsbridge/parse/_scan.c"],
-                             optional=True),
-                   Extension("nsbridge.model._nest", ["nsbridge/model/_nest.c"],
                              optional=True)],
       cmdclass={"build_ext": OptionalBuildExt})

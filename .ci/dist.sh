@@ -4,8 +4,8 @@
 # runs `twine check --strict`, and leaves both in dist/. Then installs each into a fresh
 # venv (nsbridge with --no-deps; its runtime dependencies but torch and nvtx, which
 # `analyze` does not import) and runs nsbridge from there, outside the checkout:
-#   wheel          installed with CC=/bin/false (it needs none): the C scanner and the C
-#                  nesting sweep load; doctor says OK
+#   wheel          installed with CC=/bin/false (it needs none): the C scanner loads;
+#                  doctor says OK
 #   sdist          built by pip with the compiler: the same
 #   sdist, no cc   built by pip with CC=/bin/false: the install succeeds, its build output
 #                  says what was not built, doctor names the pure-Python fallback
@@ -34,16 +34,17 @@ python -m build --outdir "$work/build" . > "$work/build.log" 2>&1 \
   || { cat "$work/build.log"; die "python -m build"; }
 grep -E "^Successfully built" "$work/build.log"
 if grep "was not built" "$work/build.log"; then
-  die "a C extension did not compile: a release wheel needs both (install gcc python3-dev)"
+  die "the C scanner did not compile: a release wheel needs it (install gcc python3-dev)"
 fi
 sdist=$(ls "$work"/build/nsbridge-*.tar.gz)
 wheel=$(ls "$work"/build/nsbridge-*.whl)
 tar tzf "$sdist" > "$work/sdist.txt"
-for member in nsbridge/parse/_scan.c nsbridge/model/_nest.c setup.py pyproject.toml; do
+for member in nsbridge/parse/_scan.c setup.py pyproject.toml; do
   grep -q "/$member\$" "$work/sdist.txt" || die "the sdist lacks $member"
 done
+grep "/nsbridge/model/_nest\." "$work/sdist.txt" && die "the sdist holds the removed C nesting sweep"
 
-say "auditwheel: the manylinux policy the extensions allow, then the repair"
+say "auditwheel: the manylinux policy the extension allows, then the repair"
 auditwheel show "$wheel"
 auditwheel repair --wheel-dir "$work/repaired" "$wheel" 2>&1 | grep -E "Fixed-up|tags"
 rm -rf dist && mkdir dist
@@ -76,18 +77,17 @@ import sys
 from pathlib import Path
 import nsbridge
 from nsbridge.collect.doctor import _trace_reader_check
-from nsbridge.model.host.nesting import native_nesting
 from nsbridge.parse._stream import native_scanner
 want_c = sys.argv[1] == "c"
 where = Path(nsbridge.__file__).parent
 check = _trace_reader_check()
 print(f"  nsbridge {nsbridge.__version__} from {where}")
-print(f"  C scanner in use: {native_scanner()}, C nesting sweep in use: {native_nesting()}")
+print(f"  C scanner in use: {native_scanner()}")
 print(f"  doctor: {check.level} {check.name}: {check.detail}")
 assert "site-packages" in where.parts, where
-assert native_scanner() == want_c and native_nesting() == want_c
+assert native_scanner() == want_c
 assert check.level == ("OK" if want_c else "WARN"), check
-assert want_c or "pure-Python reader" in check.detail and "numpy nests the ops" in check.detail
+assert want_c or "pure-Python reader" in check.detail
 '
 
 # install NAME ARTIFACT c|fallback [VAR=VALUE ...]: a fresh venv, the artifact, the checks
@@ -122,7 +122,7 @@ env CC=/bin/false "$work/venv-sdist-no-compiler/bin/pip" install -v --no-deps --
   --force-reinstall "$sdist" 2>&1 | grep "was not built" \
   | cut -c1-400 || die "the no-compiler build did not say what it did not build"
 
-say "the same results with and without the C extensions"
+say "the same results with and without the C scanner"
 for name in sdist sdist-no-compiler; do
   cmp "$work/run-wheel/ops.csv" "$work/run-$name/ops.csv" || die "ops.csv of $name differs"
 done

@@ -82,35 +82,16 @@ def _reference_parents(codes: np.ndarray, start: np.ndarray, end: np.ndarray,
     return parent
 
 
-def test_the_c_nesting_sweep_is_built() -> None:
-    """`pip install` compiles it (setup.py); without a C compiler the numpy sweep runs, and
-    the "c" cases below would test numpy twice."""
-    assert nesting.native_nesting(), (
-        "nsbridge/model/_nest.c was not built: is a C compiler installed? "
-        "(pip install -e . prints the compiler's error)")
-
-
-@pytest.fixture(params=["c", "numpy"])
-def sweep(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each nesting test twice: the C sweep and search, and the numpy versions an install
-    without a C compiler runs."""
-    if request.param == "numpy":
-        monkeypatch.setattr(nesting, "_native_parents", None)
-        monkeypatch.setattr(nesting, "_native_enclosing", None)
-        monkeypatch.setattr(nesting, "_native_depths", None)
-    return str(request.param)
-
-
-def test_depths_take_parents_in_any_order(sweep: str) -> None:
+def test_depths_take_parents_in_any_order() -> None:
     """Depths count ancestors; parents listed after their children (never from the
-    sweep) are counted too (the C pass declines them, the level passes take them)."""
+    sweep) are counted too."""
     assert nesting._depths(np.array([-1, 0, 1, 0, -1])).tolist() == [0, 1, 2, 1, 0]
     assert nesting._depths(np.array([2, -1, 1])).tolist() == [2, 0, 1]
     assert nesting._depths(np.zeros(0, dtype=np.int64)).tolist() == []
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_vectorised_nesting_equals_a_stack_sweep(seed: int, sweep: str) -> None:
+def test_vectorised_nesting_equals_a_stack_sweep(seed: int) -> None:
     """Random interval sets on a few threads, with equal timestamps, zero durations,
     intervals that overlap without nesting and forced top-level rows."""
     rng = np.random.default_rng(seed)
@@ -165,7 +146,7 @@ def _nested_set(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_properly_nested_intervals_equal_a_stack_sweep(seed: int, sweep: str) -> None:
+def test_properly_nested_intervals_equal_a_stack_sweep(seed: int) -> None:
     """Nested sets as real captures have them (ties, zero lengths, touching siblings and,
     for odd seeds, children ending a hair after their parent, as float rounding does)."""
     rng = np.random.default_rng(seed)
@@ -241,12 +222,12 @@ def test_longest_gaps_equal_a_full_sort(seed: int) -> None:
 
 @pytest.mark.parametrize("order", ["random", "by time"])
 @pytest.mark.parametrize("seed", range(40))
-def test_innermost_interval_equals_a_plain_search(seed: int, order: str, sweep: str) -> None:
+def test_innermost_interval_equals_a_plain_search(seed: int, order: str) -> None:
     """enclosing_codes on random sets (overlapping without nesting too, ties, zero
     lengths), at points on interval edges, between them and on threads the tree lacks,
-    in any order and in time order (the C search starts from the thread's previous
-    answer): a plain loop's answer (the last interval of the thread starting at or before
-    the point, then up the parents while that one ended before it)."""
+    in any order and in time order: a plain loop's answer (the last interval of the
+    thread starting at or before the point, then up the parents while that one ended
+    before it)."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(0, 200))
     thread = rng.integers(0, 3, n)
@@ -274,8 +255,7 @@ def test_innermost_interval_equals_a_plain_search(seed: int, order: str, sweep: 
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_a_tree_of_the_intervals_holding_points_answers_as_the_full_tree(seed: int,
-                                                                         sweep: str) -> None:
+def test_a_tree_of_the_intervals_holding_points_answers_as_the_full_tree(seed: int) -> None:
     """build_tree(points=...) keeps only intervals holding a point of their thread; every
     innermost-interval and nearest-wanted-ancestor answer at those points is the full
     tree's, on nested sets with ties, zero lengths and points on interval edges."""

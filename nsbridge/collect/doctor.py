@@ -90,12 +90,11 @@ def run_checks() -> list[Check]:
     return checks
 
 
-# nsbridge's C extensions and what it uses where one is missing (setup.py says the same at
-# install, where pip shows it); nesting.py and _stream.py fall back on ImportError
-NATIVE = (("nsbridge.parse._scan", "C scanner",
-           "the pure-Python reader is in use: msgspec reads every batch, and a large trace "
-           "takes about 1.5-2x as long to analyse"),
-          ("nsbridge.model._nest", "C nesting sweep", "numpy nests the ops, a little slower"))
+# nsbridge's C extension, the trace scanner, and what is used where it is missing (setup.py
+# says the same at install, where pip shows it); _stream.py falls back on ImportError
+SCANNER = "nsbridge.parse._scan"
+SCANNER_FALLBACK = ("the pure-Python reader is in use: msgspec reads every batch, and a "
+                    "large trace takes about 1.5-2x as long to analyse")
 NATIVE_FIX = ("install a C compiler and Python's headers (apt install gcc python3-dev) and "
               "reinstall nsbridge: pip install --force-reinstall --no-deps --no-cache-dir "
               "nsbridge (pip install -e . in a checkout)")
@@ -118,16 +117,12 @@ def _native_state(name: str) -> Optional[str]:
 
 
 def _trace_reader_check() -> Check:
-    """Whether the C extensions were compiled at install and load: the trace scanner
-    (nsbridge/parse/_scan.c) and the nesting sweep (nsbridge/model/_nest.c); each missing
-    one is named with the fallback in use instead."""
-    missing = [(what, state, instead) for name, what, instead in NATIVE
-               if (state := _native_state(name)) is not None]
-    if not missing:
-        return Check("OK", "trace reader", "C scanner (msgspec for batches it declines) and "
-                     "C nesting sweep")
-    return Check("WARN", "trace reader",
-                 "; ".join(f"{what}: {state}; {instead}" for what, state, instead in missing),
+    """Whether the C trace scanner (nsbridge/parse/_scan.c) was compiled at install and
+    loads; where not, why, and the pure-Python reader in use instead."""
+    state = _native_state(SCANNER)
+    if state is None:
+        return Check("OK", "trace reader", "C scanner (msgspec for batches it declines)")
+    return Check("WARN", "trace reader", f"C scanner: {state}; {SCANNER_FALLBACK}",
                  NATIVE_FIX)
 
 

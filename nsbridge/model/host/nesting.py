@@ -20,13 +20,6 @@ import pandas as pd
 from ... import schema as S
 from ..strings import is_in, starts_with, thread_codes
 
-try:
-    from .._nest import depths as _native_depths
-    from .._nest import enclosing as _native_enclosing
-    from .._nest import parents as _native_parents
-except ImportError:   # built without a C compiler: the numpy versions below, same answers
-    _native_depths = _native_enclosing = _native_parents = None   # type: ignore[assignment]
-
 
 @dataclass(frozen=True)
 class HostTree:
@@ -72,18 +65,11 @@ class HostTree:
         return self.enclosing_codes(codes, ts)
 
     def enclosing_codes(self, codes: np.ndarray, ts: np.ndarray) -> np.ndarray:
-        """Like ``enclosing`` with the points' threads given as this tree's thread codes.
-        The C version answers per point; NaN times (never from the trace reader) take
-        the numpy one."""
+        """Like ``enclosing`` with the points' threads given as this tree's thread codes:
+        per thread, a binary search on start times for the latest op starting at or
+        before each point, then a walk up the parent chain past ops that ended before it
+        (a few vectorised steps)."""
         ts = np.asarray(ts, dtype=np.float64)
-        if _native_enclosing is not None and not np.isnan(ts).any():
-            out = np.empty(len(ts), dtype=np.int64)
-            _native_enclosing(np.ascontiguousarray(codes, dtype=np.int64),
-                              np.ascontiguousarray(ts), np.ascontiguousarray(self.start),
-                              np.ascontiguousarray(self.end),
-                              np.ascontiguousarray(self.parent, dtype=np.int64),
-                              np.ascontiguousarray(self.bounds, dtype=np.int64), out)
-            return out
         out = np.full(len(ts), -1, dtype=np.int64)
         for code in np.unique(codes[codes >= 0]):
             sel = np.nonzero(codes == code)[0]
@@ -229,19 +215,10 @@ def _holding(codes: np.ndarray, start: np.ndarray, end: np.ndarray,
     return found & (p_thread[first] == codes) & (p_time[first] <= end)
 
 
-def native_nesting() -> bool:
-    """Whether the C nesting sweep (model/_nest.c) was built and is in use."""
-    return _native_parents is not None
-
-
 def _depths(parent: np.ndarray) -> np.ndarray:
-    """Each interval's number of ancestors: in C, one pass (parents come before their
-    children); in numpy, one pass per nesting level over the intervals that deep."""
+    """Each interval's number of ancestors: one vectorised pass per nesting level over the
+    intervals that deep (parents may be listed before or after their children)."""
     depth = np.zeros(len(parent), dtype=np.int64)
-    if _native_depths is not None and _native_depths(
-            np.ascontiguousarray(parent, dtype=np.int64), depth):
-        return depth
-    depth[:] = 0   # the C pass stopped at a parent listed after its child
     below = np.flatnonzero(parent >= 0)
     ancestor = parent[below]
     while len(below):
@@ -257,25 +234,12 @@ def _parents(codes: np.ndarray, start: np.ndarray, end: np.ndarray,
     """Each interval's parent, the intervals sorted by (thread, start, longest first): the
     latest earlier interval of its thread still open at its start (end > start), as a
     stack sweep finds it. ``top_level`` rows (step ranges) never get a parent: a step that
-    begins inside the previous step's optimizer range is still a step. The C sweep does
-    it in one pass; times with NaN (never from the trace reader) take the numpy one."""
-    if _native_parents is None or np.isnan(start).any() or np.isnan(end).any():
-        return _parents_vectorised(codes, start, end, top_level)
-    parent = np.empty(len(codes), dtype=np.int64)
-    _native_parents(np.ascontiguousarray(codes, dtype=np.int64),
-                    np.ascontiguousarray(start, dtype=np.float64),
-                    np.ascontiguousarray(end, dtype=np.float64),
-                    np.ascontiguousarray(top_level, dtype=bool), parent)
-    return parent
+    begins inside the previous step's optimizer range is still a step.
 
-
-def _parents_vectorised(codes: np.ndarray, start: np.ndarray, end: np.ndarray,
-                        top_level: np.ndarray) -> np.ndarray:
-    """_parents in numpy: the stack sweep's answer in a few vectorised passes.
-
-    Walking back from the previous interval, a candidate that ended by the start is
-    skipped together with everything its own "previous longer-reaching" interval jumps
-    over (``_previous_reaching_further``), so each walk takes a few vectorised steps."""
+    The stack sweep's answer in a few vectorised passes: walking back from the previous
+    interval, a candidate that ended by the start is skipped together with everything its
+    own "previous longer-reaching" interval jumps over (``_previous_reaching_further``),
+    so each walk takes a few vectorised steps."""
     n = len(codes)
     parent = np.full(n, -1, dtype=np.int64)
     if n < 2:
