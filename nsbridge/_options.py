@@ -58,6 +58,12 @@ def GATE_OPTIONS(fn: F) -> F:
     return fn
 
 
+FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+                      show_default=True,
+                      help="json: one JSON document on stdout (nsbridge/agent/answer.schema.json: "
+                           "status, what the exit code means, the run's files and the report's "
+                           "headline, or the error); the script's own output goes to stderr.")
+
 # commands that run the user's script: everything after the script goes to the script
 SCRIPT_COMMAND = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 

@@ -20,8 +20,8 @@ import click
 
 from . import __version__
 from ._blas import import_numpy_on_one_thread
-from ._options import (DEEP_PROFILE, GATE_OPTIONS, OUT, PROFILE, SCRIPT_COMMAND, THREADS, TOP,
-                       WINDOW, script_options)
+from ._options import (DEEP_PROFILE, FORMAT, GATE_OPTIONS, OUT, PROFILE, SCRIPT_COMMAND, THREADS,
+                       TOP, WINDOW, script_options)
 from .errors import NsbridgeError, Stopped
 
 TRIAGE_EPILOG = """\b
@@ -95,11 +95,13 @@ def _exit_now(code: Any) -> NoReturn:
     os._exit(status & 0xFF)
 
 
-def _guard(fn: Callable[[], Any]) -> Any:
-    """Run a command body; turn nsbridge errors into a message and an exit code."""
+def _guard(fn: Callable[[], Any], answer_as: Optional[str] = None) -> Any:
+    """Run a command body; turn nsbridge errors into a message and an exit code (and, for
+    ``answer_as`` COMMAND under --format json, an error answer on stdout)."""
     try:
         return fn()
     except NsbridgeError as exc:
+        _error_answer(answer_as, exc)
         click.echo(f"nsbridge: error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
@@ -108,7 +110,8 @@ def _guard(fn: Callable[[], Any]) -> Any:
     except Stopped:
         click.echo("nsbridge: stopped by SIGTERM (the profiled process was ended too)", err=True)
         sys.exit(143)
-    except Exception:  # a bug in nsbridge: say so, show where
+    except Exception as exc:  # a bug in nsbridge: say so, show where
+        _error_answer(answer_as, exc)
         click.echo("nsbridge: unexpected error (a bug in nsbridge; please report it with "
                    "the traceback below):\n" + traceback.format_exc(), err=True)
         sys.exit(3)
@@ -134,6 +137,32 @@ def main(quiet: bool, verbose: bool) -> None:
     stop_on_sigterm()
 
 
+def _error_answer(command: Optional[str], exc: BaseException) -> None:
+    if command is not None:
+        from .agent.answer import dumps, error_answer
+
+        click.echo(dumps(error_answer(command, exc)))
+
+
+def _answer(command: str, fmt: str, top: int, call: Callable[[], Any]) -> None:
+    """Run a command that makes a run: its summary, or with --format json its answer alone
+    on stdout (the script's output, and any plan, go to stderr meanwhile)."""
+    if fmt != "json":
+        _guard(lambda: _finish(call(), top))
+        return
+    from .agent.answer import dumps, run_answer
+
+    def body() -> None:
+        with _stdout_to_stderr():
+            result = call()
+        click.echo(dumps(run_answer(command, result, top)))
+        if result.exit_code != 0:
+            click.echo(f"nsbridge: error: {result.failure}", err=True)
+            sys.exit(result.exit_code)
+
+    _guard(body, command)
+
+
 @main.command(epilog=TRIAGE_EPILOG, context_settings=SCRIPT_COMMAND)
 @click.option("--nsys", is_flag=True, help="Also run the Nsight Systems timeline pass.")
 @click.option("--deep", "deep_top", is_flag=False, flag_value="default", default=None,
@@ -155,12 +184,13 @@ def main(quiet: bool, verbose: bool) -> None:
                    "the largest on a busy machine, then shows in every interval.")
 @THREADS
 @WINDOW
+@FORMAT
 @script_options
 def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
            top: int, nsys: bool, deep_top: Optional[str], deep_profile: str,
            nproc_per_node: Optional[int], nnodes: Optional[str], node_rank: Optional[int],
            rdzv_endpoint: Optional[str], ranks: Optional[str], deep_ranks: Optional[str],
-           runs: int, threads: Optional[int], window: str, target: Optional[str],
+           runs: int, threads: Optional[int], window: str, fmt: str, target: Optional[str],
            script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (or -m MODULE) with torch.profiler and say what bounds it.
 
@@ -174,13 +204,12 @@ def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Opt
     name, args = _target(module, target, script_args, required=True)
     chosen = _rank_list(ranks, "--ranks")
     for_deep = _rank_list(deep_ranks, "--deep-ranks")
-    _guard(lambda: _finish(run_triage(name, args, module=bool(module), profile=profile, out=out,
-                                      timeout=timeout, nsys=nsys, deep_top=deep_n,
-                                      deep_profile=deep_profile, on_plan=_echo_plan,
-                                      nproc_per_node=nproc_per_node, nnodes=nnodes,
-                                      node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                                      ranks=chosen, deep_ranks=for_deep, runs=runs,
-                                      window=window, threads=threads), top))
+    _answer("triage", fmt, top, lambda: run_triage(
+        name, args, module=bool(module), profile=profile, out=out, timeout=timeout, nsys=nsys,
+        deep_top=deep_n, deep_profile=deep_profile, on_plan=_echo_plan,
+        nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint, ranks=chosen, deep_ranks=for_deep, runs=runs,
+        window=window, threads=threads))
 
 
 def _rank_list(text: Optional[str], option: str) -> Optional[list[int]]:
@@ -209,11 +238,13 @@ def _rank_list(text: Optional[str], option: str) -> Optional[list[int]]:
 @click.option("--ranks", "ranks", metavar="1,5",
               help="On a run of several ranks: run ncu on these (default: the median and "
                    "the slowest rank).")
+@FORMAT
 @click.argument("target", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def deep(kernels: tuple[str, ...], deep_n: Optional[int], run: Optional[str],
          module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
-         ranks: Optional[str], target: Optional[str], script_args: tuple[str, ...]) -> None:
+         ranks: Optional[str], fmt: str, target: Optional[str],
+         script_args: tuple[str, ...]) -> None:
     """Nsight Compute on the kernels of chosen ops, merged into the run's report.
 
     Ops come from --kernel or --top N; the run from --run, else a triage of SCRIPT made
@@ -223,40 +254,60 @@ def deep(kernels: tuple[str, ...], deep_n: Optional[int], run: Optional[str],
 
     name, args = _target(module, target, script_args, required=False)
     chosen = _rank_list(ranks, "--ranks")
-    _guard(lambda: _finish(run_deep(name, args, kernels=kernels, top=deep_n, run=run,
-                                    module=bool(module), profile=profile, out=out,
-                                    timeout=timeout, on_plan=_echo_plan, ranks=chosen), 10))
+    _answer("deep", fmt, 10, lambda: run_deep(name, args, kernels=kernels, top=deep_n, run=run,
+                                              module=bool(module), profile=profile, out=out,
+                                              timeout=timeout, on_plan=_echo_plan,
+                                              ranks=chosen))
 
 
 @main.command(epilog=TIMELINE_EPILOG, context_settings=SCRIPT_COMMAND)
 @click.option("--run", "--run-dir", "run", type=click.Path(),
               help="Add the timeline to this triage run (--run-dir under torchrun).")
+@FORMAT
 @script_options
 def timeline(module: Optional[str], profile: str, out: Optional[str], run: Optional[str],
-             timeout: Optional[float], top: int, target: Optional[str],
+             fmt: str, timeout: Optional[float], top: int, target: Optional[str],
              script_args: tuple[str, ...]) -> None:
     """Run SCRIPT under Nsight Systems with NVTX op ranges; join kernels to ops."""
     from .api import timeline as run_timeline
 
     name, args = _target(module, target, script_args, required=run is None)
-    _guard(lambda: _finish(run_timeline(name, args, module=bool(module), profile=profile,
-                                        out=out, run=run, timeout=timeout), top))
+    _answer("timeline", fmt, top, lambda: run_timeline(name, args, module=bool(module),
+                                                       profile=profile, out=out, run=run,
+                                                       timeout=timeout))
 
 
 @main.command()
-def doctor() -> None:
+@FORMAT
+def doctor(fmt: str) -> None:
     """Check torch, CUDA, GPU, nsys, ncu, counter permissions and an NVTX round trip."""
     from .api import doctor as run_checks
 
     def body() -> None:
         checks = run_checks()
+        if fmt == "json":
+            from .agent.answer import doctor_answer, dumps
+
+            click.echo(dumps(doctor_answer(checks)))
+            sys.exit(1 if any(c.level == "FAIL" for c in checks) else 0)
         for check in checks:
             click.echo(f"{check.level:<4} {check.name}: {check.detail}"
                        + (f"\n     fix: {check.fix}" if check.fix else ""))
         if any(c.level == "FAIL" for c in checks):
             sys.exit(1)
 
-    _guard(body)
+    _guard(body, "doctor" if fmt == "json" else None)
+
+
+@main.command()
+@TOP
+@FORMAT
+@click.argument("run_dir", type=click.Path())
+def show(top: int, fmt: str, run_dir: str) -> None:
+    """Print a run's summary again (nsbridge.load), or with --format json its answer."""
+    from .api import load
+
+    _answer("show", fmt, top, lambda: load(run_dir))
 
 
 @overload
@@ -293,9 +344,10 @@ def _finish(result: Any, top: int) -> None:
 @click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes for several torch traces, each reading one trace at a "
                    "time (default: one per CPU).")
+@FORMAT
 @click.argument("paths", nargs=-1, required=True)
 def analyze(profile: str, deep_profile: str, out: Optional[str], top: int, window: str,
-            jobs: Optional[int], paths: tuple[str, ...]) -> None:
+            jobs: Optional[int], fmt: str, paths: tuple[str, ...]) -> None:
     """Analyse files captured elsewhere: torch.profiler traces (.json/.json.gz or folders),
     nsys exports (.sqlite, .nsys-rep), Nsight Compute reports (.ncu-rep, CSV)."""
     from . import read_ahead
@@ -304,8 +356,9 @@ def analyze(profile: str, deep_profile: str, out: Optional[str], top: int, windo
         read_ahead(paths[0])
     from .api import analyze as run_analyze
 
-    _guard(lambda: _finish(run_analyze(paths, profile=profile, deep_profile=deep_profile,
-                                       out=out, window=window, jobs=jobs), top))
+    _answer("analyze", fmt, top, lambda: run_analyze(paths, profile=profile,
+                                                     deep_profile=deep_profile, out=out,
+                                                     window=window, jobs=jobs))
 
 
 DIFF_EPILOG = """\b
@@ -340,9 +393,10 @@ def diff_command(base: str, new: str, fail_above: float, min_step_share: float,
     from .api import diff as run_diff
 
     kinds = _allowed(allow, allow_different_target)
-    _guard(lambda: _gate_exit(run_diff(base, new, fail_above=fail_above, ops=ops,
-                                       min_step_share=min_step_share / 100.0, allow=kinds),
-                              fmt, when_inconclusive))
+    _guard(lambda: _gate_exit("diff", run_diff(base, new, fail_above=fail_above, ops=ops,
+                                               min_step_share=min_step_share / 100.0,
+                                               allow=kinds), fmt, when_inconclusive),
+           "diff" if fmt == "json" else None)
 
 
 GATE_EPILOG = """\b
@@ -405,9 +459,10 @@ def gate(processes: int, steps: int, threads: Optional[int], module: bool, out: 
     if rejudge is not None:
         if base is not None:
             raise click.UsageError("--rejudge judges an earlier gate folder: give no BASE or NEW")
-        _guard(lambda: _gate_exit(run_rejudge(rejudge, fail_above=fail_above, ops=ops,
-                                              min_step_share=min_step_share / 100.0,
-                                              allow=kinds), fmt, when_inconclusive))
+        _guard(lambda: _gate_exit("gate", run_rejudge(rejudge, fail_above=fail_above,
+                                                      ops=ops, allow=kinds,
+                                                      min_step_share=min_step_share / 100.0),
+                                  fmt, when_inconclusive), "gate" if fmt == "json" else None)
         return
     if base is None or new is None:
         raise click.UsageError("give BASE and NEW: run directories, or checkouts and SCRIPT")
@@ -420,9 +475,9 @@ def gate(processes: int, steps: int, threads: Optional[int], module: bool, out: 
                               timeout=timeout, base_env=_env_pairs(base_env, "--base-env"),
                               new_env=_env_pairs(new_env, "--new-env"),
                               on_progress=_echo_plan)
-        _gate_exit(result, fmt, when_inconclusive)
+        _gate_exit("gate", result, fmt, when_inconclusive)
 
-    _guard(body)
+    _guard(body, "gate" if fmt == "json" else None)
 
 
 @contextlib.contextmanager
@@ -440,14 +495,24 @@ def _stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def _gate_exit(result: dict[str, Any], fmt: str, when_inconclusive: str) -> None:
-    """Print a comparison and exit with its code (4 mapped by --inconclusive)."""
+def _gate_exit(command: str, result: dict[str, Any], fmt: str,
+               when_inconclusive: str) -> None:
+    """Print a comparison and exit with its code (4 mapped by --inconclusive); as json, the
+    comparison with the answer's head (agent/answer.py) in front."""
     from .report.diff_render import render_diff
 
-    click.echo(render_diff(result, fmt))
     code = result["exit_code"]
     if result["outcome"] == "inconclusive" and when_inconclusive != "exit":
         code = 0 if when_inconclusive == "pass" else 1
+    if fmt == "json":
+        import json
+
+        from .agent.answer import comparison_answer, dumps
+
+        click.echo(dumps(comparison_answer(command, json.loads(render_diff(result, fmt)),
+                                           code)))
+    else:
+        click.echo(render_diff(result, fmt))
     sys.exit(code)
 
 
@@ -464,6 +529,34 @@ def _env_pairs(pairs: tuple[str, ...], option: str) -> dict[str, str]:
             raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint=option)
         env[name] = value
     return env
+
+
+@main.command(name="mcp")
+@click.option("--root", "roots", multiple=True, type=click.Path(exists=True, file_okay=False),
+              metavar="FOLDER", help="A folder whose scripts, traces and runs the tools may use "
+                                     "(repeatable; default: the current folder).")
+def mcp(roots: tuple[str, ...]) -> None:
+    """Serve nsbridge's tools to an agent over the Model Context Protocol (stdio): doctor,
+    triage, analyze, deep, diff, gate, and queries over a run (top_ops, op, sync_points,
+    memory, ranks). Needs the `agent` extra: pip install 'nsbridge[agent]'."""
+    def body() -> None:
+        try:
+            from .agent.mcp_server import serve
+        except ImportError as exc:
+            raise click.ClickException(
+                f"nsbridge mcp needs the MCP SDK ({exc}): pip install 'nsbridge[agent]'") from None
+        serve(list(roots) or [os.getcwd()])
+
+    _guard(body)
+
+
+@main.command(name="agent-skill")
+def agent_skill() -> None:
+    """Print the skill file that teaches an agent nsbridge's loop (doctor, triage, timeline,
+    deep, gate) and its stop rules; the MCP server gives it to clients too."""
+    from .agent.skill import skill_text
+
+    click.echo(skill_text(), nl=False)
 
 
 @main.command(name="make-targets")

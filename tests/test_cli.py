@@ -43,8 +43,8 @@ def no_traceback(result: Result) -> None:
 
 # -- --help ---------------------------------------------------------------------------------
 def test_the_commands() -> None:
-    assert COMMANDS == ["analyze", "deep", "diff", "doctor", "gate", "make-targets",
-                        "timeline", "triage"]
+    assert COMMANDS == ["agent-skill", "analyze", "deep", "diff", "doctor", "gate",
+                        "make-targets", "mcp", "show", "timeline", "triage"]
     result = invoke("--help")
     assert result.exit_code == 0 and result.output.startswith("Usage: nsbridge [OPTIONS] COMMAND")
     for name in COMMANDS:

@@ -64,6 +64,7 @@ LAYERS: list[set[str]] = [
     {"distributed"},                                 # passes on the ranks: launch, a
                                                      # rank's share, fan-out and reduce
     {"api"},                                         # commands = passes composed
+    {"agent"},                                       # JSON answers, the MCP server, the skill
     {"_options", "cli"},                             # click only
     {"__main__"},
 ]
@@ -109,7 +110,8 @@ NOT_AT_IMPORT: dict[str, set[str]] = {
 # imports numpy with one OpenBLAS thread)
 CLI_MAY_IMPORT = {"nsbridge", "nsbridge._blas", "nsbridge._options", "nsbridge.api",
                   "nsbridge.errors", "nsbridge.profiles", "nsbridge.progress",
-                  "nsbridge.report.terminal", "nsbridge.report.diff_render"}
+                  "nsbridge.report.terminal", "nsbridge.report.diff_render",
+                  "nsbridge.agent.answer", "nsbridge.agent.mcp_server", "nsbridge.agent.skill"}
 
 # (importing module, imported module or unit) -> why it is tolerated for now
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}

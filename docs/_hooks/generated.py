@@ -66,6 +66,23 @@ def frames() -> str:
     return markdown()
 
 
+def answer_schema() -> str:
+    """docs/reference/answer-json.md: the top-level fields, then the schema as shipped."""
+    import json
+
+    from nsbridge.agent.answer import schema
+
+    doc = schema()
+    required = set(doc["required"])
+    rows = ["| field | type | always | meaning |", "|---|---|---|---|"]
+    for name, spec in doc["properties"].items():
+        kind = spec.get("type") or ("one of" if "oneOf" in spec else
+                                     "enum" if "enum" in spec else "const")
+        rows.append(f"| `{name}` | {kind} | {'yes' if name in required else ''} | "
+                    f"{spec.get('description', '')} |")
+    return ("\n".join(rows) + "\n\n```json\n" + json.dumps(doc, indent=2) + "\n```")
+
+
 def changelog() -> str:
     """docs/changelog.md: CHANGELOG.md at the repository's root, as it is."""
     return (Path(__file__).resolve().parents[2] / "CHANGELOG.md").read_text(encoding="utf-8")
@@ -73,7 +90,8 @@ def changelog() -> str:
 
 GENERATORS: dict[str, Callable[[], str]] = {"exit-codes": exit_codes,
                                             "profile-keys": profile_keys,
-                                            "frames": frames, "changelog": changelog}
+                                            "frames": frames, "changelog": changelog,
+                                            "answer-schema": answer_schema}
 
 
 def render(markdown: str) -> str:
