@@ -66,6 +66,22 @@ def op_row(result: dict, name: str) -> dict:
     return next(r for r in result["ops"] if r["op"] == name)
 
 
+def test_two_pairs_never_call_a_time_change_a_regression() -> None:
+    """Regression (CI, 2026-11-28): an unchanged tiny script gated with --processes 2 came
+    out +74% on aten::mul in both pairs (both new processes slow by luck) and failed. Two
+    pairs now leave a time-only change inconclusive and say what would settle it; three
+    pairs decide, and work changes decide at any count."""
+    slower = {name: 1.5 for name in OPS}
+    two = compare_pairs(pairs(11, k=2, scale=slower))
+    assert two["outcome"] == "inconclusive" and two["exit_code"] == 4
+    assert all(r["status"] != "regressed" for r in two["ops"])
+    assert any("--processes 3" in line for line in two["advice"]), two["advice"]
+    three = compare_pairs(pairs(11, k=3, scale=slower))
+    assert three["outcome"] == "regression"
+    dtype = compare_pairs(pairs(12, k=2, dtype="float64", scale=slower))
+    assert dtype["outcome"] == "regression"
+
+
 def test_unchanged_pairs_pass_and_say_what_they_could_have_seen() -> None:
     result = compare_pairs(pairs(1))
     assert result["outcome"] == "pass" and result["exit_code"] == 0

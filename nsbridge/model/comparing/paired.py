@@ -31,6 +31,10 @@ from .steady import STATISTICS, Steady, process_steady
 from .work import pooled_work
 
 _MEDIAN = "median"
+# the fewest pairs a time-only regression rests on: with two, both new processes landing
+# on a slow memory layout (an unchanged op +74% in both pairs, seen in CI) looks like a
+# steady change that Student's t cannot tell from luck; work changes need no such count
+MIN_TIME_PAIRS = 3
 
 
 def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
@@ -105,14 +109,16 @@ def _paired(a: list[dict[str, float]], b: list[dict[str, float]], fail_above: fl
     a_us, b_us = float(np.exp(np.log(va).mean())), float(np.exp(np.log(vb).mean()))
     added = b_us - a_us
     added_high = a_us * math.expm1(high)
+    status = C.judge(point, low, high, fail_above, added, added_high, floor_us)
+    if status == "regressed" and k < MIN_TIME_PAIRS:
+        status = "inconclusive"
     return {"a_us": C.rounded(a_us), "b_us": C.rounded(b_us), "statistic": stat,
             "raw_pct": C.pct(point), "change_pct": C.pct(point),
             "ci_pct": C.interval_pct(low, high), "half_width_pct": C.half_width_pct(low, high),
             "added_us": C.rounded(added),
             "added_ci_us": [C.rounded(a_us * math.expm1(low)), C.rounded(added_high)],
             "pair_sd_pct": C.pct(spread), "new": False, "basis": "time",
-            "status": C.judge(point, low, high, fail_above, added, added_high, floor_us),
-            "_log": (point, low, high, spread, k)}
+            "status": status, "_log": (point, low, high, spread, k)}
 
 
 def choose_statistic(a: list[dict[str, float]], b: list[dict[str, float]]) -> str:
@@ -204,6 +210,10 @@ def _advice(rows: list[dict[str, Any]], step: Optional[dict[str, Any]], sa: list
     worst = max(unsure, key=lambda r: r["_log"][3])
     needed = processes_needed(worst["_log"][3], target)
     advice = []
+    if k < MIN_TIME_PAIRS:
+        advice.append(f"at least {MIN_TIME_PAIRS} processes per side (--processes "
+                      f"{MIN_TIME_PAIRS}): {k} pair(s) cannot tell a slower op from one "
+                      "process's luck (its memory layout, its core), however well they agree")
     if needed:
         advice.append(f"about {max(needed - k, 1)} more process(es) per side (--processes "
                       f"{needed}): the pairs of {worst['op']} disagree by "
