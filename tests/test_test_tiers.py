@@ -19,7 +19,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def triaged():
-    return os.system("true")
+    return os.posix_spawnp("true", ["true"], dict(os.environ))   # refused before it runs
 
 
 def test_runs_a_tool():
@@ -60,6 +60,6 @@ def test_unmarked_tests_that_start_processes_fail(pytester: pytest.Pytester) -> 
     text = conftest.flat(result.stdout.str())
     for name, how in (("test_runs_a_tool", "Popen._execute_child"),
                       ("test_hides_its_process", "BaseProcess.start"),
-                      ("test_uses_a_triage", "os.system")):
+                      ("test_uses_a_triage", "os.posix_spawnp")):
         assert (f"test_inner.py::{name} starts a child process ({how}, in the test or one of "
                 "its fixtures) but is not marked slow: mark it @pytest.mark.slow") in text, name
