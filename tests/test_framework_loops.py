@@ -136,6 +136,78 @@ def test_the_wait_for_a_first_step_never_stops_the_profiler_mid_compile(tmp_path
     assert "model = torch.compile(model)" not in fixes      # it is compiled already
 
 
+@pytest.mark.parametrize("positional", [True, False])
+def test_a_closure_given_to_the_optimizer_runs_in_a_range_of_its_own(positional) -> None:
+    """optimizer.step(closure) (LBFGS, Lightning): the closure runs, once per call the
+    optimizer makes, inside ``closure#<its name>`` nested in torch's Optimizer.step range,
+    and its loss comes back to the optimizer; none of it once nsbridge uninstalls."""
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=3)
+
+    def closure():
+        opt.zero_grad()
+        loss = model(torch.ones(4, 8)).pow(2).sum()
+        loss.backward()
+        return loss
+
+    def events() -> list[torch.autograd.profiler_util.FunctionEvent]:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            loss = opt.step(closure) if positional else opt.step(closure=closure)
+        assert isinstance(loss, torch.Tensor)
+        return list(prof.events())
+
+    detector = StepDetector(lambda: None)
+    detector.install()
+    try:
+        seen = events()
+    finally:
+        detector.uninstall()
+    name = "closure#" + closure.__qualname__
+    ranges = [e for e in seen if e.name == name]
+    step = next(e for e in seen if e.name == "Optimizer.step#LBFGS.step")
+    assert len(ranges) == 3                   # LBFGS called it once per iteration
+    assert all(step.time_range.start <= r.time_range.start
+               and r.time_range.end <= step.time_range.end for r in ranges)
+    assert not any(e.name.startswith("closure#") for e in events())
+
+
+COMPILED_THEN_SLOW = """
+import time, torch
+
+model = torch.nn.Linear(8, 8)
+compiled = torch.compile(model, backend=lambda gm, example_inputs: gm.forward)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(12):
+    opt.zero_grad()
+    compiled(torch.ones(4, 8)).sum().backward()
+    if i == 0:
+        for _ in range(80):   # the first step goes on 8 s after the compile, in Python
+            time.sleep(0.1)
+    opt.step()
+"""
+
+
+@pytest.mark.slow
+def test_after_a_compile_the_start_up_recording_is_stopped_only_by_the_first_step(
+        tmp_path: Path) -> None:
+    """Regression: a cold-cache Inductor run with wait_for_step_s 3 crashed (SIGSEGV, 1 of 5)
+    after the start-up recording was stopped and restarted between compiles of its first
+    step, where no compile frame is on the stack. Once torch.compile has compiled, the
+    start-up's time limit (4 s, after the compile) waits for the first step's end (8 s of
+    it after the compile), and no time window replaced the start-up recording."""
+    (tmp_path / "compiled.py").write_text(COMPILED_THEN_SLOW)
+    (tmp_path / "short-wait.yaml").write_text("version: 1\nschedule:\n  wait_for_step_s: 4\n")
+    done = run_nsbridge("-q", "triage", "--profile", str(tmp_path / "short-wait.yaml"),
+                        "--out", str(tmp_path / "run"), str(tmp_path / "compiled.py"),
+                        cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    child = json.loads((tmp_path / "run" / "child.json").read_text())
+    assert child["compile_wait_s"] > 3.0     # the old rule stopped 4 s in, mid-sleep
+    assert child["window"]["kind"] == "steps" and child["window"].get("stopped_by") is None
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["steps"]["count"] == 3
+
+
 def test_a_crash_while_the_profiler_stops_names_what_nsbridge_was_doing(tmp_path: Path) -> None:
     """The profiled process left word before a profiler stop and died in it (SIGSEGV): the
     error says what nsbridge was doing and the setting that avoids it, not "a C/C++/CUDA
@@ -200,6 +272,13 @@ def test_a_lightning_training_step_is_forward_as_lightning_times_it(tmp_path: Pa
         phases = [s[k] for k in ("data_ms", "forward_ms", "backward_ms", "optimizer_ms",
                                  "other_ms")]
         assert sum(phases) == pytest.approx(s["wall_ms"], abs=5e-3)
+    # the closure's Python is its own row, not Optimizer.step's self time (it was 80 %)
+    ops = {op["name"]: op for op in
+           json.loads((tmp_path / "run" / "report.json").read_text())["ops"]}
+    closure = ops["closure#Precision._wrap_closure"]
+    per_step = closure["cpu_self_us"] / 3e3
+    assert per_step == pytest.approx(training_step, rel=0.25)
+    assert ops["Optimizer.step#Adam.step"]["cpu_self_us"] < closure["cpu_self_us"] / 4
 
 
 @pytest.mark.slow

@@ -8,7 +8,8 @@ step has come by then, the recording so far (start-up) is dropped as warm-up and
 window of ``schedule.window_s`` is profiled instead, and the script runs on unprofiled
 (a step that comes later still starts the schedule). Any recording that grows the process
 by ``schedule.max_record_mib`` is stopped there and kept. A budget stop that comes while
-torch.compile compiles waits for the compile to end (``compile_wait_s``). The device is
+torch.compile compiles waits for the compile to end, and the start-up's time limit waits
+for the first step when torch.compile compiled before it (``compile_wait_s``). The device is
 synchronized
 before a window closes, inside a ``nsbridge::own_sync`` range so no analysis charges that
 wait to the script. Every step's wall time is kept with its phase, so unprofiled steps
@@ -221,7 +222,7 @@ class ProfilerSession:
         prof = self._prof
         if prof is None:
             return
-        if compiling():        # stopping the profiler mid-compile crashes torch: ask later
+        if self._waits_for_compile(reason):   # a stop near a compile crashes torch: later
             if self._compile_since is None:
                 self._compile_since = time.monotonic()
             self._budget.ask_again()
@@ -264,6 +265,16 @@ class ProfilerSession:
         finally:
             self._in_session = False
             self._own_s += time.monotonic() - began
+
+    def _waits_for_compile(self, reason: str) -> bool:
+        """Whether a budget stop must wait: torch.compile is compiling now, or (for the
+        start-up recording's time limit) it has compiled before the first step, whose
+        backward and optimizer may still compile without a frame to show it. Stopping and
+        restarting the profiler there crashed 1 of 5 cold-cache runs; the first step's end
+        settles it (the schedule then starts and the start-up recording is dropped)."""
+        if compiling():
+            return True
+        return reason == "time" and self.mode == "whole-run" and compile_seconds() > 0
 
     def _doing(self, what: Optional[str]) -> None:
         """Leave word of a profiler stop or start while it runs (PROFILER_DOING), so that if

@@ -7,7 +7,8 @@ script calls is wrapped once more (outside torch's wrapper: the optimizer's clas
 optimizer itself where an LR scheduler made before the loop put its own step on it) and
 later boundaries are taken when `step()` returns: a profiler window that closes there does
 not charge its own stop/export to the optimizer. With several optimizers only the first one seen counts. Once the script
-calls `nsbridge.step()`, optimizer steps are ignored.
+calls `nsbridge.step()`, optimizer steps are ignored. A closure given to ``step`` runs in a
+``closure#`` range of its own (``closure_in_its_own_range``).
 
 A tight loop runs tens of thousands of steps a second, so the per-step records are kept in
 bounded memory (``StepLog``): every record of the first ``EXACT_STEPS``, then a uniform
@@ -21,6 +22,7 @@ import random
 from typing import Any, Callable, Optional
 
 from nsbridge import _stepping
+from nsbridge.schema import CLOSURE_PREFIX
 
 
 EXACT_STEPS = 5000     # steps whose records are all kept
@@ -65,6 +67,36 @@ class StepLog:
         return {"exact": len(self._first), "later": self._later, "sampled": len(self._sample)}
 
 
+def closure_in_its_own_range(optimizer: Any, args: tuple[Any, ...],
+                             kwargs: dict[str, Any]) -> Optional[tuple[Any, dict[str, Any]]]:
+    """An optimizer-step pre-hook: a closure given to ``optimizer.step`` (Lightning's
+    training_step and backward, LBFGS's loss) runs in a profiler range of its own named
+    ``closure#<its name>``, so its Python is its own self time, not the optimizer's
+    (``args[0]`` is the optimizer)."""
+    positional = len(args) > 1
+    closure = args[1] if positional else kwargs.get("closure")
+    if not callable(closure) or getattr(closure, "_nsbridge", False):
+        return None
+    import torch
+
+    name = CLOSURE_PREFIX + _callable_name(closure)
+
+    def ranged(*a: Any, **k: Any) -> Any:
+        with torch.profiler.record_function(name):
+            return closure(*a, **k)
+
+    ranged._nsbridge = True  # type: ignore[attr-defined]
+    if positional:
+        return (args[0], ranged, *args[2:]), kwargs
+    return args, {**kwargs, "closure": ranged}
+
+
+def _callable_name(fn: Any) -> str:
+    """A function's qualified name; a partial's function's; else the object's class."""
+    inner = fn.func if isinstance(fn, functools.partial) else fn
+    return str(getattr(inner, "__qualname__", None) or type(inner).__qualname__)
+
+
 class StepDetector:
     """Calls ``on_boundary()`` at the end of every training step."""
 
@@ -76,18 +108,21 @@ class StepDetector:
         self._inside_step = 0
         self._pending = False
         self._wrapped: list[tuple[Any, Any]] = []   # (class or optimizer, its step)
-        self._hook: Any = None
+        self._hooks: list[Any] = []
 
     def install(self) -> None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                           register_optimizer_step_pre_hook)
 
-        self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        self._hooks = [register_optimizer_step_pre_hook(closure_in_its_own_range),
+                       register_optimizer_step_post_hook(self._on_optimizer_step)]
         _stepping.set_listener(self._on_user_step)
 
     def uninstall(self) -> None:
         _stepping.set_listener(None)
-        if self._hook is not None:
-            self._hook.remove()
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
         for owner, original in reversed(self._wrapped):
             owner.step = original
         self._wrapped.clear()

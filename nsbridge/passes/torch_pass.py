@@ -404,8 +404,9 @@ def _triage_notes(torch_pass: TorchPass, child: dict[str, Any]) -> list[str]:
     if child.get("compile_wait_s"):
         notes.append(f"torch.compile was compiling when the recording was due to stop "
                      f"(schedule.wait_for_step_s or a budget): the stop waited "
-                     f"{child['compile_wait_s']:.1f} s for the compile to end, since "
-                     "stopping torch.profiler mid-compile crashes the process")
+                     f"{child['compile_wait_s']:.1f} s for the compile (or the first step "
+                     "that compiled) to end, since stopping torch.profiler mid-compile "
+                     "crashes the process")
     sampling = child.get("steps_sampling")
     if sampling:
         notes.append(f"the script ran {steps_seen(child):,} steps: the first "

@@ -20,6 +20,7 @@ HOST_OP_CATS = (CPU_OP, USER_ANNOTATION)
 GPU_CATS = (KERNEL, MEMCPY, MEMSET)
 LAUNCH_CATS = (CUDA_RUNTIME, CUDA_DRIVER)
 PROFILER_STEP_PREFIX = "ProfilerStep#"
+CLOSURE_PREFIX = "closure#"   # the range nsbridge puts around a closure given to optimizer.step
 # how a kernel was launched (device.work[].via): by a CUDA graph replay
 CUDA_GRAPH = "cuda_graph"
 # torch.compile's generated kernels are named triton_...

@@ -147,6 +147,7 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
     optim = starts_with(names, OPTIMIZER_PREFIXES)
     backward = starts_with(names, BACKWARD_PREFIX)
     is_step = starts_with(names, S.PROFILER_STEP_PREFIX)
+    closure_range = starts_with(names, S.CLOSURE_PREFIX)
     thread = main_thread(tree, windows)
     under_step = np.zeros(len(tree), dtype=bool)
     under_step[tree.parent >= 0] = is_step[tree.parent[tree.parent >= 0]]
@@ -161,7 +162,7 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
         last_bwd = start[bwd].max() if bwd.any() else np.inf   # no backward: inference
         fwd = top & (start < last_bwd) & ~data[ops] & ~optim[ops] & ~bwd
         gaps = _forward_gaps(start, end, fwd, data[ops] | optim[ops] | bwd)
-        fwd |= _closure_ops(tree, ops, optim[ops], bwd)
+        fwd |= _closure_ops(tree, ops, optim[ops], bwd, closure_range)
         closure = _closure_spans(start, end, optim[ops], bwd)
         spans = (np.concatenate([closure[0], gaps[0]]), np.concatenate([closure[1], gaps[1]]))
         covered, lengths = np.zeros(len(ops), dtype=bool), {}
@@ -233,18 +234,25 @@ def _closure_spans(start: np.ndarray, end: np.ndarray, optim: np.ndarray,
 
 
 def _closure_ops(tree: HostTree, ops: np.ndarray, optim: np.ndarray,
-                 backward: np.ndarray) -> np.ndarray:
+                 backward: np.ndarray, closure_range: np.ndarray) -> np.ndarray:
     """Of the step's ``ops`` (tree positions; ``optim`` and ``backward`` their masks), the
     direct children of an optimizer range that start before the last backward range (any
     thread: on GPUs autograd has its own) within that range's span: the model forward of
-    a closure the optimizer calls (LBFGS)."""
+    a closure the optimizer calls (LBFGS). The range nsbridge puts around the closure
+    (``closure_range``, a mask over the tree) is looked through: its children count as
+    the optimizer's."""
     out = np.zeros(len(ops), dtype=bool)
     start = tree.start[ops]
     bwd_start = start[backward]
     if not len(bwd_start):
         return out
+    parent = tree.parent[ops]
+    wrapped = parent >= 0
+    wrapped[wrapped] = closure_range[parent[wrapped]]
+    parent = np.where(wrapped, tree.parent[np.maximum(parent, 0)], parent)
+    own = ~closure_range[ops]
     for owner in ops[optim]:
         within = bwd_start[(bwd_start >= tree.start[owner]) & (bwd_start < tree.end[owner])]
         if len(within):
-            out |= ((tree.parent[ops] == owner) & (start < within.max()) & ~backward & ~optim)
+            out |= (parent == owner) & (start < within.max()) & ~backward & ~optim & own
     return out
