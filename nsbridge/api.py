@@ -32,8 +32,8 @@ from .result import RunResult, result_of
 from .job.identity import detect as detect_rank
 from .job.summary import read_summaries
 from .rundir import DEFAULT_BASE, check_new_out, read_run
-from .script_check import check_script
-from .run import Run, Script, is_ranked
+from .run import Run, is_ranked
+from .script_check import Script, check_script, checked_script
 
 __all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "gate", "rejudge",
            "load", "doctor"]
@@ -121,8 +121,8 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
         passes.append(DeepPass(_profile(deep_profile).deep, top=deep_top or None,
                                timeout=timeout, on_plan=on_plan, environ=environ))
     preflight(passes)   # fail before the script runs, not after
-    run, _ = _new_run(target, args, module, workdir, prof, "triage", out, source)
-    return _result(run_passes(run, passes))
+    run = Run.for_script(script, command="triage", profile=prof, out=_path(out), source=source)
+    return result_of(run_passes(run, passes))
 
 
 def _triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Path]],
@@ -155,7 +155,7 @@ def _triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Pa
                                    timeout=timeout, on_plan=on_plan), deep_profile))
     rank_passes = [OnRanks(share, prof.source, rank, argv, environ) for share, prof in shares]
     preflight(rank_passes)   # on every rank, before any script runs
-    s, label = script, _label(script.target, script.module)
+    s, label = script, script.label
     if rank is not None and rank.rank != 0:
         return follow_triage(target=s.target, args=s.args, module=s.module, profile=profile,
                              out=out, cwd=s.cwd, timeout=timeout, rank=rank, ranks=ranks,
@@ -167,7 +167,7 @@ def _triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Pa
         target=s.target, args=s.args, module=s.module, profile=profile, cwd=s.cwd,
         timeout=timeout, rank=rank, ranks=ranks, launcher=argv,
         world=(nproc or 0) if one_node(nnodes) else 0, environ=environ)]
-    return _result(run_passes(run, [*passes, *rank_passes]))
+    return result_of(run_passes(run, [*passes, *rank_passes]))
 
 
 def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = False,
@@ -201,8 +201,8 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
         if run is None:   # a new run: nothing is left behind when nsys is missing
             preflight([TimelinePass(prof, environ=environ)])
         the_run, script = _run_for(run, target, args, module, cwd, prof, "timeline", out)
-    return _result(run_passes(the_run, [TimelinePass(prof, script=script, timeout=timeout,
-                                                     environ=environ)]))
+    return result_of(run_passes(the_run, [TimelinePass(prof, script=script, timeout=timeout,
+                                                       environ=environ)]))
 
 
 def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Sequence[str] = (),
@@ -241,9 +241,10 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
         ncu = DeepPass(deep_prof, kernels=kernels, top=top, timeout=timeout, on_plan=on_plan,
                        environ=environ)
         preflight([ncu])
-        the_run, script = _new_run(target, args, module, cwd, _profile("default"), "triage",
-                                   out)
-        return _result(run_passes(the_run, [
+        script = checked_script(target, args, module, cwd)
+        the_run = Run.for_script(script, command="triage", profile=_profile("default"),
+                                 out=_path(out))
+        return result_of(run_passes(the_run, [
             TorchProfilerPass(script, _profile("default"), timeout=timeout, environ=environ),
             ncu]))
     the_run = Run.open(Path(run) if run is not None else _latest_run())
@@ -254,9 +255,9 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
                             timeout=timeout, on_plan=on_plan)
         return on_ranks(share, the_run, profile_source=prof.source,
                         timeout=timeout, environ=environ)
-    return _result(run_passes(the_run, [DeepPass(deep_prof, kernels=kernels, top=top,
-                                                 timeout=timeout, on_plan=on_plan,
-                                                 environ=environ)]))
+    return result_of(run_passes(the_run, [DeepPass(deep_prof, kernels=kernels, top=top,
+                                                   timeout=timeout, on_plan=on_plan,
+                                                   environ=environ)]))
 
 
 def show_profiler_noise(on: bool = True) -> None:
@@ -309,7 +310,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
         run = Run.create(out=Path(out) if out else None, label=f"analyze-{folder.name}",
                          command="analyze", target=str(folder), args=[], profile=prof,
                          cwd=Path.cwd())
-        return _result(run_passes(run, [given]))
+        return result_of(run_passes(run, [given]))
     files = _input_files([Path(p) for p in paths])
     nsys_files = [f for f in files if f.suffix in _NSYS_SUFFIXES]
     ncu_files = [f for f in files if f.suffix in _NCU_SUFFIXES]
@@ -326,7 +327,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
         passes.append(NcuFilesPass(ncu_files, _profile(deep_profile).deep, environ=environ))
     run = Run.create(out=Path(out) if out else None, label=f"analyze-{label}",
                      command="analyze", target=target, args=[], profile=prof, cwd=Path.cwd())
-    return _result(run_passes(run, passes))
+    return result_of(run_passes(run, passes))
 
 
 def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 10.0,
@@ -410,10 +411,9 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
         recorded = {s.threads for s in sides.values()}
         threads = (recorded.pop() if len(recorded) == 1 and None not in recorded
                    else None if gpu_names(environ) else 1)
-    for side in sides.values():
-        check_script(side.target, side.module, side.cwd)
-    folder = new_run_dir(Path(out) if out else None,
-                         f"gate-{_label(sides['new'].target, sides['new'].module)}")
+    checked = [checked_script(side.target, side.args, side.module, side.cwd)
+               for side in sides.values()]
+    folder = new_run_dir(_path(out), f"gate-{checked[-1].label}")
 
     def run_one(side: Any, run_dir: Path) -> dict[str, Any]:
         result = triage(side.target, side.args, module=side.module, profile=prof,
@@ -570,33 +570,14 @@ def _run_for(run: Optional[Union[str, Path]], target: Optional[str], args: Seque
     """The run to add a pass to (an earlier one, or a new one) and the script it runs."""
     if target is None:
         raise ScriptError(f"Give a script to run under {command}, or --run DIR of a triage run.")
+    script = checked_script(target, args, module, cwd)
     if run is None:
-        return _new_run(target, args, module, cwd, prof, command, out)
-    workdir = Path(cwd) if cwd else Path.cwd()
-    check_script(target, module, workdir)
-    return Run.open(Path(run)), Script(target=target, args=list(args), module=module,
-                                       cwd=workdir)
+        return Run.for_script(script, command=command, profile=prof, out=_path(out)), script
+    return Run.open(Path(run)), script
 
 
-def _new_run(target: str, args: Sequence[str], module: bool,
-             cwd: Optional[Union[str, Path]], prof: Profile, command: str,
-             out: Optional[Union[str, Path]],
-             source: Optional[dict[str, Any]] = None) -> tuple[Run, Script]:
-    """A new run directory for a script, checked first (ScriptError), and the script
-    (``source``: what a rerun needs besides it, kept in the manifest)."""
-    workdir = Path(cwd) if cwd else Path.cwd()
-    check_script(target, module, workdir)
-    label = _label(target, module) if command == "triage" else f"{command}-{_label(target, module)}"
-    run = Run.create(out=Path(out) if out else None, label=label, command=command,
-                     target=target, args=list(args), profile=prof, cwd=workdir, module=module,
-                     source=source)
-    return run, Script(target=target, args=list(args), module=module, cwd=workdir)
-
-
-def _result(run: Run) -> RunResult:
-    """What a command returns: the run, its frames, the exit code of its last pass."""
-    passes = run.manifest.get("passes") or [{}]
-    return result_of(run, int(passes[-1].get("exit_code") or 0))
+def _path(out: Optional[Union[str, Path]]) -> Optional[Path]:
+    return Path(out) if out else None
 
 
 def _latest_run() -> Path:
@@ -641,10 +622,6 @@ def _is_triage_run(path: Path) -> bool:
         return json.loads(manifest.read_text(encoding="utf-8")).get("command") == "triage"
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def _label(target: str, module: bool) -> str:
-    return target.split(".")[-1] if module else Path(target).stem
 
 
 def _profile(profile: ProfileArg) -> Profile:

@@ -19,19 +19,12 @@ for a toy pass); the renderers show its section and per-op columns without an ed
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional, Protocol, Sequence
 
-from . import schema as S
 from .errors import NsbridgeError
 from .model.device.tensor_cores import settle_with_ncu
-from .parse.torch_trace import read_inflated
-from .report.html import html_page
-from .report.merged_trace import merged_trace_json
-from .report.ops_csv import ops_csv
-from .report.markdown import markdown
+from .report.files import data_files, pages
 from .run import PassOutput, Run
 
 
@@ -154,10 +147,8 @@ def settle(run: Run) -> None:
 
 def save(run: Run) -> None:
     """Settle what passes decide in each other's numbers, then write every file of the
-    run once: ops.csv (when the report has ops) and
-    merged.json.gz (when the torch trace is small enough to annotate whole) first, so that
-    if one does not fit the reports can still say so; then manifest.json, report.json,
-    report.md and report.html.
+    run once: the data files first (report.files.data_files), so that if one does not fit
+    the reports can still say so; then manifest.json and report.json, then the pages.
 
     Raises:
         RunDirError: a file cannot be written (the run is then marked failed).
@@ -165,20 +156,8 @@ def save(run: Run) -> None:
     settle(run)
     trace = run.close()
     try:
-        if run.report.get("ops"):
-            run.write_text(S.OPS_CSV, ops_csv(run.report))
-        if trace is not None:
-            merged = merged_trace_json(read_inflated(trace), run.report)
-            run.write_with(S.MERGED_TRACE, lambda tmp: write_gz(tmp, merged))
+        run.write_files(data_files(run.report, trace))
     finally:
         run.write_records()
-        table = run.dir / str(run.report["files"].get("key_averages") or "-")
-        run.write_text(S.REPORT_MD, markdown(run.report, key_averages_file=table.name
-                                             if table.is_file() else None))
-        run.write_text(S.REPORT_HTML, html_page(run.report))
-
-
-def write_gz(path: Path, data: bytes) -> None:
-    """``data`` gzipped at level 1 (a merged trace is rewritten on every run)."""
-    with gzip.open(path, "wb", compresslevel=1) as fh:
-        fh.write(data)
+        table = str(run.report["files"].get("key_averages") or "-")
+        run.write_files(pages(run.report, table if (run.dir / table).is_file() else None))

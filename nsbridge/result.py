@@ -139,9 +139,13 @@ def _short(value: object, most: int) -> str:
     return text if len(text) <= most else text[:most - 1] + "…"
 
 
-def result_of(run: Run, exit_code: int) -> RunResult:
+def result_of(run: Run, exit_code: Optional[int] = None) -> RunResult:
     """The RunResult of a run: its frames read from its report, as nsbridge.load gives
-    them, so a command's result and a loaded run are the same."""
+    them, so a command's result and a loaded run are the same. ``exit_code`` (None: the
+    exit code of the run's last pass)."""
+    if exit_code is None:
+        passes = run.manifest.get("passes") or [{}]
+        exit_code = int(passes[-1].get("exit_code") or 0)
     return RunResult(run_dir=run.dir, report=run.report, ops=frames.ops(run.report),
                      steps=frames.steps(run.report), exit_code=exit_code,
                      timeline=run.frames.get("timeline"))

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from . import __version__
 from . import schema as S
@@ -28,6 +28,7 @@ from .errors import RunDirError, ScriptError
 from .profiles import Profile
 from .report.build import clean, conclusive
 from .rundir import atomic_path, new_run_dir, read_run, write_json
+from .script_check import Script
 
 MERGE_LIMIT = 64 * 1024 * 1024   # traces of more JSON than this (inflated) are not merged
 SAVE_STEP = "save"               # the manifest's entry for writing the run's files, when it failed
@@ -67,16 +68,6 @@ class PassOutput:
     frames: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Script:
-    """What a pass that runs the user's code executes (a run's manifest keeps it)."""
-
-    target: str
-    args: list[str]
-    module: bool
-    cwd: Path
-
-
 class Run:
     """A run directory with its manifest and report; passes are added one by one."""
 
@@ -106,6 +97,16 @@ class Run:
         run = cls(path, manifest, report)
         run._guarded(lambda: write_json(path / S.MANIFEST_JSON, manifest))
         return run
+
+    @classmethod
+    def for_script(cls, script: Script, *, command: str, profile: Profile,
+                   out: Optional[Path], source: Optional[dict[str, Any]] = None) -> "Run":
+        """A new run directory for ``script`` under ``command``, named after it (a triage
+        as the script, another command with its name in front)."""
+        label = script.label if command == "triage" else f"{command}-{script.label}"
+        return cls.create(out=out, label=label, command=command, target=script.target,
+                          args=script.args, profile=profile, cwd=script.cwd,
+                          module=script.module, source=source)
 
     @classmethod
     def open(cls, path: Path) -> "Run":
@@ -195,21 +196,19 @@ class Run:
             write_json(self.dir / S.REPORT_JSON, self.report)
         self._guarded(records)
 
-    def write_text(self, name: str, text: str) -> None:
-        """The run's text file ``name`` (UTF-8), whole or not at all (see write_with)."""
-        self.write_with(name, lambda tmp: _write_text(tmp, text))
-
-    def write_with(self, name: str, write: Callable[[Path], None]) -> None:
-        """Write the run's file ``name`` whole or not at all: ``write`` gets a temporary
-        path to fill (see rundir.atomic_path); a failure marks the run failed (_guarded).
+    def write_files(self, files: Iterable[tuple[str, bytes]]) -> None:
+        """Write each (name, bytes) of ``files`` as the run's file ``name``, in order,
+        whole or not at all (see rundir.atomic_path); a failure marks the run failed
+        (_guarded) and stops there.
 
         Raises:
-            RunDirError: the write failed.
+            RunDirError: a write failed.
         """
-        def whole() -> None:
-            with atomic_path(self.dir / name) as tmp:
-                write(tmp)
-        self._guarded(whole)
+        for name, data in files:
+            def whole(name: str = name, data: bytes = data) -> None:
+                with atomic_path(self.dir / name) as tmp:
+                    tmp.write_bytes(data)
+            self._guarded(whole)
 
     def _guarded(self, write: Callable[[], None]) -> None:
         """Run ``write``; when it fails (a full disk, an I/O error), mark the run failed
@@ -285,10 +284,6 @@ def rank(recommendations: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if old is None or rec["impact"] > old["impact"]:
             best[rec["id"]] = rec
     return sorted(best.values(), key=lambda r: (not r.get("addresses_verdict"), -r["impact"]))
-
-
-def _write_text(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
 
 
 def _now() -> str:

@@ -9,11 +9,39 @@ and a script is compiled, not executed.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 from .errors import ScriptError
+
+
+@dataclass(frozen=True)
+class Script:
+    """What a pass that runs the user's code executes (a run's manifest keeps it)."""
+
+    target: str
+    args: list[str]
+    module: bool
+    cwd: Path
+
+    @property
+    def label(self) -> str:
+        """The name a run directory of it takes: the module's last part, the file's stem."""
+        return self.target.split(".")[-1] if self.module else Path(self.target).stem
+
+
+def checked_script(target: str, args: Sequence[str], module: bool,
+                   cwd: Optional[Union[str, Path]]) -> Script:
+    """The script to run from ``cwd`` (None: the current directory), checked first.
+
+    Raises:
+        ScriptError: it cannot be started, or does not compile (check_script).
+    """
+    workdir = Path(cwd) if cwd else Path.cwd()
+    check_script(target, module, workdir)
+    return Script(target=target, args=list(args), module=module, cwd=workdir)
 
 
 def check_script(target: str, module: bool, workdir: Path) -> None:

@@ -21,12 +21,13 @@ from typing import Any
 import pytest
 
 import nsbridge
-from nsbridge import api, pipeline, rundir
+from nsbridge import api, rundir
 from nsbridge import run as run_module
 from nsbridge.errors import DeepError, ToolFailedError, ToolNotFoundError
 from nsbridge.passes.torch_pass import analyze_traces
 from nsbridge.pipeline import Given, run_passes
 from nsbridge.profiles import load_profile
+from nsbridge.report import files as report_files
 from nsbridge.report import views
 from nsbridge.report.document import Section, Table
 from nsbridge.report.terminal import terminal_summary
@@ -84,10 +85,10 @@ def test_triage_with_nsys_and_deep_writes_each_file_once(
     script.write_text(SCRIPT)
     written = _count_writes(monkeypatch)
     opened, merged = [], []
-    real_open, real_merge = Run.open, pipeline.merged_trace_json
+    real_open, real_merge = Run.open, report_files.merged_trace_json
     monkeypatch.setattr(Run, "open", classmethod(lambda cls, p: opened.append(p) or
                                                  real_open.__func__(cls, p)))
-    monkeypatch.setattr(pipeline, "merged_trace_json",
+    monkeypatch.setattr(report_files, "merged_trace_json",
                         lambda *a: merged.append(1) or real_merge(*a))
     monkeypatch.setattr(api, "TorchProfilerPass", RecordedTorchPass)
     result = nsbridge.triage(str(script), out=tmp_path / "run", nsys=True, deep_top=1,

@@ -272,6 +272,5 @@ def on_ranks(share: RankShare, the_run: Run, *, profile_source: str,
         return follower_result(the_run.dir, rank,
                                follow(share.kind, the_run.dir, rank, timeout, environ),
                                share.kind, the_run.report.get("target", ""))
-    run_passes(the_run, [OnRanks(share, profile_source, rank, launcher, environ)])
-    passes = the_run.manifest.get("passes") or [{}]
-    return result_of(the_run, int(passes[-1].get("exit_code") or 0))
+    return result_of(run_passes(the_run, [OnRanks(share, profile_source, rank, launcher,
+                                                  environ)]))

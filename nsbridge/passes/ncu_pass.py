@@ -27,7 +27,8 @@ from ..parse.ncu import NcuData, read_ncu, report_data
 from ..profiles import Deep
 from ..report.build import clean
 from ..rundir import free_stem
-from ..run import PassOutput, Run, Script
+from ..run import PassOutput, Run
+from ..script_check import Script
 
 KERNEL_COLUMNS = ["launch", "kernel", "op", "module", "step", "attribution", "duration_ns",
                   "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct", "l2_hit_pct",

@@ -18,7 +18,8 @@ from ..model.device.timeline import Timeline, join, window_to_steps
 from ..parse.nsys_sqlite import read_nsys_sqlite
 from ..profiles import Profile
 from ..report.build import clean
-from ..run import PassOutput, Run, Script
+from ..run import PassOutput, Run
+from ..script_check import Script
 from .outcome import pass_status
 
 

@@ -25,7 +25,8 @@ from ..model.ranks.cross_rank import combine_ops, cross_rank, slowest
 from ..parse.torch_trace import TorchTrace, read_trace
 from ..profiles import SECTIONS, Profile, load_profile, profile_from_dict
 from ..report.build import build_report
-from ..run import PassOutput, Run, Script
+from ..run import PassOutput, Run
+from ..script_check import Script
 from ..rundir import read_run
 from .outcome import pass_status
 
