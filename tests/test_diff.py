@@ -381,3 +381,25 @@ def test_the_table_lists_deciding_ops_then_the_largest_and_hides_autograds_wrapp
     table = render_diff({**result, "a_label": "a", "b_label": "b"})
     assert "MmBackward0" not in table and "aten::conv" in table
     assert table.index("aten::conv") < table.index("aten::add") < table.index("aten::relu")
+
+
+def test_unprofiled_steps_that_waited_for_a_cpu_are_judged_by_their_running_time() -> None:
+    """Regression: a run whose unprofiled steps mostly waited for a CPU (two hogs beside it)
+    showed 'step time 5.02 -> 72.75 ms' against a quiet one, for the same work: the wait was
+    compared, not the step. Those steps are now scaled by their running share, as the gate's
+    measured steps are (model.comparing.steady)."""
+    quiet = _report(BASE, STEPS, threads=1)
+    busy = _report(BASE, STEPS, threads=1)
+    quiet["steps"].update(unprofiled_ms=[5.0, 5.1, 4.9, 5.0, 5.05],
+                          unprofiled_wait_ms=[0.0] * 5, unprofiled_runs=[1] * 5)
+    busy["steps"].update(unprofiled_ms=[72.0, 75.0, 70.0, 73.0, 74.0],
+                         unprofiled_wait_ms=[67.0, 70.0, 65.0, 68.0, 69.0],
+                         unprofiled_runs=[1] * 5)
+    step = compare(quiet, busy)["step"]
+    assert step["source"].endswith("unprofiled steps (nsbridge's step timer)")
+    assert step["b_us"] == pytest.approx(5000, rel=0.05)      # was 73,000
+    assert abs(step["change_pct"]) < 5
+    # the same steps without the wait recorded are compared as they are
+    bare = {**busy, "steps": {k: v for k, v in busy["steps"].items()
+                              if k != "unprofiled_wait_ms"}}
+    assert compare(quiet, bare)["step"]["b_us"] == pytest.approx(73000, rel=0.01)

@@ -36,7 +36,9 @@ op's wall time is mostly waiting. Such a change is inconclusive, and the advice 
 would settle it (`nsbridge gate`: interleaved processes).
 
 Step time (median step: the measured steps when both runs have at least ten, as the gate's
-runs do, else the unprofiled steps when both have at least three) is judged the same way, except that a slowdown no larger than the drift (every op slower alike)
+runs do, else the unprofiled steps when both have at least three; either kind with the
+steps that waited for a CPU left out, or all scaled by their running share, as
+model.comparing.steady says) is judged the same way, except that a slowdown no larger than the drift (every op slower alike)
 cannot be told from a slower machine: with one process per side, on a contended machine,
 or when the step's interval reaches down to the drift, it is inconclusive unless an op
 regressed too.
@@ -55,7 +57,7 @@ from .comparability import problems
 from .gate_answer import answer, judge_work, show_ci
 from .paired import processes_needed
 from ..stats import LEVEL, resample_indices
-from .steady import intra_op_threads, step_weights
+from .steady import intra_op_threads, step_weights, unprofiled_samples
 from .work import OpWork, calls_changed, signature_changes
 
 WITNESS_CAP = 0.25
@@ -98,6 +100,7 @@ class _Side:
         steps = report.get("steps") or {}
         per_step = steps.get("per_step") or []
         n = len(per_step) or int(steps.get("count") or 1)
+        self.device = device
         self.weights = step_weights(per_step, intra_op_threads(report), device)
         index = self.weights.index if per_step else np.arange(n)
         scale = self.weights.scale if per_step else np.ones(n)
@@ -318,13 +321,13 @@ def _step_change(a: dict[str, Any], b: dict[str, Any], side_a: _Side, side_b: _S
     """Median step time of each side (measured or unprofiled steps: module docstring), its
     change and 95% interval, and the status."""
     sa, sb = a.get("steps") or {}, b.get("steps") or {}
-    bare_a, bare_b = sa.get("unprofiled_ms") or [], sb.get("unprofiled_ms") or []
+    bare_a, ga = unprofiled_samples(sa, intra_op_threads(a), side_a.device)
+    bare_b, gb = unprofiled_samples(sb, intra_op_threads(b), side_b.device)
     measured = min(len(sa.get("per_step") or []), len(sb.get("per_step") or []))
     if (min(len(bare_a), len(bare_b)) >= MIN_STEP_SAMPLES
             and measured < ENOUGH_MEASURED_STEPS):
         what = "unprofiled steps (nsbridge's step timer)"
-        xa, ga = bare_a, sa.get("unprofiled_runs") or [1] * len(bare_a)
-        xb, gb = bare_b, sb.get("unprofiled_runs") or [1] * len(bare_b)
+        xa, xb = list(bare_a), list(bare_b)
     else:
         what = "measured steps (torch.profiler step ranges)"
         xa, ga = list(side_a.walls_ms), side_a.groups

@@ -92,6 +92,22 @@ def step_weights(per_step: list[dict[str, Any]], threads: int, device: bool) -> 
     return StepWeights(np.arange(n), np.clip(running, MIN_RUNNING_SHARE, 1.0), int(waited.sum()))
 
 
+def unprofiled_samples(steps: dict[str, Any], threads: int,
+                       device: bool) -> tuple[np.ndarray, list[int]]:
+    """A report's unprofiled step times (ms) by the same rule as the measured ones
+    (step_weights), with the process (run) of each; a step's CPU time is not recorded
+    there, so a step waited when its wait exceeds WAIT_LIMIT of its wall time."""
+    walls = [float(v) for v in steps.get("unprofiled_ms") or []]
+    waits = steps.get("unprofiled_wait_ms") or []
+    runs = steps.get("unprofiled_runs") or [1] * len(walls)
+    records = [{"wall_ms": w, "cpu_ms": w,
+                "wait_ms": float(waits[i] or 0.0) if i < len(waits) else 0.0}
+               for i, w in enumerate(walls)]
+    weights = step_weights(records, threads, device)
+    values = np.asarray(walls, dtype=np.float64)[weights.index] * weights.scale
+    return values, [int(runs[i]) for i in weights.index]
+
+
 def process_steady(report: dict[str, Any]) -> Steady:
     """The steady times of the one process a report measured."""
     per_step = (report.get("steps") or {}).get("per_step") or []
