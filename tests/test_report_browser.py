@@ -33,9 +33,9 @@ def browser():
         instance.close()
 
 
-def _open(browser, path: Path, shot: Path):
+def _open(browser, path: Path, shot: Path, width: int = 1400):
     """The page, its console errors and page errors, offline; a full-page screenshot."""
-    context = browser.new_context(offline=True, viewport={"width": 1400, "height": 900})
+    context = browser.new_context(offline=True, viewport={"width": width, "height": 900})
     page = context.new_page()
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -92,13 +92,44 @@ def test_cnn_report_renders_sorts_and_filters(browser, tmp_path: Path) -> None:
 
 def _labels_fit(page) -> None:
     """Every horizontal bar chart's category labels are drawn whole inside the canvas:
-    long names are cut in the middle (…), not clipped at the left edge."""
+    long names are cut in the middle (…), not clipped at the left edge (each label's
+    drawn width, measured in the scale's own font, fits the axis Chart.js gave it)."""
     cut = page.evaluate("""() => Object.values(Chart.instances)
         .filter(c => c.options.indexAxis === 'y')
-        .map(c => [c.canvas.id, c.scales.y.left, c.scales.y.ticks.map(t => t.label)])""")
-    for chart, left, labels in cut:
+        .map(c => {
+          const y = c.scales.y, ctx = c.ctx;
+          ctx.save(); ctx.font = Chart.helpers.toFont(y.options.ticks.font).string;
+          const widths = y.ticks.map(t => ctx.measureText(String(t.label)).width);
+          ctx.restore();
+          return [c.canvas.id, y.left, y.width, Math.max(0, ...widths),
+                  y.ticks.map(t => t.label)];
+        })""")
+    assert cut
+    for chart, left, width, widest, labels in cut:
         assert left >= 0, chart
+        assert widest <= width, (chart, widest, width, labels)
         assert all(len(label) <= 44 for label in labels), (chart, labels)
+
+
+LONG_OP = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+@pytest.mark.parametrize("width", [1280, 900])
+def test_long_op_names_fit_their_axis_at_narrower_windows(browser, tmp_path: Path,
+                                                           width: int) -> None:
+    """Regression: at 1280 px the top-ops chart cut 'numerate(DataLoader…' at the canvas's
+    left edge: the middle cut kept 44 characters where the axis had room for fewer."""
+    frame = events(op("ProfilerStep#1", 0, 2000, cat="user_annotation"),
+                   op(LONG_OP, 5, 900), op("aten::mm", 1000, 500), op("aten::add", 1600, 100),
+                   op("aten::" + "very_long_operator_name_" * 3, 1750, 200))
+    analysis = analyze_events(frame, thresholds=load_profile("default").analysis)
+    report = build_report(command="analyze", target="t", status="ok", analysis=analysis,
+                          step_source=None, overhead=None, files={}, notes=[],
+                          has_memory=False)
+    (tmp_path / "report.html").write_text(html_page(report), encoding="utf-8")
+    page, errors = _open(browser, tmp_path / "report.html", tmp_path / "narrow.png", width)
+    assert errors == []
+    _labels_fit(page)
 
 
 def test_gpu_fixture_report_has_device_and_ncu_charts(browser, tmp_path: Path) -> None:

@@ -2,6 +2,11 @@
   "use strict";
   var data = JSON.parse(document.getElementById("nsbridge-data").textContent);
   var palette = ["#2563eb", "#f59e0b", "#10b981", "#ef4444", "#8b5cf6", "#6b7280"];
+  function middleCut(label, most) {   // at most `most` characters, the middle as "…"
+    if (label.length <= most) { return label; }
+    var head = Math.floor((most - 1) * 0.45);
+    return label.slice(0, head) + "\u2026" + label.slice(label.length - (most - 1 - head));
+  }
   function chart(id, config) {
     var canvas = document.getElementById(id);
     if (!canvas || typeof Chart === "undefined") { return; }
@@ -10,8 +15,15 @@
     if (config.options.indexAxis === "y") {   // long names: cut in the middle, full in the tooltip
       var scales = config.options.scales = config.options.scales || {};
       scales.y = Object.assign({ticks: {autoSkip: false, callback: function (v) {
+        // Chart.js gives the y axis at most half the chart's width: cut to what fits there
         var label = String(this.getLabelForValue(v));
-        return label.length > 44 ? label.slice(0, 20) + "\u2026" + label.slice(-23) : label;
+        var ctx = this.ctx, room = this.chart.width / 2 - 16, most = Math.min(44, label.length);
+        ctx.save();
+        ctx.font = Chart.helpers.toFont(this.options.ticks.font).string;
+        var text = middleCut(label, most);
+        while (most > 12 && ctx.measureText(text).width > room) { text = middleCut(label, --most); }
+        ctx.restore();
+        return text;
       }}}, scales.y || {});
     }
     new Chart(canvas, config);
