@@ -162,34 +162,38 @@ class SyncRecorder:
             site = _call_site()
             if device == "cpu" and (site[3] or recorder._stays_on_host(kind, args[0], site)):
                 result = original(*args, **kwargs)
-                if kind in _READ_BACKS:
-                    recorder._mark_host(result)
-                return result
-            recorder._local.busy = True
-            refused = False
-            start = time.perf_counter()
-            try:
-                if device != "cpu" and torch.autograd._profiler_enabled():
-                    name = f"{SYNC_SITE_PREFIX}{kind} {device} {site[0]}:{site[1]}"
-                    with _RANGE(name):
-                        return original(*args, **kwargs)
-                result = original(*args, **kwargs)
-                if device == "cpu" and kind in _READ_BACKS:
-                    recorder._mark_host(result)
-                return result
-            except Exception:  # torch refused the call (bool of many values): no sync
-                refused = True
-                raise
-            finally:
-                recorder._local.busy = False
-                if not refused:
-                    recorder._add(kind, op, device, site, (time.perf_counter() - start) * 1e3)
+            else:
+                result = recorder._recorded(original, args, kwargs, (kind, op, device, site))
+            if device == "cpu" and kind in _READ_BACKS:
+                recorder._mark_host(result)
+            return result
 
         wrapper.__name__ = getattr(original, "__name__", attr)
         wrapper.__qualname__ = getattr(original, "__qualname__", attr)
         wrapper.__doc__ = getattr(original, "__doc__", None)
         setattr(owner, attr, wrapper)
         self._originals.append((owner, attr, own))
+
+    def _recorded(self, original: Callable[..., Any], args: Any, kwargs: Any,
+                  call: tuple[str, str, str, Site]) -> Any:
+        """``original(*args, **kwargs)``, recorded as a sync (``call``: kind, op, device,
+        site), inside a sync_site range while the profiler records a device tensor's."""
+        kind, op, device, site = call
+        self._local.busy = True
+        refused = False
+        start = time.perf_counter()
+        try:
+            if device != "cpu" and torch.autograd._profiler_enabled():
+                with _RANGE(f"{SYNC_SITE_PREFIX}{kind} {device} {site[0]}:{site[1]}"):
+                    return original(*args, **kwargs)
+            return original(*args, **kwargs)
+        except Exception:  # torch refused the call (bool of many values): no sync
+            refused = True
+            raise
+        finally:
+            self._local.busy = False
+            if not refused:
+                self._add(kind, op, device, site, (time.perf_counter() - start) * 1e3)
 
     def _stays_on_host(self, kind: str, tensor: torch.Tensor, site: Site) -> bool:
         """True when this call on a CPU tensor would stay on the host on a GPU too: an
