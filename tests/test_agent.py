@@ -108,6 +108,19 @@ def test_every_command_answers_one_valid_json_document(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_script_that_fails_is_said_to_have_failed_not_nsbridge(tmp_path: Path) -> None:
+    """Regression: a script exiting 1 (or 2) was explained as 'nsbridge could not do its job'
+    (or 'a usage error'): the code is the script's own."""
+    for code in (1, 2):
+        (tmp_path / "fails.py").write_text(f"import sys\nsys.exit({code})\n")
+        got, answer, _ = _cli("triage", "--format", "json", "--out", f"r{code}", "fails.py",
+                              cwd=tmp_path)
+        assert got == code and _valid(answer)["status"] == "failed"
+        scripts_own = next(r.meaning for r in EXIT_CODES if r.code == "the script's own")
+        assert answer["exit_meaning"] == scripts_own
+
+
+@pytest.mark.slow
 def test_an_mcp_client_triages_asks_for_evidence_and_gates_a_planted_slowdown(
         tmp_path: Path) -> None:
     pytest.importorskip("mcp", reason="the MCP SDK (nsbridge[agent]) is not installed")

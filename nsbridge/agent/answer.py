@@ -25,21 +25,29 @@ def schema() -> dict[str, Any]:
     return dict(json.loads(text))
 
 
-def exit_meaning(code: int) -> str:
-    """What an exit code means (schema/exit_codes.py's table); a script's own code and a
+SCRIPTS_OWN = next(row.meaning for row in EXIT_CODES if row.code == "the script's own")
+
+
+def exit_meaning(code: int, script_failed: bool = False) -> str:
+    """What an exit code means (schema/exit_codes.py's table); a script's own code
+    (``script_failed``: the script failed, so a 1 is its own, not nsbridge's) and a
     signal's are said as such."""
+    if script_failed and 0 < code <= 128:
+        return SCRIPTS_OWN
     for row in EXIT_CODES:
         if row.code == str(code):
             return row.meaning
     if code > 128:
         return f"the script's process was killed by signal {code - 128}"
-    return "the script's own exit status: it failed or called sys.exit"
+    return SCRIPTS_OWN
 
 
 def run_answer(command: str, result: Any, top: int = TOP_OPS) -> dict[str, Any]:
     """The answer for a command that produced a run (``result``: a RunResult)."""
     report = result.report
-    return {**_head(command, str(report.get("status")), result.exit_code),
+    error = report.get("error") or {}
+    script_failed = report.get("status") == "failed" and not error.get("pass")  # not a tool's
+    return {**_head(command, str(report.get("status")), result.exit_code, script_failed),
             "run_dir": str(Path(result.run_dir).resolve()),
             "files": _files(Path(result.run_dir).resolve(), report),
             "headline": headline(report, top),
@@ -99,9 +107,9 @@ def headline(report: dict[str, Any], top: int = TOP_OPS) -> dict[str, Any]:
     }
 
 
-def _head(command: str, status: str, code: int) -> dict[str, Any]:
+def _head(command: str, status: str, code: int, script_failed: bool = False) -> dict[str, Any]:
     return {"nsbridge_answer": ANSWER_VERSION, "command": command, "status": status,
-            "exit_code": code, "exit_meaning": exit_meaning(code)}
+            "exit_code": code, "exit_meaning": exit_meaning(code, script_failed)}
 
 
 def _files(run_dir: Path, report: dict[str, Any]) -> dict[str, str]:

@@ -43,8 +43,9 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(str(REFUSED), "gate, diff", "refused, nothing was compared: a failed, running, "
              "empty or foreign-schema run, two different scripts, or a gate process "
              "that failed"),
-    ExitCode(str(RECORD_NOT_WRITTEN), "triage, timeline, deep", "the profiled process could "
-             "not write its record (a full disk); what the trace holds is kept"),
+    ExitCode(str(RECORD_NOT_WRITTEN), "the profiled process (nsbridge exits 1)", "the "
+             "profiled process could not write its record (a full disk); nsbridge reports "
+             "status `failed`, exits 1 and keeps what the trace holds"),
     ExitCode(str(TIMEOUT), "triage, timeline, deep", "`--timeout` stopped the script before "
              "it finished (partial trace and report kept); a script that ran to its end is "
              "`ok`, even when its process's exit outlasted the timeout"),
