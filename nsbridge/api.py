@@ -33,7 +33,7 @@ from .job.identity import detect as detect_rank
 from .job.summary import read_summaries
 from .rundir import DEFAULT_BASE, check_new_out, read_run
 from .run import Run, is_ranked
-from .script_check import Script, check_script, checked_script
+from .script_check import Script, checked_script
 
 __all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "gate", "rejudge",
            "load", "doctor"]
@@ -97,15 +97,13 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     """
     check_window(window)
     prof = _profile(profile)
-    workdir = Path(cwd) if cwd else Path.cwd()
-    check_script(target, module, workdir)
-    source = {"threads": threads, "env": recorded_env(environ), "git": git_state(workdir)}
+    script = checked_script(target, args, module, cwd)
+    source = {"threads": threads, "env": recorded_env(environ), "git": git_state(script.cwd)}
     environ = with_threads(environ, threads)
     rank = None if nproc_per_node else detect_rank(environ)
     if runs > 1 and (nproc_per_node or rank is not None):
         raise LaunchError("--runs pools several processes of a one-process script; a job of "
                           "several ranks already measures each rank: leave --runs off.")
-    script = Script(target=target, args=list(args), module=module, cwd=workdir)
     if nproc_per_node or rank is not None:
         launcher = {"nproc_per_node": nproc_per_node, "nnodes": nnodes,
                     "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint}
@@ -292,7 +290,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
         ProfileError: the profile is not valid.
     """
     check_window(window)
-    check_new_out(Path(out) if out else None)    # before minutes of reading, not after
+    check_new_out(_path(out))    # before minutes of reading, not after
     prof = _profile(profile)
     paths = list(paths)
     for folder in (Path(p) for p in paths):
@@ -307,7 +305,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
         # the run's own records: its machine, steps, syncs and settings are kept
         folder = Path(paths[0])
         given = Given(analyse_run_dir(folder, None if profile == "default" else prof, window))
-        run = Run.create(out=Path(out) if out else None, label=f"analyze-{folder.name}",
+        run = Run.create(out=_path(out), label=f"analyze-{folder.name}",
                          command="analyze", target=str(folder), args=[], profile=prof,
                          cwd=Path.cwd())
         return result_of(run_passes(run, [given]))
@@ -325,7 +323,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
         passes.append(NsysExportsPass(nsys_files, prof, window, environ=environ))
     if ncu_files:
         passes.append(NcuFilesPass(ncu_files, _profile(deep_profile).deep, environ=environ))
-    run = Run.create(out=Path(out) if out else None, label=f"analyze-{label}",
+    run = Run.create(out=_path(out), label=f"analyze-{label}",
                      command="analyze", target=target, args=[], profile=prof, cwd=Path.cwd())
     return result_of(run_passes(run, passes))
 

@@ -288,8 +288,9 @@ def doctor(fmt: str) -> None:
         if fmt == "json":
             from .agent.answer import doctor_answer, dumps
 
-            click.echo(dumps(doctor_answer(checks)))
-            sys.exit(1 if any(c.level == "FAIL" for c in checks) else 0)
+            answer = doctor_answer(checks)
+            click.echo(dumps(answer))
+            sys.exit(answer["exit_code"])
         for check in checks:
             click.echo(f"{check.level:<4} {check.name}: {check.detail}"
                        + (f"\n     fix: {check.fix}" if check.fix else ""))

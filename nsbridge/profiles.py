@@ -78,8 +78,6 @@ class Schedule:
     repeat: int = bounded(1, "[0, inf)",
         "cycles (0 = until the script ends); each cycle writes `trace.N.json.gz`, the "
         "report reads the first")
-    # recording while no step has come yet, at most this long; then (no steps) a time
-    # window of this length instead; any recording stops once the process grew this much
     wait_for_step_s: float = bounded(20.0, "(0, inf)",
         "seconds recorded while no step has come; then the start-up is dropped and a time"
         " window is profiled")

@@ -36,7 +36,7 @@ import tarfile
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 TOL_PCT = 1.0            # kernel totals, per-op times, roofline numbers
 TENSOR_ON_PCT = 1.0      # the tensor pipe busy at least this share of peak: on Tensor Cores
@@ -119,14 +119,6 @@ def dev_pct(ours: float, theirs: float) -> float:
     if theirs == 0:
         return 0.0 if ours == 0 else math.inf
     return 100.0 * abs(ours - theirs) / abs(theirs)
-
-
-def fmt(value: Optional[float], unit: str = "", digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if abs(value) >= 1e4 or (value and abs(value) < 1e-2):
-        return f"{value:.{digits - 1}e}{unit}"
-    return f"{value:.{digits}g}{unit}"
 
 
 def _analyze(paths: Sequence[Path], **kwargs: Any) -> dict[str, Any]:
@@ -787,11 +779,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1), encoding="utf-8")
     return 1 if args.check and any(r.verdict.startswith("FAIL") for r in rows) else 0
-
-
-def iter_rows(rows: Sequence[Row], check: str) -> Iterator[Row]:
-    """The rows of one check (tests and readers)."""
-    return (row for row in rows if row.check == check)
 
 
 if __name__ == "__main__":

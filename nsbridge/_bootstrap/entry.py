@@ -133,7 +133,7 @@ def main(config_path: str) -> int:
         result.update(_exit_status(exc.code))
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop cleanup
-        result.update(status="interrupted", exit_code=130,
+        result.update(status="interrupted", exit_code=S.INTERRUPTED,
                       error={"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"})
     except _Terminated:
         signal.signal(signal.SIGINT, signal.SIG_IGN)

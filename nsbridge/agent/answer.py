@@ -11,6 +11,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from .. import schema as S
 from ..errors import NsbridgeError
 from ..schema.exit_codes import EXIT_CODES
 
@@ -113,8 +114,8 @@ def _head(command: str, status: str, code: int, script_failed: bool = False) -> 
 
 
 def _files(run_dir: Path, report: dict[str, Any]) -> dict[str, str]:
-    found = {"report_json": "report.json", "report_md": "report.md",
-             "report_html": "report.html", "ops_csv": "ops.csv", "manifest": "manifest.json"}
+    found = {"report_json": S.REPORT_JSON, "report_md": S.REPORT_MD,
+             "report_html": S.REPORT_HTML, "ops_csv": S.OPS_CSV, "manifest": S.MANIFEST_JSON}
     named = {k: v for k, v in (report.get("files") or {}).items() if isinstance(v, str)}
     return {k: str(run_dir / v) for k, v in {**found, **named}.items()
             if (run_dir / v).exists()}

@@ -19,6 +19,8 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+from .. import schema as S
+from ..rundir import DEFAULT_BASE
 from .answer import TOP_OPS, comparison_answer, doctor_answer, error_answer, run_answer
 
 LIST_LIMIT = 50          # the most rows any query answers with
@@ -93,6 +95,14 @@ def build_server(roots: Sequence[str]) -> MCPServer:
         except Exception as exc:     # nsbridge's own errors and bugs: the error answer
             return error_answer(name, exc)
 
+    async def compared(ctx: Context, name: str, work: Callable[[], Any]) -> dict[str, Any]:
+        """``command`` for diff and gate: the comparison's answer, bounded."""
+        try:
+            result = await running(ctx, name, work)
+        except Exception as exc:
+            return error_answer(name, exc)
+        return comparison_answer(name, _bounded_comparison(result), result["exit_code"])
+
     @server.tool()
     async def doctor(ctx: Context) -> dict[str, Any]:
         """What this machine can profile: torch and CUDA, GPUs, nsys with an NVTX round trip,
@@ -111,7 +121,7 @@ def build_server(roots: Sequence[str]) -> MCPServer:
         return await command(ctx, "triage", lambda: api.triage(
             str(path), list(args or []), cwd=allowed.home(path), threads=threads, runs=runs,
             nsys=nsys, deep_top=deep_top, timeout=timeout_s,
-            out=allowed.home(path) / "nsbridge-runs" / _run_name(path)))
+            out=allowed.home(path) / DEFAULT_BASE / _run_name(path)))
 
     @server.tool()
     async def analyze(ctx: Context, paths: list[str]) -> dict[str, Any]:
@@ -119,7 +129,7 @@ def build_server(roots: Sequence[str]) -> MCPServer:
         folder of them) under the allowed roots."""
         files = [allowed.check(p) for p in paths]
         return await command(ctx, "analyze", lambda: api.analyze(
-            [str(f) for f in files], out=allowed.home(files[0]) / "nsbridge-runs" /
+            [str(f) for f in files], out=allowed.home(files[0]) / DEFAULT_BASE /
             _run_name(files[0], "analyze")))
 
     @server.tool()
@@ -138,12 +148,7 @@ def build_server(roots: Sequence[str]) -> MCPServer:
         """Compare two recorded runs op by op, as they were recorded: pass, regression (with
         the op) or inconclusive (with what would settle it)."""
         sides = allowed.check(base), allowed.check(new)
-        try:
-            result = await running(ctx, "diff", lambda: api.diff(*sides,
-                                                                 fail_above=fail_above_pct))
-        except Exception as exc:
-            return error_answer("diff", exc)
-        return comparison_answer("diff", _bounded_comparison(result), result["exit_code"])
+        return await compared(ctx, "diff", lambda: api.diff(*sides, fail_above=fail_above_pct))
 
     @server.tool()
     async def gate(ctx: Context, base: str, new: str, script: Optional[str] = None,
@@ -153,14 +158,10 @@ def build_server(roots: Sequence[str]) -> MCPServer:
         steps), and judge op by op: the CI gate. BASE and NEW are run directories, or two
         checkouts with SCRIPT (a path inside each) and its ARGS."""
         sides = allowed.check(base), allowed.check(new)
-        try:
-            result = await running(ctx, "gate", lambda: api.gate(
-                *sides, script, list(args or []), processes=processes, steps=steps,
-                fail_above=fail_above_pct,
-                out=allowed.home(sides[1]) / "nsbridge-runs" / _run_name(sides[1], "gate")))
-        except Exception as exc:
-            return error_answer("gate", exc)
-        return comparison_answer("gate", _bounded_comparison(result), result["exit_code"])
+        return await compared(ctx, "gate", lambda: api.gate(
+            *sides, script, list(args or []), processes=processes, steps=steps,
+            fail_above=fail_above_pct,
+            out=allowed.home(sides[1]) / DEFAULT_BASE / _run_name(sides[1], "gate")))
 
     @server.tool()
     def top_ops(run_dir: str, n: int = TOP_OPS) -> dict[str, Any]:
@@ -170,7 +171,7 @@ def build_server(roots: Sequence[str]) -> MCPServer:
         ops = report.get("ops") or []
         return {"ranked_by": report.get("ranked_by"), "ops_in_run": len(ops),
                 "ops": [_op_summary(op) for op in ops[:max(1, min(n, LIST_LIMIT))]],
-                "more": str(allowed.check(run_dir) / "ops.csv")}
+                "more": str(allowed.check(run_dir) / S.OPS_CSV)}
 
     @server.tool()
     def op(run_dir: str, name: str) -> dict[str, Any]:
@@ -189,7 +190,7 @@ def build_server(roots: Sequence[str]) -> MCPServer:
                        "kernels": (found.get("kernels") or [])[:20],
                        "copies": (found.get("copies") or [])[:20],
                        "findings": ((found.get("ncu") or {}).get("findings") or [])[:20],
-                       "more": str(allowed.check(run_dir) / "report.json")})
+                       "more": str(allowed.check(run_dir) / S.REPORT_JSON)})
         return detail
 
     @server.tool()

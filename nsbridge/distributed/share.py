@@ -96,7 +96,7 @@ def main(spec_path: str) -> int:
     except Stopped:
         return S.TERMINATED
     except KeyboardInterrupt:
-        return 130
+        return S.INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -26,12 +26,13 @@ def pass_status(outcome: ChildOutcome, child: Optional[dict[str, Any]],
     if child is not None and child.get("status") in ("ok", "failed"):
         return child["status"], int(child["exit_code"]), child.get("error")
     if outcome.timed_out:
-        return "timeout", 124, {"type": "Timeout", "message": "stopped by --timeout"}
+        return "timeout", S.TIMEOUT, {"type": "Timeout", "message": "stopped by --timeout"}
     if outcome.terminated:
         return "terminated", S.TERMINATED, {"type": "Terminated", "message": "nsbridge got SIGTERM "
                                    "(a launcher or scheduler ending the job) and ended the script"}
     if outcome.interrupted or (child and child["status"] == "interrupted"):
-        return "interrupted", 130, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"}
+        return "interrupted", S.INTERRUPTED, {"type": "KeyboardInterrupt",
+                                              "message": "interrupted (Ctrl-C)"}
     if child is None and outcome.returncode < 0:
         return "failed", 128 - outcome.returncode, killed_by(-outcome.returncode, doing)
     if child is None and outcome.returncode == S.RECORD_NOT_WRITTEN:

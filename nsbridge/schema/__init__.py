@@ -4,8 +4,8 @@
 - schema.columns  column names of the frames (EVENTS, OPS) and of ops[] per pass
 - schema.report   report.json's top-level keys and its skeleton (``empty_report``)
 - schema.files    the file names of a run directory
-- schema.exit_codes  every exit code and its meaning (RECORD_NOT_WRITTEN and TERMINATED,
-                  the profiled process's own, are also here as S.*)
+- schema.exit_codes  every exit code and its meaning (RECORD_NOT_WRITTEN, TIMEOUT,
+                  INTERRUPTED and TERMINATED, the ones a pass reports, are also S.*)
 - schema.report_shape  what each field of report.json a reader uses must be, and the
                   check naming the first that is not (``report_problem``)
 
@@ -56,6 +56,6 @@ from __future__ import annotations
 
 from .columns import *  # noqa: F401,F403
 from .files import *  # noqa: F401,F403
-from .exit_codes import INTERRUPTED, RECORD_NOT_WRITTEN, TERMINATED  # noqa: F401
+from .exit_codes import INTERRUPTED, RECORD_NOT_WRITTEN, TERMINATED, TIMEOUT  # noqa: F401
 from .report import *  # noqa: F401,F403
 from .report_shape import *  # noqa: F401,F403

@@ -6,8 +6,7 @@ directory per process): GATE_JSON, GATE_MD. Written by the profiled process (_bo
 record of each pass's child (CHILD_JSON for torch.profiler, NVTX_CHILD_JSON under nsys,
 NCU_CHILD_JSON under ncu), read from its config (CHILD_CONFIG, ...); the torch trace
 (TRACE_JSON_GZ, ``trace_name``), its key_averages table (KEY_AVERAGES) and, in each rank's
-folder of a job, SUMMARY_JSON; its exit codes where it could not write a record
-(RECORD_NOT_WRITTEN, TERMINATED).
+folder of a job, SUMMARY_JSON. (Its exit codes are in schema.exit_codes.)
 """
 
 from __future__ import annotations

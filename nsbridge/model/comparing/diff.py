@@ -100,8 +100,9 @@ class _Side:
         steps = report.get("steps") or {}
         per_step = steps.get("per_step") or []
         n = len(per_step) or int(steps.get("count") or 1)
-        self.device = device
-        self.weights = step_weights(per_step, intra_op_threads(report), device)
+        threads = intra_op_threads(report)
+        self.weights = step_weights(per_step, threads, device)
+        self.bare_ms, self.bare_groups = unprofiled_samples(steps, threads, device)
         index = self.weights.index if per_step else np.arange(n)
         scale = self.weights.scale if per_step else np.ones(n)
         self.n = len(index)
@@ -321,13 +322,12 @@ def _step_change(a: dict[str, Any], b: dict[str, Any], side_a: _Side, side_b: _S
     """Median step time of each side (measured or unprofiled steps: module docstring), its
     change and 95% interval, and the status."""
     sa, sb = a.get("steps") or {}, b.get("steps") or {}
-    bare_a, ga = unprofiled_samples(sa, intra_op_threads(a), side_a.device)
-    bare_b, gb = unprofiled_samples(sb, intra_op_threads(b), side_b.device)
     measured = min(len(sa.get("per_step") or []), len(sb.get("per_step") or []))
-    if (min(len(bare_a), len(bare_b)) >= MIN_STEP_SAMPLES
+    if (min(len(side_a.bare_ms), len(side_b.bare_ms)) >= MIN_STEP_SAMPLES
             and measured < ENOUGH_MEASURED_STEPS):
         what = "unprofiled steps (nsbridge's step timer)"
-        xa, xb = list(bare_a), list(bare_b)
+        xa, ga = list(side_a.bare_ms), side_a.bare_groups
+        xb, gb = list(side_b.bare_ms), side_b.bare_groups
     else:
         what = "measured steps (torch.profiler step ranges)"
         xa, ga = list(side_a.walls_ms), side_a.groups
