@@ -18,13 +18,13 @@
 #   oracle_cnn       bench/gpu_record/oracle.py: torch.profiler by hand + key_averages CSV
 #   ncu_conv         ncu --set full on the kernels of one conv call (kernels.py --case conv)
 #   ncu_attention    the same for one scaled_dot_product_attention call
-#   bert_triage      nsbridge triage --deep=3 bench/gpu_record/bert_step.py (bert-base shape)
 #   compile_triage   nsbridge triage bench/gpu_record/compile_model.py (torch.compile)
 #   cudagraph_triage nsbridge triage --nsys bench/gpu_record/cudagraph_model.py (graph replay)
 #   cudagraph_nsys_stats
 #   gate_same        nsbridge gate . . gate_model.py: unchanged code (expect PASS)
 #   gate_bf16        --new-env GPU_RECORD_DTYPE=bfloat16 (expect the dtype switch named)
 #   gate_extra       --new-env GPU_RECORD_EXTRA_KERNEL=1 (expect REGRESSED)
+#   bert_triage      nsbridge triage --deep=3 bench/gpu_record/bert_step.py (bert-base shape)
 #   oracle_bert      the oracle on the BERT model
 #   compare          bench/gpu_record/compare.py -> $OUT/comparisons.md (always runs)
 #
@@ -47,7 +47,9 @@
 # run, default 540: steps that would start later are "skipped: budget"), GPU_RECORD_RESERVE
 # (seconds kept for compare, default 45), GPU_RECORD_PYTHON (default .venv/bin/python when
 # present, else python3), GPU_RECORD_CPU=1, GPU_RECORD_BERT_MAX_LAUNCHES (the BERT deep
-# pass's launch cap, default 100; nsbridge's deep profile says 200).
+# pass's launch cap, default 100; nsbridge's deep profile says 200), GPU_RECORD_GATE_ARGS (the
+# gate script's arguments), GPU_RECORD_ONLY (the steps to run, by name, space-separated;
+# setup and compare always run).
 set -u
 export LC_ALL=C
 
@@ -66,6 +68,9 @@ WORK=${GPU_RECORD_WORK:-$(mktemp -d /tmp/gpu_record.XXXXXX)}
 BUDGET=${GPU_RECORD_BUDGET:-540}
 RESERVE=${GPU_RECORD_RESERVE:-45}
 BERT_MAX_LAUNCHES=${GPU_RECORD_BERT_MAX_LAUNCHES:-100}
+# a GPU-bound step (about 14 ms of fp32 matmuls on an H200): at the script's own size (2 ms,
+# launch-bound) the step time varied 17% between processes and 3 pairs could not decide
+GATE_ARGS=${GPU_RECORD_GATE_ARGS:---steps 12 --batch-size 4096 --dim 2048}
 SITE=/tmp/gpu_record_site
 LIBS=/tmp/gpu_record_libs
 if [[ -n ${GPU_RECORD_PYTHON:-} ]]; then PY=$GPU_RECORD_PYTHON
@@ -82,7 +87,7 @@ if [[ -d $WORK && -n $(ls -A "$WORK" 2>/dev/null) ]]; then
     exit 2
 fi
 mkdir -p "$OUT" "$WORK/logs" "$WORK/runs" || exit 2
-export ROOT OUT WORK PY HAVE_GPU MODE SITE LIBS BERT_MAX_LAUNCHES
+export ROOT OUT WORK PY HAVE_GPU MODE SITE LIBS BERT_MAX_LAUNCHES GATE_ARGS
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 
 now() { printf '%s' "${EPOCHREALTIME:-$(date +%s.%N)}"; }
@@ -130,6 +135,10 @@ pack() {
 run_step() {
     local name=$1 kind=$2 limit=$3 note=$4 left rc status t0 log="$WORK/logs/$1.log"
     shift 4
+    if [[ -n ${GPU_RECORD_ONLY:-} && " $GPU_RECORD_ONLY compare " != *" $name "* ]]; then
+        record "$name" "skipped: not asked" "" 0 "GPU_RECORD_ONLY=$GPU_RECORD_ONLY"
+        return 0
+    fi
     if [[ $kind == gpu && $HAVE_GPU != 1 ]]; then
         record "$name" "skipped: no GPU" "" 0 "$note"
         return 0
@@ -260,7 +269,7 @@ gate_run() {   # NAME PROCESSES [--new-env NAME=VALUE]: answered = gate.json wri
     shift 2
     mkdir -p "$WORK/gates"
     nsb gate --processes "$processes" --steps 8 --timeout 90 --format md \
-        --out "$WORK/gates/$name" "$@" . . bench/gpu_record/gate_model.py -- --steps 12
+        --out "$WORK/gates/$name" "$@" . . bench/gpu_record/gate_model.py -- $GATE_ARGS
     rc=$?
     echo "nsbridge gate exit code: $rc (0 pass, 1 regression, 4 inconclusive, 5 refused)"
     [[ -f $WORK/gates/$name/gate.json ]] && return 0
@@ -339,15 +348,6 @@ else
 fi
 step_fn ncu_conv gpu 120 "--set full, one conv call" ncu_capture conv
 step_fn ncu_attention gpu 120 "--set full, one SDPA call" ncu_capture attention
-if ((HAVE_GPU)); then
-    step_fn bert_triage any 270 "--deep=3, max_launches $BERT_MAX_LAUNCHES" triage_run bert \
-        --deep=3 --deep-profile "$WORK/deep-capped.yaml" --timeout 220 \
-        bench/gpu_record/bert_step.py -- --steps 8
-else
-    step_fn bert_triage any 180 "CPU variant: 2 layers, hidden 128, no --deep" triage_run \
-        bert --timeout 150 bench/gpu_record/bert_step.py -- --tiny --steps 7 --batch-size 2 \
-        --seq 32
-fi
 step_fn compile_triage gpu 240 "torch.compile" triage_run compile --timeout 200 \
     bench/gpu_record/compile_model.py -- --steps 12
 step_fn cudagraph_triage gpu 180 "--nsys, CUDA graph replay" triage_run cudagraph --nsys \
@@ -358,6 +358,15 @@ step_fn gate_bf16 gpu 150 "2 a side, expect the dtype named" gate_run bf16 2 \
     --new-env GPU_RECORD_DTYPE=bfloat16
 step_fn gate_extra gpu 150 "2 a side, expect REGRESSED" gate_run extra 2 \
     --new-env GPU_RECORD_EXTRA_KERNEL=1
+if ((HAVE_GPU)); then
+    step_fn bert_triage any 270 "--deep=3, max_launches $BERT_MAX_LAUNCHES" triage_run bert \
+        --deep=3 --deep-profile "$WORK/deep-capped.yaml" --timeout 220 \
+        bench/gpu_record/bert_step.py -- --steps 8
+else
+    step_fn bert_triage any 180 "CPU variant: 2 layers, hidden 128, no --deep" triage_run \
+        bert --timeout 150 bench/gpu_record/bert_step.py -- --tiny --steps 7 --batch-size 2 \
+        --seq 32
+fi
 if ((HAVE_GPU)); then
     step_fn oracle_bert any 120 "" oracle_run bert
 else

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,8 @@ from nsbridge.errors import NsbridgeError
 from nsbridge.collect.ncu import nvtx_include, profile_argv
 
 from conftest import TORCH_DATA, fake_ncu_env
+
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow
 
@@ -85,16 +88,18 @@ def test_deep_profiles_the_ops_kernels_and_merges_ncu_into_the_op_rows(gpu_run: 
     proc = _deep(gpu_run, "--kernel", "aten::addmm", "--kernel", "aten::convolution_backward",
                  "--run", str(gpu_run["run"]))
     assert proc.returncode == 0, proc.stderr
-    assert "Deep pass plan: 2 op(s), skip 46 matching launches" in proc.stderr   # before ncu
+    assert "Deep pass plan: 2 op(s), skip 52 matching launches" in proc.stderr   # before ncu
+    assert "its kernels run within: aten::linear" in proc.stderr
     assert "script ran" in proc.stdout
     profile = next(c for c in _calls(gpu_run) if "--nvtx" in c)
     assert profile[:4] == ["--target-processes", "all", "--nvtx", "--nvtx-include"]
-    assert profile[4:7] == ["nsbridge@aten::addmm]", "--nvtx-include",
-                            "nsbridge@aten::convolution_backward]"]
-    # 4 addmm and 19 convolution_backward kernel launches per measured step in the triage:
-    # two steps' worth skipped, one profiled
-    assert profile[profile.index("--launch-skip") + 1] == "46"
-    assert profile[profile.index("--launch-count") + 1] == "23"
+    assert profile[4:9] == ["nsbridge@aten::addmm]", "--nvtx-include", "nsbridge@aten::linear]",
+                            "--nvtx-include", "nsbridge@aten::convolution_backward]"]
+    # per measured step in the triage: 4 addmm and 19 convolution_backward kernel launches,
+    # and 3 aten::sum launches (bias gradients) that run within convolution_backward's
+    # range: two steps' worth skipped, one profiled
+    assert profile[profile.index("--launch-skip") + 1] == "52"
+    assert profile[profile.index("--launch-count") + 1] == "26"
     assert "gpu__time_duration.sum" in profile[profile.index("--metrics") + 1].split(",")
     assert profile[profile.index("--force-overwrite") + 1:][1:3] == ["-m",
                                                                      "nsbridge._bootstrap.entry"]
@@ -109,6 +114,32 @@ def test_deep_profiles_the_ops_kernels_and_merges_ncu_into_the_op_rows(gpu_run: 
     passes = json.loads((gpu_run["run"] / "manifest.json").read_text())["passes"]
     assert [p["name"] for p in passes][-1] == "ncu" and passes[-1]["ncu_version"] == "2099.1.0.0"
     assert "Nsight Compute: ncu 2099.1.0.0" in proc.stdout
+
+
+def test_ops_over_the_launch_cap_get_one_ncu_run_each(gpu_run: dict) -> None:
+    """A step's worth of the ops' launches over max_launches: one shared window would stop
+    in the forward and never reach the backward's op, so each op gets its own run."""
+    profile = gpu_run["tmp"] / "capped.yaml"
+    text = (ROOT / "profiles" / "deep.yaml").read_text()
+    profile.write_text(re.sub(r"max_launches:\s*\d+", "max_launches: 12", text))
+    proc = _deep(gpu_run, "--kernel", "aten::addmm", "--kernel", "aten::convolution_backward",
+                 "--profile", str(profile), "--run", str(gpu_run["run"]))
+    assert proc.returncode == 0, proc.stderr
+    assert "one ncu run each" in proc.stderr
+    runs = [c for c in _calls(gpu_run) if "--nvtx" in c]
+    filters = [[c[i + 1] for i, a in enumerate(c) if a == "--nvtx-include"] for c in runs]
+    assert filters == [["nsbridge@aten::addmm]", "nsbridge@aten::linear]"],
+                       ["nsbridge@aten::convolution_backward]"]]
+    # addmm: 4 a step, 2 skipped steps, all 4 under its share (6); convolution_backward:
+    # 22 a step with the bias sums in its range, capped at its share
+    windows = [(c[c.index("--launch-skip") + 1], c[c.index("--launch-count") + 1]) for c in runs]
+    assert windows == [("8", "4"), ("44", "6")]
+    report = json.loads((gpu_run["run"] / "report.json").read_text())
+    assert report["files"]["ncu_rep"] == ["deep.ncu-rep", "deep-2.ncu-rep"]
+    assert report["ncu"]["file"] == "deep.raw.csv, deep-2.raw.csv"
+    rows = {op["name"]: op for op in report["ops"]}
+    assert rows["aten::addmm"]["ncu"]["launches"] == 2 * 4   # the fake's capture, read twice
+    assert report["ncu"]["plan"]["capped"] is True
 
 
 def test_unknown_op_is_refused_before_any_gpu_or_ncu_lookup(gpu_run: dict) -> None:

@@ -67,7 +67,9 @@ def test_argv_and_leftover_qdstrm_is_imported(fake_nsys: dict, tmp_path: Path) -
     assert "100%]" not in proc.stdout             # nsys progress bars do not
     calls = [json.loads(line) for line in fake_nsys["log"].read_text().splitlines()]
     profile = next(c for c in calls if c[0] == "profile")
-    assert profile[:13] == ["profile", "--trace", "cuda,nvtx,osrt,cudnn,cublas", "--sample",
+    # graph replays traced node by node: each kernel of a replay is a kernel row
+    assert profile[:15] == ["profile", "--trace", "cuda,nvtx,osrt,cudnn,cublas",
+                            "--cuda-graph-trace", "node", "--sample",
                             "none", "--cpuctxsw", "none", "--output",
                             str((tmp_path / "run" / "timeline").resolve()), "--force-overwrite",
                             "false", "--export", "none"]

@@ -141,10 +141,13 @@ def nsys_version(nsys: str, environ: Mapping[str, str] = os.environ) -> Optional
 
 def profile_argv(nsys: str, *, trace: Sequence[str], output: Path, child_argv: Sequence[str],
                  extra: Sequence[str] = ()) -> list[str]:
-    """The `nsys profile` command line (an argument list; never a shell string)."""
-    return [nsys, "profile", "--trace", ",".join(trace), "--sample", "none", "--cpuctxsw",
-            "none", "--output", str(output), "--force-overwrite", "false", "--export", "none",
-            "--stats", "false", *extra, *child_argv]
+    """The `nsys profile` command line (an argument list; never a shell string). With CUDA
+    traced, graph replays are traced node by node: at nsys's default (``graph``) a replay is
+    one block and none of its kernels is a kernel row."""
+    graphs = ["--cuda-graph-trace", "node"] if "cuda" in trace else []
+    return [nsys, "profile", "--trace", ",".join(trace), *graphs, "--sample", "none",
+            "--cpuctxsw", "none", "--output", str(output), "--force-overwrite", "false",
+            "--export", "none", "--stats", "false", *extra, *child_argv]
 
 
 def capture(install: NsysInstall, *, trace: Sequence[str], output: Path,

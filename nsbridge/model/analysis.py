@@ -19,7 +19,8 @@ from .host.nesting import at_rows, build_host_tree
 from .host.op_groups import op_groups
 from .host.ops import op_calls, op_table
 from .judging.rules import Facts, recommend
-from .host.steps import PHASES, drop_partial_steps, main_thread, step_breakdown, step_windows
+from .host.steps import (PHASES, drop_partial_steps, gpu_done_ms, main_thread, step_breakdown,
+                         step_windows)
 from .strings import name_mask, row_groups, starts_with
 from .host.syncs import blocking_calls, gpu_idle_after, sync_cost, sync_points
 from .device.tensor_cores import common_input_types
@@ -82,6 +83,8 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                              if len(tree) else False,
                              (gpu["ts"] >= lo).to_numpy() & (gpu["ts"] < hi).to_numpy())]
     steps = step_breakdown(events, tree, windows)
+    if has_device and not stepless:
+        steps["gpu_done_ms"] = gpu_done_ms(tree, gpu, windows)
     calls_of_ops = op_calls(events, tree, in_window, has_device, ops_in)
     ops = op_table(events, tree, in_window, has_device, windows, in_window=ops_in,
                    calls=calls_of_ops)

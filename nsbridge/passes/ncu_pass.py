@@ -30,7 +30,7 @@ from ..rundir import free_stem
 from ..run import PassOutput, Run
 from ..script_check import Script
 
-KERNEL_COLUMNS = ["launch", "kernel", "op", "module", "step", "attribution", "duration_ns",
+KERNEL_COLUMNS = ["launch", "kernel", "op", "nvtx_range", "module", "step", "attribution", "duration_ns",
                   "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct", "l2_hit_pct",
                   *ROOFLINE_COLUMNS]
 # per kernel family in the ncu section (the roofline numbers and findings ride along)
@@ -204,7 +204,8 @@ class DeepOnRanks:
         keys = ("duration_ns", "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct",
                 "bound")
         return {"launches": section.get("launches"), "attribution": section.get("attribution"),
-                "files": {k: f"{folder}/{v}" for k, v in (output.get("files") or {}).items()},
+                "files": {k: [f"{folder}/{n}" for n in v] if isinstance(v, list)
+                          else f"{folder}/{v}" for k, v in (output.get("files") or {}).items()},
                 "ops": {op: {k: cols.get(k) for k in keys}
                         for op, cols in (output.get("op_columns") or {}).items()}}
 
@@ -236,30 +237,42 @@ def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequ
     """
     ncu = find_ncu(environ)
     version = ncu_version(ncu, environ)
-    ops = [row["op"] for row in plan["ops"]]
     child_argv = bootstrap_argv(run_dir, S.NCU_CHILD_CONFIG, target=target,
                                 is_module=module, args=args,
                                 extra={"pass": "nvtx", "record": S.NCU_CHILD_JSON})
-    stem = free_stem(run_dir, "deep", (".ncu-rep",))
-    report = (run_dir / f"{stem}.ncu-rep").resolve()
-    argv = profile_argv(ncu, ops=ops, launch_skip=plan["launch_skip"],
-                        launch_count=plan["launch_count"], sections=deep.sections,
-                        metrics=[*metric_names(deep.quantities), *deep.metrics],
-                        replay_mode=deep.replay_mode, clock_control=deep.clock_control,
-                        cache_control=deep.cache_control, output=report.with_suffix(""),
-                        child_argv=child_argv)
-    with progress.step(f"running {target} under Nsight Compute ({plan['launch_count']} "
-                       "launches to replay)", script_output=True):
-        result = capture(argv, report=report, cwd=cwd, env=environ,
-                         timeout=timeout or deep.timeout_s, log=run_dir / f"{stem}.ncu.log",
-                         ops=ops)
-    with progress.step(f"reading {report.name}"):
-        data, _ = read_given_ncu(result.report, run_dir, environ)
-    manifest = {"wall_s": result.outcome.wall_s, "ncu_version": version, "ncu": ncu,
-                "argv": result.argv}
-    return ncu_output(data, deep, targets=ops, plan=plan, version=version, verdict=verdict,
-                      op_shapes=op_shapes, manifest=manifest,
-                      files={"ncu_rep": report.name, "ncu_log": result.log.name})
+    runs = plan.get("captures") or [{"ops": [row["op"] for row in plan["ops"]],
+                                     "ranges": [row["op"] for row in plan["ops"]],
+                                     "launch_skip": plan["launch_skip"],
+                                     "launch_count": plan["launch_count"]}]
+    parts, reports, logs, walls, argvs = [], [], [], [], []
+    for number, window in enumerate(runs, 1):
+        stem = free_stem(run_dir, "deep", (".ncu-rep",))
+        report = (run_dir / f"{stem}.ncu-rep").resolve()
+        argv = profile_argv(ncu, ops=window["ranges"], launch_skip=window["launch_skip"],
+                            launch_count=window["launch_count"], sections=deep.sections,
+                            metrics=[*metric_names(deep.quantities), *deep.metrics],
+                            replay_mode=deep.replay_mode, clock_control=deep.clock_control,
+                            cache_control=deep.cache_control, output=report.with_suffix(""),
+                            child_argv=child_argv)
+        which = f" for {window['ops'][0]} ({number} of {len(runs)})" if len(runs) > 1 else ""
+        with progress.step(f"running {target} under Nsight Compute{which} "
+                           f"({window['launch_count']} launches to replay)", script_output=True):
+            result = capture(argv, report=report, cwd=cwd, env=environ,
+                             timeout=timeout or deep.timeout_s,
+                             log=run_dir / f"{stem}.ncu.log", ops=window["ranges"])
+        with progress.step(f"reading {report.name}"):
+            parts.append(read_given_ncu(result.report, run_dir, environ)[0])
+        reports.append(report.name)
+        logs.append(result.log.name)
+        walls.append(result.outcome.wall_s)
+        argvs.append(result.argv)
+    one = len(runs) == 1
+    manifest = {"wall_s": round(sum(walls), 3), "ncu_version": version, "ncu": ncu,
+                "argv": argvs[0] if one else argvs}
+    return ncu_output(concat_ncu(parts), deep, targets=plan["ops"], plan=plan, version=version,
+                      verdict=verdict, op_shapes=op_shapes, manifest=manifest,
+                      files={"ncu_rep": reports[0] if one else reports,
+                             "ncu_log": logs[0] if one else logs})
 
 
 def ncu_from_files(files: Sequence[Path], deep: Deep, verdict: Optional[str],
@@ -337,7 +350,7 @@ def read_given_ncu(path: Path, run_dir: Path,
     return read_ncu(export), export.name
 
 
-def ncu_output(data: NcuData, deep: Deep, *, targets: Optional[Sequence[str]],
+def ncu_output(data: NcuData, deep: Deep, *, targets: Optional[Sequence[dict[str, Any]]],
                plan: Optional[dict[str, Any]], version: Optional[str], verdict: Optional[str],
                op_shapes: Mapping[str, list[str]], manifest: dict[str, Any],
                files: dict[str, Any], notes: Sequence[str] = ()) -> PassOutput:
@@ -361,7 +374,8 @@ def ncu_output(data: NcuData, deep: Deep, *, targets: Optional[Sequence[str]],
                            "kernel table, not attributed to any op")
     if attribution.get("outside_filter"):
         extra_notes.append(f"{attribution['outside_filter']} ncu launch(es) ran outside the "
-                           "chosen ops' ranges and are not counted for them")
+                           "chosen ops (in another op's range, or in a range enclosing a chosen "
+                           "op but not among its kernels) and are not counted for them")
     return PassOutput(name="ncu", manifest=manifest, section=("ncu", section), op_key="ncu",
                       op_columns=clean(per_op), notes=extra_notes,
                       sources={"ncu, ops.ncu": SOURCE.format(version=version or "")},

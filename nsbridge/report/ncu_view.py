@@ -64,7 +64,11 @@ def ncu_line(ncu: dict[str, Any]) -> str:
     version = f" {ncu['ncu_version']}" if ncu.get("ncu_version") else ""
     text = (f"ncu{version} ({ncu['source']}, {ncu['file']}): "
             f"{count(ncu['launches'], 'kernel launch')} ({tied})")
-    if plan:
+    runs = len(plan.get("captures") or ()) if plan else 0
+    if runs > 1:
+        text += (f"; plan: {len(plan['ops'])} op(s), one ncu run each, "
+                 f"profiled {plan['launch_count']} launches in all")
+    elif plan:
         text += (f"; plan: {len(plan['ops'])} op(s), skipped {plan['launch_skip']} warm-up "
                  f"launches, profiled {plan['launch_count']}")
     if ncu.get("missing_quantities"):
@@ -118,7 +122,7 @@ def rank_rows(ncu: dict[str, Any]) -> list[list[str]]:
             for op, c in (r.get("ops") or {}).items())
         rows.append([str(r["rank"]), str(r.get("reason") or "-"), r["status"],
                      num(r.get("launches")), ops or "-",
-                     r.get("error") or (r.get("files") or {}).get("ncu_rep") or "-"])
+                     r.get("error") or _names((r.get("files") or {}).get("ncu_rep"))])
     return rows
 
 
@@ -181,3 +185,10 @@ NCU_VIEW = PassView(
                 OpColumn("ncu tensor %", "tensor_pct", "pct"),
                 OpColumn("ncu L2 hit %", "l2_hit_pct", "pct"),
                 OpColumn("ncu bound", "bound", "text")))
+
+
+def _names(files: Any) -> str:
+    """A file name, or several joined ("-" for none)."""
+    if isinstance(files, list):
+        return ", ".join(files) or "-"
+    return files or "-"

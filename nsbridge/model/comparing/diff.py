@@ -57,7 +57,7 @@ from .comparability import problems
 from .gate_answer import answer, judge_work, show_ci
 from .paired import processes_needed
 from ..stats import LEVEL, resample_indices
-from .steady import intra_op_threads, step_weights, unprofiled_samples
+from .steady import intra_op_threads, step_length_ms, step_weights, unprofiled_samples
 from .work import OpWork, calls_changed, signature_changes
 
 WITNESS_CAP = 0.25
@@ -127,7 +127,8 @@ class _Side:
             self.spread[op["name"]] = known
             self.total[op["name"]] = float(value)
         self.grand_total = sum(self.total.values()) or 1.0
-        walls = (np.asarray([s["wall_ms"] for s in per_step], dtype=np.float64)[index] * scale
+        walls = (np.asarray([step_length_ms(s) for s in per_step], dtype=np.float64)[index]
+                 * scale
                  * 1e3 if per_step else np.array([]))
         self.mean_step_us = float(walls.mean()) if len(walls) else None
         self.walls_ms = walls / 1e3

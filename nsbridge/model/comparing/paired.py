@@ -57,6 +57,8 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
     gate = set(ops)
     rows = []
     for name in sorted(shares):
+        if not any(name in s.ops for s in steady_a + steady_b):
+            continue   # no time in any step on either side (a 0 µs op): nothing to judge
         in_a = all(name in s.ops for s in steady_a)
         in_b = all(name in s.ops for s in steady_b)
         row: dict[str, Any] = {"op": name, "share": round(shares[name], 4),
@@ -140,7 +142,8 @@ def _step(sa: list[Steady], sb: list[Steady], fail_above: float) -> Optional[dic
         return None
     row = _paired(steps_a, steps_b, fail_above, 0.0, scale=1e3)
     row["source"] = ("median" if row["statistic"] == _MEDIAN else "10th percentile") + (
-        " of the measured steps' wall times, waits for a CPU left out (nsbridge's step clock)")
+        " of the measured steps' lengths (each the slower of its wall time and the GPU's "
+        "time to finish its work), waits for a CPU left out (nsbridge's step clock)")
     row["samples"] = [sum(s.steps_used for s in side) for side in (sa, sb)]
     return row
 

@@ -121,11 +121,21 @@ def process_steady(report: dict[str, Any]) -> Steady:
             continue
         values = np.asarray(samples, dtype=np.float64)[weights.index] * weights.scale
         ops[op["name"]] = statistics(values)
-    walls = np.asarray([s["wall_ms"] for s in per_step], dtype=np.float64)
+    walls = np.asarray([step_length_ms(s) for s in per_step], dtype=np.float64)
     step = statistics(walls[weights.index] * weights.scale) if len(weights.index) else None
     return Steady(ops=ops, step=step, steps_used=len(weights.index),
                   steps_measured=len(per_step), waited_steps=weights.waited,
                   scaled=weights.scaled)
+
+
+def step_length_ms(step: dict[str, Any]) -> float:
+    """A step's length for comparisons: the slower of the host's loop (its wall time) and
+    the GPU (``gpu_done_ms``, how long after the previous step's work the GPU finished
+    this step's). A GPU that runs behind makes the host's steps short and the last one, or
+    the one that syncs, absorb the queue: the GPU's cadence is the step then."""
+    wall = float(step["wall_ms"])
+    done = step.get("gpu_done_ms")
+    return max(wall, float(done)) if isinstance(done, (int, float)) and done == done else wall
 
 
 def intra_op_threads(report: dict[str, Any]) -> int:

@@ -263,6 +263,7 @@ def _summary(export: Any, ranges: pd.DataFrame, kind: np.ndarray, gpu: pd.DataFr
         "attribution": {r: _by_kind(gpu_kind[rule == r], dur[rule == r])["counts"]
                         for r in sorted(set(rule))},
         "no_launch": _by_kind(gpu_kind[rule == NO_LAUNCH], dur[rule == NO_LAUNCH])["totals"],
+        "outside_ops": _by_kind(gpu_kind[rule == OUTSIDE_OPS], dur[rule == OUTSIDE_OPS])["totals"],
         "runtime_calls": int(len(runtime)),
         "sync_calls": int(syncs.sum()),
         "sync_us": round(float(runtime["dur"].to_numpy(np.float64)[syncs].sum()) / 1e3, 3),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -64,7 +65,7 @@ def op_table(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     spread = per_step_times(events, tree, gpu, windows, has_device)
     table[S.PER_STEP_US] = table["name"].map(spread).apply(
         lambda v: v if isinstance(v, list) else [])
-    kernels, copies = _gpu_work_by_op(gpu, tree.names)
+    kernels, copies = _gpu_work_by_op(gpu, tree)
     table["kernels"] = table["name"].map(kernels).apply(lambda v: v if isinstance(v, list) else [])
     table["copies"] = table["name"].map(copies).apply(lambda v: v if isinstance(v, list) else [])
     table = table.sort_values([rank_col, S.CPU_TOTAL_US], ascending=False, kind="stable")
@@ -239,17 +240,20 @@ _COPY_KIND = {S.MEMCPY: "memcpy", S.MEMSET: "memset"}
 
 
 def _gpu_work_by_op(gpu: pd.DataFrame,
-                    names: Any) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
-    """Per op name (``names``: the host tree's, a Categorical from the trace reader): its
-    kernels and, apart, its copies and memsets, largest first."""
+                    tree: HostTree) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
+    """Per op name: its kernels and, apart, its copies and memsets, largest first. A
+    kernel entry names the ops its launches ran within (``within``: see enclosing_ops)."""
+    names = tree.names
     attributed = gpu[gpu["op_pos"] >= 0]
     if attributed.empty:
         return {}, {}
-    keys = {"op": names.take(attributed["op_pos"].to_numpy()),
+    op_pos = attributed["op_pos"].to_numpy()
+    keys = {"op": names.take(op_pos),
             "name": attributed["name"].to_numpy(), "cat": attributed["cat"].array,
             "via": attributed["via"].fillna("").to_numpy(),
             "source": attributed["source"].fillna("").to_numpy()}
     groups, firsts = row_groups(*keys.values())   # integer keys: no string hashed per row
+    within = enclosing_ops(tree, op_pos, groups)
     frame = pd.DataFrame({"dur": attributed["dur"].to_numpy(),
                           "bytes": attributed["bytes"].to_numpy(np.float64)}, copy=False)
     agg = frame.groupby(groups, sort=False).agg(
@@ -257,6 +261,7 @@ def _gpu_work_by_op(gpu: pd.DataFrame,
         has_bytes=("bytes", "count")).reset_index(drop=True)
     for key, values in keys.items():
         agg[key] = np.asarray(values.take(firsts), dtype=object)
+    agg["group"] = np.arange(len(agg))
     agg = agg.sort_values(["op", "device_us"], ascending=[True, False], kind="stable")
     kernels: dict[str, list[dict]] = {}
     copies: dict[str, list[dict]] = {}
@@ -266,7 +271,8 @@ def _gpu_work_by_op(gpu: pd.DataFrame,
                  **({"via": row.via} if row.via else {}),
                  **({"source": row.source} if row.source else {})}
         if row.cat == S.KERNEL:
-            kernels.setdefault(row.op, []).append(entry)
+            kernels.setdefault(row.op, []).append(
+                {**entry, **({"within": within[row.group]} if within.get(row.group) else {})})
         else:
             copies.setdefault(row.op, []).append(
                 {**entry, "kind": _COPY_KIND.get(row.cat, row.cat),
@@ -274,17 +280,54 @@ def _gpu_work_by_op(gpu: pd.DataFrame,
     return kernels, copies
 
 
+_OP_NAME = re.compile(r"^[A-Za-z_]\w*::[\w.]+$")
+
+
+def enclosing_ops(tree: HostTree, op_pos: np.ndarray, groups: np.ndarray) -> dict[int, list[str]]:
+    """Per group code: the ops enclosing its launching ops, innermost first, up to the first
+    enclosing range that is not an op (a step, a module, a user range). Nested ops such as
+    ``aten::cudnn_convolution`` have no NVTX range of their own in nsbridge's timeline and
+    deep passes (a dispatch mode sees ``aten::convolution``): their kernels run within one
+    of these."""
+    if not len(op_pos):
+        return {}
+    codes, uniques = value_codes(tree.names)
+    is_op = np.append([isinstance(n, str) and bool(_OP_NAME.match(n)) for n in uniques],
+                      False).astype(bool)[codes]
+    calls, inverse = np.unique(op_pos, return_inverse=True)
+    pairs = pd.DataFrame({"group": groups, "call": inverse}).drop_duplicates()
+    call_of_pair = pairs["call"].to_numpy()
+    found = []
+    alive = np.ones(len(calls), dtype=bool)
+    for level, pos in enumerate(tree.ancestors_or_self(calls)[1:], 1):
+        alive &= (pos >= 0) & is_op[np.maximum(pos, 0)]
+        if not alive.any():
+            break
+        keep = alive[call_of_pair]
+        found.append(pd.DataFrame({"group": pairs["group"].to_numpy()[keep],
+                                   "name": uniques[codes[pos[call_of_pair[keep]]]],
+                                   "level": level}))
+    if not found:
+        return {}
+    table = (pd.concat(found, ignore_index=True).sort_values(["group", "level"], kind="stable")
+             .drop_duplicates(["group", "name"]))
+    return {int(group): list(rows["name"]) for group, rows in table.groupby("group", sort=False)}
+
+
 def per_step_times(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame,
                    windows: pd.DataFrame, has_device: bool) -> dict[str, list[float]]:
     """Per op name, its ranking time (self device µs, else self CPU µs) in each measured
     step, in step order: the spread a comparison of two runs needs to tell a change from
-    noise. Host ops count in the step they start in, GPU work in the step it runs in."""
+    noise. Host ops count in the step they start in, GPU work in the step its op was
+    launched in: a GPU that runs behind the host would otherwise pile every step's work into
+    the step that waits for it (the last one, or the next sync's)."""
     codes, names = value_codes(tree.names)   # grouped by name code: no string hashed
     edges = windows["start"].to_numpy(np.float64)
     ends = windows["end"].to_numpy(np.float64)
     if has_device:
         work = gpu[gpu["op_pos"] >= 0]
-        name, at, value = (codes[work["op_pos"].to_numpy()], work["ts"].to_numpy(np.float64),
+        launched_by = work["op_pos"].to_numpy()
+        name, at, value = (codes[launched_by], tree.start[launched_by],
                            work["dur"].to_numpy(np.float64))
     else:
         name, at, value = codes, tree.start, tree.self_us

@@ -256,3 +256,27 @@ def _closure_ops(tree: HostTree, ops: np.ndarray, optim: np.ndarray,
         if len(within):
             out |= (parent == owner) & (start < within.max()) & ~backward & ~optim & own
     return out
+
+
+def gpu_done_ms(tree: HostTree, gpu: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
+    """Per step, how long after the GPU finished the previous step's work it finished this
+    one's (ms; the first step from its own start; NaN for a step that launched nothing):
+    the step's length as the GPU delivers it. A GPU that runs behind the host finishes a
+    step every N ms however fast the host queues them; a host-bound loop gives about its
+    wall time. Work counts for the step whose op launched it."""
+    done = np.full(len(windows), np.nan)
+    work = gpu[gpu["op_pos"].to_numpy() >= 0] if len(gpu) else gpu
+    if not len(work) or not len(windows):
+        return done
+    starts = windows["start"].to_numpy(np.float64)
+    launched = tree.start[work["op_pos"].to_numpy()]
+    step = np.searchsorted(starts, launched, side="right") - 1
+    inside = (step >= 0) & (launched < windows["end"].to_numpy(np.float64)[np.maximum(step, 0)])
+    ends = (work["ts"] + work["dur"]).to_numpy(np.float64)
+    finished = pd.Series(ends[inside]).groupby(step[inside]).max()
+    previous = starts[0]
+    for index in range(len(windows)):
+        if index in finished.index:
+            done[index] = (float(finished[index]) - previous) / 1e3
+            previous = float(finished[index])
+    return done

@@ -11,6 +11,7 @@ from typing import Any, Optional, Sequence
 
 from ... import schema as S
 from ...errors import DeepError
+from .ncu import short_family
 
 
 def check_ops(wanted: Sequence[str], known: Sequence[str]) -> None:
@@ -65,11 +66,19 @@ def choose(ops: list[dict[str, Any]], *, kernels: Sequence[str] = (), top: Optio
 
 def plan(chosen: list[dict[str, Any]], ops: list[dict[str, Any]], steps: int,
          deep: Any, script_s: Optional[float]) -> dict[str, Any]:
-    """Launch skip/count and the time estimate. Per op: expected kernels (names) and
-    launches per measured step from the triage; None when the triage had no GPU."""
+    """Launch skip/count and the time estimate. Per op: expected kernels (names), launches
+    per measured step from the triage (None when the triage had no GPU) and ``ranges``, the
+    NVTX op ranges its kernels can run within (see nvtx_ranges). Launch counts cover every
+    kernel a filter can match, the chosen ops' and those of ops nested in the same ranges
+    (a convolution's bias add), so a skip never lands inside a profiled step.
+
+    ``captures``: the ncu runs, each {ops, ranges, launch_skip, launch_count}. One for all
+    the ops while a step's worth of their launches fits under ``max_launches``; else one
+    per op, each with its share of the cap, since one shared window that stops early in a
+    step would never reach the ops that run late in it (the backward's)."""
     by_name = {op["name"]: op for op in ops}
     steps = max(steps, 1)
-    rows, per_step_total, known = [], 0.0, True
+    rows, known = [], True
     kernel_s = 0.0
     for choice in chosen:
         op = by_name.get(choice["op"], {})
@@ -77,36 +86,84 @@ def plan(chosen: list[dict[str, Any]], ops: list[dict[str, Any]], steps: int,
         launches = sum(k["calls"] for k in kernels)
         per_step = launches / steps if launches else None
         known = known and per_step is not None
-        per_step_total += per_step or 0.0
         mean_us = sum(k["device_us"] for k in kernels) / launches if launches else 0.0
         kernel_s += (per_step or 0.0) * deep.profile_steps * mean_us / 1e6
         rows.append({**choice, "kernels": [k["name"] for k in kernels[:5]],
-                     "launches_per_step": per_step})
-    if known:
-        skip = int(round(per_step_total * deep.skip_steps))
-        count = int(round(per_step_total * deep.profile_steps))
+                     "launches_per_step": per_step, "ranges": nvtx_ranges(choice["op"], op),
+                     "kernel_families": sorted({short_family(k["name"]) for k in kernels})})
+    every = [row["ranges"] for row in rows]
+    shared = _window([r for ranges in every for r in ranges], ops, steps, deep,
+                     deep.max_launches, known)
+    if shared["capped"] and len(rows) > 1:
+        share = max(deep.max_launches // len(rows), 1)
+        captures = [{"ops": [row["op"]], **_window(row["ranges"], ops, steps, deep, share, known)}
+                    for row in rows]
     else:
-        skip, count = 0, deep.max_launches
-    capped = count > deep.max_launches
-    count = min(max(count, 1), deep.max_launches)
+        captures = [{"ops": [row["op"] for row in rows], **shared}]
+    count = sum(c["launch_count"] for c in captures)
     replay_s = count * deep.passes_per_kernel * deep.seconds_per_pass + kernel_s * deep.passes_per_kernel
-    return {"ops": rows, "launch_skip": skip, "launch_count": count, "capped": capped,
+    return {"ops": rows, "captures": captures,
+            "launch_skip": captures[0]["launch_skip"] if len(captures) == 1 else None,
+            "launch_count": count, "capped": any(c["capped"] for c in captures),
             "passes_per_kernel": deep.passes_per_kernel,
-            "estimate_s": round(replay_s + (script_s or 0.0) * 1.5, 1),
+            "estimate_s": round(replay_s + (script_s or 0.0) * 1.5 * len(captures), 1),
             "estimate_note": ("replay passes x seconds per pass" + (
-                " + the script's own run time x 1.5" if script_s else "")),
+                f" + the script's own run time x 1.5 per ncu run ({len(captures)})"
+                if script_s else "")),
             "launch_counts_known": known}
+
+
+def _window(ranges: list[str], ops: list[dict[str, Any]], steps: int, deep: Any, cap: int,
+            known: bool) -> dict[str, Any]:
+    """One ncu run's filter and launch window: ``skip_steps`` steps' worth of the launches
+    the ranges match skipped, ``profile_steps`` steps' worth profiled, at most ``cap``."""
+    ranges = list(dict.fromkeys(ranges))
+    wanted = set(ranges)
+    per_step = sum(k["calls"] for op in ops for k in op.get("kernels") or []
+                   if wanted & {op["name"], *(k.get("within") or ())}) / steps
+    if known:
+        skip = int(round(per_step * deep.skip_steps))
+        count = int(round(per_step * deep.profile_steps))
+    else:
+        skip, count = 0, cap
+    return {"ranges": ranges, "launch_skip": skip, "launch_count": min(max(count, 1), cap),
+            "capped": count > cap}
+
+
+def nvtx_ranges(name: str, op: dict[str, Any]) -> list[str]:
+    """The op ranges the op's kernels run within in nsbridge's NVTX passes: its own name,
+    then the ops enclosing it in the trace (its kernels' ``within``, innermost first). The
+    passes range only the ops a dispatch mode sees, so a nested op's kernels
+    (``aten::cudnn_convolution``'s) run within an enclosing one (``aten::convolution``)."""
+    out = [name]
+    for kernel in op.get("kernels") or []:
+        out += [w for w in kernel.get("within") or () if w not in out]
+    return out
 
 
 def describe(p: dict[str, Any]) -> str:
     """The plan as printed before ncu starts."""
-    lines = [f"Deep pass plan: {len(p['ops'])} op(s), skip {p['launch_skip']} matching "
-             f"launches (warm-up), profile {p['launch_count']}, about "
-             f"{p['passes_per_kernel']} replay passes per kernel, estimated {p['estimate_s']:g} s"]
+    runs = p.get("captures") or []
+    if len(runs) > 1:
+        head = (f"Deep pass plan: {len(p['ops'])} op(s), one ncu run each (a step's worth of "
+                f"their launches together is over the cap), {p['launch_count']} launches in "
+                "all")
+    else:
+        head = (f"Deep pass plan: {len(p['ops'])} op(s), skip {p['launch_skip']} matching "
+                f"launches (warm-up), profile {p['launch_count']}")
+    lines = [f"{head}, about {p['passes_per_kernel']} replay passes per kernel, estimated "
+             f"{p['estimate_s']:g} s"]
     for row in p["ops"]:
         per_step = row["launches_per_step"]
         lines.append(f"  {row['op']}: {'unknown' if per_step is None else f'{per_step:g}'} "
                      f"launches per step; {row['reason']}")
+        run = next((c for c in runs if len(runs) > 1 and c["ops"] == [row["op"]]), None)
+        if run is not None:
+            lines.append(f"    its ncu run: skip {run['launch_skip']} matching launches, "
+                         f"profile {run['launch_count']}")
+        if len(row.get("ranges") or ()) > 1:
+            lines.append(f"    its kernels run within: {', '.join(row['ranges'][1:])} "
+                         "(nested op: matched in those NVTX ranges too)")
         if row["kernels"]:
             lines.append(f"    expected kernels: {'; '.join(k[:70] for k in row['kernels'])}")
     if p["capped"]:

@@ -64,6 +64,29 @@ def launch_op(nvtx: Sequence[tuple[str, str]]) -> dict[str, Optional[str]]:
     return {"op": op, "module": module, "step": step}
 
 
+def target_op(range_op: str, kernel: str,
+              targets: Sequence[Mapping[str, Any]]) -> Optional[str]:
+    """The planned op a launch in the op range ``range_op`` belongs to, or None: the op
+    itself when planned; else a planned op whose ``ranges`` hold that range (a nested op,
+    ``aten::cudnn_convolution`` within ``aten::convolution``) and whose kernels, as the
+    triage saw them (``kernel_families``), include this one's: a bias add in the same range
+    belongs to no planned op."""
+    if any(t["op"] == range_op for t in targets):
+        return range_op
+    family = short_family(kernel)
+    for t in targets:
+        if range_op in (t.get("ranges") or ()) and (
+                not t.get("kernel_families") or family in t["kernel_families"]):
+            return str(t["op"])
+    return None
+
+
+def short_family(kernel: str) -> str:
+    """A kernel family's last name (``winogradWgradData4x4``): torch's traces and ncu spell
+    the namespaces of one kernel differently."""
+    return kernel_family(kernel).rsplit("::", 1)[-1]
+
+
 def resolve(candidates: Sequence[str], cc: Optional[float]) -> list[Formula]:
     """The candidates that apply to a compute capability, in order, as [(factor, metric)]."""
     out = []
@@ -94,23 +117,28 @@ def metric_names(quantities: Mapping[str, Sequence[str]]) -> list[str]:
 
 def kernel_table(launches: pd.DataFrame, metrics: pd.DataFrame,
                  quantities: Mapping[str, Sequence[str]],
-                 targets: Optional[Sequence[str]] = None) -> tuple[pd.DataFrame, list[str]]:
-    """One row per launch: launch, kernel, op, module, step, attribution (nvtx |
-    outside_filter | no_nvtx), cc, and one column per quantity (NaN when missing).
-    Returns the table and the quantities no launch had."""
+                 targets: Optional[Sequence[Mapping[str, Any]]] = None
+                 ) -> tuple[pd.DataFrame, list[str]]:
+    """One row per launch: launch, kernel, op, nvtx_range (the innermost op range), module,
+    step, attribution (nvtx | outside_filter | no_nvtx), cc, and one column per quantity
+    (NaN when missing). ``targets`` are the deep plan's ops (``op``, ``ranges``,
+    ``kernel_families``: see target_op). Returns the table and the quantities no launch
+    had."""
     wide = metrics.pivot_table(index="launch", columns="metric", values="value",
                                aggfunc="first")
     rows = []
     for ident in launches.itertuples(index=False):
         where = launch_op(ident.nvtx)
         cc = _cc(ident.cc)
-        row: dict[str, Any] = {"launch": ident.launch, "kernel": _kernel_name(ident.kernel,
-                                                                                where["op"]),
-                               **where, "cc": cc}
+        kernel = _kernel_name(ident.kernel, where["op"])
+        row: dict[str, Any] = {"launch": ident.launch, "kernel": kernel, **where,
+                               "nvtx_range": where["op"], "cc": cc}
         if not ident.nvtx or where["op"] is None:
             row["attribution"] = NO_NVTX
-        elif targets and where["op"] not in targets:
-            row["attribution"] = OUTSIDE_FILTER
+        elif targets:
+            op = target_op(where["op"], kernel, targets)
+            row["op"] = op or where["op"]
+            row["attribution"] = OUTSIDE_FILTER if op is None else ATTRIBUTED
         else:
             row["attribution"] = ATTRIBUTED
         values = wide.loc[ident.launch] if ident.launch in wide.index else pd.Series(dtype=float)
