@@ -149,8 +149,16 @@ def test_the_gate_passes_an_unchanged_gpu_bound_pair(tmp_path: Path) -> None:
     step = answer["step"]
     assert 13.5e3 < step["a_us"] < 14.5e3 and 13.5e3 < step["b_us"] < 14.5e3
     assert step["half_width_pct"] < 1.0
-    per_step = json.loads((folder / "base-01" / "report.json").read_text())["steps"]["per_step"]
+    steps = json.loads((folder / "base-01" / "report.json").read_text())["steps"]
+    per_step = steps["per_step"]
     assert max(s["wall_ms"] for s in per_step[:-1]) < 5.0 < per_step[-1]["wall_ms"]
+    # the reports say so, with the one number the report holds
+    cadence = steps["gpu_done"]["median"]
+    assert 13.9 < cadence < 14.1
+    assert load(folder / "base-01").steps["gpu_done_ms"].median() == pytest.approx(cadence,
+                                                                                 abs=1e-3)
+    assert (f"the GPU finished a step every {cadence:.2f} ms (median of 8): it ran behind "
+            "the host") in (folder / "base-01" / "report.md").read_text()
     judged = [r for r in answer["ops"] if r.get("gated")]
     assert judged and all(r["status"] == "within noise" for r in judged)
     assert all(r["status"] != "vanished" for r in answer["ops"])

@@ -57,6 +57,9 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
         "unprofiled_runs": bare_runs,
         "unprofiled_wait_ms": bare_wait,
     }
+    if "gpu_done_ms" in analysis.steps:
+        done = analysis.steps["gpu_done_ms"].dropna()
+        report["steps"]["gpu_done"] = summary(done.tolist(), _runs(analysis.steps.loc[done.index]))
     report["device"] = analysis.device if has_device else None
     if analysis.memory:
         report[S.MEMORY_SECTION] = _renumbered(analysis.memory, analysis.steps,

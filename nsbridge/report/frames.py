@@ -173,6 +173,9 @@ r.steps: one row per measured step (report ``steps.per_step[]``); the phases add
     backward_ms                 float64  ms      backward
     optimizer_ms                float64  ms      optimizer step and zero_grad
     other_ms                    float64  ms      the rest
+    gpu_done_ms                 float64  ms      how long after the previous step's GPU work
+                                                 the GPU finished this step's (NaN without
+                                                 a GPU, or a step that launched none)
     [after --runs N: the steps of N processes pooled]
     run                         int64    -       the process the step ran in, from 1
 
@@ -343,7 +346,8 @@ OP_SHAPES = {"name": "str", "shape": "object", **_GROUPED}
 OP_SOURCES = {"name": "str", "source": "str", **_GROUPED}
 MEMORY = {"t_ms": "float64", "allocated_mib": "float64", "reserved_mib": "float64"}
 STEPS = {"step": "Int64", "wall_ms": "float64", "data_ms": "float64", "forward_ms": "float64",
-         "backward_ms": "float64", "optimizer_ms": "float64", "other_ms": "float64"}
+         "backward_ms": "float64", "optimizer_ms": "float64", "other_ms": "float64",
+         "gpu_done_ms": "float64"}
 STEPS_RUNS = {"run": "int64"}
 SYNC_POINTS = {"kind": "str", "call": "str", "op": "str", "file": "str", "line": "Int64",
                "function": "str", "device": "str", "count": "int64", "per_step": "float64",

@@ -41,6 +41,9 @@ def window_line(report: dict[str, Any]) -> Optional[str]:
                 + (f"; {notes}" if notes else ""))
     return notes or None
 
+GPU_BEHIND = 1.25   # the GPU's step cadence over the host's median step: the GPU ran behind
+
+
 def step_line(report: dict[str, Any]) -> Optional[str]:
     steps = report.get("steps") or {}
     mean = steps.get("mean") or {}
@@ -56,6 +59,12 @@ def step_line(report: dict[str, Any]) -> Optional[str]:
         text += (f"; median {spread['median']:.2f}, 95% interval {spread['ci_low']:.2f}-"
                  f"{spread['ci_high']:.2f}")
     text += f"; steps from {steps['detected_by']}): {parts}"
+    done = steps.get("gpu_done") or {}
+    if done.get("median") and spread.get("median") and \
+            done["median"] > GPU_BEHIND * spread["median"]:
+        text += (f"; the GPU finished a step every {done['median']:.2f} ms (median of "
+                 f"{done['n']}): it ran behind the host, whose step times measure the "
+                 "queueing, not the work")
     bare = steps.get("unprofiled")
     if bare:
         text += (f"; {bare['n']} unprofiled step(s): median {bare['median']:.2f} ms"
