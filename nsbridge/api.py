@@ -26,7 +26,6 @@ from .passes.nsys_pass import NsysExportsPass, TimelineOnRanks, TimelinePass
 from .passes.torch_pass import TorchProfilerPass, analyse_run_dir, analyze_traces
 from .pipeline import Given, Pass, preflight, run_passes
 from .profiles import Profile, load_profile
-from .report import frames
 from .report.escape import terminal
 from .result import RunResult, result_of
 from .job.identity import detect as detect_rank
@@ -45,19 +44,15 @@ ProfileArg = Union[str, Profile]
 
 def load(run_dir: Union[str, Path]) -> RunResult:
     """Read a run directory back: the report, its frames (ops with nsys_*/ncu_* columns,
-    kernels, steps, sync points, gaps, timeline and ncu tables) and the manifest. A failed
-    run loads (its ``status`` and ``report["error"]`` say what happened).
+    kernels, steps, sync points, gaps, timeline and ncu tables) and the manifest, as the
+    command that wrote it returned them (its exit code: the last pass's). A failed run
+    loads (its ``status`` and ``report["error"]`` say what happened).
 
     Raises:
         RunDirError: not a directory nsbridge wrote, incomplete, or still running (or cut
             off while running).
     """
-    run = Run.open(Path(run_dir))
-    passes = run.manifest.get("passes") or [{}]
-    return RunResult(run_dir=run.dir, report=run.report, ops=frames.ops(run.report),
-                     steps=frames.steps(run.report),
-                     exit_code=int(passes[0].get("exit_code") or 0),
-                     timeline=frames.timeline_ops(run.report))
+    return result_of(Run.open(Path(run_dir)))
 
 
 def triage(target: str, args: Sequence[str] = (), *, module: bool = False,

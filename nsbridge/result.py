@@ -148,7 +148,7 @@ def result_of(run: Run, exit_code: Optional[int] = None) -> RunResult:
         exit_code = int(passes[-1].get("exit_code") or 0)
     return RunResult(run_dir=run.dir, report=run.report, ops=frames.ops(run.report),
                      steps=frames.steps(run.report), exit_code=exit_code,
-                     timeline=run.frames.get("timeline"))
+                     timeline=frames.timeline_ops(run.report))
 
 
 def follower_result(run_dir: Path, rank: Any, code: int, command: str,

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from nsbridge.agent.answer import headline
 from nsbridge.api import analyze, load, rejudge
 from nsbridge.model.nsight.deep_plan import plan_for_run
 from nsbridge.model.nsight.ncu import kernel_table, op_summary
@@ -159,6 +160,8 @@ def test_the_gate_passes_an_unchanged_gpu_bound_pair(tmp_path: Path) -> None:
                                                                                  abs=1e-3)
     assert (f"the GPU finished a step every {cadence:.2f} ms (median of 8): it ran behind "
             "the host") in (folder / "base-01" / "report.md").read_text()
+    report = json.loads((folder / "base-01" / "report.json").read_text())
+    assert headline(report)["gpu_step_ms"]["median"] == cadence   # what agents read
     judged = [r for r in answer["ops"] if r.get("gated")]
     assert judged and all(r["status"] == "within noise" for r in judged)
     assert all(r["status"] != "vanished" for r in answer["ops"])

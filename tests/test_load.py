@@ -299,3 +299,20 @@ def test_a_commands_result_has_the_frames_load_gives(tmp_path: Path) -> None:
     assert isinstance(result.ops["shapes"].iloc[0], list)
     for name in ("ops", "steps", "kernels", "op_shapes", "memory"):
         pd.testing.assert_frame_equal(getattr(result, name), getattr(again, name))
+
+
+def test_load_returns_what_the_command_returned(tmp_path: Path) -> None:
+    """A loaded run is the command's own result: the timeline frame it returned, and the
+    exit code of its last pass (the one the command exited with), not its first."""
+    import json
+
+    returned = nsbridge.analyze([CNN_TRACE, NSYS_GPU], out=tmp_path / "run")
+    loaded = nsbridge.load(tmp_path / "run")
+    assert returned.timeline is not None and len(returned.timeline)
+    pd.testing.assert_frame_equal(loaded.timeline, returned.timeline)
+    manifest_path = tmp_path / "run" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["passes"] = [{**manifest["passes"][0], "exit_code": 0},
+                          {**manifest["passes"][-1], "exit_code": 3}]
+    manifest_path.write_text(json.dumps(manifest))
+    assert nsbridge.load(tmp_path / "run").exit_code == 3

@@ -91,6 +91,7 @@ def headline(report: dict[str, Any], top: int = TOP_OPS) -> dict[str, Any]:
                                         "alternatives", "settle", "contention")},
         "window": report.get("window"),
         "step_ms": (steps.get("spread") or None),
+        "gpu_step_ms": (steps.get("gpu_done") or None),
         "ranked_by": ranked_by,
         "top_ops": [{"name": op["name"], "calls": op.get("calls"), ranked_by: op.get(ranked_by),
                      "self_pct": op.get("self_pct"), "spread_pct": op.get("spread_pct"),
