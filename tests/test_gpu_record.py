@@ -216,7 +216,8 @@ def test_kernel_totals_equal_nsys_stats_and_the_export(tmp_path: Path) -> None:
     count = _one(rows, "kernel count vs nsys stats", "runs/cnn")
     time = _one(rows, "kernel time total vs nsys stats cuda_gpu_kern_sum", "runs/cnn")
     export = _one(rows, "kernel time total vs the export's kernel table", "runs/cnn")
-    joined = _one(rows, "kernels joined to ops by NVTX ranges (nsys)", "runs/cnn")
+    joined = _one(rows, "kernels joined to ops (nsys: NVTX ranges, graph node captures)",
+                  "runs/cnn")
     assert (count.ours, count.theirs, count.verdict) == ("162", "162", "ok")
     assert time.verdict == export.verdict == joined.verdict == "ok"
     assert time.ours == time.theirs == "478.154 µs"

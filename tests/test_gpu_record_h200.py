@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+from collections import Counter
 import shutil
 import sys
 from pathlib import Path
@@ -23,9 +24,11 @@ import pytest
 
 from nsbridge.agent.answer import headline
 from nsbridge.api import analyze, load, rejudge
+from nsbridge.model.device.timeline import join
 from nsbridge.model.nsight.deep_plan import plan_for_run
 from nsbridge.model.nsight.ncu import kernel_table, op_summary
 from nsbridge.parse.ncu import read_ncu
+from nsbridge.parse.nsys_sqlite import read_nsys_sqlite
 from nsbridge.profiles import load_profile
 
 from conftest import DATA, ROOT
@@ -106,10 +109,12 @@ def test_kernel_totals_equal_nsys_stats(tmp_path: Path, folder: str, kernels: in
     assert compare.dev_pct(ours_ns, table_ns) < 1.0
 
 
-def test_graph_replays_are_named_and_timed(tmp_path: Path) -> None:
+def test_graph_replays_are_named_and_joined_to_the_ops_they_captured(tmp_path: Path) -> None:
     """graph.replay() is no op: torch.profiler ties a replay's kernels to cudaGraphLaunch
-    alone, and nsys (node tracing) launches them outside op ranges. Both views account for
-    them all as graph work, none dropped."""
+    alone and names them graph work. nsys, tracing graphs node by node, records where each
+    node was created: inside the op whose launch the stream capture recorded. Each of the
+    12 replays of the 28-kernel graph then runs, per op, exactly the kernels one eager
+    warm-up iteration of the same step ran under that op's own range (3 iterations)."""
     report = _report(tmp_path, RECORD / "cudagraph" / "trace.json.gz")
     graph = report["device"]["cuda_graph"]
     kernels = load(tmp_path / "r").kernels
@@ -117,11 +122,21 @@ def test_graph_replays_are_named_and_timed(tmp_path: Path) -> None:
     replayed = kernels[kernels["via"] == "cuda_graph"]
     assert graph["launches"] == 3 and graph["kernels"] == int(replayed["calls"].sum()) == 84
     assert replayed["device_us"].sum() == pytest.approx(kernels["device_us"].sum(), rel=1e-6)
+
+    export = read_nsys_sqlite(_sqlite(tmp_path, "cudagraph"))
+    gpu = join(export).gpu
+    gpu = gpu[gpu["kind"] == "kernel"]
+    replays = gpu[gpu["rule"] == "graph_node_capture"]
+    eager = gpu[gpu["rule"] == "nvtx_push_pop"]
+    assert len(replays) == 12 * 28 and replays["op"].notna().all()
+    per_replay = Counter(zip(replays["op"], replays["name"]))
+    per_iteration = Counter(zip(eager["op"], eager["name"]))
+    assert {k: n / 12 for k, n in per_replay.items()} == \
+        {k: n / 3 for k, n in per_iteration.items() if k[0] in set(replays["op"])}
     timeline, _ = compare.nsbridge_kernel_totals(_sqlite(tmp_path, "cudagraph"))
-    outside = timeline["outside_ops"]
-    assert outside["kernels"] == 12 * 28         # 12 replays of a 28-kernel graph
-    assert outside["kernel_us"] > 0.75 * (outside["kernel_us"] + sum(
-        op.get("kernel_us") or 0.0 for op in timeline["ops"]))
+    assert timeline["attribution"]["graph_node_capture"]["kernels"] == 336
+    assert {"aten::addmm", "aten::mm"} <= {op["op"] for op in timeline["ops"]
+                                          if op.get("kernels")}
 
 
 @pytest.mark.parametrize("case", ["conv", "attention"])

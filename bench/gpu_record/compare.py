@@ -339,10 +339,11 @@ def _nsys_rows(rec: Record, run: str, sqlite: Path, stats_step: str) -> list[Row
     rows.append(_total_row("kernel time total vs the export's kernel table",
                            f"{where} ({sqlite.name})", ours_ns / 1e3, total / 1e3, " µs",
                            details=note))
-    joined = int((attribution.get("nvtx_push_pop") or {}).get("kernels") or 0)
+    joined = sum(int((attribution.get(rule) or {}).get("kernels") or 0)
+                 for rule in ("nvtx_push_pop", "graph_node_capture"))
     share = 100.0 * joined / count if count else 0.0
     rules = ", ".join(f"{rule}: {c.get('kernels', 0)}" for rule, c in attribution.items())
-    rows.append(Row("kernels joined to ops by NVTX ranges (nsys)", where,
+    rows.append(Row("kernels joined to ops (nsys: NVTX ranges, graph node captures)", where,
                     f"{joined} of {count} ({share:.1f} %)", "", "", f">= {ATTRIBUTED_PCT:g} %",
                     "ok" if count and share >= ATTRIBUTED_PCT else
                     ("n/a: no kernel in the capture" if not count else "check"),

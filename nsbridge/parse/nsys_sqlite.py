@@ -10,7 +10,11 @@ Frames (columns):
 - ranges: start, end, dur, name (text or its registered string), domain ('' = default),
   style ('push_pop' | 'start_end'), global_tid, pid, tid
 - kernels: start, end, dur, device, stream, correlation, global_pid, name (demangled),
-  short_name
+  short_name, graph_node (the CUDA graph node a replay ran it as, -1 for none; nsys fills
+  it when graphs are traced node by node)
+- graph_nodes: start, global_tid, graph_node, original_node (-1 for none): nsys's "Graph
+  Node Creation" events. A node made while a stream was captured is created inside the op
+  that launched its kernel; instantiating the graph makes new nodes naming that original
 - runtime: start, end, dur, global_tid, correlation, name (without the `_v7000` suffix),
   api ('runtime' | 'driver')
 - memcpy / memset: start, end, dur, device, stream, correlation, global_pid, bytes, kind
@@ -43,6 +47,8 @@ MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 NVTX = "NVTX_EVENTS"
 OSRT = "OSRT_API"
+GRAPH_NODES = "CUDA_GRAPH_NODE_EVENTS"
+GRAPH_NODE_COLUMNS = ["start", "global_tid", "graph_node", "original_node"]
 PUSH_POP, START_END, DOMAIN_CREATE = 59, 60, 75
 _CHUNK = 250_000     # rows per group_concat query (several per thread on a large table)
 _MAX_THREADS = 4
@@ -65,6 +71,8 @@ class NsysExport:
     gpu_syncs: pd.DataFrame
     osrt: pd.DataFrame
     threads: pd.DataFrame
+    graph_nodes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        columns=GRAPH_NODE_COLUMNS))
     notes: list[str] = field(default_factory=list)
 
 
@@ -104,7 +112,7 @@ def read_nsys_sqlite(path: str | Path) -> NsysExport:
             memcpy=_copies(conn, tables, MEMCPY, "copyKind"),
             memset=_copies(conn, tables, MEMSET, None),
             gpu_syncs=_gpu_syncs(conn, tables), osrt=_osrt(conn, tables, strings),
-            threads=_threads(conn, tables, strings))
+            threads=_threads(conn, tables, strings), graph_nodes=_graph_nodes(conn, tables))
     except (sqlite3.DatabaseError, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
         raise NsysExportError(f"{path} could not be read as an nsys export: {exc}. Export "
                               "it again with `nsys export --type sqlite`, or use the "
@@ -369,13 +377,14 @@ def _int_columns(conn: sqlite3.Connection, table: str, exprs: dict[str, str],
 
 def _kernels(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.DataFrame:
     cols = ["start", "end", "dur", "device", "stream", "correlation", "global_pid", "name",
-            "short_name"]
+            "short_name", "graph_node"]
     if KERNEL not in tables:
         return pd.DataFrame(columns=cols)
+    node = "graphNodeId" if "graphNodeId" in _columns(conn, KERNEL) else "NULL"
     frame = _int_columns(conn, KERNEL, {
         "start": "start", "end": '"end"', "device": "deviceId", "stream": "streamId",
         "correlation": "correlationId", "global_pid": "globalPid", "name_id": "demangledName",
-        "short_id": "shortName"})
+        "short_id": "shortName", "graph_node": node})
     frame["name"] = _strings_of(frame.pop("name_id"), strings)
     frame["short_name"] = _strings_of(frame.pop("short_id"), strings)
     frame["dur"] = frame["end"] - frame["start"]
@@ -445,6 +454,17 @@ def _osrt(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.
     frame["name"] = frame.pop("nameId").map(strings)
     frame["dur"] = frame["end"] - frame["start"]
     return frame[cols]
+
+
+def _graph_nodes(conn: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
+    if GRAPH_NODES not in tables or not {"graphNodeId", "globalTid"} <= _columns(conn,
+                                                                              GRAPH_NODES):
+        return pd.DataFrame(columns=GRAPH_NODE_COLUMNS)
+    original = ("originalGraphNodeId" if "originalGraphNodeId" in _columns(conn, GRAPH_NODES)
+                else "NULL")
+    return _int_columns(conn, GRAPH_NODES, {"start": "start", "global_tid": "globalTid",
+                                            "graph_node": "graphNodeId",
+                                            "original_node": original})
 
 
 def _threads(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> pd.DataFrame:

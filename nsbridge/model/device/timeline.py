@@ -9,9 +9,15 @@ Rules (each attributed row names its rule):
    PyTorch's ``emit_nvtx`` ranges (default domain, ``aten::mm, op_id = 7`` -> ``aten::mm``);
    library domains (CUB's ``CCCL``, ...) are context, never ops.
 
+3. a kernel a CUDA graph replay ran (``graphNodeId``, nsys tracing graphs node by node)
+   -> the node it was instantiated from -> the op range around that node's creation, the
+   op whose launch the stream capture recorded (rule ``graph_node_capture``). A replay's
+   launch call (``cudaGraphLaunch``) sits outside every op: torch.profiler and rule 2
+   cannot name the ops of a graph, this rule can when the capture is in the recording.
+
 Kernels whose launch call is not in the capture (``no_launch_in_capture``: normal for a
-cut window or graph launches) and launches outside any op range (``outside_op_ranges``) are
-kept and counted. Backward ops run on autograd threads: matching is per thread, never by
+cut window) and launches outside any op range (``outside_op_ranges``) are kept and
+counted. Backward ops run on autograd threads: matching is per thread, never by
 time alone across threads.
 
 Kernels, copies (memcpy, with bytes by direction) and memsets are counted apart
@@ -42,6 +48,7 @@ GPU_TABLES = frozenset({"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTI
                         "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"})
 
 NVTX_PUSH_POP, NO_LAUNCH, OUTSIDE_OPS = "nvtx_push_pop", "no_launch_in_capture", "outside_op_ranges"
+GRAPH_CAPTURE = "graph_node_capture"
 _OP_NAME = re.compile(r"^[A-Za-z_][\w.]*::[\w.]+")
 _PID_MASK = ~0xFFFFFF
 
@@ -160,17 +167,30 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
     known = (where < len(threads)) & (threads[np.minimum(where, len(threads) - 1)] == rt_gtid) \
         if len(threads) else np.zeros(len(runtime), dtype=bool)
     rt_thread, rt_start = np.where(known, where, -1), runtime["start"].to_numpy(np.float64)
+    nodes = getattr(export, "graph_nodes", None)
+    nodes = nodes if nodes is not None else pd.DataFrame(columns=["start", "global_tid",
+                                                                   "graph_node",
+                                                                   "original_node"])
+    node_thread = _thread_codes(threads, nodes["global_tid"].to_numpy(np.int64))
+    node_start = nodes["start"].to_numpy(np.float64)
     found_gaps = longest_gaps(*_gpu_spans(export), top_gaps)
     busiest = int(np.bincount(thread, weights=dur).argmax()) if len(thread) else -1
     gap_thread = np.full(len(found_gaps), busiest)
     mids = np.array([a + n / 2 for n, a, _ in found_gaps])
     labels = RangeLabels.build(ranges, nested, threads, thread, start, dur,
-                               points=(np.r_[rt_thread, gap_thread], np.r_[rt_start, mids]))
+                               points=(np.r_[rt_thread, gap_thread, node_thread],
+                                       np.r_[rt_start, mids, node_start]))
 
     rt_op, rt_module, _ = labels.at(rt_thread, rt_start)
     runtime["op"], runtime["module"] = labels.op_names[rt_op], labels.range_names[rt_module]
     runtime["global_pid"] = rt_gtid & _PID_MASK
-    gpu, gpu_op = gpu_work(export, runtime, rt_op, labels.op_names)
+    node_op, node_module, _ = labels.at(node_thread, node_start)
+    captured = captured_ops(nodes, node_op, node_module,
+                            export.kernels["graph_node"].to_numpy(np.int64)
+                            if "graph_node" in export.kernels else
+                            np.full(len(export.kernels), -1, dtype=np.int64))
+    gpu, gpu_op = gpu_work(export, runtime, rt_op, labels.op_names, labels.range_names,
+                           captured)
     syncs = name_mask(runtime["name"].to_numpy(), BLOCKING_CALL.match)
     op_table = op_summary(ranges, gpu, gpu_op, runtime["dur"].to_numpy(np.float64)[syncs],
                           rt_op[syncs])
@@ -290,10 +310,50 @@ def _where(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return values if mask.all() else values[mask]
 
 
+def _thread_codes(threads: np.ndarray, global_tids: np.ndarray) -> np.ndarray:
+    """Each global thread id's code into the sorted ``threads`` (-1: a thread without
+    ranges)."""
+    if not len(threads):
+        return np.full(len(global_tids), -1, dtype=np.int64)
+    where = np.searchsorted(threads, global_tids)
+    hit = (where < len(threads)) & (threads[np.minimum(where, len(threads) - 1)] == global_tids)
+    return np.where(hit, where, -1)
+
+
+def captured_ops(nodes: pd.DataFrame, node_op: np.ndarray, node_module: np.ndarray,
+                 kernel_node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel (its ``graph_node``, -1: not a replay): the op code and module code of
+    the range its graph node was created in (rule 3), -1 for none. An instantiated node
+    names its original; the original's creation, during the stream capture, is where the
+    op's launch was recorded."""
+    none = np.full(len(kernel_node), -1, dtype=np.int64)
+    if not len(nodes) or not (kernel_node >= 0).any():
+        return none, none.copy()
+    ids = nodes["graph_node"].to_numpy(np.int64)
+    original = nodes["original_node"].to_numpy(np.int64)
+    made = original < 0                                  # creations, not instantiations
+    op_of = pd.Series(node_op[made], index=ids[made])
+    module_of = pd.Series(node_module[made], index=ids[made])
+    op_of = op_of[~op_of.index.duplicated()]
+    module_of = module_of[~module_of.index.duplicated()]
+    source = pd.Series(original[~made], index=ids[~made])
+    source = source[~source.index.duplicated()]
+    nodes_of_kernels = pd.Series(kernel_node)
+    origin = nodes_of_kernels.map(source).fillna(nodes_of_kernels).to_numpy(np.int64)
+    ops = pd.Series(origin).map(op_of).fillna(-1).to_numpy(np.int64)
+    modules = pd.Series(origin).map(module_of).fillna(-1).to_numpy(np.int64)
+    replay = kernel_node >= 0
+    return np.where(replay, ops, -1), np.where(replay, modules, -1)
+
+
 def gpu_work(export: Any, runtime: pd.DataFrame, runtime_op: np.ndarray,
-             op_names: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+             op_names: np.ndarray, range_names: Optional[np.ndarray] = None,
+             captured: Optional[tuple[np.ndarray, np.ndarray]] = None
+             ) -> tuple[pd.DataFrame, np.ndarray]:
     """Kernels, copies and memsets as one frame sorted by (device, start), each with its
-    launch (rule 1) and the launch's op and module, and the op's code per row (-1: none).
+    launch (rule 1) and the launch's op and module (rule 2; a graph replay's kernel, the
+    op and module it was captured in: rule 3, ``captured`` from captured_ops, with
+    ``range_names`` naming the modules), and the op's code per row (-1: none).
 
     ``runtime`` has the op and module columns; ``runtime_op`` is its op code per call.
     Times, devices, streams and ids are integers, as read_nsys_sqlite gives them (ns;
@@ -326,13 +386,23 @@ def gpu_work(export: Any, runtime: pd.DataFrame, runtime_op: np.ndarray,
     at = np.maximum(launch, 0)
     launch_start = np.where(launched, runtime["start"].to_numpy(np.float64)[at]
                             if len(runtime) else 0.0, np.nan)
-    op = np.where(launched, runtime_op[at] if len(runtime) else -1, -1)
+    op: np.ndarray = np.where(launched, runtime_op[at] if len(runtime) else -1, -1)
     columns["launch_start"] = launch_start
+    module = np.full(len(launched), None, dtype=object)
+    if len(runtime):
+        module[launched] = runtime["module"].to_numpy(object)[at[launched]]
+    rule = np.where(~launched, NO_LAUNCH, np.where(op < 0, OUTSIDE_OPS,
+                                                   NVTX_PUSH_POP)).astype(object)
+    if captured is not None and range_names is not None:
+        graph_op = np.r_[captured[0], np.full(sizes[1] + sizes[2], -1, dtype=np.int64)]
+        graph_module = np.r_[captured[1], np.full(sizes[1] + sizes[2], -1, dtype=np.int64)]
+        replayed = graph_op >= 0
+        op = np.where(replayed, graph_op, op)
+        module = np.where(replayed, range_names[graph_module], module)
+        rule[replayed] = GRAPH_CAPTURE
     columns["op"] = op_names[op]
-    columns["module"] = np.where(launched, runtime["module"].to_numpy(object)[at]
-                                 if len(runtime) else None, None)
-    columns["rule"] = np.where(~launched, NO_LAUNCH, np.where(op < 0, OUTSIDE_OPS,
-                                                               NVTX_PUSH_POP)).astype(object)
+    columns["module"] = module
+    columns["rule"] = rule
     # a kernel cannot start before its launch call: such a pair (a damaged export) has no
     # latency, and is left out of the op's mean
     with np.errstate(invalid="ignore"):
