@@ -250,3 +250,20 @@ def test_gpu_runs_gate_on_device_time_every_step_counted(tmp_path) -> None:
     assert row["status"] == "regressed" and row["change_pct"] == pytest.approx(30.0, abs=0.1)
     assert result["samples"]["b"]["used_steps"] == result["samples"]["b"]["steps"]
     assert result["samples"]["b"]["scaled_processes"] == 0
+
+
+def test_a_wide_interval_wholly_under_the_threshold_passes_and_says_how_far_up_it_reaches(
+        ) -> None:
+    """Processes that differ by 12% (one machine's memory layouts, cores) make the step
+    time's interval ±25% wide; a change 15% faster still lies wholly under +10%: the gate
+    has excluded the slowdown it looks for, so it passes and says up to where. The same
+    spread around a +15% slowdown holds both no change and +10%: inconclusive."""
+    faster = compare_pairs(pairs(2, k=3, scale={n: 0.85 for n in OPS}, process=0.12))
+    low, high = faster["step"]["ci_pct"]
+    assert faster["detectable_pct"] > 10 and high < 10
+    assert faster["outcome"] == "pass", faster["reasons"]
+    text = render_diff({**faster, "a_label": "a", "b_label": "b"})
+    assert f"no slowdown beyond {high:+.1f}%" in text
+    slower = compare_pairs(pairs(2, k=3, scale={n: 1.15 for n in OPS}, process=0.12))
+    assert slower["outcome"] == "inconclusive"
+    assert slower["step"]["ci_pct"][0] < 0 < 10 < slower["step"]["ci_pct"][1]

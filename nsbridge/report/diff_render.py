@@ -11,6 +11,7 @@ neither drive the terminal nor break the table.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Callable, Optional
 
 from ..model.comparing.gate_answer import show_ci, show_pct
@@ -69,6 +70,12 @@ def _outcome_line(result: dict[str, Any]) -> str:
     outcome = result["outcome"]
     if outcome == "pass":
         seen = result.get("detectable_pct")
+        top = ((result.get("step") or {}).get("ci_pct") or [None, None])[1]
+        if seen is not None and seen > result.get("fail_above_pct", math.inf) \
+                and top is not None:
+            return (f"Outcome: PASS (exit 0): no slowdown beyond {top:+.1f}% (the top of the "
+                    f"step time's 95% interval, ±{seen:.1f}% wide: under the +"
+                    f"{result['fail_above_pct']:g}% threshold however noisy)")
         return ("Outcome: PASS (exit 0)" + (f": no change beyond ±{seen:.1f}% (the smallest "
                                             "change this comparison could see)"
                                             if seen is not None else ""))

@@ -51,7 +51,8 @@ def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
 
     The outcome: not comparable -> inconclusive; any regression (an op's, or the step
     time's) -> regression; else the step time decides (inconclusive when its interval
-    holds both no change and the threshold, or is wider than the threshold), and ops the
+    holds both no change and the threshold; an interval wider than the threshold passes
+    only when it lies wholly under it), and ops the
     data could not decide are listed without blocking a pass: their spread between
     processes is larger than the step's (one op's loss is often another's gain). An op
     whose slowdown the interval shows but the comparison cannot put on the code (the same
@@ -79,7 +80,11 @@ def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
         detectable = C.detectable([r for r in rows if r.get("half_width_pct") is not None
                                    and r["gated"]])
         what = "the judged ops' 95% intervals are (base-time-weighted median)"
-    if detectable is not None and detectable > fail_above and not regressions:
+    # a wide interval that lies wholly under +T has excluded the slowdown the gate looks
+    # for: it passes (saying how far up it reaches); only an undecided one is too noisy
+    undecided_step = deciding is None or deciding["status"] == "inconclusive"
+    if detectable is not None and detectable > fail_above and not regressions \
+            and undecided_step:
         reasons.append(f"too noisy to see a +{fail_above:g}% change: {what} ±{detectable:.0f}% "
                        "wide")
     outcome = C.outcome(blockers, regressions, reasons)
