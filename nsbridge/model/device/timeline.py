@@ -163,10 +163,8 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
 
     runtime = export.runtime.copy()
     rt_gtid = runtime["global_tid"].to_numpy(np.int64)
-    where = np.searchsorted(threads, rt_gtid)
-    known = (where < len(threads)) & (threads[np.minimum(where, len(threads) - 1)] == rt_gtid) \
-        if len(threads) else np.zeros(len(runtime), dtype=bool)
-    rt_thread, rt_start = np.where(known, where, -1), runtime["start"].to_numpy(np.float64)
+    rt_thread = _thread_codes(threads, rt_gtid)
+    rt_start = runtime["start"].to_numpy(np.float64)
     nodes = getattr(export, "graph_nodes", None)
     nodes = nodes if nodes is not None else pd.DataFrame(columns=["start", "global_tid",
                                                                    "graph_node",
