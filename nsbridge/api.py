@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from . import schema as S
-from .errors import (DeepError, DiffInputError, DiffRefusedError, GateRunError, LaunchError,
+from .errors import (DiffInputError, DiffRefusedError, GateRunError, LaunchError,
                      RunDirError, ScriptError, Stopped, TraceNotFoundError)
 from .model.analysis import check_window
 from .collect.ncu import gpu_names
@@ -102,10 +102,12 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     if nproc_per_node or rank is not None:
         launcher = {"nproc_per_node": nproc_per_node, "nnodes": nnodes,
                     "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint}
-        return _triage_job(script, prof, out=out, timeout=timeout, rank=rank,
-                           launcher=launcher, ranks=ranks, nsys=nsys, deep_top=deep_top,
-                           deep_profile=_profile(deep_profile), deep_ranks=deep_ranks,
-                           on_plan=on_plan, source=source, environ=environ)
+        from .distributed.triage import triage_job
+
+        return triage_job(script, prof, out=out, timeout=timeout, rank=rank,
+                          launcher=launcher, ranks=ranks, nsys=nsys, deep_top=deep_top,
+                          deep_profile=_profile(deep_profile), deep_ranks=deep_ranks,
+                          on_plan=on_plan, source=source, environ=environ)
     passes: list[Pass] = [TorchProfilerPass(script, prof, timeout=timeout, environ=environ,
                                             runs=runs, window=window, threads=threads)]
     if nsys:
@@ -116,51 +118,6 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     preflight(passes)   # fail before the script runs, not after
     run = Run.for_script(script, command="triage", profile=prof, out=_path(out), source=source)
     return result_of(run_passes(run, passes))
-
-
-def _triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Path]],
-                timeout: Optional[float], rank: Any, launcher: dict[str, Any],
-                ranks: Optional[list[int]], nsys: bool, deep_top: Optional[int],
-                deep_profile: Profile, deep_ranks: Optional[list[int]],
-                on_plan: Optional[Callable[[str], None]], source: dict[str, Any],
-                environ: Mapping[str, str]) -> RunResult:
-    """triage of a job of several ranks: the torch.profiler pass on every rank, then nsys
-    and ncu on the ranks, as one pipeline with one save (rank 0, or this process when it
-    launches the ranks with ``launcher``'s torch.distributed.run options); a rank other
-    than 0 runs its share of each."""
-    from .distributed.fan_out import OnRanks
-    from .distributed.launch import check_one_node, launcher_argv, one_node
-    from .distributed.triage import RankedTorchPass, follow_triage, job_run
-
-    nproc, nnodes = launcher["nproc_per_node"], launcher["nnodes"]
-    argv = launcher_argv(**launcher) if nproc else []
-    if argv and (nsys or deep_top is not None):
-        check_one_node(argv)
-    world = rank.world_size if rank is not None else nproc
-    if deep_ranks and max(deep_ranks) >= (world or 0) and one_node(nnodes):
-        raise DeepError(f"--deep-ranks {','.join(map(str, deep_ranks))}: the job has "
-                        f"ranks 0 to {(world or 1) - 1}.")
-    shares: list[tuple[Any, Profile]] = []
-    if nsys:
-        shares.append((TimelineOnRanks(timeout=timeout), profile))
-    if deep_top is not None:
-        shares.append((DeepOnRanks(deep_profile.deep, top=deep_top or None, ranks=deep_ranks,
-                                   timeout=timeout, on_plan=on_plan), deep_profile))
-    rank_passes = [OnRanks(share, prof.source, rank, argv, environ) for share, prof in shares]
-    preflight(rank_passes)   # on every rank, before any script runs
-    s, label = script, script.label
-    if rank is not None and rank.rank != 0:
-        return follow_triage(target=s.target, args=s.args, module=s.module, profile=profile,
-                             out=out, cwd=s.cwd, timeout=timeout, rank=rank, ranks=ranks,
-                             label=label, kinds=[share.kind for share, _ in shares],
-                             environ=environ)
-    run = job_run(target=s.target, args=s.args, module=s.module, profile=profile, out=out,
-                  cwd=s.cwd, label=label, launcher=argv, environ=environ, source=source)
-    passes: list[Pass] = [RankedTorchPass(
-        target=s.target, args=s.args, module=s.module, profile=profile, cwd=s.cwd,
-        timeout=timeout, rank=rank, ranks=ranks, launcher=argv,
-        world=(nproc or 0) if one_node(nnodes) else 0, environ=environ)]
-    return result_of(run_passes(run, [*passes, *rank_passes]))
 
 
 def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = False,

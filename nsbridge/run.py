@@ -20,18 +20,19 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Iterable, Optional, Union
 
 from . import __version__
 from . import schema as S
 from .errors import RunDirError, ScriptError
 from .profiles import Profile
 from .report.build import clean, conclusive
-from .rundir import atomic_path, new_run_dir, read_run, write_json
+from .rundir import json_text, new_run_dir, read_run, write_atomic, write_json
 from .script_check import Script
 
 MERGE_LIMIT = 64 * 1024 * 1024   # traces of more JSON than this (inflated) are not merged
 SAVE_STEP = "save"               # the manifest's entry for writing the run's files, when it failed
+FileData = Union[str, bytes, dict[str, Any]]   # a file's text, bytes, or record (as JSON)
 
 
 def json_size(path: Path) -> int:
@@ -84,7 +85,6 @@ class Run:
         """A new run directory with its manifest and an empty report written (``shared``:
         the directory of a distributed job's ranks, which may exist already; ``source``:
         what a rerun needs besides the script, e.g. threads, env, git)."""
-        path = new_run_dir(out, label, shared=shared)
         manifest = {"nsbridge_version": __version__, "command": command, "argv": sys.argv,
                     "target": target, "module": module, "args": args, "cwd": str(cwd),
                     **(source or {}),
@@ -94,9 +94,7 @@ class Run:
                     "passes": []}
         report = S.empty_report(command=command, target=" ".join([target, *args]),
                                 version=__version__)
-        run = cls(path, manifest, report)
-        run._guarded(lambda: write_json(path / S.MANIFEST_JSON, manifest))
-        return run
+        return cls(new_run_dir(out, label, shared=shared, manifest=manifest), manifest, report)
 
     @classmethod
     def for_script(cls, script: Script, *, command: str, profile: Profile,
@@ -191,35 +189,29 @@ class Run:
         Raises:
             RunDirError: a file cannot be written (the run is then marked failed).
         """
-        def records() -> None:
-            write_json(self.dir / S.MANIFEST_JSON, self.manifest)
-            write_json(self.dir / S.REPORT_JSON, self.report)
-        self._guarded(records)
+        self.write_files([(S.MANIFEST_JSON, self.manifest), (S.REPORT_JSON, self.report)])
 
-    def write_files(self, files: Iterable[tuple[str, bytes]]) -> None:
-        """Write each (name, bytes) of ``files`` as the run's file ``name``, in order,
-        whole or not at all (see rundir.atomic_path); a failure marks the run failed
-        (_guarded) and stops there.
+    def write_files(self, files: Iterable[tuple[str, FileData]]) -> None:
+        """Write each (name, data) of ``files`` as the run's file ``name``, in order, whole
+        or not at all (rundir.write_atomic): text, bytes, or a record written as JSON; a
+        failure marks the run failed (_guarded) and stops there.
 
         Raises:
             RunDirError: a write failed.
         """
         for name, data in files:
-            def whole(name: str = name, data: bytes = data) -> None:
-                with atomic_path(self.dir / name) as tmp:
-                    tmp.write_bytes(data)
-            self._guarded(whole)
+            self._guarded(name, data)
 
-    def _guarded(self, write: Callable[[], None]) -> None:
-        """Run ``write``; when it fails (a full disk, an I/O error), mark the run failed
-        with that error in report.json and manifest.json where they can still be written,
-        and raise.
+    def _guarded(self, name: str, data: FileData) -> None:
+        """Write the run's file ``name``; when that fails (a full disk, an I/O error), mark
+        the run failed with that error in report.json and manifest.json where they can
+        still be written, and raise.
 
         Raises:
             RunDirError: the write failed; its message names the file and the reason.
         """
         try:
-            write()
+            write_atomic(self.dir / name, json_text(data) if isinstance(data, dict) else data)
         except RunDirError as exc:
             error = {"type": "WriteError", "message": str(exc)}
             for record in (self.report, self.manifest):
@@ -229,9 +221,10 @@ class Run:
                                                 "exit_code": 1, "error": error})
             # the manifest first: it is small, and read_run trusts its failure over a
             # report.json left from before that cannot be rewritten
-            for name, record in ((S.MANIFEST_JSON, self.manifest), (S.REPORT_JSON, self.report)):
+            for record_name, record in ((S.MANIFEST_JSON, self.manifest),
+                                        (S.REPORT_JSON, self.report)):
                 try:
-                    write_json(self.dir / name, record)
+                    write_json(self.dir / record_name, record)
                 except RunDirError:
                     pass    # nowhere left to write: the message below still says why
             raise

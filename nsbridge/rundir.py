@@ -32,8 +32,9 @@ def check_new_out(out: Optional[Path], base: Path = DEFAULT_BASE) -> None:
 
 
 def new_run_dir(out: Optional[Path], label: str, base: Path = DEFAULT_BASE,
-                shared: bool = False) -> Path:
-    """Create and return a fresh run directory.
+                shared: bool = False, manifest: Optional[dict[str, Any]] = None) -> Path:
+    """Create and return a fresh run directory, with ``manifest`` written into it as
+    manifest.json when given (a run's first record: status running).
 
     With ``out``: that directory, which must not exist yet (or be empty). Without: ``base/
     <YYYYmmdd-HHMMSS>-<label>``, with ``-2``, ``-3``... when two runs start in one second.
@@ -66,6 +67,8 @@ def new_run_dir(out: Optional[Path], label: str, base: Path = DEFAULT_BASE,
             f"Cannot create or write the run directory {path}: {exc.strerror or exc}. Pick a "
             "writable location with --out DIR (or run from a writable working directory)."
         ) from exc
+    if manifest is not None:
+        write_json(path / S.MANIFEST_JSON, manifest)
     return path
 
 
@@ -142,9 +145,15 @@ def free_stem(run_dir: Path, stem: str, suffixes: tuple[str, ...]) -> str:
     return name
 
 
+def json_text(data: Any) -> str:
+    """``data`` as the JSON nsbridge writes: indented, one value per line, a newline at the
+    end, values JSON cannot hold as their str()."""
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (see write_atomic)."""
-    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+    write_atomic(path, json_text(data))
 
 
 def write_atomic(path: Path, data: Union[str, bytes]) -> None:

@@ -56,9 +56,9 @@ def test_atomic_writes_keep_the_users_umask(tmp_path: Path) -> None:
 
 def test_a_failed_report_write_marks_the_run_failed(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from nsbridge import run as run_module
+    from nsbridge import rundir
 
-    real = run_module.atomic_path
+    real = rundir.atomic_path
 
     @contextmanager
     def full_disk_for_html(path: Path) -> Iterator[Path]:
@@ -68,7 +68,7 @@ def test_a_failed_report_write_marks_the_run_failed(tmp_path: Path,
                 tmp.write_text("half a pa")
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(run_module, "atomic_path", full_disk_for_html)
+    monkeypatch.setattr(rundir, "atomic_path", full_disk_for_html)
     with pytest.raises(RunDirError, match="report.html: No space left"):
         nsbridge.analyze([TRACE], out=tmp_path / "run")
     report = json.loads((tmp_path / "run" / "report.json").read_text())

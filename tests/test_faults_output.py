@@ -26,13 +26,12 @@ from nsbridge.parse.torch_trace import read_trace
 from nsbridge.profiles import load_profile
 from nsbridge.report.build import build_report
 from nsbridge.report.escape import md_code, md_text, terminal
-from nsbridge.report.html import html_page
-from nsbridge.report.markdown import markdown
 from nsbridge.report.terminal import terminal_summary
 from nsbridge.report.head import machine_line
 
 from builders import events, kernel, launch, op
 from conftest import TORCH_DATA, flat, run_nsbridge
+from rendered import report_html, report_md
 
 TRACE = TORCH_DATA / "h200" / "input_bound_h200.json.gz"
 # op name in the trace -> what it is renamed to (top ops; aten::copy_ also holds a sync)
@@ -106,7 +105,7 @@ def test_report_json_keeps_the_raw_names(evil_run: nsbridge.RunResult) -> None:
 def test_markdown_tables_keep_their_columns_and_show_names_as_text(
         evil_run: nsbridge.RunResult) -> None:
     text = (evil_run.run_dir / "report.md").read_text()
-    assert text == markdown(evil_run.report, key_averages_file="key_averages.txt"
+    assert text == report_md(evil_run.report, key_averages_file="key_averages.txt"
                             if (evil_run.run_dir / "key_averages.txt").is_file() else None)
     tables = _md_tables(text)
     assert len(tables) >= 3                       # hot ops, kernels, sync points
@@ -127,7 +126,7 @@ def test_markdown_prose_cannot_become_html_or_a_heading(evil_run: nsbridge.RunRe
                                           "message": "<script>x</script>\n# heading `y`"},
                   notes=["# not a heading <i>x</i>", "1. not a list"])
     report["sync_points"][0].update(file="sy|nc<b>.py", function="f`g", line=3, op="it|em")
-    text = markdown(report)
+    text = report_md(report)
     rendered = MD.render(text)
     assert "<script" not in rendered.lower() and "<i>" not in rendered and "<b>" not in rendered
     assert "<h1>not a heading" not in rendered and "<ol>" not in rendered
@@ -152,7 +151,7 @@ def test_terminal_shows_control_characters_as_escapes(evil_run: nsbridge.RunResu
 
 def test_html_escapes_every_name(evil_run: nsbridge.RunResult) -> None:
     page = (evil_run.run_dir / "report.html").read_text()
-    assert page == html_page(evil_run.report)
+    assert page == report_html(evil_run.report)
     assert "<script>alert(1)" not in page and "<img src=x" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "\x1b" not in page and "\u202e" not in page
@@ -176,7 +175,7 @@ def test_a_failed_run_has_no_verdict_in_report_json_or_any_output(status: str) -
     report = _built(status)
     assert report["verdict"] is None and report["recommendations"] == []
     assert report["ops"] and report["steps"]["count"] > 0     # what was kept stays
-    for text in (terminal_summary(report, "runs/x"), markdown(report), html_page(report)):
+    for text in (terminal_summary(report, "runs/x"), report_md(report), report_html(report)):
         assert "-BOUND" not in text and "Recommendations" not in text
         assert "No verdict or recommendations" in text and "ValueError: bad (at t.py:3)" in text
         assert "the partial trace (trace.json.gz)" in text and "ops." in text
@@ -186,7 +185,7 @@ def test_the_outputs_follow_a_status_set_after_the_report_was_built() -> None:
     report = _built("ok")
     assert report["verdict"] and report["recommendations"]
     report.update(status="failed", error={"type": "NsysError", "message": "nsys failed"})
-    for text in (terminal_summary(report, None), markdown(report), html_page(report)):
+    for text in (terminal_summary(report, None), report_md(report), report_html(report)):
         assert "-BOUND" not in text and "Recommendations" not in text
         assert "No verdict or recommendations: the run failed" in text
 
@@ -195,7 +194,7 @@ def test_a_run_stopped_after_measured_steps_keeps_a_partial_verdict() -> None:
     report = _built("timeout")
     steps = report["window"]["steps"]
     assert report["verdict"] and report["recommendations"] and steps > 0
-    for text in (terminal_summary(report, None), markdown(report), html_page(report)):
+    for text in (terminal_summary(report, None), report_md(report), report_html(report)):
         assert "Verdict (partial run)" in text and "INPUT-BOUND" in text
         assert f"rest on the {steps} complete measured steps" in text
 
@@ -220,7 +219,7 @@ def _ok_report(*rows: dict[str, Any]) -> dict[str, Any]:
 def test_a_finished_run_that_measured_nothing_has_no_verdict() -> None:
     report = _ok_report()
     assert report["ops"] == [] and report["verdict"] is None
-    for text in (terminal_summary(report, None), markdown(report), html_page(report)):
+    for text in (terminal_summary(report, None), report_md(report), report_html(report)):
         assert "-BOUND" not in text
         assert ("No verdict or recommendations: nothing was measured (no op, no GPU work). "
                 "Kept: the trace (t.json), 2 complete measured steps, no op.") in " ".join(
@@ -257,7 +256,7 @@ def test_machine_line_leaves_out_what_was_not_measured() -> None:
 def test_no_python_none_in_any_output_of_a_run_with_null_machine_facts() -> None:
     report = _built("ok")
     report["machine"] = MACHINE_NULLS
-    for text in (terminal_summary(report, None), markdown(report), html_page(report)):
+    for text in (terminal_summary(report, None), report_md(report), report_html(report)):
         assert not re.search(r"\bNone\b|\bnan\b|-0(?:\.0+)?(?![\d.])", text)
 
 

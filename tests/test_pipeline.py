@@ -22,7 +22,6 @@ import pytest
 
 import nsbridge
 from nsbridge import api, rundir
-from nsbridge import run as run_module
 from nsbridge.errors import DeepError, ToolFailedError, ToolNotFoundError
 from nsbridge.passes.torch_pass import analyze_traces
 from nsbridge.pipeline import Given, run_passes
@@ -73,7 +72,6 @@ def _count_writes(monkeypatch: pytest.MonkeyPatch) -> Counter:
         return real(path)
 
     monkeypatch.setattr(rundir, "atomic_path", counted)
-    monkeypatch.setattr(run_module, "atomic_path", counted)
     return written
 
 

@@ -14,10 +14,10 @@ from nsbridge.api import analyze
 from nsbridge.model.analysis import analyze_events
 from nsbridge.profiles import load_profile
 from nsbridge.report.build import build_report
-from nsbridge.report.html import html_page
 
 from builders import events, kernel, launch, op
 from conftest import DATA, ROOT, TORCH_DATA, run_nsbridge
+from rendered import report_html
 
 sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -126,7 +126,7 @@ def test_long_op_names_fit_their_axis_at_narrower_windows(browser, tmp_path: Pat
     report = build_report(command="analyze", target="t", status="ok", analysis=analysis,
                           step_source=None, overhead=None, files={}, notes=[],
                           has_memory=False)
-    (tmp_path / "report.html").write_text(html_page(report), encoding="utf-8")
+    (tmp_path / "report.html").write_text(report_html(report), encoding="utf-8")
     page, errors = _open(browser, tmp_path / "report.html", tmp_path / "narrow.png", width)
     assert errors == []
     _labels_fit(page)
@@ -160,7 +160,7 @@ def test_names_from_a_trace_never_run_as_script(browser, tmp_path: Path) -> None
                           analysis=analysis, step_source=None, overhead=None, files={},
                           notes=[], has_memory=False)
     page_file = tmp_path / "evil.html"
-    page_file.write_text(html_page(report))
+    page_file.write_text(report_html(report))
     page, errors = _open(browser, page_file, tmp_path / "evil.png")
     assert errors == [] and page.evaluate("window.__pwned") is None
     assert evil in page.locator("#op-table tbody").inner_text()      # shown as text

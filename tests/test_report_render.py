@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from nsbridge.report.build import build_report
-from nsbridge.report.html import html_page
-from nsbridge.report.markdown import markdown
 from nsbridge.report.terminal import terminal_summary
 from nsbridge.model.analysis import analyze_events
 from nsbridge.profiles import load_profile
 
 from builders import events, kernel, launch, op
 from conftest import ROOT
+from rendered import report_html, report_md
 
 EVIL = "void gemm<float, (int)1><script>alert(1)</script>|x&y"
 
@@ -25,14 +24,14 @@ def _report() -> dict:
 
 
 def test_html_escapes_kernel_names() -> None:
-    page = html_page(_report())
+    page = report_html(_report())
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "t&lt;1&gt;.json" in page and "a &amp; b" in page
 
 
 def test_markdown_escapes_table_pipes() -> None:
-    md = markdown(_report())
+    md = report_md(_report())
     row = next(line for line in md.splitlines() if "alert" in line)
     assert "\\|x&y" in row
 
@@ -55,7 +54,7 @@ def test_device_fields_are_null_without_a_device() -> None:
 def test_report_md_ends_with_the_definitions_the_docs_give() -> None:
     from nsbridge.report.definitions import DEFINITIONS
 
-    text = markdown(_report())
+    text = report_md(_report())
     block = text[text.index("What each number means"):]
     page = (ROOT / "docs" / "explanation" / "numbers.md").read_text()
     for term in DEFINITIONS:

@@ -21,6 +21,7 @@ import pytest
 
 import nsbridge
 from nsbridge.report.charts import chart_data, step_label
+from nsbridge.report.shown import shown_of
 
 from conftest import EXAMPLES, ROOT
 
@@ -277,7 +278,7 @@ def test_step_numbers_agree_across_views(corpus: dict, name: str) -> None:
     frame = nsbridge.load(run).steps
     assert [None if pd.isna(s) else int(s) for s in frame["step"]] == [s["step"] for s in
                                                                       per_step]
-    assert (chart_data(report).get("steps") or {}).get("labels", []) == [
+    assert (chart_data(report, shown_of(report)).get("steps") or {}).get("labels", []) == [
         step_label(s) for s in per_step]
     assert all(s["step"] is None or s["step"] >= 0 for s in per_step)   # no "step -1"
     memory = report.get("memory") or {}

@@ -1,4 +1,5 @@
-"""The torch.profiler pass on a distributed job's ranks (``RankedTorchPass``): every rank
+"""triage of a distributed job (``triage_job``: the passes on its ranks as one pipeline),
+and the torch.profiler pass on its ranks (``RankedTorchPass``): every rank
 profiled into its own folder of one run directory (distributed.launch), then the reduce:
 the ranks' summaries (job.summary) merged into the cross-rank section (model.ranks.cross_rank),
 one rank's trace analysed in full; ``analyze`` of such a run's folder merges them again.
@@ -12,27 +13,71 @@ import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from .. import __version__, progress
 from .. import schema as S
 from ..collect.machine import usable_cores
-from ..errors import TraceError
+from ..errors import DeepError, TraceError
 from ..job.identity import job_id, rank_dir_name, rank_dirs
 from ..job.summary import SUMMARY_WAIT_S, missing_ranks, read_summaries, wait_for
 from ..model.analysis import TraceAnalysis, analyze_events
 from ..model.ranks.cross_rank import cross_rank
 from ..model.host.overhead import profiler_overhead
 from ..parse.torch_trace import read_trace
+from ..passes.ncu_pass import DeepOnRanks
+from ..passes.nsys_pass import TimelineOnRanks
 from ..passes.torch_pass import has_memory, process_machine
-from ..pipeline import Given, run_passes
+from ..pipeline import Given, Pass, preflight, run_passes
 from ..profiles import Profile
 from ..report.build import build_report
 from ..result import RunResult, follower_result, result_of
 from ..run import PassOutput, Run
 from ..rundir import new_run_dir
-from .fan_out import follow
-from .launch import profile_ranks
+from ..script_check import Script
+from .fan_out import OnRanks, follow
+from .launch import check_one_node, launcher_argv, one_node, profile_ranks
+
+
+def triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Path]],
+               timeout: Optional[float], rank: Any, launcher: dict[str, Any],
+               ranks: Optional[list[int]], nsys: bool, deep_top: Optional[int],
+               deep_profile: Profile, deep_ranks: Optional[list[int]],
+               on_plan: Optional[Callable[[str], None]], source: dict[str, Any],
+               environ: Mapping[str, str]) -> RunResult:
+    """triage of a job of several ranks: the torch.profiler pass on every rank, then nsys
+    and ncu on the ranks, as one pipeline with one save (rank 0, or this process when it
+    launches the ranks with ``launcher``'s torch.distributed.run options); a rank other
+    than 0 runs its share of each."""
+    nproc, nnodes = launcher["nproc_per_node"], launcher["nnodes"]
+    argv = launcher_argv(**launcher) if nproc else []
+    if argv and (nsys or deep_top is not None):
+        check_one_node(argv)
+    world = rank.world_size if rank is not None else nproc
+    if deep_ranks and max(deep_ranks) >= (world or 0) and one_node(nnodes):
+        raise DeepError(f"--deep-ranks {','.join(map(str, deep_ranks))}: the job has "
+                        f"ranks 0 to {(world or 1) - 1}.")
+    shares: list[tuple[Any, Profile]] = []
+    if nsys:
+        shares.append((TimelineOnRanks(timeout=timeout), profile))
+    if deep_top is not None:
+        shares.append((DeepOnRanks(deep_profile.deep, top=deep_top or None, ranks=deep_ranks,
+                                   timeout=timeout, on_plan=on_plan), deep_profile))
+    rank_passes = [OnRanks(share, prof.source, rank, argv, environ) for share, prof in shares]
+    preflight(rank_passes)   # on every rank, before any script runs
+    s, label = script, script.label
+    if rank is not None and rank.rank != 0:
+        return follow_triage(target=s.target, args=s.args, module=s.module, profile=profile,
+                             out=out, cwd=s.cwd, timeout=timeout, rank=rank, ranks=ranks,
+                             label=label, kinds=[share.kind for share, _ in shares],
+                             environ=environ)
+    run = job_run(target=s.target, args=s.args, module=s.module, profile=profile, out=out,
+                  cwd=s.cwd, label=label, launcher=argv, environ=environ, source=source)
+    passes: list[Pass] = [RankedTorchPass(
+        target=s.target, args=s.args, module=s.module, profile=profile, cwd=s.cwd,
+        timeout=timeout, rank=rank, ranks=ranks, launcher=argv,
+        world=(nproc or 0) if one_node(nnodes) else 0, environ=environ)]
+    return result_of(run_passes(run, [*passes, *rank_passes]))
 
 
 def job_run(*, target: str, args: list[str], module: bool, profile: Profile,

@@ -8,10 +8,9 @@ from typing import Any, Optional
 
 from .. import schema as S
 from .escape import terminal
-from .kernels_view import top_kernels
 from .memory_view import level_text
+from .shown import Shown
 from .views import registered, views_by_op_key
-from .wording import model_ops, span_text
 
 TOP_CHART = 15
 
@@ -22,8 +21,9 @@ def step_label(step: dict[str, Any]) -> str:
     return f"run {step['run']} {name}" if "run" in step else name
 
 
-def chart_data(report: dict[str, Any]) -> dict[str, Any]:
-    """What the charts draw (only what the report has)."""
+def chart_data(report: dict[str, Any], shown: Shown) -> dict[str, Any]:
+    """What the charts draw (only what the report has; ``shown``: the ops and kernels
+    the tables show, report.shown)."""
     out: dict[str, Any] = {}
     ranks = ranks_data(report.get(S.DISTRIBUTED_SECTION) or {})
     if ranks:
@@ -34,8 +34,7 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
                         "phases": {p[:-3]: [s[p] for s in per_step] for p in
                                    ("data_ms", "forward_ms", "backward_ms", "optimizer_ms",
                                     "other_ms")}}
-    ops = [op for op in model_ops(report.get("ops", []))          # as the op table
-           if op.get(S.CPU_SELF_US) is not None][:TOP_CHART]
+    ops = [op for op in shown.ops if op.get(S.CPU_SELF_US) is not None][:TOP_CHART]
     if ops:
         series = {"torch.profiler self CPU ms": [op[S.CPU_SELF_US] / 1e3 for op in ops]}
         if report.get("device"):
@@ -75,7 +74,7 @@ def chart_data(report: dict[str, Any]) -> dict[str, Any]:
                                   for g in device["idle_gaps"]],
                        "spans": [[g["start_us"] / 1e3, (g["start_us"] + g["dur_us"]) / 1e3]
                                  for g in device["idle_gaps"]]}
-    kernels = top_kernels(report)
+    kernels = shown.kernels[:TOP_CHART]
     if kernels:
         out["kernels"] = {"labels": [terminal(f"{w['name']} ({w['op'] or 'no op'})")
                                      for w in kernels],
@@ -113,9 +112,9 @@ def _labels(ops: list[dict[str, Any]]) -> list[str]:
     return [terminal(op["name"]) for op in ops]
 
 
-def chart_titles(report: dict[str, Any]) -> dict[str, str]:
-    """Each built-in chart's caption, in the order the page shows them."""
-    span = span_text(report)
+def chart_titles(span: str) -> dict[str, str]:
+    """Each built-in chart's caption, in the order the page shows them (``span``: what
+    the totals cover, report.shown)."""
     return {"ranks": "Ranks: median step split into compute, collectives and GPU idle (ms)",
             "steps": "Step time per measured step, by phase (ms)",
             "ops": f"Top ops: time {span} by source (ms)",

@@ -13,6 +13,7 @@ from .document import Section
 from .head import (context_lines, shown_verdict, trouble_lines, verdict_headline,
                    verdict_lines, verdict_title)
 from .sections import sections
+from .shown import shown_of
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ def compose(report: dict[str, Any], limit: Optional[int] = None,
             charts: bool = False) -> Composed:
     """The head and every section of ``report``; tables keep at most ``limit`` rows;
     ``charts``: report.html's chart data and titles too."""
+    shown = shown_of(report)
     verdict = shown_verdict(report)
     head = Head(command=str(report["command"]), target=str(report["target"]),
                 status=str(report["status"]), trouble=list(trouble_lines(report)),
@@ -48,9 +50,10 @@ def compose(report: dict[str, Any], limit: Optional[int] = None,
                          if verdict else None),
                 verdict_lines=list(verdict_lines(verdict)) if verdict else [],
                 context=list(context_lines(report)), trace=_trace(report))
+    built = sections(report, shown, limit)
     if not charts:
-        return Composed(head, sections(report, limit))
-    return Composed(head, sections(report, limit), chart_data(report), chart_titles(report))
+        return Composed(head, built)
+    return Composed(head, built, chart_data(report, shown), chart_titles(shown.span))
 
 
 def _trace(report: dict[str, Any]) -> Optional[str]:

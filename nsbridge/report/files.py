@@ -11,7 +11,9 @@ from typing import Any, Iterator, Optional
 
 from .. import schema as S
 from ..parse.torch_trace import read_inflated
+from .compose import compose
 from .html import html_page
+from .markdown import TOP as MARKDOWN_TOP
 from .markdown import markdown
 from .merged_trace import merged_trace_json
 from .ops_csv import ops_csv
@@ -30,5 +32,7 @@ def data_files(report: dict[str, Any], trace: Optional[Path]) -> Iterator[tuple[
 def pages(report: dict[str, Any], key_averages: Optional[str]) -> Iterator[tuple[str, bytes]]:
     """report.md (``key_averages``: the file name of torch's own table, which it links, or
     None) and report.html."""
-    yield S.REPORT_MD, markdown(report, key_averages_file=key_averages).encode("utf-8")
-    yield S.REPORT_HTML, html_page(report).encode("utf-8")
+    brief = compose(report, MARKDOWN_TOP)
+    yield S.REPORT_MD, markdown(brief, key_averages_file=key_averages).encode("utf-8")
+    full = compose(report, charts=True)
+    yield S.REPORT_HTML, html_page(full).encode("utf-8")

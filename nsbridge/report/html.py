@@ -19,7 +19,7 @@ from functools import lru_cache
 from importlib.resources import files
 from typing import Any, Collection
 
-from .compose import Head, compose
+from .compose import Composed, Head
 from .document import HTML, Items, Section, Table, Text
 from .escape import terminal
 from .formats import is_number
@@ -28,11 +28,10 @@ FIRST = ("recommendations",)   # sections drawn before the charts and the op tab
 _URL = re.compile(r"https?://[^\s<>\"')]+[^\s<>\"').,;:]")
 
 
-def html_page(report: dict[str, Any]) -> str:
-    """The whole page: the head, the verdict card, the charts, then every section of
-    report/sections.py with all its rows."""
+def html_page(composed: Composed) -> str:
+    """The whole page from the report composed with every row and its charts: the head,
+    the verdict card, the charts, then every section of report/sections.py."""
     e = _esc
-    composed = compose(report, charts=True)
     head = composed.head
     perfetto = (f" · <code>{e(head.trace)}</code> (in this folder) opens in "
                 f"<a href='{PERFETTO}'>{PERFETTO}</a>" if head.trace else "")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Collection, Optional
 
-from .compose import Head, compose
+from .compose import Composed, Head
 from .definitions import markdown_block
 from .document import MARKDOWN, Items, Table, Text
 from .escape import md_cell, md_code, md_text
@@ -15,12 +15,14 @@ from .escape import md_cell, md_code, md_text
 _MARKS = {"!": "**contended:** ", "-": "", "~": "", "?": "*", ">": ""}
 
 
-def markdown(report: dict[str, Any], top: int = 10,
-             key_averages_file: Optional[str] = None) -> str:
-    """report.md, sized to paste in a PR comment (about 80 lines): tables cut to ``top``
-    rows (a table or list with a ``brief`` to that many), the definitions folded at the
-    end, with the name of torch's own ``key_averages`` table file when there is one."""
-    composed = compose(report, top)
+TOP = 10    # report.md's tables keep their top rows: compose(report, TOP)
+
+
+def markdown(composed: Composed, key_averages_file: Optional[str] = None) -> str:
+    """report.md, sized to paste in a PR comment (about 80 lines) from the report composed
+    with its tables cut to ``TOP`` rows (a table or list with a ``brief`` to that many),
+    the definitions folded at the end, with the name of torch's own ``key_averages``
+    table file when there is one."""
     md = _head(composed.head)
     for section in composed.sections:
         if MARKDOWN not in section.views:

@@ -6,7 +6,7 @@ escaping (each renderer escapes where it places the text)."""
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any
 
 from .. import schema as S
 from .build import conclusive
@@ -83,15 +83,6 @@ def kernel_rate(dev: dict[str, Any]) -> str:
     if dev.get("kernels_per_step") is not None:
         return f"{dev['kernels_per_step']:g} per step"
     return f"{dev.get('kernels_per_s') or 0:g} per second"
-
-def early_line(device: dict[str, Any]) -> Optional[str]:
-    """The GPU work queued before the window opened, when there was any."""
-    early = device.get("launched_before_window") or {}
-    if not any(early.get(k) for k in ("kernels", "copies", "memsets")):
-        return None
-    total = sum(early.get(k, 0.0) for k in ("kernel_us", "copy_us", "memset_us"))
-    return (f"{counts({k: early[k] for k in ('kernels', 'copies', 'memsets')})} "
-            f"({total / 1e3:.3f} ms of GPU time) {early['explanation']}")
 
 def gap_host(g: dict[str, Any]) -> str:
     """Where the host was (nsbridge's op, module and step ranges) during a GPU idle gap."""
