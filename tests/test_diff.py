@@ -83,6 +83,30 @@ def test_with_one_process_per_side_the_same_work_slower_is_inconclusive() -> Non
     assert any("nsbridge gate" in a for a in result["advice"])
 
 
+def test_ops_slower_for_one_cause_are_one_reason_naming_the_largest() -> None:
+    """Every op of a contended side slower: one sentence for the cause, the three largest
+    named with their percents as the table clips them, the rest counted, not one sentence
+    per op; each op row keeps its own reason."""
+    many = {f"aten::op{i}": [10.0 * (i + 1)] * 4 for i in range(6)}
+    slow = {name: [v * (30.0 if name == "aten::op0" else 3.0) for v in values]
+            for name, values in many.items()}
+    result = compare(_report({**BASE, **many}, STEPS),
+                     _report({**BASE, **slow}, SLOW_STEPS, contended=True))
+    held = [r for r in result["ops"] if r.get("significant")]
+    assert len(held) > 3
+    same_work = [r for r in result["reasons"] if "same calls, shapes and dtypes" in r]
+    assert len(same_work) == 1 and "on a contended machine (run B)" in same_work[0]
+    named = [r["op"] for r in held[:3]]   # the largest first: the table's order
+    assert all(f"{op} " in same_work[0] for op in named)
+    assert not any(f"{r['op']} " in same_work[0] for r in held[3:])
+    assert f"and {len(held) - 3} more ops (in the op table)" in same_work[0]
+    op0 = _op(result, "aten::op0")
+    assert op0["change_pct"] > 999 and op0["why"].startswith("aten::op0 >+999% (95% interval")
+    assert "_cause" not in op0
+    text = render_diff({**result, "a_label": "a", "b_label": "b"})
+    assert text.count("same calls, shapes and dtypes") == 1
+
+
 def test_more_calls_of_an_op_is_a_regression_whatever_the_timing_noise() -> None:
     """Twice the calls per step, timed within noise (a busy machine): the work doubled."""
     noisy = {**BASE, "aten::mm": [60.0, 300.0, 90.0, 160.0]}

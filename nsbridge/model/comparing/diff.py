@@ -54,7 +54,7 @@ import numpy as np
 from ... import schema as S
 from . import change as C
 from .comparability import problems
-from .gate_answer import answer, judge_work, show_ci
+from .gate_answer import answer, judge_work, same_work_reason, show_ci
 from .paired import processes_needed
 from ..stats import LEVEL, resample_indices
 from .steady import intra_op_threads, step_length_ms, step_weights, unprofiled_samples
@@ -173,8 +173,9 @@ def _op_table(sa: _Side, sb: _Side, *, fail_above: float, min_share: float,
             if name in est.ops:
                 row.update(_judged(est.ops[name], ma, mb, est.drift, fail_above, floor))
                 if row["status"] == "regressed" and (single_process or contended):
-                    row.update(status="inconclusive", significant=True, why=_same_work_reason(
-                        row, contended, single_process))
+                    cause = _same_work_cause(contended)
+                    row.update(status="inconclusive", significant=True, _cause=cause,
+                               why=same_work_reason([row], cause))
             if row["gated"]:
                 judge_work(row, sa.work[name], sb.work[name],
                            est.ops[name][0] if name in est.ops else math.log(mb / ma),
@@ -205,13 +206,13 @@ def _judged(estimate: tuple[float, float, float], ma: float, mb: float, drift: f
             "_log": (point, low, high, None, 1)}
 
 
-def _same_work_reason(row: dict[str, Any], contended: list[str], single: bool) -> str:
+def _same_work_cause(contended: list[str]) -> str:
+    """Why a slowdown of the same work cannot be put on the code: a contended machine,
+    or one process per side."""
     where = (f"on a contended machine (run {' and '.join(contended)})" if contended
              else "with one process per side")
-    return (f"{row['op']} {row['change_pct']:+.1f}% beyond the drift (95% interval "
-            f"{show_ci(row['ci_pct'])}) with the same calls, shapes and dtypes in both "
-            f"runs: {where} a slowdown of the same work cannot be told from the way single "
-            "ops vary between processes")
+    return (f"{where} a slowdown of the same work cannot be told from the way single ops "
+            "vary between processes")
 
 
 class _Estimates(NamedTuple):

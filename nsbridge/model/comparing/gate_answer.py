@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence
 from . import change as C
 from .work import OpWork, describe_change, more_work, signature_changes
 
+NAMED_OPS = 3   # ops one reason names; the table marks the rest (row["decides"])
 SOURCES = {True: "torch.profiler self device time", False: "torch.profiler self CPU time"}
 
 
@@ -69,7 +70,8 @@ def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
     if deciding is not None:
         # a slowdown the data shows but cannot put on the code (one process per side, a
         # contended machine) keeps a decided step from passing: it is evidence, not noise
-        reasons += [_why(r, fail_above) for r in unsure if r.get("significant")]
+        reasons += _significant_reasons([r for r in unsure if r.get("significant")],
+                                        fail_above)
         if deciding["status"] == "inconclusive":
             reasons.append(deciding.get("why")
                            or unsure_reason({**deciding, "op": "step time"}, fail_above))
@@ -95,6 +97,7 @@ def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
     rows.sort(key=lambda r: not r["decides"])      # stable: the mode's order after them
     for row in rows + ([step] if step else []):
         row.pop("_log", None)
+        row.pop("_cause", None)
     return {"outcome": outcome, "exit_code": C.EXIT_CODES[outcome], "mode": mode,
             "reasons": reasons, "advice": advice if outcome == "inconclusive" else [],
             "comparability": blockers, "source": source, "fail_above_pct": fail_above,
@@ -107,6 +110,29 @@ def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
             "inconclusive": [r["op"] for r in unsure],
             "undecided": [_why(r, fail_above) for r in unsure
                           if deciding is not None and not r.get("significant")]}
+
+
+def _significant_reasons(rows: list[dict[str, Any]], fail_above: float) -> list[str]:
+    """One reason per cause: the ops whose slowdown the data shows but cannot put on the
+    code for one cause (``_cause``: a contended machine, one process per side) are named
+    together, so a contended run reads as one sentence, not one per op."""
+    by_cause: dict[Optional[str], list[dict[str, Any]]] = {}
+    for row in rows:
+        by_cause.setdefault(row.get("_cause"), []).append(row)
+    return [same_work_reason(group, cause) if cause else _why(row, fail_above)
+            for cause, group in by_cause.items() for row in (group if not cause else group[:1])]
+
+
+def same_work_reason(rows: list[dict[str, Any]], cause: str) -> str:
+    """'aten::mm +12.0% (95% interval +3.1%..+21.7%), ... beyond the drift with the same
+    calls, shapes and dtypes in both runs: ``cause``': the first NAMED_OPS of ``rows``
+    (the largest: table order) named, percents shown as the table shows them (show_pct)."""
+    changes = ", ".join(f"{r['op']} {show_pct(r['change_pct'])} (95% interval "
+                        f"{show_ci(r['ci_pct'])})" for r in rows[:NAMED_OPS])
+    if len(rows) > NAMED_OPS:
+        changes += f" and {len(rows) - NAMED_OPS} more ops (in the op table)"
+    return (f"{changes} beyond the drift with the same calls, shapes and dtypes in both "
+            f"runs: {cause}")
 
 
 def _why(row: dict[str, Any], fail_above: float) -> str:
