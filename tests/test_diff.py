@@ -107,6 +107,24 @@ def test_ops_slower_for_one_cause_are_one_reason_naming_the_largest() -> None:
     assert text.count("same calls, shapes and dtypes") == 1
 
 
+def test_a_faster_step_passes_saying_how_much_faster_and_whose_machine_was_busy() -> None:
+    """A base measured on a busy machine, the new run on a quiet one: the step is 10x
+    faster. The PASS line says so (not 'no change'), and that part of it may be the
+    machine's."""
+    fast = {name: [v / 10 for v in values] for name, values in BASE.items()}
+    result = compare(_report(BASE, [10 * s for s in STEPS], contended=True),
+                     _report(fast, STEPS))
+    assert result["outcome"] == "pass" and result["step"]["status"] == "improved"
+    text = render_diff({**result, "a_label": "a", "b_label": "b"})
+    outcome = next(line for line in text.splitlines() if line.startswith("Outcome:"))
+    assert "no change" not in outcome and "faster" in outcome
+    assert f"step time {result['step']['change_pct']:+.1f}%" in outcome
+    assert "run A ran on a contended machine" in outcome
+    quiet = compare(_report(BASE, [10 * s for s in STEPS]), _report(fast, STEPS))
+    assert "contended" not in render_diff({**quiet, "a_label": "a", "b_label": "b"}
+                                          ).split("\n")[2]
+
+
 def test_more_calls_of_an_op_is_a_regression_whatever_the_timing_noise() -> None:
     """Twice the calls per step, timed within noise (a busy machine): the work doubled."""
     noisy = {**BASE, "aten::mm": [60.0, 300.0, 90.0, 160.0]}

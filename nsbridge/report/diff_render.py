@@ -76,11 +76,24 @@ def _outcome_line(result: dict[str, Any]) -> str:
             return (f"Outcome: PASS (exit 0): no slowdown beyond {top:+.1f}% (the top of the "
                     f"step time's 95% interval, ±{seen:.1f}% wide: under the +"
                     f"{result['fail_above_pct']:g}% threshold however noisy)")
+        step = result.get("step") or {}
+        if step.get("status") == "improved":
+            return (f"Outcome: PASS (exit 0): step time {show_pct(step['change_pct'])} (95% "
+                    f"interval {show_ci(step['ci_pct'])}), faster" + _machine_caveat(result))
         return ("Outcome: PASS (exit 0)" + (f": no change beyond ±{seen:.1f}% (the smallest "
                                             "change this comparison could see)"
                                             if seen is not None else ""))
     return {"regression": "Outcome: REGRESSION (exit 1)",
             "inconclusive": "Outcome: INCONCLUSIVE (exit 4): the data cannot decide"}[outcome]
+
+
+def _machine_caveat(result: dict[str, Any]) -> str:
+    """What a contended side means for a change in speed: part of it may be the machine's."""
+    contended = result.get("contended") or []
+    if not contended:
+        return ""
+    return (f"; run {' and '.join(contended)} ran on a contended machine, so part of the "
+            "difference may be the machine's, not the code's")
 
 
 def _samples_line(result: dict[str, Any]) -> str:
