@@ -193,6 +193,19 @@ def test_inconclusive_says_how_many_processes_would_settle_it() -> None:
     assert needed > 3 and "more process(es) per side" in advice
 
 
+def test_the_advice_sizes_the_processes_for_the_change_seen_so_far() -> None:
+    """A change near +2.6% so far needs an interval within about ±7%, not the ±5% that would
+    decide any change; the advice asks for the smaller count and names both."""
+    result = compare_pairs(pairs(3, k=3, noise=0.05, process=0.15,
+                                 scale={n: 1.05 for n in OPS}))
+    assert result["outcome"] == "inconclusive"
+    advice = " ".join(result["advice"])
+    likely = int(advice.split("--processes ")[1].split(")")[0])
+    anyway = int(advice.split("; ")[-1].split(" would decide")[0])
+    assert 3 < likely < anyway, advice
+    assert "enough to decide" in advice and "whatever the change (±5%)" in advice
+
+
 def test_processes_needed_follows_the_t_interval() -> None:
     spread, target = 0.05, math.log1p(0.10) / 2
     k = processes_needed(spread, target)

@@ -209,23 +209,34 @@ def _advice(rows: list[dict[str, Any]], step: Optional[dict[str, Any]], sa: list
     if not unsure:
         return []
     k = len(sa)
-    target = math.log1p(fail_above / 100.0) / 2.0
+    threshold = math.log1p(fail_above / 100.0)
     worst = max(unsure, key=lambda r: r["_log"][3])
-    needed = processes_needed(worst["_log"][3], target)
+    point, spread = worst["_log"][0], worst["_log"][3]
+    anyway = processes_needed(spread, threshold / 2.0)   # decides wherever the change is
+    # an interval decides once it leaves out no change or +T: near the change so far,
+    # a half-width up to the farther of the two does
+    likely = processes_needed(spread, max(threshold - point, point))
     advice = []
     if k < MIN_TIME_PAIRS:
         advice.append(f"at least {MIN_TIME_PAIRS} processes per side (--processes "
                       f"{MIN_TIME_PAIRS}): {k} pair(s) cannot tell a slower op from one "
                       "process's luck (its memory layout, its core), however well they agree")
-    if needed:
-        advice.append(f"about {max(needed - k, 1)} more process(es) per side (--processes "
-                      f"{needed}): the pairs of {worst['op']} disagree by "
-                      f"{C.pct(worst['_log'][3]):.1f}% (standard deviation), and {needed} "
-                      f"pairs would bring its interval to ±{fail_above / 2:g}%")
+    disagree = (f"the pairs of {worst['op']} disagree by {C.pct(spread):.1f}% (standard "
+                "deviation)")
+    if likely and likely != anyway:
+        half = C.pct(max(threshold - point, point))
+        advice.append(f"about {max(likely - k, 1)} more process(es) per side (--processes "
+                      f"{likely}): {disagree}; with the change near its {C.pct(point):+.1f}% "
+                      f"so far, {likely} pairs bring its interval within ±{half:.1f}%, enough "
+                      "to decide" + (f"; {anyway} would decide whatever the change "
+                                     f"(±{fail_above / 2:g}%)" if anyway else ""))
+    elif anyway:
+        advice.append(f"about {max(anyway - k, 1)} more process(es) per side (--processes "
+                      f"{anyway}): {disagree}, and {anyway} pairs would bring its interval "
+                      f"to ±{fail_above / 2:g}%")
     else:
-        advice.append(f"the pairs of {worst['op']} disagree by {C.pct(worst['_log'][3]):.0f}%: "
-                      "more processes alone would take over 50 per side; run on a quieter "
-                      "machine, with --threads 1")
+        advice.append(f"{disagree}: more processes alone would take over 50 per side; run "
+                      "on a quieter machine, with --threads 1")
     clean = min(s.steps_used for s in sa + sb)
     if clean < 10:
         advice.append(f"measure more steps: as few as {clean} clean step(s) in a process "
