@@ -248,12 +248,12 @@ def test_first_last_and_most_calls_in_one_step(recorder: SyncRecorder, step: lis
     t = torch.tensor(1.0)
     step[0] = 1
     for i in range(6):                       # steps 1, 2, 3: twice each
-        value, train = t.item(), _line()
+        _, train = t.item(), _line()
         if i % 2:
             step[0] += 1
     step[0] = 7
     for _ in range(5):                       # an evaluation after the training steps
-        value, evaluate = t.item(), _line()
+        _, evaluate = t.item(), _line()
     recorder.uninstall()
     rows = {r["line"]: r for r in recorder.records()}
     fields = ("count", "steps", "first_step", "last_step", "max_in_one_step")
