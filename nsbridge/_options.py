@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 import click
 
+from . import limits
+from .limits import Bound
+
 F = TypeVar("F", bound=Callable)
+
+
+class Bounded(click.ParamType):
+    """A number in one of nsbridge.limits' ranges (the MCP tools check the same ones);
+    NaN and the infinities are refused, which click.FloatRange lets through."""
+
+    def __init__(self, bound: Bound) -> None:
+        self.bound = bound
+        self.name = "integer" if bound.integer else "float"
+
+    def convert(self, value: Any, param: Optional[click.Parameter],
+                ctx: Optional[click.Context]) -> Any:
+        try:
+            number = (int(value) if self.bound.integer else float(value))
+        except (TypeError, ValueError):
+            number = value
+        why = self.bound.refusal(number)
+        if why:
+            self.fail(why, param, ctx)
+        return number
+
 
 PROFILE = click.option("--profile", "profile", default="default", show_default=True,
                        help="Built-in profile (default, quick, memory) or a YAML file.")
@@ -19,21 +43,29 @@ WINDOW = click.option("--window", "window", type=click.Choice(["steps", "trace"]
                       default="steps", show_default=True,
                       help="What the figures cover: the measured steps, or the whole trace as "
                            "one window (totals and rates per second).")
-TOP = click.option("--top", type=int, default=10, show_default=True,
+TOP = click.option("--top", type=Bounded(limits.TOP), default=10, show_default=True,
                    help="Ops in the summary table.")
-THREADS = click.option("--threads", type=click.IntRange(min=1), default=None, metavar="N",
+THREADS = click.option("--threads", type=Bounded(limits.THREADS), default=None, metavar="N",
                        help="torch's intra-op threads (and OpenMP's, MKL's, OpenBLAS's) in the "
                             "profiled process, recorded with the run. On a busy machine two "
-                            "threads on two cores wait for each other; 1 is steadier.")
+                            "threads on two cores wait for each other; 1 is steadier. At "
+                            "most the usable cores.")
+
+TRUST = click.option("--trust", "trust", multiple=True, metavar="DIR",
+                     type=click.Path(exists=True, file_okay=False),
+                     help="Also run a run directory's script from DIR (repeatable); by "
+                          "default only from the current folder. Trust DIR as you would "
+                          "its code: a manifest names the script that runs.")
 
 
 def GATE_OPTIONS(fn: F) -> F:
     """The judging options diff and gate share, each declared once."""
     for decorator in reversed([
-        click.option("--fail-above", type=float, default=10.0, show_default=True, metavar="PCT",
+        click.option("--fail-above", type=Bounded(limits.FAIL_ABOVE_PCT), default=10.0,
+                     show_default=True, metavar="PCT",
                      help="A regression: a slowdown whose 95% interval lies above no change "
                           "and reaches PCT percent."),
-        click.option("--min-step-share", type=click.FloatRange(0, 100), default=2.0,
+        click.option("--min-step-share", type=Bounded(limits.MIN_STEP_SHARE_PCT), default=2.0,
                      show_default=True, metavar="PCT",
                      help="Gate an op only when the time it adds per step is at least PCT "
                           "percent of the base step time."),
@@ -58,6 +90,12 @@ def GATE_OPTIONS(fn: F) -> F:
     return fn
 
 
+def TIMEOUT(help: str) -> Callable[[F], F]:
+    """--timeout SECONDS, in limits.TIMEOUT_S's range, with the command's own help."""
+    return click.option("--timeout", type=Bounded(limits.TIMEOUT_S), metavar="SECONDS",
+                        help=help)
+
+
 FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
                       show_default=True,
                       help="json: one JSON document on stdout (nsbridge/agent/answer.schema.json: "
@@ -73,9 +111,8 @@ def script_options(fn: F) -> F:
     for decorator in reversed([
         click.option("-m", "module", metavar="MODULE", help="Run a module, like python -m MODULE."),
         PROFILE, OUT,
-        click.option("--timeout", type=float, metavar="SECONDS",
-                     help="Stop the script after SECONDS; it then gets a quarter of that "
-                          "(10-60 s) to write what it recorded, and is killed."),
+        TIMEOUT(help="Stop the script after SECONDS; it then gets a quarter of that "
+                     "(10-60 s) to write what it recorded, and is killed."),
         TOP,
         click.argument("target", required=False),
         click.argument("script_args", nargs=-1, type=click.UNPROCESSED),

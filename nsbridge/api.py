@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from . import schema as S
+from .confine import readable
 from .errors import (DiffInputError, DiffRefusedError, GateRunError, LaunchError,
                      RunDirError, ScriptError, Stopped, TraceNotFoundError)
 from .model.analysis import check_window
@@ -30,7 +31,7 @@ from .report.escape import terminal
 from .result import RunResult, result_of
 from .job.identity import detect as detect_rank
 from .job.summary import read_summaries
-from .rundir import DEFAULT_BASE, check_new_out, read_run
+from .rundir import DEFAULT_BASE, check_dir_name, check_new_out, load_record, read_run
 from .run import Run, is_ranked
 from .script_check import Script, checked_script
 
@@ -91,6 +92,8 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
             come after the earlier passes' outputs are written.
     """
     check_window(window)
+    if out:     # before git or the script starts (the ranks of a job share one --out)
+        check_dir_name(Path(out))
     prof = _profile(profile)
     script = checked_script(target, args, module, cwd)
     source = {"threads": threads, "env": recorded_env(environ), "git": git_state(script.cwd)}
@@ -124,11 +127,14 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
              profile: ProfileArg = "default", out: Optional[Union[str, Path]] = None,
              run: Optional[Union[str, Path]] = None, timeout: Optional[float] = None,
              cwd: Optional[Union[str, Path]] = None,
+             trust: Optional[Sequence[Union[str, Path]]] = None,
+             on_plan: Optional[Callable[[str], None]] = None,
              environ: Mapping[str, str] = os.environ) -> RunResult:
     """Run the script under Nsight Systems with NVTX op ranges and join kernels to ops.
 
     With ``run``: add the timeline to that run (its script and arguments are reused when
-    ``target`` is None); otherwise a new run directory.
+    ``target`` is None, only when they lie in ``trust``, as for ``deep``; ``on_plan``
+    receives what will run); otherwise a new run directory.
 
     Raises:
         ScriptError: the script or module cannot be found or compiled.
@@ -137,10 +143,16 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
         ToolNotFoundError: no nsys (with how to install it).
         ToolFailedError: nsys failed (its own error lines and its log).
         NsysExportError: the capture cannot be exported.
+        UntrustedRunError: ``run``'s manifest names a script or folder outside ``trust``.
     """
+    from .trust import rerun_plan, trusted_folders
+
     prof = _profile(profile)
     if run is not None and target is None:
         earlier = Run.open(Path(run))
+        rerun = rerun_plan(str(earlier.dir), earlier.manifest, trusted_folders(trust))
+        if on_plan is not None:
+            on_plan(f"timeline: {rerun}")
         if is_ranked(earlier.report):
             from .distributed.fan_out import on_ranks
 
@@ -161,6 +173,7 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
          out: Optional[Union[str, Path]] = None, timeout: Optional[float] = None,
          cwd: Optional[Union[str, Path]] = None, on_plan: Optional[Callable[[str], None]] = None,
          ranks: Optional[Sequence[int]] = None,
+         trust: Optional[Sequence[Union[str, Path]]] = None,
          environ: Mapping[str, str] = os.environ) -> RunResult:
     """Nsight Compute on the kernels of chosen ops, merged into the run's op rows.
 
@@ -170,8 +183,10 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
 
     Ops are ``kernels`` (checked against the run's op names first, with a did-you-mean) or
     the ``top`` ops by device time. The run is ``run``, else a triage of ``target`` made
-    first, else the latest run under nsbridge-runs/. ``on_plan`` receives the plan's text
-    before ncu starts.
+    first, else the latest run under nsbridge-runs/. An earlier run's script runs again
+    only when it and its folder lie in ``trust`` (None: the current directory;
+    nsbridge.trust), in this process's environment. ``on_plan`` receives what will run and
+    the plan's text before ncu starts.
 
     Raises:
         DeepError: an op the run does not have, no GPU, counters not permitted, no kernel
@@ -181,7 +196,11 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
         RunDirError: ``run`` is not a usable run directory.
         ScriptError: the script cannot be found or compiled.
         LaunchError: a script given under a launcher.
+        UntrustedRunError: the run's manifest names a script or folder outside ``trust``,
+            a module, or launcher options triage does not write (nothing has run).
     """
+    from .trust import rerun_plan, trusted_folders
+
     prof = _profile(profile)
     deep_prof = prof.deep
     if run is None and target is not None:
@@ -198,6 +217,10 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
             TorchProfilerPass(script, _profile("default"), timeout=timeout, environ=environ),
             ncu]))
     the_run = Run.open(Path(run) if run is not None else _latest_run())
+    if the_run.manifest.get("command") != "analyze":
+        rerun = rerun_plan(str(the_run.dir), the_run.manifest, trusted_folders(trust))
+        if on_plan is not None:
+            on_plan(f"deep: {rerun}")
     if is_ranked(the_run.report) and the_run.manifest.get("command") != "analyze":
         from .distributed.fan_out import on_ranks
 
@@ -294,8 +317,8 @@ def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 1
     otherwise make the comparison inconclusive).
 
     Raises:
-        DiffInputError: a path is neither a run directory nor a JSON file, or an ``ops`` or
-            ``allow`` entry is unknown.
+        DiffInputError: a path is neither a run directory nor a JSON file, an ``ops`` or
+            ``allow`` entry is unknown, or a threshold is NaN, infinite or negative.
         DiffRefusedError: a run diff cannot compare (model.comparing.comparability.refusal): failed,
             still running, empty, of another schema version or shape, or of another script.
     """
@@ -303,6 +326,7 @@ def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 1
     from .model.comparing.diff import compare
     from .report.build import SCHEMA_VERSION
 
+    _check_thresholds(fail_above, min_step_share)
     _check_allow(allow)
     labels = (str(base), str(new))
     reports = [_read_report(Path(p), side) for p, side in zip(labels, SIDES)]
@@ -324,6 +348,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
          base_env: Optional[Mapping[str, str]] = None,
          new_env: Optional[Mapping[str, str]] = None, profile: ProfileArg = "gate",
          on_progress: Optional[Callable[[str], None]] = None,
+         trust: Optional[Sequence[Union[str, Path]]] = None,
          environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """Measure BASE and NEW again, interleaved, and judge them: ``processes`` pairs of
     processes (A B, B A, ...; nsbridge.interleave), each a triage with the ``profile``
@@ -333,6 +358,9 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     in each). ``threads``: torch's intra-op threads in every process (default: 1 when no
     GPU is visible, where two threads on a busy machine wait for each other; else as the
     script sets them). ``base_env``/``new_env``: variables set for one side only.
+    ``trust``: the folders a run directory's script and folder must lie in (None: the
+    current directory; nsbridge.trust says what else a manifest may not ask). What each
+    side runs goes to ``on_progress`` before the first process starts.
 
     Returns the comparison (model.comparing.diff.compare's keys, ``mode`` "interleaved") with
     ``gate``: its folder, processes, threads, steps, the order run, wall seconds, notes.
@@ -340,29 +368,40 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
 
     Raises:
         DiffInputError: a side is neither a run directory nor a checkout (with a script),
-            or an ``ops``/``allow`` entry is unknown.
+            an ``ops``/``allow`` entry is unknown, or a threshold is NaN, infinite or
+            negative.
         GateRunError: a process failed (the runs made so far are kept).
+        UntrustedRunError: a run directory names a script or folder outside ``trust``, a
+            module, or a variable it may not set; a checkout's script lies outside it
+            (nothing has run).
         ScriptError: a side's script cannot be found or compiled.
         ProfileError: the gate's profile is not valid.
         RunDirError: the gate's folder cannot be written.
     """
     import time
 
-    from .interleave import SIDES, order, resolve_side, run_pairs
+    from .interleave import SIDES, applied_env, describe, order, resolve_side, run_pairs
     from .report.diff_render import render_diff
     from .rundir import new_run_dir, write_json
 
+    _check_thresholds(fail_above, min_step_share)
     _check_allow(allow)
-    sides = {name: resolve_side(name, str(given), script, args, module, env or {})
+    sides = {name: resolve_side(name, str(given), script, args, module, env or {}, trust,
+                                environ)
              for name, given, env in zip(SIDES, (base, new), (base_env, new_env))}
     prof = _profile(profile)
     prof = dataclasses.replace(prof, schedule=dataclasses.replace(prof.schedule, active=steps))
+    threads_from = "--threads"
     if threads is None:
         recorded = {s.threads for s in sides.values()}
-        threads = (recorded.pop() if len(recorded) == 1 and None not in recorded
-                   else None if gpu_names(environ) else 1)
+        threads, threads_from = ((recorded.pop(), "recorded by both runs")
+                                 if len(recorded) == 1 and None not in recorded
+                                 else (None, "a GPU is visible") if gpu_names(environ)
+                                 else (1, "no GPU visible: one intra-op thread is steadier"))
     checked = [checked_script(side.target, side.args, side.module, side.cwd)
                for side in sides.values()]
+    if on_progress:
+        on_progress(describe(sides, threads, threads_from))
     folder = new_run_dir(_path(out), f"gate-{checked[-1].label}")
 
     def run_one(side: Any, run_dir: Path) -> dict[str, Any]:
@@ -390,8 +429,12 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
         "dir": str(folder), "processes": processes, "threads": threads, "steps": steps,
         "order": [f"{side}-{i:02d}" for i, side in order(processes)],
         "wall_s": round(time.monotonic() - started, 1),
+        "threads_from": threads_from,
         "sides": {name: {"given": s.given, "target": s.target, "args": s.args,
-                         "cwd": str(s.cwd), "env": s.env} for name, s in sides.items()},
+                         "module": s.module, "cwd": str(s.cwd),
+                         "env": {k: v for k, (v, _) in applied_env(s, threads).items()},
+                         "env_from": {k: f for k, (_, f) in applied_env(s, threads).items()}}
+                  for name, s in sides.items()},
         "notes": [note for s in sides.values() for note in s.notes]}
     write_json(folder / S.GATE_JSON, result)
     (folder / S.GATE_MD).write_text(render_diff(result, "md") + "\n", encoding="utf-8")
@@ -407,13 +450,15 @@ def rejudge(folder: Union[str, Path], *, fail_above: float = 10.0,
 
     Raises:
         DiffInputError: not a gate folder (no base-01 and new-01), a pair missing a side,
-            or an ``ops``/``allow`` entry that is unknown.
+            an ``ops``/``allow`` entry that is unknown, or a threshold that is NaN,
+            infinite or negative.
         DiffRefusedError: a run in it cannot be compared (failed, still running, of another
             shape).
     """
     from .model.comparing.comparability import SIDES, refusal
     from .report.build import SCHEMA_VERSION
 
+    _check_thresholds(fail_above, min_step_share)
     path = Path(folder)
     numbers = sorted({int(p.name.split("-")[1]) for p in path.glob("*-[0-9][0-9]")
                       if p.name.split("-")[0] in SIDES and p.is_dir()})
@@ -459,11 +504,32 @@ def _judge_pairs(pairs: list[tuple[dict[str, Any], dict[str, Any]]], *, fail_abo
 
 
 def _read_gate(folder: Path) -> dict[str, Any]:
-    try:
-        found = json.loads((folder / S.GATE_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """The earlier gate's gate.json ({} when there is none).
+
+    Raises:
+        DiffInputError: it is not of its declared shape (schema.records.GATE_SHAPE).
+    """
+    if not (folder / S.GATE_JSON).is_file():
         return {}
-    return found if isinstance(found, dict) else {}
+    try:
+        return load_record(readable(folder / S.GATE_JSON), S.GATE_SHAPE)
+    except RunDirError as exc:
+        raise DiffInputError(terminal(str(exc))) from None
+
+
+def _check_thresholds(fail_above: float, min_step_share: float) -> None:
+    """DiffInputError for a threshold outside the CLI's range (limits): a NaN compares
+    false with every change, so it would pass any slowdown."""
+    from .limits import FAIL_ABOVE_PCT, MIN_STEP_SHARE_PCT
+
+    share = min_step_share
+    pct = share * 100 if isinstance(share, (int, float)) and not isinstance(share, bool) \
+        else share
+    why = (FAIL_ABOVE_PCT.refusal(fail_above, "fail_above")
+           or MIN_STEP_SHARE_PCT.refusal(pct, "min_step_share (as a percentage)"))
+    if why:
+        raise DiffInputError(terminal(f"{why}. A threshold that is not a number in its "
+                                      "range would judge every change wrongly."))
 
 
 def _check_allow(allow: Sequence[str]) -> None:
@@ -498,7 +564,7 @@ def _read_report(path: Path, side: str) -> Any:
 
     file = path / S.REPORT_JSON if path.is_dir() else path
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
+        return json.loads(readable(file).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         if (file.parent / S.MANIFEST_JSON).is_file():
             raise DiffRefusedError(terminal(no_report(side, str(path)))) from None
@@ -551,9 +617,9 @@ def _input_files(paths: list[Path]) -> list[Path]:
             if not found:
                 raise TraceNotFoundError(f"The folder {path} holds no .json or .json.gz trace "
                                          "files. Point analyze at torch.profiler traces.")
-            files.extend(found)
+            files.extend(readable(f) for f in found)   # a member may be a symlink out
         elif path.is_file():
-            files.append(path)
+            files.append(readable(path))
         else:
             raise TraceNotFoundError(f"{path} does not exist. Pass torch.profiler trace files "
                                      "(.json, .json.gz), nsys exports or ncu reports, or "
@@ -569,7 +635,7 @@ def _is_triage_run(path: Path) -> bool:
     if not (manifest.is_file() and (path / S.CHILD_JSON).is_file()):
         return False
     try:
-        return json.loads(manifest.read_text(encoding="utf-8")).get("command") == "triage"
+        return json.loads(readable(manifest).read_text(encoding="utf-8")).get("command") == "triage"
     except (OSError, ValueError, AttributeError):
         return False
 

@@ -20,8 +20,9 @@ import click
 
 from . import __version__
 from ._blas import import_numpy_on_one_thread
+from . import limits
 from ._options import (DEEP_PROFILE, FORMAT, GATE_OPTIONS, OUT, PROFILE, SCRIPT_COMMAND, THREADS,
-                       TOP, WINDOW, script_options)
+                       TIMEOUT, TOP, TRUST, WINDOW, Bounded, script_options)
 from .errors import NsbridgeError, Stopped
 
 TRIAGE_EPILOG = """\b
@@ -124,11 +125,17 @@ def _guard(fn: Callable[[], Any], answer_as: Optional[str] = None) -> Any:
               help="Also pass on the profiler's own noise from the script's stderr (USDT "
                    "lines, the CPU allocator warning); without -v it goes only to "
                    "profiler-noise.log in the run directory.")
-def main(quiet: bool, verbose: bool) -> None:
+@click.option("--confine", "confine", multiple=True, hidden=True, metavar="FOLDER",
+              help="Read and run only under these folders (nsbridge.confine): how the MCP "
+                   "server starts each command.")
+def main(quiet: bool, verbose: bool, confine: tuple[str, ...]) -> None:
     """nsbridge: torch.profiler triage, Nsight timelines and kernel deep dives in one report."""
     from . import progress
+    from .confine import confined_to
     from .errors import stop_on_sigterm
 
+    if confine:
+        click.get_current_context().with_resource(confined_to(confine))
     progress.enable(not quiet)
     import_numpy_on_one_thread()   # before any command imports it (not for --help)
     if verbose:
@@ -179,7 +186,7 @@ def _answer(command: str, fmt: str, top: int, call: Callable[[], Any]) -> None:
                    "unprofiled).")
 @click.option("--deep-ranks", "deep_ranks", metavar="1,5",
               help="Run Nsight Compute on these ranks (default: the median and the slowest).")
-@click.option("--runs", type=click.IntRange(1, 50), default=1, show_default=True, metavar="N",
+@click.option("--runs", type=Bounded(limits.RUNS), default=1, show_default=True, metavar="N",
               help="Run the script N times and pool the steps: the spread between processes, "
                    "the largest on a busy machine, then shows in every interval.")
 @THREADS
@@ -225,7 +232,8 @@ def _rank_list(text: Optional[str], option: str) -> Optional[list[int]]:
 @main.command(epilog=DEEP_EPILOG, context_settings=SCRIPT_COMMAND)
 @click.option("--kernel", "kernels", multiple=True, metavar="OP",
               help="An op whose kernels to profile (as the report spells it); repeatable.")
-@click.option("--top", "deep_n", type=int, help="Profile the N ops with the most device time.")
+@click.option("--top", "deep_n", type=Bounded(limits.DEEP_TOP),
+              help="Profile the N ops with the most device time.")
 @click.option("--run", "--run-dir", "run", type=click.Path(),
               help="The run to add to (default: the latest). Under torchrun spell it "
                    "--run-dir: torchrun's parser takes --run for its own --run-path.")
@@ -233,22 +241,23 @@ def _rank_list(text: Optional[str], option: str) -> Optional[list[int]]:
 @click.option("--profile", "profile", default="deep", show_default=True,
               help="Deep profile (deep, deep-tensorcore, deep-memory) or a YAML file.")
 @OUT
-@click.option("--timeout", type=float, metavar="SECONDS",
-              help="Stop ncu after SECONDS (what it wrote is kept).")
+@TIMEOUT(help="Stop ncu after SECONDS (what it wrote is kept).")
 @click.option("--ranks", "ranks", metavar="1,5",
               help="On a run of several ranks: run ncu on these (default: the median and "
                    "the slowest rank).")
+@TRUST
 @FORMAT
 @click.argument("target", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def deep(kernels: tuple[str, ...], deep_n: Optional[int], run: Optional[str],
          module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
-         ranks: Optional[str], fmt: str, target: Optional[str],
+         ranks: Optional[str], trust: tuple[str, ...], fmt: str, target: Optional[str],
          script_args: tuple[str, ...]) -> None:
     """Nsight Compute on the kernels of chosen ops, merged into the run's report.
 
     Ops come from --kernel or --top N; the run from --run, else a triage of SCRIPT made
-    first, else the latest run. The plan is printed before ncu starts.
+    first, else the latest run (whose script runs again only from the current folder or
+    a --trust DIR). What runs, and the plan, are printed before ncu starts.
     """
     from .api import deep as run_deep
 
@@ -257,24 +266,25 @@ def deep(kernels: tuple[str, ...], deep_n: Optional[int], run: Optional[str],
     _answer("deep", fmt, 10, lambda: run_deep(name, args, kernels=kernels, top=deep_n, run=run,
                                               module=bool(module), profile=profile, out=out,
                                               timeout=timeout, on_plan=_echo_plan,
-                                              ranks=chosen))
+                                              ranks=chosen, trust=[os.getcwd(), *trust]))
 
 
 @main.command(epilog=TIMELINE_EPILOG, context_settings=SCRIPT_COMMAND)
 @click.option("--run", "--run-dir", "run", type=click.Path(),
               help="Add the timeline to this triage run (--run-dir under torchrun).")
+@TRUST
 @FORMAT
 @script_options
 def timeline(module: Optional[str], profile: str, out: Optional[str], run: Optional[str],
-             fmt: str, timeout: Optional[float], top: int, target: Optional[str],
-             script_args: tuple[str, ...]) -> None:
+             trust: tuple[str, ...], fmt: str, timeout: Optional[float], top: int,
+             target: Optional[str], script_args: tuple[str, ...]) -> None:
     """Run SCRIPT under Nsight Systems with NVTX op ranges; join kernels to ops."""
     from .api import timeline as run_timeline
 
     name, args = _target(module, target, script_args, required=run is None)
-    _answer("timeline", fmt, top, lambda: run_timeline(name, args, module=bool(module),
-                                                       profile=profile, out=out, run=run,
-                                                       timeout=timeout))
+    _answer("timeline", fmt, top, lambda: run_timeline(
+        name, args, module=bool(module), profile=profile, out=out, run=run, timeout=timeout,
+        trust=[os.getcwd(), *trust], on_plan=_echo_plan))
 
 
 @main.command()
@@ -418,16 +428,15 @@ Examples:
 
 
 @main.command(epilog=GATE_EPILOG, context_settings=SCRIPT_COMMAND)
-@click.option("--processes", type=click.IntRange(1, 50), default=5, show_default=True,
+@click.option("--processes", type=Bounded(limits.PROCESSES), default=5, show_default=True,
               metavar="K", help="Processes per side, run in pairs (A B, B A, ...).")
-@click.option("--steps", type=click.IntRange(3, 1000), default=25, show_default=True,
+@click.option("--steps", type=Bounded(limits.STEPS), default=25, show_default=True,
               metavar="N", help="Measured steps per process (the script must run about N+3).")
 @THREADS
 @click.option("-m", "module", is_flag=True,
               help="SCRIPT is a module (python -m SCRIPT), in each checkout.")
 @OUT
-@click.option("--timeout", type=float, metavar="SECONDS", help="Stop any one process after "
-              "SECONDS (the gate then fails; its runs are kept).")
+@TIMEOUT(help="Stop any one process after SECONDS (the gate then fails; its runs are kept).")
 @click.option("--base-env", "base_env", multiple=True, metavar="NAME=VALUE",
               help="Set a variable for the base side's processes only (repeatable).")
 @click.option("--new-env", "new_env", multiple=True, metavar="NAME=VALUE",
@@ -435,6 +444,7 @@ Examples:
 @click.option("--rejudge", "rejudge", type=click.Path(), metavar="GATE_DIR",
               help="Judge an earlier gate's processes again (other --fail-above, --op, ...): "
                    "nothing runs; BASE and NEW are not given.")
+@TRUST
 @GATE_OPTIONS
 @click.argument("base", required=False)
 @click.argument("new", required=False)
@@ -442,14 +452,17 @@ Examples:
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def gate(processes: int, steps: int, threads: Optional[int], module: bool, out: Optional[str],
          timeout: Optional[float], base_env: tuple[str, ...], new_env: tuple[str, ...],
-         rejudge: Optional[str], fail_above: float, min_step_share: float,
+         rejudge: Optional[str], trust: tuple[str, ...], fail_above: float,
+         min_step_share: float,
          ops: tuple[str, ...], allow: Optional[str], allow_different_target: bool,
          when_inconclusive: str, fmt: str, base: Optional[str], new: Optional[str],
          script: Optional[str], script_args: tuple[str, ...]) -> None:
     """Measure BASE and NEW again, interleaved in one session, and gate on paired changes:
     unchanged code passes, the same work made slower or different work is caught, and
     "inconclusive" says how many more processes would settle it. Exit 0 pass, 1
-    regression, 4 inconclusive, 5 refused (a process failed, or runs it cannot compare)."""
+    regression, 4 inconclusive, 5 refused (a process failed, runs it cannot compare, or a
+    run directory whose script lies outside the current folder and every --trust DIR).
+    What each side runs is printed first."""
     from .api import gate as run_gate
     from .api import rejudge as run_rejudge
 
@@ -475,7 +488,7 @@ def gate(processes: int, steps: int, threads: Optional[int], module: bool, out: 
                               min_step_share=min_step_share / 100.0, allow=kinds, out=out,
                               timeout=timeout, base_env=_env_pairs(base_env, "--base-env"),
                               new_env=_env_pairs(new_env, "--new-env"),
-                              on_progress=_echo_plan)
+                              on_progress=_echo_plan, trust=[os.getcwd(), *trust])
         _gate_exit("gate", result, fmt, when_inconclusive)
 
     _guard(body, "gate" if fmt == "json" else None)
@@ -580,6 +593,9 @@ def _split_deep(value: Optional[str], target: Optional[str],
     if value == "default":
         return 0, target, script_args
     if value.isdigit():
+        why = limits.DEEP_TOP.refusal(int(value))
+        if why:
+            raise click.BadParameter(why, param_hint="--deep")
         return int(value), target, script_args
     rest = (target, *script_args) if target is not None else script_args
     return 0, value, rest

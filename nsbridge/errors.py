@@ -29,6 +29,12 @@ Library code raises these; only the CLI turns them into exit codes. The tree:
                                 --inconclusive mapping turns into a pass)
   - GateRunError                a process `gate` started failed: nothing compared (exit 1);
                                 the runs already made are kept
+  - OutsideRootsError           a path nsbridge would read or run for an MCP client resolves
+                                outside the server's roots (nsbridge.confine); it was not
+                                read, and the message never quotes it
+  - UntrustedRunError           a run directory names what nsbridge will not run: a script
+                                or folder outside the trusted folders, a module, a variable
+                                that loads code (exit 5; nothing ran)
 
 Not an NsbridgeError: ``Stopped``, a BaseException (like KeyboardInterrupt) raised in
 nsbridge's own process when it gets SIGTERM (``stop_on_sigterm``), so a running pass ends
@@ -116,6 +122,17 @@ class GateRunError(NsbridgeError):
     directory and the ones before it are kept (exit 5, as a refusal)."""
 
     exit_code = 5
+
+
+class UntrustedRunError(NsbridgeError):
+    """A run directory's manifest names what nsbridge will not run (nsbridge.trust);
+    nothing ran (exit 5, as a refusal: never a regression's 1)."""
+
+    exit_code = 5
+
+
+class OutsideRootsError(NsbridgeError):
+    """A path resolves outside the folders the MCP server may use (nsbridge.confine)."""
 
 
 class Stopped(BaseException):

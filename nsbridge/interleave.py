@@ -1,26 +1,34 @@
 """The interleaved gate's measurements: both sides run again, in pairs, in one session.
 
 A side is what to run: a run directory (its manifest's script, arguments, folder, recorded
-environment and threads; a note when its folder's git commit has moved on since), or a
-checkout (a folder: the given script inside it, run from there with the folder first on
-PYTHONPATH, so the checkout's own package is the one imported). Pair i runs base then new
-when i is odd, new then base when it is even (A B, B A, A B, ...): a machine that drifts
-during the gate slows both sides alike, and the first process's cold start falls on each
-side in turn. Each process is a triage of its own into the gate's folder.
+environment and threads, as far as nsbridge.trust allows; a note when its folder's git
+commit has moved on since), or a checkout (a folder: the given script inside it, run from
+there with the folder first on PYTHONPATH, so the checkout's own package is the one
+imported). ``describe`` says what each side will run, before anything does. Pair i runs
+base then new when i is odd, new then base when it is even (A B, B A, A B, ...): a machine
+that drifts during the gate slows both sides alike, and the first process's cold start
+falls on each side in turn. Each process is a triage of its own into the gate's folder.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from . import schema as S
 from .collect.source import git_state
-from .errors import DiffInputError
+from .collect.torch_profiler import THREAD_VARIABLES
+from .confine import readable
+from .errors import DiffInputError, RunDirError
+from .printable import printable
 from .run import is_ranked
+from .rundir import load_record
+from .trust import (check_checkout_script, check_manifest_script, manifest_env,
+                    trusted_folders)
 
 SIDES = ("base", "new")
 
@@ -38,15 +46,21 @@ class GateSide:
     env: dict[str, str]          # set over nsbridge's own environment
     threads: Optional[int] = None   # recorded by the run directory, if it set them
     notes: list[str] = field(default_factory=list)
+    env_from: dict[str, str] = field(default_factory=dict)   # where each of env came from
 
 
 def resolve_side(name: str, given: str, script: Optional[str], args: Sequence[str],
-                 module: bool, env: Mapping[str, str]) -> GateSide:
-    """A side from a run directory (or its report.json) or a checkout folder.
+                 module: bool, env: Mapping[str, str],
+                 trust: Optional[Sequence[Union[str, Path]]] = None,
+                 environ: Mapping[str, str] = os.environ) -> GateSide:
+    """A side from a run directory (or its report.json) or a checkout folder. A run
+    directory's script and folder must lie in ``trust`` (None: the current directory);
+    ``environ`` is the environment the side's processes start from.
 
     Raises:
         DiffInputError: neither, or a checkout without a script, or a script given with
             a run directory (it brings its own).
+        UntrustedRunError: what nsbridge.trust refuses (nothing has run).
     """
     path = Path(given)
     if path.is_file() and path.name == S.REPORT_JSON:
@@ -57,7 +71,7 @@ def resolve_side(name: str, given: str, script: Optional[str], args: Sequence[st
             raise DiffInputError(f"{given} is a run directory: the gate runs its own script "
                                  "again as its manifest recorded it. Give SCRIPT only when "
                                  "BASE and NEW are checkouts (folders of the code).")
-        return _from_run(name, given, manifest_path, env)
+        return _from_run(name, given, manifest_path, env, trusted_folders(trust), environ)
     if not path.is_dir():
         raise DiffInputError(f"{given} is neither a run directory of nsbridge nor a folder: "
                              "give two run directories (made by nsbridge triage) or two "
@@ -67,28 +81,40 @@ def resolve_side(name: str, given: str, script: Optional[str], args: Sequence[st
                              "name the script to run in it (nsbridge gate BASE NEW train.py "
                              "-- ARGS), its path relative to the checkout.")
     folder = path.resolve()
+    if not module:
+        check_checkout_script(given, folder, script)
     if not module and not (folder / script).is_file():
         raise DiffInputError(f"The checkout {given} has no {script}: the script's path is "
                              "taken relative to each checkout.")
     paths = [str(folder)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH")
                              else [])
+    option = f"--{name}-env"
     return GateSide(name=name, given=given, target=script, args=list(args), module=module,
-                    cwd=folder, env={**env, "PYTHONPATH": os.pathsep.join(paths)})
+                    cwd=folder, env={**env, "PYTHONPATH": os.pathsep.join(paths)},
+                    env_from={**{k: option for k in env},
+                              "PYTHONPATH": "the checkout, first on your PYTHONPATH"})
 
 
-def _from_run(name: str, given: str, manifest_path: Path, env: Mapping[str, str]) -> GateSide:
+def _from_run(name: str, given: str, manifest_path: Path, env: Mapping[str, str],
+              trusted: list[Path], environ: Mapping[str, str]) -> GateSide:
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        target, cwd = str(manifest["target"]), Path(manifest["cwd"])
-        args = [str(a) for a in manifest.get("args") or []]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise DiffInputError(f"{given}: its manifest.json cannot be read as nsbridge's "
-                             "(no target, arguments or folder): the gate cannot run it "
-                             "again. Triage that side again, or give checkouts.") from None
+        manifest = load_record(readable(manifest_path), S.MANIFEST_SHAPE)
+    except RunDirError as exc:
+        raise DiffInputError(f"{given}: {exc} The gate cannot run it again: triage that "
+                             "side again, or give checkouts.") from None
+    if not manifest.get("cwd"):
+        raise DiffInputError(f"{given}: its manifest.json names no folder to run in: the "
+                             "gate cannot run it again. Triage that side again, or give "
+                             "checkouts.")
+    target, cwd = manifest["target"], Path(manifest["cwd"])
+    args = list(manifest.get("args") or [])
+    recorded_env = manifest.get("env") or {}
     if manifest.get("command") != "triage" or _ranked(manifest_path.parent):
         raise DiffInputError(f"{given} is a run of `{manifest.get('command')}`, not of a "
                              "one-process triage: the gate runs one process per side at a "
                              "time. Give a triage run or checkouts.")
+    check_manifest_script(given, target, bool(manifest.get("module")), cwd, trusted)
+    applied = manifest_env(given, recorded_env, environ)
     notes = []
     recorded = manifest.get("git") or {}
     now = git_state(cwd) if recorded else None
@@ -100,10 +126,37 @@ def _from_run(name: str, given: str, manifest_path: Path, env: Mapping[str, str]
         raise DiffInputError(f"{given} ran in {cwd}, which no longer exists: the gate cannot "
                              "run it again there.")
     threads = manifest.get("threads")
-    return GateSide(name=name, given=given, target=target, args=args,
-                    module=bool(manifest.get("module")), cwd=cwd,
-                    env={**(manifest.get("env") or {}), **env},
-                    threads=threads if isinstance(threads, int) else None, notes=notes)
+    option = f"--{name}-env"
+    return GateSide(name=name, given=given, target=target, args=args, module=False, cwd=cwd,
+                    env={**applied, **env}, threads=threads if isinstance(threads, int)
+                    and not isinstance(threads, bool) else None, notes=notes,
+                    env_from={**{k: f"{given}'s manifest" for k in applied},
+                              **{k: option for k in env}})
+
+
+def applied_env(side: GateSide, threads: Optional[int]) -> dict[str, tuple[str, str]]:
+    """{name: (value, where it came from)}: every variable a side's processes get over the
+    user's environment, ``threads`` (the thread pools' variables) last, as triage sets it."""
+    env = {k: (v, side.env_from[k]) for k, v in side.env.items()}
+    if threads:
+        env.update({k: (str(threads), "the gate's threads") for k in THREAD_VARIABLES})
+    return dict(sorted(env.items()))
+
+
+def describe(sides: Mapping[str, GateSide], threads: Optional[int], why: str) -> str:
+    """What each side will run, for the user to read before anything runs: script,
+    arguments, folder, the variables set over the user's environment (and where each came
+    from), threads (``why``: where that number came from)."""
+    lines = ["gate: what each side runs, over your environment:"]
+    for side in sides.values():
+        command = shlex.join(["python", *(["-m"] if side.module else []), side.target,
+                              *side.args])
+        lines += [f"  {side.name} ({side.given}): {command}", f"    in {side.cwd}"]
+        lines += [f"    {k}={shlex.quote(v)}  ({source})"
+                  for k, (v, source) in applied_env(side, threads).items()] or [
+                      "    no variable set"]
+    lines.append(f"  threads: {threads or 'as each script sets them'} ({why})")
+    return "\n".join(printable(line) for line in lines)
 
 
 def _ranked(run_dir: Path) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import reprlib
 import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -27,6 +28,8 @@ from .errors import ProfileError
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 SUPPORTED_VERSION = 1
 MAX_COUNT = 2 ** 31 - 1     # the largest count a profile may set
+MAX_BYTES = 1 << 20         # a profile is a page of settings; larger files are refused
+MAX_SHOWN = 200             # characters of a user's value quoted in a message
 
 
 def bounded(default: Any, interval: str, meaning: str) -> Any:
@@ -204,17 +207,21 @@ def load_profile(name_or_path: str = "default") -> Profile:
     """
     path = _resolve(name_or_path)
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)
     except OSError as exc:
         raise ProfileError(f"Profile {path} could not be read: {exc.strerror or exc}.") from None
+    if len(raw) > MAX_BYTES:
+        raise ProfileError(f"Profile {path} is larger than {MAX_BYTES // 1024} KiB; a profile "
+                           f"is a page of settings. Point --profile at the YAML profile itself.")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProfileError(f"Profile {path} is not UTF-8 text (byte {exc.start} is "
                            f"0x{raw[exc.start]:02x}): save it as UTF-8.") from None
     try:
-        data = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as exc:
+        data = yaml.load(text, Loader=_ProfileLoader)
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
         raise ProfileError(f"Profile {path} is not YAML nsbridge can read ({_yaml_problem(exc)})"
                            f". Fix the YAML or pick a built-in profile "
                            f"({', '.join(builtin_profiles())}).") from None
@@ -225,7 +232,7 @@ def load_profile(name_or_path: str = "default") -> Profile:
     _reject_unknown(data, _TOP_KEYS, str(path), "")
     version = data.get("version", SUPPORTED_VERSION)
     if type(version) is not int or version != SUPPORTED_VERSION:
-        raise ProfileError(f"Profile {path} has version {version!r}; this nsbridge reads "
+        raise ProfileError(f"Profile {path} has version {_shown(version)}; this nsbridge reads "
                            f"version {SUPPORTED_VERSION}. Update the file or nsbridge.")
     return profile_from_dict(data, name=path.stem, source=str(path))
 
@@ -242,7 +249,7 @@ def profile_from_dict(data: dict[str, Any], *, name: str, source: str) -> Profil
     description = data.get("description")
     if description is not None and not isinstance(description, str):
         raise ProfileError(f"'description' in profile {source} must be text; got "
-                           f"{description!r}.")
+                           f"{_shown(description)}.")
     return Profile(name=name, description=description or "", source=source, **sections)
 
 
@@ -250,6 +257,8 @@ def _yaml_problem(exc: BaseException) -> str:
     """PyYAML's complaint on one line, with where it is (its own text spans lines)."""
     if isinstance(exc, RecursionError):
         return "it nests too deeply"
+    if isinstance(exc, ValueError):     # an integer past Python's digit limit
+        return " ".join(str(exc).split())[:MAX_SHOWN]
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -277,9 +286,10 @@ def _resolve(name_or_path: str) -> Path:
 def _reject_unknown(data: dict, allowed: set, path: str, prefix: str) -> None:
     for key in data:
         if key not in allowed:
-            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            shown = key if isinstance(key, str) and len(key) <= MAX_SHOWN else _shown(key)
+            close = difflib.get_close_matches(shown, sorted(allowed), n=1)
             hint = f" Did you mean '{prefix}{close[0]}'?" if close else ""
-            raise ProfileError(f"Unknown key '{prefix}{key}' in profile {path}.{hint} "
+            raise ProfileError(f"Unknown key '{prefix}{shown}' in profile {path}.{hint} "
                                f"Allowed here: {', '.join(sorted(allowed))}.")
 
 
@@ -335,10 +345,41 @@ def _typed(value: Any, spec: Any, where: str) -> Any:
     return value
 
 
+class _Short(reprlib.Repr):
+    """reprlib with an integer of any size named by its length (``repr`` of one past
+    Python's digit limit raises)."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 13_000:     # past about 3,900 digits: str() may refuse it
+            return f"<an integer of about {int(x.bit_length() * 0.30103)} digits>"
+        text = str(x)
+        return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+
+
+_REPR = _Short()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 8, 8, 8
+_REPR.maxstring, _REPR.maxlong, _REPR.maxother = MAX_SHOWN, 40, MAX_SHOWN
+
+
 def _shown(value: Any) -> str:
-    """A value for a message, cut to a readable length (a 400-digit integer is not)."""
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+    """A user's value for a message, at most about MAX_SHOWN characters however large
+    the value (reprlib stops at a few items per level, so a huge list is never turned
+    into text)."""
+    text = _REPR.repr(value)
+    return text if len(text) <= MAX_SHOWN else f"{text[:MAX_SHOWN - 20]}... (cut)"
+
+
+class _ProfileLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases: ``*name`` may expand a 400-byte file into
+    billions of values (a "billion laughs"), and a profile has nothing to repeat."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"aliases (*{event.anchor}) are not read in profiles; write the "
+                f"value out", event.start_mark)
+        return super().compose_node(parent, index)
 
 
 def _in_range(value: float, interval: str, where: str) -> None:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from . import __version__
 from . import schema as S
+from .confine import readable
 from .report import frames
 from .report.escape import terminal
 from .report.failure import failure_paragraph
@@ -49,7 +50,7 @@ class RunResult:
 
     @property
     def manifest(self) -> dict[str, Any]:
-        return json.loads((self.run_dir / S.MANIFEST_JSON).read_text(encoding="utf-8"))
+        return json.loads(readable(self.run_dir / S.MANIFEST_JSON).read_text(encoding="utf-8"))
 
     @property
     def kernels(self) -> pd.DataFrame:

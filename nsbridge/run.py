@@ -24,6 +24,7 @@ from typing import Any, Iterable, Optional, Union
 
 from . import __version__
 from . import schema as S
+from .confine import readable
 from .errors import RunDirError, ScriptError
 from .profiles import Profile
 from .report.build import clean, conclusive
@@ -171,7 +172,7 @@ class Run:
         if not conclusive(self.report):
             self.report.update(verdict=None, recommendations=[])
         files = self.report["files"]
-        trace = self.dir / str(files.get("trace") or files.get("trace_input") or "-")
+        trace = readable(self.dir / str(files.get("trace") or files.get("trace_input") or "-"))
         size = json_size(trace) if trace.is_file() else None
         merge = size is not None and size <= MERGE_LIMIT
         if merge:
@@ -239,7 +240,7 @@ class Run:
             raise ScriptError(f"The run {self.dir} was made by `analyze` and has no script to "
                               "run; give the script too (nsbridge timeline script.py, "
                               "nsbridge deep --kernel OP script.py).")
-        return Script(target=self.manifest["target"], args=list(self.manifest.get("args", [])),
+        return Script(target=self.manifest["target"], args=list(self.manifest.get("args") or []),
                       module=bool(self.manifest.get("module")),
                       cwd=Path(self.manifest.get("cwd") or Path.cwd()))
 

@@ -7,23 +7,31 @@ import json
 import os
 import socket
 import time
+import unicodedata
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
 from . import schema as S
+from .confine import readable
 from .errors import RunDirError
+from .printable import printable
+from .schema.records import MANIFEST_SHAPE, record_problem
 from .schema.report_shape import report_problem
 
 DEFAULT_BASE = Path("nsbridge-runs")
+RECORD_LIMIT = 64 << 20   # bytes: a record nsbridge wrote is far smaller (summaries list ops)
 
 
 def check_new_out(out: Optional[Path], base: Path = DEFAULT_BASE) -> None:
     """Refuse an ``--out`` that exists with files in it (before any work is done).
 
     Raises:
-        RunDirError: ``out`` exists and is not an empty directory.
+        RunDirError: ``out`` exists and is not an empty directory, or its path holds a
+            character a run directory cannot (check_dir_name).
     """
+    if out is not None:
+        check_dir_name(out)
     if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise RunDirError(
             f"--out {out} already exists and is not an empty directory; nsbridge never "
@@ -57,6 +65,7 @@ def new_run_dir(out: Optional[Path], label: str, base: Path = DEFAULT_BASE,
         while path.exists():
             path = base / f"{stamp}-{_safe(label)}-{n}"
             n += 1
+    check_dir_name(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".nsbridge-write-test-{os.getpid()}"
@@ -70,6 +79,26 @@ def new_run_dir(out: Optional[Path], label: str, base: Path = DEFAULT_BASE,
     if manifest is not None:
         write_json(path / S.MANIFEST_JSON, manifest)
     return path
+
+
+def check_dir_name(path: Path) -> None:
+    """Refuse a run directory whose absolute path holds a backslash or a control
+    character (a newline, a tab, ESC, ...), before any script runs: torch.profiler's
+    trace writer reads a backslash as a separator and drops a newline, so the trace would
+    be lost after the whole script had run.
+
+    Raises:
+        RunDirError: naming the character and where it is.
+    """
+    full = str(Path(path).absolute())
+    odd = next((ch for ch in full if ch == "\\" or unicodedata.category(ch) == "Cc"), None)
+    if odd is not None:
+        what = "a backslash" if odd == "\\" else f"the control character {printable(odd)}"
+        raise RunDirError(
+            f"The run directory {printable(full)} holds {what} (character "
+            f"{full.index(odd) + 1} of its path), which torch.profiler cannot write a trace "
+            "under, so nothing was run. Choose --out without backslashes or control "
+            "characters (and run from a folder without them).")
 
 
 def read_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -86,6 +115,9 @@ def read_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if manifest is None:
         raise RunDirError(f"{path} is not an nsbridge run directory (no readable manifest.json "
                           "and report.json). Pass a directory that an nsbridge command wrote.")
+    problem = record_problem(manifest, MANIFEST_SHAPE)
+    if problem:
+        raise RunDirError(_not_a_record(path / S.MANIFEST_JSON, problem))
     report = _read_object(path / S.REPORT_JSON)
     running = manifest.get("status") == "running" and (report is None or report.get(
         "status") in ("running", None))
@@ -117,9 +149,40 @@ def read_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return manifest, report
 
 
+def load_record(path: Path, shape: dict[str, Any]) -> dict[str, Any]:
+    """A record nsbridge wrote (manifest.json, child.json, summary.json, ...), read back
+    and checked against its declared ``shape`` (schema.records): a file of that folder is
+    untrusted, whoever wrote it.
+
+    Raises:
+        RunDirError: it cannot be read, is larger than RECORD_LIMIT, is not JSON, or a field
+            is missing, of the wrong type or out of range (named).
+    """
+    try:
+        if path.stat().st_size > RECORD_LIMIT:
+            raise RunDirError(_not_a_record(path, f"it is larger than {RECORD_LIMIT >> 20} MiB"))
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RunDirError(f"Cannot read {path}: {exc.strerror or exc}. Check the file and its "
+                          "permissions, or make the run again.") from None
+    except (ValueError, RecursionError):
+        raise RunDirError(_not_a_record(path, "it is not JSON (cut off, or nested too "
+                                              "deep)")) from None
+    problem = record_problem(value, shape)
+    if problem:
+        raise RunDirError(_not_a_record(path, problem))
+    return dict(value)
+
+
+def _not_a_record(path: Path, problem: str) -> str:
+    return (f"{path} is not a record this nsbridge reads: {problem}. nsbridge wrote it, but "
+            "it was edited, damaged, or written by another nsbridge version since: make the "
+            "run again (or read it with the version that wrote it).")
+
+
 def _read_object(path: Path) -> Optional[dict[str, Any]]:
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(readable(path).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None

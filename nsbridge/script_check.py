@@ -14,6 +14,7 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
+from .confine import readable
 from .errors import ScriptError
 
 
@@ -39,7 +40,7 @@ def checked_script(target: str, args: Sequence[str], module: bool,
     Raises:
         ScriptError: it cannot be started, or does not compile (check_script).
     """
-    workdir = Path(cwd) if cwd else Path.cwd()
+    workdir = readable(Path(cwd) if cwd else Path.cwd())
     check_script(target, module, workdir)
     return Script(target=target, args=list(args), module=module, cwd=workdir)
 
@@ -52,7 +53,7 @@ def check_script(target: str, module: bool, workdir: Path) -> None:
         if origin is not None:
             check_compiles(origin, f"-m {target}")
         return
-    script = (workdir / target) if not Path(target).is_absolute() else Path(target)
+    script = readable((workdir / target) if not Path(target).is_absolute() else Path(target))
     if not script.is_file():
         what = "is a directory" if script.is_dir() else "does not exist"
         raise ScriptError(f"The script {target} {what}. Give the path of a Python file "

@@ -256,6 +256,12 @@ def ranked_run(nsys_ranks: Path, tmp_path: Path) -> Path:
     return run
 
 
+def _trusted(run: Path) -> list[str]:
+    """--trust for the folders a copied run's script lies in (the example, the triage's)."""
+    return ["--trust", str(ROOT / "examples"), "--trust",
+            json.loads((run / "manifest.json").read_text())["cwd"]]
+
+
 def _profiled(env: dict) -> list[list[str]]:
     log = Path(env["FAKE_NCU_LOG"])
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
@@ -266,7 +272,8 @@ def _profiled(env: dict) -> list[list[str]]:
 def test_deep_on_the_planned_ranks_of_an_earlier_run(ranked_run: Path, tmp_path: Path,
                                                      fake_ncu: dict) -> None:
     run = ranked_run
-    proc = _run(["deep", "--run", str(run), "--kernel", "aten::relu", "--timeout", "300"],
+    proc = _run(["deep", *_trusted(run), "--run", str(run), "--kernel", "aten::relu", "--timeout",
+                 "300"],
                 cwd=tmp_path, env=fake_ncu)
     assert proc.returncode == 0, proc.stderr[-3000:]
     plan = proc.stderr[proc.stderr.index("Deep pass plan"):]
@@ -297,7 +304,8 @@ def test_deep_on_the_planned_ranks_of_an_earlier_run(ranked_run: Path, tmp_path:
 def test_deep_under_torchrun_on_asked_ranks_others_run_plain(ranked_run: Path, tmp_path: Path,
                                                              fake_ncu: dict) -> None:
     run = ranked_run
-    proc = _run(["deep", "--run-dir", str(run), "--kernel", "aten::relu", "--ranks", "1"],
+    proc = _run(["deep", *_trusted(run), "--run-dir", str(run), "--kernel", "aten::relu",
+                 "--ranks", "1"],
                 cwd=tmp_path, env=fake_ncu, launcher=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(_profiled(fake_ncu)) == 1
@@ -314,7 +322,7 @@ def test_communication_op_refused_and_the_other_rank_is_told(ranked_run: Path, t
                                                              fake_ncu: dict) -> None:
     run = ranked_run
     before = json.loads((run / "report.json").read_text())
-    proc = _run(["deep", "--run-dir", str(run), "--kernel", "c10d::allreduce_"],
+    proc = _run(["deep", *_trusted(run), "--run-dir", str(run), "--kernel", "c10d::allreduce_"],
                 cwd=tmp_path, env=fake_ncu, launcher=True)
     assert proc.returncode != 0
     assert "communication ops' kernels (NCCL) wait for every other rank" in proc.stderr
@@ -332,7 +340,7 @@ def test_communication_op_refused_and_the_other_rank_is_told(ranked_run: Path, t
 def test_a_rank_whose_ncu_fails_is_named_and_the_other_kept(ranked_run: Path, tmp_path: Path,
                                                             fake_ncu: dict) -> None:
     run = ranked_run
-    proc = _run(["deep", "--run", str(run), "--kernel", "aten::relu"], cwd=tmp_path,
+    proc = _run(["deep", *_trusted(run), "--run", str(run), "--kernel", "aten::relu"], cwd=tmp_path,
                 env={**fake_ncu, "FAKE_NCU_MODE": "fail"})
     assert proc.returncode != 0
     report = json.loads((run / "report.json").read_text())
@@ -392,7 +400,9 @@ def test_an_op_the_ranked_run_lacks_is_told_before_a_missing_gpu(ranked_run: Pat
                                                                   tmp_path: Path) -> None:
     """As on one process: the typo first (with what was meant), not "no GPU"."""
     env = {**os.environ, "PATH": os.path.dirname(sys.executable)}      # no GPU, no ncu
-    proc = _run(["deep", "--run", str(ranked_run), "--kernel", "aten::reluu"], cwd=tmp_path,
+    proc = _run(["deep", *_trusted(ranked_run), "--run", str(ranked_run), "--kernel",
+                 "aten::reluu"],
+                cwd=tmp_path,
                 env=env)
     assert proc.returncode != 0
     assert "The run has no op 'aten::reluu' (did you mean 'aten::relu'" in proc.stderr

@@ -32,7 +32,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _walk(rng: random.Random, node: Any) -> list[Any]:
+def random_path(rng: random.Random, node: Any) -> list[Any]:
     """A random path (keys and indices) into ``node``: deeper with decreasing chance."""
     path: list[Any] = []
     while isinstance(node, (dict, list)) and node and (not path or rng.random() < 0.7):
@@ -64,7 +64,7 @@ def damage(report: Any, step: dict[str, Any]) -> Any:
 def mutate(report: dict[str, Any], rng: random.Random) -> tuple[str, str]:
     """report.json text after one random damage, and the damage (as ``damage`` takes it)."""
     kind = rng.choice(["value", "value", "value", "drop", "wrap", "extra", "text"])
-    path = _walk(rng, report)
+    path = random_path(rng, report)
     step: dict[str, Any] = {"path": path}
     if kind == "value":
         step["set"] = rng.choice(VALUES)

@@ -48,9 +48,10 @@ def test_a_run_directory_brings_its_script_arguments_folder_and_environment(
     run = tmp_path / "run"
     run.mkdir()
     (run / "manifest.json").write_text(json.dumps({
-        "command": "triage", "target": "t.py", "args": ["--x", "1"], "cwd": str(tmp_path),
+        "command": "triage", "status": "ok", "target": "t.py", "args": ["--x", "1"],
+        "cwd": str(tmp_path),
         "module": False, "threads": 1, "env": {"OMP_NUM_THREADS": "1", "NSBRIDGE_X": "y"}}))
-    side = resolve_side("base", str(run), None, (), False, {"EXTRA": "1"})
+    side = resolve_side("base", str(run), None, (), False, {"EXTRA": "1"}, [tmp_path], {})
     assert (side.target, side.args, side.cwd, side.threads) == ("t.py", ["--x", "1"],
                                                                 tmp_path, 1)
     assert side.env == {"OMP_NUM_THREADS": "1", "NSBRIDGE_X": "y", "EXTRA": "1"}
@@ -83,9 +84,9 @@ def test_a_run_made_at_another_commit_is_rerun_with_a_note(tmp_path: Path) -> No
     run = tmp_path / "run"
     run.mkdir()
     (run / "manifest.json").write_text(json.dumps({
-        "command": "triage", "target": "t.py", "args": [], "cwd": str(tmp_path),
+        "command": "triage", "status": "ok", "target": "t.py", "args": [], "cwd": str(tmp_path),
         "git": {"commit": "0" * 40, "dirty": False}}))
-    side = resolve_side("base", str(run), None, (), False, {})
+    side = resolve_side("base", str(run), None, (), False, {}, [tmp_path])
     assert side.notes and "now at" in side.notes[0] and "0" * 12 in side.notes[0]
 
 

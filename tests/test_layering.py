@@ -48,7 +48,8 @@ HEAVY = ("torch", "pandas", "numpy", "click", "msgspec")
 # only). A unit is a subpackage (collect, parse, ...) or a top-level module (api, run, ...).
 LAYERS: list[set[str]] = [
     {"errors", "schema", "_stepping", "progress",    # stdlib only; progress: rich, lazily;
-     "_blas", "printable"},                          # _blas: numpy, lazily; one escape
+     "_blas", "printable",                           # _blas: numpy, lazily; one escape;
+     "confine", "limits"},                           # the roots in force; argument ranges
     {"profiles", "rundir",                           # YAML recipes; run-directory files;
      "script_check"},                                # can the script start (no import)
     {"collect", "parse"},                            # tool adapters; file -> frame (siblings)
@@ -57,8 +58,9 @@ LAYERS: list[set[str]] = [
     {"job"},                                         # who am I (stdlib only; the child),
                                                      # rank 0 <-> ranks files, the map step
     {"_bootstrap"},                                  # inside the profiled process
-    {"run", "result", "pipeline"},                   # the Run, what a command returns,
-                                                     # one Run through a list of passes
+    {"run", "result", "pipeline",                    # the Run, what a command returns,
+     "trust"},                                       # one Run through a list of passes;
+                                                     # what a manifest may make us run
     {"passes", "interleave"},                        # one module per tool; the gate's
                                                      # processes, run in pairs
     {"distributed"},                                 # passes on the ranks: launch, a
@@ -111,7 +113,8 @@ NOT_AT_IMPORT: dict[str, set[str]] = {
 CLI_MAY_IMPORT = {"nsbridge", "nsbridge._blas", "nsbridge._options", "nsbridge.api",
                   "nsbridge.errors", "nsbridge.profiles", "nsbridge.progress",
                   "nsbridge.report.terminal", "nsbridge.report.diff_render",
-                  "nsbridge.agent.answer", "nsbridge.agent.mcp_server", "nsbridge.agent.skill"}
+                  "nsbridge.agent.answer", "nsbridge.agent.mcp_server", "nsbridge.agent.skill",
+                  "nsbridge.limits", "nsbridge.confine"}
 
 # (importing module, imported module or unit) -> why it is tolerated for now
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}

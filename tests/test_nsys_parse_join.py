@@ -273,8 +273,8 @@ def test_measured_steps_are_the_first_window_the_torch_pass_saved(tmp_path: Path
 
     phases = ["first", "unprofiled", "warmup", "active", "active", "active", "unprofiled",
               "warmup", "active", "active", "active"]
-    (tmp_path / "child.json").write_text(json.dumps({"steps": [
-        {"index": i, "phase": p} for i, p in enumerate(phases)]}))
+    (tmp_path / "child.json").write_text(json.dumps({"status": "ok", "exit_code": 0, "steps": [
+        {"index": i, "phase": p, "wall_ms": 5.0} for i, p in enumerate(phases)]}))
     profile = load_profile("default")
     assert measured_steps(tmp_path, profile) == [3, 4, 5]     # repeat 2: the first window
     assert measured_steps(None, profile) == [3, 4, 5]         # the schedule's own rule

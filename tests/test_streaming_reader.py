@@ -186,7 +186,8 @@ def test_garbage_after_a_valid_head_fails_in_bounded_memory(
     seen = []
     check = _stream._check_progress
     monkeypatch.setattr(_stream, "_check_progress",
-                        lambda pending, read: seen.append(len(pending)) or check(pending, read))
+                        lambda pending, read, before: seen.append(len(pending))
+                        or check(pending, read, before))
     with pytest.raises(TraceFormatError, match="corrupt at byte 200,000 "):
         read_trace(bad, streaming=True)
     assert max(seen) <= _stream.MAX_PENDING + _stream.BLOCK     # never the whole file

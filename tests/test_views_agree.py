@@ -21,6 +21,7 @@ import pytest
 
 import nsbridge
 from nsbridge.report.charts import chart_data, step_label
+from nsbridge.report.escape import csv_cell
 from nsbridge.report.shown import shown_of
 
 from conftest import EXAMPLES, ROOT
@@ -130,12 +131,14 @@ def test_ops_csv_and_load_hold_report_jsons_values(corpus: dict, name: str) -> N
         return
     assert csv_path.is_file(), name
     csv = pd.read_csv(csv_path, keep_default_na=False, na_values=[""])
-    assert list(csv.columns) == list(frame.columns), name
+    assert list(csv.columns) == [csv_cell(c) for c in frame.columns], name
     assert {"spread_pct"} <= set(csv.columns) or report.get("ranked_by") is None
     for (_, a), (_, b) in zip(csv.iterrows(), frame.iterrows()):
         for col in frame.columns:
-            want = b[col]
-            got = json.loads(a[col]) if isinstance(want, (list, dict)) else a[col]
+            want = b[col]      # a text cell as csv_cell writes it (spreadsheet-safe)
+            got = json.loads(a[csv_cell(col)]) if isinstance(want, (list, dict)) \
+                else a[csv_cell(col)]
+            want = csv_cell(want)
             _same(got, want, (name, b["name"], col))
 
 

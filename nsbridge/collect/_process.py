@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Mapping, Optional, Sequence
+from typing import IO, Any, Callable, Mapping, Optional, Sequence
 
 from ..errors import Stopped
 from . import noise
@@ -29,6 +29,7 @@ UMASK_ENV = "NSBRIDGE_UMASK"   # the user's umask, octal, for a child a tool sta
 LEFTOVER_GRACE_S = 1.0         # what a script started gets to end after SIGTERM, then SIGKILL
 WATCH_EVERY_S = 0.5            # how often the running child's process tree is noted
 _STARTED: set[int] = set()     # supervised children nsbridge started: never taken for orphans
+PR_SET_PDEATHSIG = 1           # linux/prctl.h
 
 
 def timeout_grace(timeout: float) -> float:
@@ -78,13 +79,41 @@ def run_passthrough(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
 
 def _start(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
            **streams: Any) -> tuple[subprocess.Popen, int]:
-    """Start a supervised child, nsbridge a subreaper first (process_tree); with the time
-    it was started, as process start times count it."""
+    """Start a supervised child, nsbridge a subreaper first (process_tree), the child
+    armed to die with nsbridge; with the time it was started, as process start times count
+    it."""
     subreaper(True)
     since = ticks_now() + 1   # not this tick: the caller may have started one of its own in it
-    proc = subprocess.Popen(list(argv), cwd=str(cwd), env=dict(env), **streams)
+    proc = subprocess.Popen(list(argv), cwd=str(cwd), env=dict(env),
+                            preexec_fn=_dies_with_this_process(), **streams)
     _STARTED.add(proc.pid)
     return proc, since
+
+
+def _dies_with_this_process() -> Optional[Callable[[], None]]:
+    """Linux: what the child runs between fork and exec so that the kernel sends it
+    SIGTERM when nsbridge dies (SIGKILL, the OOM killer), where nothing of nsbridge's can
+    end it: ``prctl(PR_SET_PDEATHSIG)``, kept across exec. SIGTERM, as the bootstrap arms
+    it again in a profiled process (it ends what the script started; nsys, ncu and
+    torchrun end their targets on it). The thread that starts the child waits for it
+    (``_supervise``), as the signal follows that thread. The call is resolved here, so the
+    child only makes two system calls (preexec_fn's caveat is code that takes locks after
+    a fork). None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent, term = os.getpid(), int(signal.SIGTERM)
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, term)
+        if os.getppid() != parent:     # nsbridge died before the signal was armed
+            os._exit(1)
+    return arm
 
 
 def _supervise(proc: subprocess.Popen, timeout: Optional[float], started: float,
@@ -219,6 +248,25 @@ def honour_umask(*paths: Path) -> None:
                 path.chmod(mode & ~mask)
         except FileNotFoundError:
             continue
+
+
+async def start_group(argv: Sequence[str], *, cwd: Path) -> Any:
+    """Start argv (anyio, for the MCP server's commands) in a process group of its own, so
+    that ``signal_group`` reaches everything it starts: stdin the null device, stdout a
+    pipe, stderr this process's. Returns the anyio Process."""
+    import anyio
+
+    return await anyio.open_process(list(argv), cwd=str(cwd), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=None,
+                                    start_new_session=True)
+
+
+def signal_group(pgid: int, signum: int) -> None:
+    """Send ``signum`` to the process group ``pgid`` (start_group's), if it is still there."""
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def which(name: str, path: Optional[str] = None) -> Optional[str]:

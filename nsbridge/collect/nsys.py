@@ -18,7 +18,6 @@ and exports the report to SQLite.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from .. import schema as S
 from ..errors import ToolFailedError, ToolNotFoundError
-from ..rundir import free_stem
+from ..rundir import free_stem, load_record
 from ._process import ChildOutcome, honour_umask, run_captured, run_filtered, which
 from .torch_profiler import bootstrap_argv
 
@@ -205,7 +204,7 @@ def run_nsys_pass(*, target: str, is_module: bool, args: Sequence[str], trace: S
     result = capture(install, trace=trace, output=(run_dir / stem).resolve(),
                      child_argv=child_argv, cwd=cwd, env=env, timeout=timeout, log=log)
     child_path = run_dir / S.NVTX_CHILD_JSON
-    child = json.loads(child_path.read_text(encoding="utf-8")) if child_path.is_file() else None
+    child = load_record(child_path, S.CHILD_SHAPE) if child_path.is_file() else None
     sqlite = export_sqlite(install.path, result.report, log, environ=environ)
     return NsysPass(capture=result, install=install, child=child, sqlite=sqlite, log=log,
                     version=version)

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from .. import schema as S
+from ..confine import readable
 from ..profiles import Profile
+from ..rundir import load_record
 from . import machine
 from ._process import ChildOutcome, run_passthrough
 
@@ -73,17 +75,21 @@ def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile
 
 def recorded_pass(run_dir: Path, outcome: ChildOutcome, around: dict[str, Any]) -> TorchPass:
     """What a profiled process left in ``run_dir``: its record (child.json), its traces
-    and torch's table."""
+    and torch's table.
+
+    Raises:
+        RunDirError: child.json is not of its declared shape (schema.records.CHILD_SHAPE).
+    """
     child_path = run_dir / S.CHILD_JSON
     child = None
     if child_path.is_file():
-        child = json.loads(child_path.read_text(encoding="utf-8"))
-    traces = [run_dir / name for name in (child or {}).get("traces", [])]
+        child = load_record(readable(child_path), S.CHILD_SHAPE)
+    traces = [readable(run_dir / name) for name in (child or {}).get("traces", [])]
     if child is None:  # killed before writing its record: keep any trace it managed to write
-        traces = sorted(run_dir.glob("trace*.json.gz"))
-    table = run_dir / child["table"] if child and child.get("table") else None
+        traces = [readable(t) for t in sorted(run_dir.glob("trace*.json.gz"))]
+    table = readable(run_dir / child["table"]) if child and child.get("table") else None
     doing_path = run_dir / S.PROFILER_DOING
-    doing = doing_path.read_text(encoding="utf-8", errors="replace") if \
+    doing = readable(doing_path).read_text(encoding="utf-8", errors="replace") if \
         doing_path.is_file() else None
     doing_path.unlink(missing_ok=True)
     return TorchPass(outcome=outcome, child=child, traces=traces, table=table, machine=around,

@@ -163,7 +163,7 @@ def tell_stop(run_dir: Path, kind: str, why: str, rank: RankEnv,
 def _spec(run: Run, timeout: Optional[float], profile_source: str, ranks: Sequence[int],
           **extra: Any) -> dict[str, Any]:
     manifest = run.manifest
-    return pass_spec(target=manifest["target"], args=manifest.get("args", []),
+    return pass_spec(target=manifest["target"], args=manifest.get("args") or [],
                      module=bool(manifest.get("module")),
                      cwd=Path(manifest.get("cwd") or Path.cwd()), timeout=timeout,
                      profile_source=str(Path(profile_source).resolve()), ranks=ranks,

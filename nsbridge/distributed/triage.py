@@ -9,7 +9,6 @@ The run directory of a job (``job_run``) and what a rank other than 0 does
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,8 +17,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 from .. import __version__, progress
 from .. import schema as S
 from ..collect.machine import usable_cores
+from ..confine import readable
 from ..errors import DeepError, TraceError
-from ..job.identity import job_id, rank_dir_name, rank_dirs
+from ..job.identity import job_id, rank_dir_name, rank_dirs, ranked_dirs
 from ..job.summary import SUMMARY_WAIT_S, missing_ranks, read_summaries, wait_for
 from ..model.analysis import TraceAnalysis, analyze_events
 from ..model.ranks.cross_rank import cross_rank
@@ -33,7 +33,7 @@ from ..profiles import Profile
 from ..report.build import build_report
 from ..result import RunResult, follower_result, result_of
 from ..run import PassOutput, Run
-from ..rundir import new_run_dir
+from ..rundir import load_record, new_run_dir
 from ..script_check import Script
 from .fan_out import OnRanks, follow
 from .launch import check_one_node, launcher_argv, one_node, profile_ranks
@@ -131,7 +131,7 @@ class RankedTorchPass:
         if self.launcher:
             summaries = read_summaries(run.dir)
             if self.world:   # one node: every rank wrote here (several nodes: only this one's)
-                summaries += missing_ranks(summaries, self.world, run.dir)
+                summaries += missing_ranks(summaries, range(self.world), self.world, run.dir)
         else:
             with progress.step(f"waiting for the other {self.rank.world_size - 1} rank(s)"):
                 # stopped (timeout, signal): a short wait; summaries older than this launch
@@ -170,12 +170,17 @@ def _job_label(label: str, environ: Mapping[str, str]) -> str:
 def analyze_ranks(source: Path, prof: Profile, out: Optional[Union[str, Path]]) -> RunResult:
     """A distributed run's rank summaries merged again (one rank's trace loaded)."""
     summaries = read_summaries(source)
-    summaries += missing_ranks(summaries, max(s.get("world_size") or 0 for s in summaries),
-                               source)
+    world = max(s["world_size"] for s in summaries)
+    on_disk = [rank for rank, _ in ranked_dirs(source) if rank < world]   # never range(world)
+    summaries += missing_ranks(summaries, on_disk, world, source)
     output, analysis = reduce(source, summaries, prof, str(source), command="analyze")
+    if len(summaries) < world:
+        output.notes.append(f"{len(summaries)} of {world} ranks present in {source}: the other "
+                            f"{world - len(summaries)} left no rank folder there; only the "
+                            "ranks present are compared")
     files = (output.core or {})["files"]     # reduce always builds the core report
     if files.get("trace"):
-        files["trace_input"] = str((source / files["trace"]).resolve())
+        files["trace_input"] = str(readable(source / files["trace"]).resolve())
         files["trace"] = None
     files["key_averages"] = None
     run = Run.create(out=Path(out) if out else None, label=f"analyze-{source.name}",
@@ -201,11 +206,11 @@ def reduce(run_dir: Path, summaries: list[dict[str, Any]], profile: Profile, tar
     if summary is not None and lead is not None:
         folder = run_dir / rank_dir_name(lead)
         child_path = folder / S.CHILD_JSON
-        child = json.loads(child_path.read_text(encoding="utf-8")) if child_path.is_file() else {}
+        child = load_record(readable(child_path), S.CHILD_SHAPE) if child_path.is_file() else {}
         steps = child.get("steps", [])
         machine = process_machine({"cores": usable_cores()}, child, profile) if child else None
         try:
-            trace = read_trace(folder / summary["trace"])
+            trace = read_trace(readable(folder / summary["trace"]))
             analysis = analyze_events(trace.events, thresholds=profile.analysis,
                                       machine=machine)
         except TraceError as exc:

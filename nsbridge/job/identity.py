@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
+from ..schema.records import MAX_RANKS
+
 
 @dataclass(frozen=True)
 class RankEnv:
@@ -62,7 +64,25 @@ def rank_dir_name(rank: int) -> str:
     return f"rank-{rank:02d}"
 
 
+def rank_of_dir(name: str) -> Optional[int]:
+    """The rank whose folder is named ``name`` (rank_dir_name's spelling exactly, below
+    MAX_RANKS); None for any other name (``rank-x``, ``rank-``, ``rank-007``, a rank of
+    twenty digits), which is not a rank folder."""
+    digits = name[len("rank-"):]
+    if not (name.startswith("rank-") and digits.isascii() and digits.isdigit()
+            and len(digits) <= len(str(MAX_RANKS))):
+        return None
+    rank = int(digits)
+    return rank if rank < MAX_RANKS and name == rank_dir_name(rank) else None
+
+
+def ranked_dirs(run_dir: Path) -> list[tuple[int, Path]]:
+    """(rank, folder) of each rank folder of a run directory, by rank; other folders whose
+    names start with ``rank-`` are not rank folders and are left out."""
+    found = ((rank_of_dir(p.name), p) for p in Path(run_dir).glob("rank-*"))
+    return sorted((rank, p) for rank, p in found if rank is not None and p.is_dir())
+
+
 def rank_dirs(run_dir: Path) -> list[Path]:
-    """The rank folders of a run directory, by rank."""
-    return sorted((p for p in Path(run_dir).glob("rank-*") if p.is_dir()),
-                  key=lambda p: int(p.name.split("-", 1)[1]))
+    """The rank folders of a run directory, by rank (ranked_dirs)."""
+    return [folder for _, folder in ranked_dirs(run_dir)]

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from ..rundir import write_json
+from .. import schema as S
+from ..rundir import RECORD_LIMIT, write_json
 from .identity import rank_dir_name
 
 POLL_S = 0.5   # how often a waiting rank looks for the others' files
@@ -74,7 +75,8 @@ def wait_outputs(kind: str, run_dir: Path, ranks: Sequence[int], timeout_s: floa
     while True:
         for rank in ranks:
             if found.get(rank) is None:
-                out = read_json(run_dir / rank_dir_name(rank) / output_name(kind))
+                out = read_json(run_dir / rank_dir_name(rank) / output_name(kind),
+                                S.OUTPUT_SHAPE)
                 found[rank] = out if out and out.get("pass_id") == pass_id else None
         if all(found.values()) or time.monotonic() >= deadline:
             return found
@@ -97,7 +99,7 @@ def wait_for_word(run_dir: Path, kind: str, timeout_s: float, *, job: str,
     stop when it said nothing within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        word = read_json(run_dir / NEXT, since)
+        word = read_json(run_dir / NEXT, S.WORD_SHAPE, since)
         if word and word.get("pass") == kind and word.get("job") == job:
             return word
         time.sleep(POLL_S)
@@ -119,7 +121,8 @@ def retire_word(run_dir: Path, kind: str, nonce: str, ranks: Sequence[int],
     later launch into the same folder never reads it; True when removed."""
     deadline = time.monotonic() + timeout_s
     while True:
-        acked = all((read_json(run_dir / rank_dir_name(r) / ACK.format(kind=kind)) or {}).get(
+        acked = all((read_json(run_dir / rank_dir_name(r) / ACK.format(kind=kind),
+                               S.ACK_SHAPE) or {}).get(
             "nonce") == nonce for r in ranks)
         if acked:
             (run_dir / NEXT).unlink(missing_ok=True)
@@ -129,11 +132,15 @@ def retire_word(run_dir: Path, kind: str, nonce: str, ranks: Sequence[int],
         time.sleep(POLL_S)
 
 
-def read_json(path: Path, since: float = 0.0) -> Optional[dict[str, Any]]:
-    """A JSON file written after ``since`` (None: absent, older, or being written)."""
+def read_json(path: Path, shape: dict[str, Any],
+              since: float = 0.0) -> Optional[dict[str, Any]]:
+    """A mailbox file written after ``since``, of its declared ``shape`` (schema.records);
+    None when absent, older, too large, or not of that shape: the waiting side goes on
+    waiting, within its time limit, and then reports the rank or word as missing."""
     try:
-        if path.stat().st_mtime < since:
+        if path.stat().st_mtime < since or path.stat().st_size > RECORD_LIMIT:
             return None
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
+    return None if S.record_problem(value, shape) else dict(value)

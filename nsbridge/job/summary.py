@@ -5,17 +5,18 @@ process that launched the ranks) gathering them: ``wait_for``, ``read_summaries`
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from .. import schema as S
+from ..errors import RunDirError
+from ..confine import readable
 from ..model.analysis import TraceAnalysis, analyze_events
 from ..parse.torch_trace import read_trace
 from ..profiles import Analysis
-from ..rundir import write_json
-from .identity import rank_dir_name, rank_dirs
+from ..rundir import load_record, write_json
+from .identity import rank_dir_name, ranked_dirs
 from .mailbox import POLL_S
 
 SUMMARY_WAIT_S = 600.0   # how long rank 0 waits for the other ranks' summaries (default)
@@ -74,28 +75,38 @@ def wait_for(run_dir: Path, world_size: int, timeout_s: float,
 
 def read_summaries(run_dir: Path, since: float = 0.0) -> list[dict[str, Any]]:
     """The rank summaries written so far, after ``since`` (a rank that died before writing
-    one is left out: the caller reports it)."""
+    one is left out: the caller reports it).
+
+    Raises:
+        RunDirError: a summary is not of its declared shape (schema.records.SUMMARY_SHAPE),
+            or is another rank's than its folder's.
+    """
     out = []
-    for folder in rank_dirs(run_dir):
+    for rank, folder in ranked_dirs(run_dir):
         path = folder / S.SUMMARY_JSON
-        if path.is_file() and path.stat().st_mtime >= since:
-            try:
-                out.append(json.loads(path.read_text(encoding="utf-8")))
-            except ValueError:   # being written right now
-                continue
+        if path.is_file() and path.stat().st_mtime >= since:   # written whole (write_json)
+            summary = load_record(readable(path), S.SUMMARY_SHAPE)
+            if summary["rank"] != rank:
+                raise RunDirError(f"{path} is not a record this nsbridge reads: it is the "
+                                  f"summary of rank {summary['rank']}, in the folder of rank "
+                                  f"{rank}. It was moved or edited since nsbridge wrote it: "
+                                  "make the run again.")
+            out.append(summary)
     return out
 
 
-def missing_ranks(summaries: list[dict[str, Any]], world_size: int,
+def missing_ranks(summaries: list[dict[str, Any]], ranks: Iterable[int], world_size: int,
                   run_dir: Path) -> list[dict[str, Any]]:
-    """Ranks that wrote no summary: failed before the end, with their child record."""
+    """Those of ``ranks`` that wrote no summary: failed before the end, with their child
+    record (``ranks``: the ranks started, or the rank folders on disk; never a number
+    read from a file)."""
     have = {s["rank"] for s in summaries}
     out = []
-    for rank in range(world_size):
+    for rank in ranks:
         if rank in have:
             continue
         child = run_dir / rank_dir_name(rank) / S.CHILD_JSON
-        record = json.loads(child.read_text(encoding="utf-8")) if child.is_file() else {}
+        record = load_record(readable(child), S.CHILD_SHAPE) if child.is_file() else {}
         out.append(unprofiled(rank, world_size, status=record.get("status", "failed"),
                               exit_code=record.get("exit_code"),
                               error=record.get("error") or {

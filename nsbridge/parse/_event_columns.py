@@ -437,9 +437,12 @@ _MISSING: Any = _Missing()
 def _numeric(values: Numbers) -> np.ndarray:
     """Numbers as float64; anything that is not a number a float can hold is NaN."""
     try:
-        return np.array(values, dtype=np.float64)
+        numbers = np.array(values, dtype=np.float64)
+        if numbers.ndim == 1:   # a batch whose values are all equal-length lists is not
+            return numbers
     except (TypeError, ValueError, OverflowError):  # strings, nested values, huge integers
-        return np.array([_number(v) for v in values], dtype=np.float64)
+        pass
+    return np.array([_number(v) for v in values], dtype=np.float64)
 
 
 def _number(value: Any) -> float:

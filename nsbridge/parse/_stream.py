@@ -57,6 +57,7 @@ import msgspec
 import numpy as np
 
 from ._event_columns import EventColumns
+from ._quotes import repair_quotes
 
 _native_scan: Optional[Callable[[bytes, int], Optional[tuple[Any, ...]]]]
 try:
@@ -76,6 +77,8 @@ PARALLEL_MIN_BYTES = 16 * 1024 * 1024
 RANGES_PER_READER = 4      # byte ranges per reader thread: a thread that started early takes more
 _SPLIT_WINDOW = 4 * 1024 * 1024
 MAX_PENDING = 4 * BLOCK   # bytes without a decodable event before the file is called corrupt
+# one event's bytes at most (a bound on memory, gzip bombs included): no torch event comes near
+MAX_EVENT = 256 * 1024 * 1024
 # an event boundary followed by a key Kineto writes first: not plausible inside a string
 _SPLIT = re.compile(rb'\}\s*,\s*(?=\{\s*"(?:ph|cat|name|pid|tid|ts|dur|args)"\s*:)')
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -191,6 +194,10 @@ class CorruptTrace(msgspec.DecodeError):
     another reading can help)."""
 
 
+class EventTooLarge(Exception):
+    """One event runs over MAX_EVENT bytes; the message follows the file's name."""
+
+
 def stream_events(path: Path, gzipped: bool, columns: EventColumns,
                   workers: Optional[int] = None) -> dict[str, Any]:
     """Feed every event of the file to ``columns``; return the other top-level keys.
@@ -212,22 +219,41 @@ def stream_events(path: Path, gzipped: bool, columns: EventColumns,
         try:
             buffer, header = _find_events_start(blocks)
             for block in blocks:
-                buffer = _check_progress(_consume(buffer + block, columns), blocks.consumed)
+                buffer = _check_progress(_consume(buffer + block, columns), blocks.consumed,
+                                         len(buffer))
             tail = _consume_tail(buffer, columns, blocks.consumed - len(buffer))
         finally:
             blocks.close()
     return _metadata(header, tail)
 
 
-def _check_progress(pending: bytes, read: int) -> bytes:
+def _check_progress(pending: bytes, read: int, before: int) -> bytes:
     """Fail once more than MAX_PENDING bytes in a row hold no decodable event: a corrupt
     byte or a run of garbage, found in time linear in the file (each byte is tried a
-    bounded number of times) and in bounded memory."""
-    if len(pending) <= MAX_PENDING:
+    bounded number of times) and in bounded memory. Bytes that are only unfinished (one
+    event holding a string of many MiB) are read on, checked again each time they double
+    (``before``: the pending bytes' length at the last call), up to MAX_EVENT.
+
+    Raises:
+        CorruptTrace: a byte that is not JSON.
+        EventTooLarge: an unfinished event of more than MAX_EVENT bytes.
+    """
+    if _doublings(len(pending)) <= _doublings(before):
         return pending
-    raise _corrupt(pending, read - len(pending),
-                   f"; no event decodes in the {len(pending) / 2**20:.0f} MiB from byte "
-                   f"{read - len(pending):,}")
+    start = read - len(pending)
+    error = _corrupt(pending, start, f"; no event decodes in the {len(pending) / 2**20:.0f} "
+                                     f"MiB from byte {start:,}")
+    if isinstance(error, CorruptTrace):
+        raise error
+    if len(pending) <= MAX_EVENT:
+        return pending
+    raise EventTooLarge(f"holds an event of more than {MAX_EVENT / 2**20:g} MiB (from byte "
+                        f"{start:,} of its JSON text), more than nsbridge reads in one event")
+
+
+def _doublings(size: int) -> int:
+    """How many times ``size`` pending bytes doubled past MAX_PENDING (0: not past it)."""
+    return 0 if size <= MAX_PENDING else ((size - 1) // MAX_PENDING).bit_length()
 
 
 def _corrupt(pending: bytes, start: int, why: str = "") -> msgspec.DecodeError:
@@ -588,7 +614,8 @@ def _read_range_into(columns: EventColumns, path: str, begin: int, end: int,
             if not data:
                 break
             remaining -= len(data)
-            buffer = _check_progress(_consume(buffer + data, columns), end - remaining)
+            buffer = _check_progress(_consume(buffer + data, columns), end - remaining,
+                                     len(buffer))
     if last:
         return _consume_tail(buffer, columns, end - remaining - len(buffer))
     body = buffer.strip()
@@ -762,13 +789,18 @@ def _decode_leniently(data: bytes, exc: Union[msgspec.DecodeError, UnicodeDecode
                       columns: EventColumns) -> Optional[int]:
     """A batch msgspec refuses for what Python's json reads (``NaN``, ``Infinity``, a lone
     surrogate escape) or for bytes that are not UTF-8 (read as U+FFFD): decoded by the
-    stdlib, so only the events holding odd values are skipped later. Else the failing byte."""
+    stdlib, so only the events holding odd values are skipped later. A batch with torch's
+    bare double quotes in a string is decoded once they are escaped (parse._quotes). Else
+    the failing byte."""
     if isinstance(exc, UnicodeDecodeError):
         at = exc.start
     else:
         at = _error_offset(exc, len(data))
         if "surrogate" not in str(exc) and not _NON_FINITE.match(data, at):
-            return at
+            repaired = repair_quotes(data) if "truncated" not in str(exc) else data
+            if repaired == data or _decode_batch(repaired, columns) is not None:
+                return at
+            return None
     try:
         events = json.loads(data.decode("utf-8", errors="replace"))
     except ValueError:
@@ -783,12 +815,13 @@ def _error_offset(exc: msgspec.DecodeError, size: int) -> int:
 
 
 def _decode_object(data: bytes) -> dict[str, Any]:
-    """The trace's top-level keys (NaN and Infinity read as the stdlib reads them)."""
+    """The trace's top-level keys (NaN and Infinity read as the stdlib reads them, torch's
+    bare double quotes escaped)."""
     try:
         value = _GENERIC.decode(data)
     except msgspec.DecodeError:
         try:
-            value = json.loads(data)
+            value = json.loads(repair_quotes(data))
         except ValueError:
             raise msgspec.DecodeError("the keys around traceEvents are not valid JSON") from None
     return value if isinstance(value, dict) else {}

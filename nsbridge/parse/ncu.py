@@ -36,6 +36,7 @@ from typing import Any, Iterable, Optional
 
 import pandas as pd
 
+from ..confine import readable
 from ..errors import NcuFormatError, TraceNotFoundError
 from .ncu_units import normalise
 
@@ -86,7 +87,7 @@ def read_ncu(path: str | Path) -> NcuData:
         TraceNotFoundError: the file does not exist.
         NcuFormatError: not an ncu export; says what it is instead and how to export one.
     """
-    path = Path(path)
+    path = readable(path)
     if not path.is_file():
         raise TraceNotFoundError(f"Nsight Compute file {path} does not exist.")
     if path.suffix == ".ncu-rep":
@@ -105,20 +106,54 @@ def read_ncu(path: str | Path) -> NcuData:
             f"{path} is not an Nsight Compute CSV export (its first column is not \"ID\"). "
             "Export one with `ncu --import REPORT.ncu-rep --csv --page raw --print-units base "
             "> out.csv`, or pass the .ncu-rep itself.")
-    header = rows[0]
-    body = [r for r in rows[1:] if r != header]   # exports joined with `cat`: one header
+    # exports joined with `cat`: each part from its header row on, read with its own header
+    # (and, on the raw page, its own units row)
+    starts = [i for i, row in enumerate(rows) if row[:1] == ["ID"]] + [len(rows)]
     try:
-        if "Metric Name" in header and "Metric Value" in header:
-            data = _read_details(path, header, body)
-        else:
-            data = _read_raw(path, header, body)
+        parts = [_read_part(path, rows[i], rows[i + 1:j]) for i, j in zip(starts, starts[1:])]
     except _BadRow as bad:
         raise NcuFormatError(f"{path} is damaged: {bad}. Export it again with `ncu --import "
                              "REPORT.ncu-rep --csv --page raw --print-units base`.") from None
-    if len(body) < len(rows) - 1:
-        data.notes.append(f"{path.name}: {len(rows) - 1 - len(body)} repeated header row(s) "
-                          "(exports joined into one file) skipped")
-    return data
+    return parts[0] if len(parts) == 1 else _joined(path, parts)
+
+
+def _read_part(path: Path, header: list[str], body: list[list[str]]) -> NcuData:
+    if "Metric Name" in header and "Metric Value" in header:
+        return _read_details(path, header, body)
+    return _read_raw(path, header, body)
+
+
+def _joined(path: Path, parts: list[NcuData]) -> NcuData:
+    """Exports joined into one file, as one: launch IDs a part repeats from an earlier one
+    (each export counts from 0) renumbered to follow them, with a note.
+
+    Raises:
+        NcuFormatError: the parts are of different pages (raw and details).
+    """
+    if len({part.source for part in parts}) > 1:
+        raise NcuFormatError(
+            f"{path} joins {len(parts)} ncu exports of different pages (raw and details) "
+            "into one file; nsbridge reads one page per file. Pass each export as its own "
+            "file, or export them all with `--page raw`.")
+    used: set[int] = set()
+    renumbered = 0
+    for part in parts:
+        ids = set(part.launches["launch"].tolist()) | set(part.metrics["launch"].tolist())
+        if ids & used:
+            offset = max(used) + 1 - min(ids)
+            part.launches["launch"] += offset
+            part.metrics["launch"] += offset
+            ids = {i + offset for i in ids}
+            renumbered += 1
+        used |= ids
+    notes = [note for part in parts for note in part.notes]
+    notes.append(f"{path.name}: {len(parts)} ncu exports joined into one file, read one "
+                 "after another" + (f"; the launch IDs of {renumbered} of them renumbered to "
+                                    "follow the ones before" if renumbered else ""))
+    return NcuData(path=path, source=parts[0].source,
+                   launches=pd.concat([p.launches for p in parts], ignore_index=True),
+                   metrics=pd.concat([p.metrics for p in parts], ignore_index=True),
+                   notes=list(dict.fromkeys(notes)))
 
 
 class _BadRow(Exception):

@@ -38,6 +38,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from ..confine import readable
 from ..errors import NsysExportError, TraceNotFoundError
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -85,7 +86,7 @@ def read_nsys_sqlite(path: str | Path) -> NsysExport:
             runtime calls) is there; the message names the missing tables and the nsys
             version that wrote the file.
     """
-    path = Path(path)
+    path = readable(path)
     if not path.is_file():
         raise TraceNotFoundError(f"nsys export {path} does not exist.")
     try:
@@ -105,6 +106,7 @@ def read_nsys_sqlite(path: str | Path) -> NsysExport:
                 f"{schema or 'unknown'}). Capture with `-t cuda,nvtx` and export with "
                 "`nsys export --type sqlite`.")
         strings, duplicated = _string_ids(conn)
+        longest = _capture_ns(conn, tables)
         export = NsysExport(
             path=path, product_version=version, schema_version=schema, tables=tables,
             ranges=_ranges(conn, tables, strings), kernels=_kernels(conn, tables, strings),
@@ -132,7 +134,7 @@ def read_nsys_sqlite(path: str | Path) -> NsysExport:
     if duplicated:
         export.notes.append(f"{path.name}: StringIds has {duplicated} repeated id(s); the "
                             "first value of each is used")
-    _drop_backwards(export)
+    _drop_impossible(export, longest)
     for table, frame in ((NVTX, export.ranges), (KERNEL, export.kernels)):
         if frame.empty:
             export.notes.append(f"{table} has no rows in {path.name}")
@@ -151,18 +153,38 @@ def _string_ids(conn: sqlite3.Connection) -> tuple[pd.Series, int]:
     return strings, int(ids.duplicated().sum())
 
 
-def _drop_backwards(export: NsysExport) -> None:
-    """Rows that end before they start (a damaged export) are left out, with a note: a
-    negative duration would make every sum and busy share wrong."""
+# the longest a row may last when the export does not say how long the capture ran (in ns:
+# 2**53 ns is 104 days, and every duration below it is exact in a float)
+_LONGEST_NS = float(2 ** 53)
+
+
+def _capture_ns(conn: sqlite3.Connection, tables: set[str]) -> float:
+    """How long the capture ran (ANALYSIS_DETAILS), the bound on any row's duration; the
+    generic _LONGEST_NS when the export does not say or says something unusable."""
+    if "ANALYSIS_DETAILS" not in tables or "duration" not in _columns(conn, "ANALYSIS_DETAILS"):
+        return _LONGEST_NS
+    row = conn.execute("SELECT max(duration) FROM ANALYSIS_DETAILS").fetchone()
+    value = row[0] if row else None
+    return float(value) if isinstance(value, int) and 0 < value < _LONGEST_NS else _LONGEST_NS
+
+
+def _drop_impossible(export: NsysExport, longest: float) -> None:
+    """Rows with impossible times (a damaged export) are left out, with a note: ending
+    before they start, or lasting longer than the capture ran (``longest`` ns). Kept, one
+    would make every sum and busy share wrong (a wrapped int64 duration: "GPU busy
+    -6574773277101 %"). Compared on start and end, not on ``dur``, which can wrap."""
     for name in ("ranges", "kernels", "runtime", "memcpy", "memset", "gpu_syncs", "osrt"):
         frame = getattr(export, name)
-        if frame.empty or "dur" not in frame:
+        if frame.empty or "start" not in frame or "end" not in frame:
             continue
-        backwards = pd.to_numeric(frame["dur"], errors="coerce") < 0
-        if backwards.any():
-            setattr(export, name, frame[~backwards].reset_index(drop=True))
-            export.notes.append(f"{export.path.name}: {int(backwards.sum())} {name} row(s) "
-                                "end before they start and were left out")
+        start, end = frame["start"].to_numpy(), frame["end"].to_numpy()
+        impossible = (end < start) | (end.astype(np.float64) - start.astype(np.float64)
+                                      > longest)
+        if impossible.any():
+            setattr(export, name, frame[~impossible].reset_index(drop=True))
+            export.notes.append(f"{export.path.name}: {int(impossible.sum())} {name} row(s) "
+                                "end before they start or last longer than the capture ran "
+                                "(a damaged export) and were left out")
 
 
 def _connect(path: Path, check_same_thread: bool = True) -> sqlite3.Connection:

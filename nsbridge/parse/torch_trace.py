@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +23,10 @@ from typing import Any, Optional
 import pandas as pd
 
 from .. import schema as S
+from ..confine import readable
 from ..errors import EmptyTraceError, TraceFormatError, TraceNotFoundError
 from ._event_columns import EventColumns
+from ._quotes import repair_quotes
 
 BOM = b"\xef\xbb\xbf"   # a UTF-8 byte-order mark, which some editors write before JSON
 
@@ -31,7 +34,7 @@ msgspec: Optional[ModuleType]
 try:  # the fast streaming reader; the stdlib reader below gives the same frame
     import msgspec
 
-    from ._stream import NotATrace, stream_events
+    from ._stream import EventTooLarge, NotATrace, stream_events
 except ImportError:  # pragma: no cover - exercised by forcing streaming=False in tests
     msgspec = None
 
@@ -80,8 +83,9 @@ def read_trace(path: str | Path, *, streaming: Optional[bool] = None,
         TraceNotFoundError: the path does not exist.
         TraceFormatError: not JSON, truncated/corrupt gzip or JSON, or not a trace.
         EmptyTraceError: a trace without any complete or instant events.
+        OutsideRootsError: confined (nsbridge.confine), the file lies outside the roots.
     """
-    path = Path(path)
+    path = readable(path)
     if not path.is_file():
         raise TraceNotFoundError(f"Trace file {path} does not exist. Pass a torch.profiler "
                                  "trace (.json or .json.gz) or a folder that holds them.")
@@ -95,6 +99,8 @@ def read_trace(path: str | Path, *, streaming: Optional[bool] = None,
         raise _gzip_error(path, exc) from exc
     except _NOT_A_TRACE_TYPES as exc:
         raise TraceFormatError(_not_a_trace(path)) from exc
+    except _BEYOND_LIMITS as exc:
+        raise TraceFormatError(_beyond_limits(path, exc)) from exc
     except ValueError as exc:  # json.JSONDecodeError and msgspec.DecodeError
         truncated = "truncated" in str(exc) or "not closed" in str(exc) or (
             isinstance(exc, json.JSONDecodeError) and exc.pos >= len(exc.doc) - 2)
@@ -135,6 +141,8 @@ class _NotATraceError(Exception):
 
 
 _NOT_A_TRACE_TYPES: tuple = (_NotATraceError,) + ((NotATrace,) if msgspec is not None else ())
+# JSON nested past the decoders' recursion limit; one event over the streaming reader's bound
+_BEYOND_LIMITS: tuple = (RecursionError,) + ((EventTooLarge,) if msgspec is not None else ())
 
 
 def _check_start(path: Path) -> bool:
@@ -159,7 +167,13 @@ def _check_start(path: Path) -> bool:
 
 def _read_whole(path: Path, columns: EventColumns) -> dict[str, Any]:
     raw = read_inflated(path)
-    doc = json.loads(raw.decode("utf-8-sig", errors="replace"))   # as the streaming reader
+    try:
+        doc = json.loads(raw.decode("utf-8-sig", errors="replace"))   # as the streaming reader
+    except json.JSONDecodeError:   # torch's bare double quotes in a name or path, escaped
+        repaired = repair_quotes(raw)
+        if repaired == raw:
+            raise
+        doc = json.loads(repaired.decode("utf-8-sig", errors="replace"))
     del raw
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
@@ -189,6 +203,14 @@ def _gzip_error(path: Path, exc: BaseException) -> TraceFormatError:
     return TraceFormatError(
         f"{path} is a gzip file that cannot be decompressed ({exc}); it is truncated or "
         "corrupt. Copy it again from where it was written, or re-export the trace.")
+
+
+def _beyond_limits(path: Path, exc: BaseException) -> str:
+    what = (f"nests JSON values more than about {sys.getrecursionlimit():,} levels deep, "
+            "deeper than nsbridge reads" if isinstance(exc, RecursionError) else str(exc))
+    return (f"{path} {what}. torch.profiler writes nothing like it (its events nest a few "
+            "levels and hold no string of that size): this is not a trace as "
+            "export_chrome_trace writes it. Pass the trace torch wrote.")
 
 
 def _not_a_trace(path: Path) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any, Mapping, Optional, Sequence
 from .. import progress
 from .. import schema as S
 from ..collect.nsys import export_sqlite, find_nsys, run_nsys_pass
+from ..confine import readable
 from ..errors import LaunchError
 from ..job.mailbox import RankPlan
 from ..model.ranks.collectives import COMMUNICATION_OP
@@ -19,6 +19,7 @@ from ..parse.nsys_sqlite import read_nsys_sqlite
 from ..profiles import Profile
 from ..report.build import clean
 from ..run import PassOutput, Run
+from ..rundir import load_record
 from ..script_check import Script
 from .outcome import pass_status
 
@@ -145,8 +146,9 @@ def capture_timeline(run_dir: Path, *, target: str, args: Sequence[str], module:
     capture = nsys_pass.capture
     status, exit_code, error = pass_status(capture.outcome, nsys_pass.child)
     with progress.step("joining kernels to ops in the nsys export"):
-        joined = _join_window(read_nsys_sqlite(nsys_pass.sqlite),
-                              measured_steps(run_dir, profile), profile.timeline.top_gaps)
+        export = read_nsys_sqlite(nsys_pass.sqlite)
+        joined = _join_window(export, measured_steps(run_dir, profile),
+                              profile.timeline.top_gaps)
     emitted = ((nsys_pass.child or {}).get("nvtx") or {}).get("total", 0)
     check = nvtx_check(emitted, joined.summary["nsbridge_ranges"], nsys_pass.version)
     section = timeline_section(joined, check, {"nsys_rep": capture.report.name,
@@ -159,7 +161,7 @@ def capture_timeline(run_dir: Path, *, target: str, args: Sequence[str], module:
     if child_env:
         manifest["environment"] = child_env
     return _output(section, joined, manifest, status, exit_code, error,
-                   [check["warning"]] if check["warning"] else []), joined
+                   export.notes + ([check["warning"]] if check["warning"] else [])), joined
 
 
 def timeline_from_exports(files: Sequence[Path], profile: Profile, run_dir: Path,
@@ -176,13 +178,14 @@ def timeline_from_exports(files: Sequence[Path], profile: Profile, run_dir: Path
                                    run_dir / f"{source.stem}.sqlite", environ=environ)
     with progress.step(f"joining kernels to ops in {sqlite.name}"):
         steps = measured_steps(None, profile) if window == "steps" else []
-        joined = _join_window(read_nsys_sqlite(sqlite), steps, profile.timeline.top_gaps)
+        export = read_nsys_sqlite(sqlite)
+        joined = _join_window(export, steps, profile.timeline.top_gaps)
     nvtx = {"emitted": None, "recorded": joined.summary["nsbridge_ranges"], "warning": None}
     section = timeline_section(joined, nvtx, {"input": str(source), "sqlite": str(sqlite)})
     if len(files) > 1:
         section["note"] = f"{len(files)} nsys files given; the timeline shows {source.name}"
     return _output(section, joined, {"inputs": [str(f) for f in files]}, "ok", 0, None,
-                   []), joined
+                   export.notes), joined
 
 
 def measured_steps(run_dir: Optional[Path], profile: Profile) -> list[int]:
@@ -191,7 +194,7 @@ def measured_steps(run_dir: Optional[Path], profile: Profile) -> list[int]:
     range N is the same step."""
     child = run_dir / S.CHILD_JSON if run_dir is not None else None
     if child is not None and child.is_file():
-        steps = json.loads(child.read_text(encoding="utf-8")).get("steps") or []
+        steps = load_record(readable(child), S.CHILD_SHAPE).get("steps") or []
         active = [int(s["index"]) for s in steps if s.get("phase") == "active"]
         if active:   # the first window only (repeat > 1 saves more): the one analysed
             run = [active[0]]

@@ -69,7 +69,7 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
 def pooled_steps(passes: Sequence[TorchPass]) -> list[dict[str, Any]]:
     """Every step the processes timed, each with its run (1..N)."""
     return [{**step, "run": i} for i, tp in enumerate(passes, 1)
-            for step in (tp.child or {}).get("steps", [])]
+            for step in (tp.child or {}).get("steps") or []]
 
 
 def analyse_passes(run_dir: Path, passes: Sequence[TorchPass], *, target: str,

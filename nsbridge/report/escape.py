@@ -5,7 +5,8 @@ escapes, so a name cannot move the cursor, recolour or erase a terminal, or reor
 ``md_cell`` also escapes Markdown, so a name cannot break a table row or a comment, start a
 code span or inject HTML; ``md_text`` is ``md_cell`` for
 text that starts a paragraph, heading or list item of its own; ``md_code`` sets a name as a
-code span in a table cell.
+code span in a table cell. ``csv_cell`` makes a text cell of a CSV file safe for a
+spreadsheet.
 """
 
 from __future__ import annotations
@@ -42,6 +43,21 @@ def _escape_marker(match: re.Match[str]) -> str:
     if marker[0].isdigit():
         return indent + marker[:-1] + "\\" + marker[-1]
     return indent + "\\" + marker
+
+
+_FORMULA_START = ("=", "+", "-", "@")    # what a spreadsheet reads as a formula (OWASP)
+
+
+def csv_cell(value: object) -> object:
+    """``value`` for a CSV cell: text with control characters as in ``terminal`` (so a CR
+    or LF in a name never splits its row) and a single quote put before a leading ``=``,
+    ``+``, ``-`` or ``@`` (so a spreadsheet shows it as text, never runs it as a formula;
+    a leading tab or CR is already ``\\t``/``\\r``). Anything else (a number, a
+    negative one included, a flag, a missing value) is returned as it is."""
+    if not isinstance(value, str):
+        return value
+    text = terminal(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
 
 
 def md_code(text: object) -> str:

@@ -24,6 +24,7 @@ import msgspec
 from .. import schema as S
 from ..model.host.syncs import BLOCKING_CALL
 from ..parse._event_columns import fields_as_read, readable_event, readable_events
+from ..parse._quotes import repair_quotes
 from .views import views_by_op_key
 
 PID = 2_000_000_000          # a pid no real process has: nsbridge's own tracks
@@ -70,11 +71,19 @@ def merged_trace_json(data: bytes, report: dict[str, Any]) -> bytes:
     and the ops and kernels when the report has per-op numbers to attach) are decoded and
     merged: 0.15 s for a 100k-event trace, where decoding every event took 0.4 s. A file
     msgspec does not take (NaN, a BOM, bytes that are not UTF-8, a bare array) is decoded
-    whole by the stdlib's rules and merged as it is."""
+    whole by the stdlib's rules and merged as it is. torch's bare double quotes in names
+    and paths are escaped first, as the trace reader escapes them (parse._quotes)."""
     try:
         return _merged_by_splice(data, report)
     except (msgspec.DecodeError, UnicodeError, TypeError, OverflowError):
-        return _encode(merge_trace(_decode(data), report))
+        pass
+    repaired = repair_quotes(data)
+    if repaired != data:
+        try:
+            return _merged_by_splice(repaired, report)
+        except (msgspec.DecodeError, UnicodeError, TypeError, OverflowError):
+            pass
+    return _encode(merge_trace(_decode(repaired), report))
 
 
 class _EventView(msgspec.Struct, gc=False):

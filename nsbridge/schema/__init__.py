@@ -8,6 +8,8 @@
                   INTERRUPTED and TERMINATED, the ones a pass reports, are also S.*)
 - schema.report_shape  what each field of report.json a reader uses must be, and the
                   check naming the first that is not (``report_problem``)
+- schema.records  the shapes of the records nsbridge writes and reads back (manifest.json,
+                  child.json, summary.json, the job mailbox, gate.json; ``record_problem``)
 
 Column names:
 
@@ -59,3 +61,4 @@ from .files import *  # noqa: F401,F403
 from .exit_codes import INTERRUPTED, RECORD_NOT_WRITTEN, TERMINATED, TIMEOUT  # noqa: F401
 from .report import *  # noqa: F401,F403
 from .report_shape import *  # noqa: F401,F403
+from .records import *  # noqa: F401,F403

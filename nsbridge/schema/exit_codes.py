@@ -40,9 +40,11 @@ EXIT_CODES: tuple[ExitCode, ...] = (
              "please report it with the command line"),
     ExitCode(str(INCONCLUSIVE), "gate, diff", "the data cannot decide; the output says what "
              "would settle it (`--inconclusive pass|fail` maps it to 0 or 1)"),
-    ExitCode(str(REFUSED), "gate, diff", "refused, nothing was compared: a failed, running, "
-             "empty or foreign-schema run, two different scripts, or a gate process "
-             "that failed"),
+    ExitCode(str(REFUSED), "gate, diff, deep", "refused, nothing was compared: a failed, "
+             "running, empty or foreign-schema run, two different scripts, or a gate process "
+             "that failed; `gate`, `deep`: a run directory nsbridge will not run again (its "
+             "script outside the trusted folders, a module, a variable that loads code), "
+             "before any process started"),
     ExitCode(str(RECORD_NOT_WRITTEN), "the profiled process (nsbridge exits 1)", "the "
              "profiled process could not write its record (a full disk); nsbridge reports "
              "status `failed`, exits 1 and keeps what the trace holds"),

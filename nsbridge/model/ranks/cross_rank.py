@@ -47,7 +47,9 @@ def cross_rank(summaries: Iterable[dict[str, Any]], straggler_pct: float = 10.0,
         "step": None, "skew": [], "collectives": [], "straggler": None}
     if not measured:
         return out
-    medians = {r["rank"]: r for r in per_rank if r["step_ms"] is not None}
+    profiled = {s["rank"] for s in measured}   # a summary may hold steps yet say not profiled
+    medians = {r["rank"]: r for r in per_rank if r["step_ms"] is not None
+               and r["rank"] in profiled}
     steps = [r["step_ms"] for r in medians.values()]
     slowest_row = max(medians.values(), key=lambda r: r["step_ms"])
     mid = statistics.median(steps)
