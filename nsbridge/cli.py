@@ -176,10 +176,10 @@ def _answer(command: str, fmt: str, top: int, call: Callable[[], Any]) -> None:
               metavar="[=N]", help="Also run Nsight Compute on the N hottest ops (default: "
                                    "the deep profile's top).")
 @DEEP_PROFILE
-@click.option("--nproc-per-node", type=int, metavar="N",
+@click.option("--nproc-per-node", type=Bounded(limits.NPROC_PER_NODE), metavar="N",
               help="Start N ranks through torch.distributed.run (torchrun), each profiled.")
 @click.option("--nnodes", metavar="M", help="torchrun --nnodes (several machines).")
-@click.option("--node-rank", type=int, help="torchrun --node-rank.")
+@click.option("--node-rank", type=Bounded(limits.NODE_RANK), help="torchrun --node-rank.")
 @click.option("--rdzv-endpoint", metavar="HOST:PORT", help="torchrun --rdzv-endpoint.")
 @click.option("--ranks", "ranks", metavar="0,3",
               help="Profile only these ranks under torch.profiler and nsys (the others run "
@@ -352,7 +352,7 @@ def _finish(result: Any, top: int) -> None:
 @OUT
 @TOP
 @WINDOW
-@click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+@click.option("--jobs", type=Bounded(limits.JOBS), default=None, metavar="N",
               help="Worker processes for several torch traces, each reading one trace at a "
                    "time (default: one per CPU).")
 @FORMAT

@@ -60,6 +60,9 @@ TIMEOUT_S = Bound("timeout", 1, 7 * 24 * 3600, integer=False, high_means="a week
 TOP = Bound("top", 1, 1000)                     # rows of a summary table
 DEEP_TOP = Bound("deep top", 1, 50)             # ops Nsight Compute profiles
 ROWS = Bound("n", 1, 50)                        # rows an MCP query answers with
+JOBS = Bound("jobs", 1, 1024)                   # worker processes of analyze
+NPROC_PER_NODE = Bound("nproc per node", 1, 1024)   # ranks nsbridge starts on this machine
+NODE_RANK = Bound("node rank", 0, (1 << 20) - 1)    # schema.records.MAX_RANKS - 1
 FAIL_ABOVE_PCT = Bound("fail above", 0, 10_000, integer=False)
 MIN_STEP_SHARE_PCT = Bound("min step share", 0, 100, integer=False)
 

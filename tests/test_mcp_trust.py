@@ -43,7 +43,9 @@ def test_the_cli_refuses_what_the_ranges_refuse_with_a_usage_error() -> None:
                                                               "a", "b"],
                  ["gate", "--processes", "0", "a", "b"], ["gate", "--steps", "0", "a", "b"],
                  ["triage", "--runs", "0", "x.py"], ["triage", "--timeout", "inf", "x.py"],
-                 ["diff", "--min-step-share", "inf", "a", "b"]):
+                 ["diff", "--min-step-share", "inf", "a", "b"],
+                 ["triage", "--nproc-per-node", "100000", "x.py"],
+                 ["triage", "--node-rank", "-1", "x.py"], ["analyze", "--jobs", "100000", "x"]):
         result = CliRunner().invoke(main, args, prog_name="nsbridge")
         assert result.exit_code == 2, (args, result.output)
         assert "must be a" in result.output, result.output
