@@ -374,13 +374,16 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
         UntrustedRunError: a run directory names a script or folder outside ``trust``, a
             module, or a variable it may not set; a checkout's script lies outside it
             (nothing has run).
+        DiffRefusedError: two run directories of different scripts or arguments, which
+            ``allow`` does not accept (nothing has run: interleave.judged_apart).
         ScriptError: a side's script cannot be found or compiled.
         ProfileError: the gate's profile is not valid.
         RunDirError: the gate's folder cannot be written.
     """
     import time
 
-    from .interleave import SIDES, applied_env, describe, order, resolve_side, run_pairs
+    from .interleave import (SIDES, applied_env, describe, judged_apart, order, resolve_side,
+                             run_pairs)
     from .report.diff_render import render_diff
     from .rundir import new_run_dir, write_json
 
@@ -389,6 +392,9 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     sides = {name: resolve_side(name, str(given), script, args, module, env or {}, trust,
                                 environ)
              for name, given, env in zip(SIDES, (base, new), (base_env, new_env))}
+    apart = judged_apart(sides, allow)
+    if apart:
+        raise DiffRefusedError(terminal(apart))
     prof = _profile(profile)
     prof = dataclasses.replace(prof, schedule=dataclasses.replace(prof.schedule, active=steps))
     threads_from = "--threads"

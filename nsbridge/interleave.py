@@ -16,7 +16,7 @@ import json
 import os
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from . import schema as S
@@ -47,6 +47,7 @@ class GateSide:
     threads: Optional[int] = None   # recorded by the run directory, if it set them
     notes: list[str] = field(default_factory=list)
     env_from: dict[str, str] = field(default_factory=dict)   # where each of env came from
+    from_run: bool = False       # a run directory's manifest (else a checkout)
 
 
 def resolve_side(name: str, given: str, script: Optional[str], args: Sequence[str],
@@ -131,7 +132,7 @@ def _from_run(name: str, given: str, manifest_path: Path, env: Mapping[str, str]
                     env={**applied, **env}, threads=threads if isinstance(threads, int)
                     and not isinstance(threads, bool) else None, notes=notes,
                     env_from={**{k: f"{given}'s manifest" for k in applied},
-                              **{k: option for k in env}})
+                              **{k: option for k in env}}, from_run=True)
 
 
 def applied_env(side: GateSide, threads: Optional[int]) -> dict[str, tuple[str, str]]:
@@ -166,6 +167,29 @@ def _ranked(run_dir: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(report, dict) and is_ranked(report)
+
+
+def judged_apart(sides: Mapping[str, GateSide], allow: Sequence[str]) -> Optional[str]:
+    """Why two run directories could only be judged inconclusive, whatever their processes
+    measure: their scripts or arguments differ and ``allow`` does not accept it. Known from
+    the manifests, so said before any process runs (with the flag that would judge them);
+    None when they can be judged. Checkouts run the same script and arguments on both
+    sides."""
+    base, new = sides["base"], sides["new"]
+    if not (base.from_run and new.from_run):
+        return None
+    if "target" not in allow and PurePath(base.target) != PurePath(new.target):
+        return (f"{base.given} and {new.given} ran different scripts ({base.target} vs "
+                f"{new.target}), so the gate would refuse to compare what it measured. "
+                "Nothing was run. Pass --allow-different-target to gate them anyway, or "
+                "gate two runs of the same script.")
+    if "args" not in allow and base.args != new.args:
+        shown = [shlex.join(side.args) or "(none)" for side in (base, new)]
+        return (f"{base.given} and {new.given} ran the script with different arguments "
+                f"({shown[0]} vs {shown[1]}), so the gate could only answer inconclusive "
+                "after measuring every pair. Nothing was run. Pass --allow args to judge "
+                "them as they are, or gate two runs made with the same arguments.")
+    return None
 
 
 def order(pairs: int) -> list[tuple[int, str]]:

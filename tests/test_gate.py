@@ -43,6 +43,36 @@ def test_pairs_alternate_which_side_goes_first() -> None:
                         (3, "new")]
 
 
+def test_runs_of_other_arguments_or_scripts_are_refused_before_any_process(
+        tmp_path: Path) -> None:
+    """What only an inconclusive answer could follow is said first, with the flag that
+    judges it (in this process: a process started would fail the test)."""
+    import nsbridge
+    from nsbridge.errors import DiffRefusedError
+    from nsbridge.interleave import judged_apart
+
+    (tmp_path / "t.py").write_text(TINY)
+    (tmp_path / "u.py").write_text(TINY)
+    runs = {}
+    for name, target, args in (("a", "t.py", ["--x", "1"]), ("b", "t.py", ["--x", "2"]),
+                               ("c", "u.py", ["--x", "1"])):
+        runs[name] = tmp_path / name
+        runs[name].mkdir()
+        (runs[name] / "manifest.json").write_text(json.dumps({
+            "command": "triage", "status": "ok", "target": target, "args": args,
+            "cwd": str(tmp_path)}))
+    with pytest.raises(DiffRefusedError, match=r"different arguments \(--x 1 vs --x 2\).*"
+                                               r"Nothing was run.*--allow args"):
+        nsbridge.gate(runs["a"], runs["b"], trust=[tmp_path], out=tmp_path / "g")
+    with pytest.raises(DiffRefusedError, match="different scripts.*--allow-different-target"):
+        nsbridge.gate(runs["a"], runs["c"], trust=[tmp_path], out=tmp_path / "g")
+    assert not (tmp_path / "g").exists()
+    sides = {side: resolve_side(side, str(runs[name]), None, (), False, {}, [tmp_path], {})
+             for side, name in (("base", "a"), ("new", "b"))}
+    assert judged_apart(sides, ["args"]) is None
+    assert judged_apart({"base": sides["base"], "new": sides["base"]}, []) is None
+
+
 def test_a_run_directory_brings_its_script_arguments_folder_and_environment(
         tmp_path: Path) -> None:
     run = tmp_path / "run"

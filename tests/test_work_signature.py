@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -85,3 +87,29 @@ def test_a_real_trace_records_dtype_and_layout_per_signature(tmp_path: Path) -> 
     assert set(by_dtype) == {"float32", "float64"}
     assert by_dtype["float64"]["layout"] == "contiguous, transposed"
     assert by_dtype["float64"]["shape"] == "[[64,32],[32,16]]" and by_dtype["float64"]["calls"] == 1
+
+
+def test_tied_signatures_are_kept_alike_whatever_their_times() -> None:
+    """An op with more equally called signatures than are kept (an aten::add_ with 12
+    shapes, once each per step): two runs of the same work, timed differently, keep the
+    same ones, so an unchanged pair never reads as a layout or shape change."""
+    from nsbridge.model.host.ops import SHAPE_WORK_TOP, _shape_work, merge_shape_work
+
+    shapes = [f"[[{n},4]]" for n in range(12)]
+
+    def kept(times: list[float]) -> list[tuple]:
+        per_op = pd.DataFrame({"name": "aten::add_", "shape": shapes, "dtypes": "float32",
+                               "layout": ["contiguous", "strided"] * 6, "self_us": times})
+        work = _shape_work(per_op, "self_us")["aten::add_"]
+        assert len(work) == SHAPE_WORK_TOP
+        return [(w["shape"], w["layout"]) for w in work]
+
+    rng = np.random.default_rng(0)
+    first = kept(list(rng.uniform(1, 100, 12)))
+    for _ in range(5):
+        assert kept(list(rng.uniform(1, 100, 12))) == first
+    merged = [merge_shape_work(pd.Series([[{"shape": s, "dtypes": "float32",
+                                            "layout": "contiguous", "calls": 1, "us": us}
+                                           for s, us in zip(shapes, rng.uniform(1, 9, 12))]]))
+              for _ in range(2)]
+    assert [w["shape"] for w in merged[0]] == [w["shape"] for w in merged[1]]

@@ -203,19 +203,29 @@ SHAPE_WORK_TOP = 8
 def _shape_work(per_op: pd.DataFrame, rank_col: str,
                 top: int = SHAPE_WORK_TOP) -> dict[str, list[dict]]:
     """Per op name, its calls and ranking time per work signature (input shapes, dtypes,
-    layout), the ``top`` most called (calls are the same in every run of the same work,
-    times are not: the choice does not move with noise)."""
+    layout), the ``top`` most called, ties broken by the signature's text (calls and
+    signatures are the same in every run of the same work, times are not: two runs of
+    unchanged code keep the same signatures, whatever the noise)."""
     shaped = per_op[per_op["shape"].notna()]
     if shaped.empty:
         return {}
     keys = ["name", "shape", "dtypes", "layout"]
     agg = shaped.groupby(keys, sort=False, dropna=False).agg(
         calls=("shape", "size"), us=(rank_col, "sum")).reset_index()
-    agg = agg.sort_values(["name", "calls", "us"], ascending=[True, False, False],
+    agg["order"] = [_signature_order(r.shape, r.dtypes, r.layout)
+                    for r in agg.itertuples(index=False)]
+    agg = agg.sort_values(["name", "calls", "order"], ascending=[True, False, True],
                           kind="stable")
     return {name: [_work_entry(r.shape, r.dtypes, r.layout, int(r.calls), float(r.us))
                    for r in group.head(top).itertuples(index=False)]
             for name, group in agg.groupby("name", sort=False)}
+
+
+def _signature_order(shape: Any, dtypes: Any, layout: Any) -> tuple[str, str, str]:
+    """A work signature as text, for an order both sides of a comparison share."""
+    def text(value: Any) -> str:
+        return value if isinstance(value, str) else ""
+    return text(shape), text(dtypes), text(layout)
 
 
 def _work_entry(shape: Any, dtypes: Any, layout: Any, calls: int, us: float) -> dict:
@@ -233,7 +243,8 @@ def merge_shape_work(lists: pd.Series) -> list[dict]:
             row = merged.setdefault(key, _work_entry(*key, 0, 0.0))
             row["calls"] += e["calls"]
             row["us"] = round(row["us"] + e["us"], 3)
-    return sorted(merged.values(), key=lambda e: (-e["calls"], -e["us"]))[:SHAPE_WORK_TOP]
+    return sorted(merged.values(), key=lambda e: (-e["calls"], _signature_order(
+        e["shape"], e["dtypes"], e["layout"])))[:SHAPE_WORK_TOP]
 
 
 _COPY_KIND = {S.MEMCPY: "memcpy", S.MEMSET: "memset"}
