@@ -8,6 +8,7 @@ import csv
 import gzip
 import json
 import shutil
+import sys
 import sqlite3
 from pathlib import Path
 from typing import Any, Callable
@@ -100,6 +101,17 @@ def test_json_nested_past_the_decoders_is_a_trace_format_error(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, depth: int) -> None:
     path = _with_event(tmp_path, '{"ph": "X", "name": "n", "cat": "cpu_op", "ts": 1, "dur": 1, '
                        '"args": {"x": ' + "[" * depth + "]" * depth + "}}")
+    # the decoders' depth is Python's recursion limit, which a library imported by an
+    # earlier test may have raised: hold it at Python's default here
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        _read_each_way_refused(path, monkeypatch)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _read_each_way_refused(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for streaming, scanner in ((True, True), (True, False), (False, True)):
         with monkeypatch.context() as patch:
             if not scanner:
