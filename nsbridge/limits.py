@@ -56,7 +56,7 @@ THREADS = Bound("threads", 1, usable_cores(), high_means="the usable cores")
 RUNS = Bound("runs", 1, 50)
 PROCESSES = Bound("processes", 1, 50)
 STEPS = Bound("steps", 3, 1000)
-TIMEOUT_S = Bound("timeout", 1, 7 * 24 * 3600, integer=False, high_means="a week")
+TIMEOUT_S = Bound("timeout", 0.1, 7 * 24 * 3600, integer=False, high_means="a week")
 TOP = Bound("top", 1, 1000)                     # rows of a summary table
 DEEP_TOP = Bound("deep top", 1, 50)             # ops Nsight Compute profiles
 ROWS = Bound("n", 1, 50)                        # rows an MCP query answers with
