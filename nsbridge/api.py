@@ -341,7 +341,8 @@ def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 1
 
 
 def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = None,
-         args: Sequence[str] = (), *, module: bool = False, processes: int = 5,
+         args: Sequence[str] = (), *, module: bool = False, processes: int = 3,
+         max_processes: Optional[int] = None, budget_s: Optional[float] = 600.0,
          threads: Optional[int] = None, steps: int = 25, fail_above: float = 10.0,
          min_step_share: float = 0.02, ops: Sequence[str] = (), allow: Sequence[str] = (),
          out: Optional[Union[str, Path]] = None, timeout: Optional[float] = None,
@@ -353,7 +354,11 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     """Measure BASE and NEW again, interleaved, and judge them: ``processes`` pairs of
     processes (A B, B A, ...; nsbridge.interleave), each a triage with the ``profile``
     (``steps`` measured steps) into one gate folder, judged on paired changes
-    (model.comparing.paired; with one pair, as `diff` judges two runs). BASE and NEW are run
+    (model.comparing.paired; with one pair, as `diff` judges two runs). While the answer
+    is inconclusive, one more pair is run and judged again, up to ``max_processes`` pairs
+    (default: 10, or ``processes`` if more) and while the next pair fits in ``budget_s``
+    seconds from the start (None: no limit); the false-alarm bound holds over all those
+    looks (model.comparing.evidence). BASE and NEW are run
     directories (run again as their manifests recorded them) or checkouts (``script`` run
     in each). ``threads``: torch's intra-op threads in every process (default: 1 when no
     GPU is visible, where two threads on a busy machine wait for each other; else as the
@@ -363,8 +368,9 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     side runs goes to ``on_progress`` before the first process starts.
 
     Returns the comparison (model.comparing.diff.compare's keys, ``mode`` "interleaved") with
-    ``gate``: its folder, processes, threads, steps, the order run, wall seconds, notes.
-    gate.json and gate.md are written into the folder.
+    ``gate``: its folder, processes (the pairs it took), the first look's and the most
+    pairs, the budget, each look's answer, why it stopped, threads, steps, the order run,
+    wall seconds, notes. gate.json and gate.md are written into the folder.
 
     Raises:
         DiffInputError: a side is neither a run directory nor a checkout (with a script),
@@ -382,8 +388,9 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     """
     import time
 
-    from .interleave import (SIDES, applied_env, describe, judged_apart, order, resolve_side,
-                             run_pairs)
+    from .interleave import (DEFAULT_MAX_PROCESSES, SIDES, applied_env, describe,
+                             judged_apart, order, resolve_side, run_pairs)
+    from .model.comparing.evidence import Budget
     from .report.diff_render import render_diff
     from .rundir import new_run_dir, write_json
 
@@ -426,14 +433,31 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
                 f"{folder}."))
         return result.report
 
+    most = max(max_processes or DEFAULT_MAX_PROCESSES, processes)
+    looks = Budget(first=processes, most=most)
     started = time.monotonic()
-    reports = run_pairs(sides, processes, folder, run_one, on_progress)
-    result = _judge_pairs(list(zip(reports["base"], reports["new"])), fail_above=fail_above,
-                          ops=ops, min_step_share=min_step_share, allow=allow)
+    reports = run_pairs(sides, processes, folder, run_one, on_progress, most=most)
+    history: list[dict[str, Any]] = []
+    while True:
+        pairs = list(zip(reports["base"], reports["new"]))
+        result = _judge_pairs(pairs, fail_above=fail_above, ops=ops,
+                              min_step_share=min_step_share, allow=allow, budget=looks)
+        history.append(_look(result))
+        elapsed = time.monotonic() - started
+        stopped = _stop_reason(result, len(pairs), most, elapsed, budget_s)
+        if stopped:
+            break
+        more = run_pairs(sides, len(pairs) + 1, folder, run_one, on_progress, most=most,
+                         first=len(pairs) + 1)
+        for side in SIDES:
+            reports[side] += more[side]
+    k = len(pairs)
     result["a_label"], result["b_label"] = str(base), str(new)
     result["gate"] = {
-        "dir": str(folder), "processes": processes, "threads": threads, "steps": steps,
-        "order": [f"{side}-{i:02d}" for i, side in order(processes)],
+        "dir": str(folder), "processes": k, "first_look": processes, "max_processes": most,
+        "budget_s": budget_s, "looks": history, "stopped": stopped,
+        "threads": threads, "steps": steps,
+        "order": [f"{side}-{i:02d}" for i, side in order(k)],
         "wall_s": round(time.monotonic() - started, 1),
         "threads_from": threads_from,
         "sides": {name: {"given": s.given, "target": s.target, "args": s.args,
@@ -483,9 +507,10 @@ def rejudge(folder: Union[str, Path], *, fail_above: float = 10.0,
                       schema_version=SCHEMA_VERSION, allow=allow)
         if why:
             raise DiffRefusedError(terminal(why))
-    result = _judge_pairs(pairs, fail_above=fail_above, ops=ops,
-                          min_step_share=min_step_share, allow=allow)
     earlier = _read_gate(path)
+    result = _judge_pairs(pairs, fail_above=fail_above, ops=ops,
+                          min_step_share=min_step_share, allow=allow,
+                          budget=_budget_of(earlier))
     result["a_label"] = earlier.get("a_label") or str(path / "base-NN")
     result["b_label"] = earlier.get("b_label") or str(path / "new-NN")
     result["gate"] = {**(earlier.get("gate") or {}), "dir": str(path),
@@ -494,19 +519,61 @@ def rejudge(folder: Union[str, Path], *, fail_above: float = 10.0,
 
 
 def _judge_pairs(pairs: list[tuple[dict[str, Any], dict[str, Any]]], *, fail_above: float,
-                 ops: Sequence[str], min_step_share: float,
-                 allow: Sequence[str]) -> dict[str, Any]:
-    """The gate's answer on its pairs of reports: paired from two pairs on, as `diff`
-    judges two runs with one."""
+                 ops: Sequence[str], min_step_share: float, allow: Sequence[str],
+                 budget: Any = None) -> dict[str, Any]:
+    """The gate's answer on its pairs of reports: paired from two pairs on (at ``budget``,
+    model.comparing.evidence.Budget: one look by default), as `diff` judges two runs with
+    one."""
     from .model.comparing.diff import compare
+    from .model.comparing.evidence import Budget
     from .model.comparing.paired import compare_pairs
 
     _check_gated_ops(ops, [r for pair in pairs for r in pair])
     if len(pairs) >= 2:
         return compare_pairs(pairs, fail_above=fail_above, ops=ops,
-                             min_step_share=min_step_share, allow=allow)
+                             min_step_share=min_step_share, allow=allow,
+                             budget=budget or Budget())
     return compare(*pairs[0], fail_above=fail_above, ops=ops, min_step_share=min_step_share,
                    allow=allow)
+
+
+def _look(result: dict[str, Any]) -> dict[str, Any]:
+    """One look of a growing gate, as gate.json keeps it: the pairs, the answer, the step
+    time's change and interval."""
+    step = result.get("step") or {}
+    return {"pairs": result.get("pairs"), "outcome": result["outcome"],
+            "step_change_pct": step.get("change_pct"), "step_ci_pct": step.get("ci_pct")}
+
+
+def _stop_reason(result: dict[str, Any], pairs: int, most: int, elapsed_s: float,
+                 budget_s: Optional[float]) -> Optional[str]:
+    """Why a growing gate stops after this look (None: run one more pair): it decided
+    (a regression, or a pass that leaves no gated op undecided: a pass on the step time
+    alone would stop before a slower op had the pairs to show it), more pairs cannot make
+    it comparable, it has ``most`` pairs, or the next pair (as long as the mean pair so
+    far) would end past ``budget_s``."""
+    if result["outcome"] == "regression" or (result["outcome"] == "pass"
+                                             and not result.get("inconclusive")):
+        return "decided"
+    if result.get("comparability"):
+        return "not comparable"
+    if pairs >= most:
+        return "max processes"
+    if budget_s is not None and elapsed_s + elapsed_s / pairs > budget_s:
+        return "budget"
+    return None
+
+
+def _budget_of(earlier: dict[str, Any]) -> Any:
+    """The false-alarm budget an earlier gate spent over its looks (one look when its
+    gate.json does not say)."""
+    from .model.comparing.evidence import Budget
+
+    gate = earlier.get("gate") or {}
+    first, most = gate.get("first_look"), gate.get("max_processes")
+    if isinstance(first, int) and isinstance(most, int) and 1 <= first <= most:
+        return Budget(first=first, most=most)
+    return Budget()
 
 
 def _read_gate(folder: Path) -> dict[str, Any]:

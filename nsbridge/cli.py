@@ -419,7 +419,8 @@ regression, 1 a regression or a process that failed, 4 inconclusive, 2 bad input
 Examples:
   nsbridge gate runs/main runs/pr
   nsbridge gate ../main . bench/train.py -- --steps 40     (CI: merge-base checkout vs PR)
-  nsbridge gate runs/main runs/pr --processes 9 --fail-above 5
+  nsbridge gate runs/main runs/pr --max-processes 16 --fail-above 5
+  nsbridge gate runs/main runs/pr --processes 5 --max-processes 5  (exactly 5 pairs)
   nsbridge gate runs/x runs/x                              (unchanged code: expect PASS)
   nsbridge gate . . train.py --new-env USE_FP64=1          (one setting, two ways)
   nsbridge gate runs/main runs/pr --format md > comment.md
@@ -428,8 +429,17 @@ Examples:
 
 
 @main.command(epilog=GATE_EPILOG, context_settings=SCRIPT_COMMAND)
-@click.option("--processes", type=Bounded(limits.PROCESSES), default=5, show_default=True,
-              metavar="K", help="Processes per side, run in pairs (A B, B A, ...).")
+@click.option("--processes", type=Bounded(limits.PROCESSES), default=3, show_default=True,
+              metavar="K", help="Processes per side to start with, run in pairs (A B, B A, "
+                                "...); one more pair at a time while the answer is "
+                                "inconclusive.")
+@click.option("--max-processes", "max_processes", type=Bounded(limits.MAX_PROCESSES),
+              default=10, show_default=True, metavar="M",
+              help="The most processes per side an inconclusive gate grows to (M = K: "
+                   "exactly K).")
+@click.option("--budget", "budget", type=Bounded(limits.BUDGET_S), default=600.0,
+              show_default=True, metavar="SECONDS",
+              help="Start no pair that would end past SECONDS from the first process.")
 @click.option("--steps", type=Bounded(limits.STEPS), default=25, show_default=True,
               metavar="N", help="Measured steps per process (the script must run about N+3).")
 @THREADS
@@ -450,7 +460,8 @@ Examples:
 @click.argument("new", required=False)
 @click.argument("script", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def gate(processes: int, steps: int, threads: Optional[int], module: bool, out: Optional[str],
+def gate(processes: int, max_processes: int, budget: float, steps: int,
+         threads: Optional[int], module: bool, out: Optional[str],
          timeout: Optional[float], base_env: tuple[str, ...], new_env: tuple[str, ...],
          rejudge: Optional[str], trust: tuple[str, ...], fail_above: float,
          min_step_share: float,
@@ -459,6 +470,8 @@ def gate(processes: int, steps: int, threads: Optional[int], module: bool, out: 
          script: Optional[str], script_args: tuple[str, ...]) -> None:
     """Measure BASE and NEW again, interleaved in one session, and gate on paired changes:
     unchanged code passes, the same work made slower or different work is caught, and
+    pairs are added while the answer is inconclusive (up to --max-processes, within
+    --budget), with unchanged code called a regression in at most 1% of gates; still
     "inconclusive" says how many more processes would settle it. Exit 0 pass, 1
     regression, 4 inconclusive, 5 refused (a process failed, runs it cannot compare, or a
     run directory whose script lies outside the current folder and every --trust DIR).
@@ -484,7 +497,7 @@ def gate(processes: int, steps: int, threads: Optional[int], module: bool, out: 
     def body() -> None:
         with _stdout_to_stderr():   # the scripts' own output: stdout holds the answer only
             result = run_gate(base, new, script, args, module=module, processes=processes,
-                              threads=threads, steps=steps, fail_above=fail_above, ops=ops,
+                              max_processes=max_processes, budget_s=budget, threads=threads, steps=steps, fail_above=fail_above, ops=ops,
                               min_step_share=min_step_share / 100.0, allow=kinds, out=out,
                               timeout=timeout, base_env=_env_pairs(base_env, "--base-env"),
                               new_env=_env_pairs(new_env, "--new-env"),

@@ -8,6 +8,8 @@ imported). ``describe`` says what each side will run, before anything does. Pair
 base then new when i is odd, new then base when it is even (A B, B A, A B, ...): a machine
 that drifts during the gate slows both sides alike, and the first process's cold start
 falls on each side in turn. Each process is a triage of its own into the gate's folder.
+A gate that is still inconclusive grows a pair at a time (``run_pairs`` from a later pair),
+up to DEFAULT_MAX_PROCESSES pairs unless told otherwise.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from .trust import (check_checkout_script, check_manifest_script, manifest_env,
                     trusted_folders)
 
 SIDES = ("base", "new")
+# the pairs a gate may grow to while its answer is inconclusive (unless told otherwise)
+DEFAULT_MAX_PROCESSES = 10
 
 
 @dataclass(frozen=True)
@@ -203,14 +207,17 @@ def order(pairs: int) -> list[tuple[int, str]]:
 
 def run_pairs(sides: dict[str, GateSide], pairs: int, folder: Path,
               run_one: Callable[[GateSide, Path], Any],
-              on_progress: Optional[Callable[[str], None]] = None) -> dict[str, list[Any]]:
-    """Every process of the gate, in order (``run_one(side, run_dir)`` makes one and
-    returns its result); {side: results in pair order}."""
+              on_progress: Optional[Callable[[str], None]] = None, *, most: int = 0,
+              first: int = 1) -> dict[str, list[Any]]:
+    """The gate's processes of pairs ``first`` to ``pairs``, in order (``run_one(side,
+    run_dir)`` makes one and returns its result); {side: results in pair order}. ``most``:
+    the pairs the gate may grow to, for the progress lines."""
     results: dict[str, list[Any]] = {side: [] for side in SIDES}
-    plan = order(pairs)
-    for n, (i, side) in enumerate(plan, 1):
+    plan = [(i, side) for i, side in order(pairs) if i >= first]
+    of = f"at most {2 * most}" if most > pairs else str(2 * pairs)
+    for n, (i, side) in enumerate(plan, 2 * (first - 1) + 1):
         if on_progress:
-            on_progress(f"gate: process {n} of {len(plan)}: pair {i}, {side} "
+            on_progress(f"gate: process {n} of {of}: pair {i}, {side} "
                         f"({sides[side].given})")
         results[side].append(run_one(sides[side], folder / f"{side}-{i:02d}"))
     return results

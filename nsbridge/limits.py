@@ -55,6 +55,8 @@ class Bound:
 THREADS = Bound("threads", 1, usable_cores(), high_means="the usable cores")
 RUNS = Bound("runs", 1, 50)
 PROCESSES = Bound("processes", 1, 50)
+MAX_PROCESSES = Bound("max processes", 1, 50)
+BUDGET_S = Bound("budget", 1, 7 * 24 * 3600, integer=False, high_means="a week")
 STEPS = Bound("steps", 3, 1000)
 TIMEOUT_S = Bound("timeout", 0.1, 7 * 24 * 3600, integer=False, high_means="a week")
 TOP = Bound("top", 1, 1000)                     # rows of a summary table

@@ -124,7 +124,8 @@ def test_a_run_made_at_another_commit_is_rerun_with_a_note(tmp_path: Path) -> No
 def test_a_dtype_switch_fails_the_gate_and_stdout_holds_only_the_answer(tmp_path: Path) -> None:
     (tmp_path / "tiny.py").write_text(TINY + "print('the script talks')\n")
     out = tmp_path / "gate"
-    proc = _nsbridge("gate", "--processes", "2", "--steps", "6", "--format", "json",
+    proc = _nsbridge("gate", "--processes", "2", "--max-processes", "2", "--steps", "6",
+                     "--format", "json",
                      "--out", str(out), "--new-env", "DTYPE=float64", str(tmp_path),
                      str(tmp_path), "tiny.py", cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -153,21 +154,23 @@ def test_a_run_gated_against_itself_never_fails(tmp_path: Path) -> None:
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["threads"] == 1 and manifest["env"]["NSBRIDGE_NOTE"] == "kept"
     assert "STEPS" not in manifest["env"]      # only what changes how torch runs is kept
-    proc = _nsbridge("gate", "--processes", "2", "--steps", "10", str(run), str(run),
+    proc = _nsbridge("gate", "--processes", "2", "--max-processes", "2", "--steps", "10",
+                     str(run), str(run),
                      cwd=tmp_path, env={"STEPS": "40"})
     assert proc.returncode in (0, 4), proc.stdout + proc.stderr
     if proc.returncode == 0:
         assert "Outcome: PASS (exit 0): no change beyond ±" in proc.stdout
     else:
         assert "What would settle it:" in proc.stdout       # more processes, or steps
-        assert "--processes" in proc.stdout or "--steps" in proc.stdout
+        assert "--max-processes" in proc.stdout or "--steps" in proc.stdout
 
 
 @pytest.mark.slow
 def test_a_process_that_fails_stops_the_gate_and_keeps_its_runs(tmp_path: Path) -> None:
     (tmp_path / "tiny.py").write_text(TINY)
     out = tmp_path / "gate"
-    proc = _nsbridge("gate", "--processes", "2", "--steps", "4", "--out", str(out),
+    proc = _nsbridge("gate", "--processes", "2", "--max-processes", "2", "--steps", "4",
+                     "--out", str(out),
                      "--new-env", "FAIL=1", str(tmp_path), str(tmp_path), "tiny.py",
                      cwd=tmp_path)
     assert proc.returncode == 5 and proc.stdout == ""    # refused: not "slower" (1)
@@ -188,12 +191,13 @@ def _gate_folder(folder: Path, pairs: list[tuple[dict, dict]]) -> Path:
 def test_rejudge_judges_an_earlier_gate_again_without_running_anything(tmp_path: Path) -> None:
     from test_paired_gate import pairs
 
-    folder = _gate_folder(tmp_path / "gate", pairs(11, scale={"gatebench::busy": 1.07}))
+    folder = _gate_folder(tmp_path / "gate", pairs(11, k=6, process=0.01, noise=0.01,
+                                                    scale={"gatebench::busy": 1.07}))
     strict = _nsbridge("gate", "--rejudge", str(folder), "--fail-above", "5", "--format",
                        "json", cwd=tmp_path)
     assert strict.returncode == 1, strict.stdout + strict.stderr
     result = json.loads(strict.stdout)
-    assert result["gate"]["rejudged"] and result["gate"]["processes"] == 5
+    assert result["gate"]["rejudged"] and result["gate"]["processes"] == 6
     assert "gatebench::busy" in [r["what"] for r in result["regressions"]]
     lenient = _nsbridge("gate", "--rejudge", str(folder), "--fail-above", "25", cwd=tmp_path)
     assert lenient.returncode == 0 and "Outcome: PASS" in lenient.stdout

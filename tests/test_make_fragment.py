@@ -106,11 +106,14 @@ def test_perf_gate_and_perf_diff_quote_base_and_new(tmp_path: Path) -> None:
     assert argv == ["diff", "runs/main branch", "runs/pr's run", *judge]
     argv = dry_run_argv(folder, "nsbridge", "perf-gate", "BASE=runs/main branch",
                         "NEW=runs/pr's run", "THRESHOLD=5", "ALLOW=args,threads")
-    assert argv == ["gate", "--processes", "5", "--steps", "25", *judge, "runs/main branch",
-                    "runs/pr's run"]
+    grow = ["--max-processes", "10", "--budget", "600"]
+    assert argv == ["gate", "--processes", "3", *grow, "--steps", "25", *judge,
+                    "runs/main branch", "runs/pr's run"]
     checkouts = dry_run_argv(folder, "nsbridge", "perf-gate", "BASE=../main", "NEW=.",
-                             "SCRIPT=my bench.py", "ARGS=--steps 40", "PROCESSES=7")
-    assert checkouts == ["gate", "--processes", "7", "--steps", "25", "--fail-above", "10",
+                             "SCRIPT=my bench.py", "ARGS=--steps 40", "PROCESSES=7",
+                             "MAX_PROCESSES=12", "GATE_BUDGET=300")
+    assert checkouts == ["gate", "--processes", "7", "--max-processes", "12", "--budget",
+                         "300", "--steps", "25", "--fail-above", "10",
                          "--min-step-share",
                          "2", "--inconclusive", "exit", "--format", "text", "../main", ".",
                          "my bench.py", "--", "--steps", "40"]
@@ -158,7 +161,7 @@ def test_a_fake_nsbridge_receives_exactly_the_intended_argv(tmp_path: Path) -> N
                 "NEW=runs/new one", "INCONCLUSIVE=fail")
     assert gate.returncode == 0, gate.stdout + gate.stderr
     sent = json.loads(record.read_text())
-    assert sent[:3] == ["gate", "--processes", "5"] and sent[-2:] == ["runs/it's base",
+    assert sent[:3] == ["gate", "--processes", "3"] and sent[-2:] == ["runs/it's base",
                                                                       "runs/new one"]
     # NSBRIDGE_CMD is shell syntax: an interpreter and its arguments
     command = f"{shlex.quote(sys.executable)} {shlex.quote(str(fake))}"

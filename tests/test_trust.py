@@ -181,8 +181,8 @@ def test_the_cli_refuses_without_trust_and_gates_with_it(place: dict[str, Path])
 
     (outside / "t.py").write_text(TINY)
     _manifest(place["run"], cwd=str(outside), env={"NSBRIDGE_NOTE": "kept"})
-    proc = _nsbridge("gate", "--trust", str(outside), "--processes", "1", "--steps", "3",
-                     "--format", "json", "--out", str(place["home"] / "g"), run, run,
+    proc = _nsbridge("gate", "--trust", str(outside), "--processes", "1", "--max-processes",
+                     "1", "--steps", "3", "--format", "json", "--out", str(place["home"] / "g"), run, run,
                      cwd=place["home"])
     assert proc.returncode in (0, 4), proc.stderr
     plan = proc.stderr.index("gate: what each side runs")

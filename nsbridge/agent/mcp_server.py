@@ -189,17 +189,22 @@ def build_server(roots: Sequence[str]) -> MCPServer:
 
     @server.tool()
     async def gate(ctx: Context, base: str, new: str, script: Optional[str] = None,
-                   args: Optional[list[str]] = None, processes: int = 3, steps: int = 20,
+                   args: Optional[list[str]] = None, processes: int = 3,
+                   max_processes: int = 10, budget_s: float = 600.0, steps: int = 20,
                    fail_above_pct: float = 10.0, timeout_s: float = 900.0) -> dict[str, Any]:
-        """Run both sides of a change again, interleaved (PROCESSES each, STEPS measured
-        steps), and judge op by op: the CI gate. BASE and NEW are run directories, or two
-        checkouts with SCRIPT (a path inside each) and its ARGS. timeout_s stops any one
-        process."""
+        """Run both sides of a change again, interleaved (PROCESSES each to start with, one
+        more pair at a time while inconclusive, up to MAX_PROCESSES and within BUDGET_S
+        seconds; STEPS measured steps each), and judge op by op: the CI gate. BASE and
+        NEW are run directories, or two checkouts with SCRIPT (a path inside each) and its
+        ARGS. timeout_s stops any one process."""
         sides = allowed.check(base), allowed.check(new)
         home = allowed.home(sides[1])
         argv = ["gate", "--format", "json", *allowed.trust_args(),
                 "--out", str(home / DEFAULT_BASE / _run_name(sides[1], "gate")),
                 "--processes", _number(limits.PROCESSES, processes, "processes"),
+                "--max-processes", _number(limits.MAX_PROCESSES, max_processes,
+                                           "max_processes"),
+                "--budget", _number(limits.BUDGET_S, budget_s, "budget_s"),
                 "--steps", _number(limits.STEPS, steps, "steps"),
                 "--fail-above", _number(limits.FAIL_ABOVE_PCT, fail_above_pct, "fail_above_pct"),
                 "--timeout", _number(limits.TIMEOUT_S, timeout_s, "timeout_s"), *map(str, sides)]

@@ -5,7 +5,7 @@
 #     make profile-triage  SCRIPT=train.py ARGS="--epochs 1"
 #     make profile-timeline SCRIPT=train.py ARGS="--epochs 1"
 #     make profile-deep    OP=aten::addmm [RUN=nsbridge-runs/...]   (or TOP=5)
-#     make perf-gate       BASE=runs/main NEW=runs/pr [PROCESSES=5 GATE_STEPS=25 THRESHOLD=10]
+#     make perf-gate       BASE=runs/main NEW=runs/pr [PROCESSES=3 MAX_PROCESSES=10 GATE_STEPS=25 THRESHOLD=10]
 #     make perf-gate       BASE=../main NEW=. SCRIPT=bench/train.py ARGS="--steps 40"
 #                          [MIN_STEP_SHARE=2] [INCONCLUSIVE=exit|pass|fail] [ALLOW=args]
 #     make perf-diff       BASE=runs/main NEW=runs/pr    (two runs as recorded: no reruns)
@@ -38,7 +38,9 @@ TOP        ?= 5
 BASE       ?=
 NEW        ?=
 THRESHOLD  ?= 10
-PROCESSES  ?= 5
+PROCESSES  ?= 3
+MAX_PROCESSES ?= 10
+GATE_BUDGET ?= 600
 GATE_STEPS ?= 25
 MIN_STEP_SHARE ?= 2
 INCONCLUSIVE ?= exit
@@ -72,7 +74,7 @@ profile-deep:
 
 perf-gate:
 	@test -n $(call nsbridge_q,$(BASE)) && test -n $(call nsbridge_q,$(NEW)) || { echo "perf-gate: set BASE=... NEW=... (run directories, or checkouts with SCRIPT=...)"; exit 2; }
-	$(NSBRIDGE_CMD) gate --processes $(call nsbridge_q,$(PROCESSES)) --steps $(call nsbridge_q,$(GATE_STEPS)) $(nsbridge_judge) $(call nsbridge_q,$(BASE)) $(call nsbridge_q,$(NEW)) $(nsbridge_script)
+	$(NSBRIDGE_CMD) gate --processes $(call nsbridge_q,$(PROCESSES)) --max-processes $(call nsbridge_q,$(MAX_PROCESSES)) --budget $(call nsbridge_q,$(GATE_BUDGET)) --steps $(call nsbridge_q,$(GATE_STEPS)) $(nsbridge_judge) $(call nsbridge_q,$(BASE)) $(call nsbridge_q,$(NEW)) $(nsbridge_script)
 
 perf-diff:
 	@test -n $(call nsbridge_q,$(BASE)) && test -n $(call nsbridge_q,$(NEW)) || { echo "perf-diff: set BASE=run-dir NEW=run-dir"; exit 2; }
@@ -107,9 +109,11 @@ nsbridge-help:
 	@echo '  BASE=                  perf-gate, perf-diff: the baseline run directory (or, for'
 	@echo '                         perf-gate, a checkout of the base code, with SCRIPT)'
 	@echo '  NEW=                   perf-gate, perf-diff: the run (or checkout) to judge'
-	@echo '  PROCESSES=5            perf-gate: processes per side, run in pairs A B, B A, ...'
+	@echo '  PROCESSES=3            perf-gate: processes per side to start with, in pairs A B, B A'
+	@echo '  MAX_PROCESSES=10       perf-gate: the most per side while the answer is inconclusive'
+	@echo '  GATE_BUDGET=600        perf-gate: seconds; no pair starts that would end past them'
 	@echo '  GATE_STEPS=25          perf-gate: measured steps per process (the script runs more)'
-	@echo '  THRESHOLD=10           fail on a slowdown whose 95% interval reaches this percent'
+	@echo '  THRESHOLD=10           fail on a significant slowdown of about this percent or more'
 	@echo '  MIN_STEP_SHARE=2       ignore ops adding under this percent of a step'
 	@echo '  INCONCLUSIVE=exit      when the data cannot decide: exit (4), pass or fail'
 	@echo '  ALLOW=                 run differences to accept (args,torch,gpu,threads,'

@@ -109,9 +109,24 @@ def _samples_line(result: dict[str, Any]) -> str:
         return (f"{s['steps']} measured steps from {s['runs']} process(es)"
                 + (f" ({'; '.join(waited)})" if waited else ""))
     if result.get("mode") == "interleaved":
-        return (f"Samples: {result['pairs']} interleaved pairs (A, B, then B, A, ...): "
-                f"A {side(a)}, B {side(b)}")
+        return (f"Samples: {result['pairs']} interleaved pairs (A, B, then B, A, ...)"
+                f"{_growth(result)}: A {side(a)}, B {side(b)}")
     return f"Samples: A {side(a)}, B {side(b)}"
+
+
+def _growth(result: dict[str, Any]) -> str:
+    """How a growing gate reached its pairs: ', after 3 inconclusive looks (3, 4, 5 pairs)'
+    and why it stopped when it did not decide."""
+    gate = result.get("gate") or {}
+    looks = gate.get("looks") or []
+    earlier = [str(look["pairs"]) for look in looks[:-1]]
+    why = {"max processes": f"; stopped at --max-processes {gate.get('max_processes')}",
+           "budget": f"; stopped by --budget {gate.get('budget_s'):g} s"
+           if isinstance(gate.get("budget_s"), (int, float)) else ""}.get(
+               str(gate.get("stopped")), "")
+    grown = (f", grown from {earlier[0]} after {len(earlier)} inconclusive look(s)"
+             if earlier else "")
+    return grown + why
 
 
 def _method_line(result: dict[str, Any]) -> str:
@@ -122,12 +137,26 @@ def _method_line(result: dict[str, Any]) -> str:
     if result.get("mode") == "interleaved":
         return (f"Ops compared by {result['source']} per step, each pair's change B/A "
                 f"(median or 10th percentile of the clean steps, whichever varies less "
-                f"between processes). {gate}")
+                f"between processes). {_evidence_line(result)}")
     noise = (f"; between-process op noise ±{result['op_noise_pct']:.1f}% added to each "
              "interval" if result.get("op_noise_pct") is not None else "")
     return (f"Ops compared by {result['source']} (mean per step); run-wide drift "
             f"{show_pct(result['drift_pct'])} (from {result.get('drift_witnesses', 0)} ops "
             f"whose work did not change), each op judged beyond it{noise}. {gate}")
+
+
+def _evidence_line(result: dict[str, Any]) -> str:
+    """The interleaved gate's rule, with the false-alarm budget this answer spent."""
+    spent = result.get("false_alarm") or {}
+    threshold = f"+{result['fail_above_pct']:g}%"
+    budget = (f" (Holm over {spent['tests']} time test(s), {spent['looks']} look(s) "
+              f"budgeted)" if spent else "")
+    return (f"Gate: a slowdown fails when it is significant, with unchanged code called "
+            f"slower in at most {spent.get('bound_pct', 1):g}% of gates{budget}, when its "
+            f"estimate is at least half of {threshold} and its 95% interval reaches "
+            f"{threshold}, adding at least {result['min_step_share_pct']:g}% of the base "
+            "step; other dtypes, layouts, shapes or more calls are judged as different "
+            "work, whatever the noise")
 
 
 def _row(r: dict[str, Any], esc: Callable[[str], str]) -> list[str]:

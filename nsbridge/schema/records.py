@@ -109,7 +109,10 @@ ACK_SHAPE = {"nonce": _Required(_TEXT)}
 GATE_SHAPE = {"a_label": _TEXT, "b_label": _TEXT,
               "gate": {"dir": _TEXT, "processes": _NUMBER, "threads": _NUMBER,
                        "steps": _NUMBER, "order": _STRINGS, "wall_s": _NUMBER,
-                       "threads_from": _TEXT, "sides": {}, "notes": _STRINGS}}
+                       "threads_from": _TEXT, "sides": {}, "notes": _STRINGS,
+                       "first_look": _whole(1, 1000), "max_processes": _whole(1, 1000),
+                       "budget_s": _NUMBER, "stopped": _TEXT,
+                       "looks": [{"pairs": _NUMBER, "outcome": _TEXT}]}}
 
 
 def record_problem(record: Any, shape: dict[str, Any]) -> Optional[str]:

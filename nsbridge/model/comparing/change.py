@@ -60,6 +60,38 @@ def judge(point: float, low: float, high: float, fail_above: float, added_us: fl
     return "within noise"
 
 
+def judge_evidence(point: float, high: float, significant: bool, fail_above: float,
+                   added_us: float, added_high_us: float, floor_us: float) -> str:
+    """The status of one change the interleaved gate judged (docs/explanation/gate-rule.md):
+    ``significant`` says whether the data show a slowdown at all, at the gate's budgeted
+    false-alarm level (model.comparing.evidence); the threshold T then sizes it:
+
+    - **regressed**: a significant slowdown whose estimate is at least T/2 and whose 95%
+      interval reaches T, adding at least the floor;
+    - **slower**: a significant slowdown whose 95% interval stays under T (below the
+      threshold);
+    - **inconclusive**: no significant slowdown while the interval reaches T (no change
+      and T both fit the data), or a significant one under T/2 with T in its interval;
+    - **too small to matter**: a slowdown whose added time stays under the floor (at its
+      estimate when significant, else even at the interval's top);
+    - **faster** / **improved**: the 95% interval below no change, by less / more than T
+      (a speed-up fails nothing, so it spends none of the bound);
+    - **within noise**: anything else.
+    """
+    limit = math.log1p(fail_above / 100.0)
+    if significant and point > 0:
+        if added_us < floor_us:
+            return "too small to matter"
+        if high < limit:
+            return "slower"
+        return "regressed" if point >= limit / 2.0 else "inconclusive"
+    if high >= limit:
+        return "too small to matter" if added_high_us < floor_us else "inconclusive"
+    if high < 0:
+        return "improved" if point < -limit else "faster"
+    return "within noise"
+
+
 def different_work(point: float, fail_above: float, added_us: float, floor_us: float) -> str:
     """The status of an op whose work changed (another dtype, layout or input shapes):
     regressed when it takes more than T% longer and adds the floor, whatever the timing

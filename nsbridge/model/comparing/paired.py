@@ -7,7 +7,11 @@ the two statistics the comparison takes the one that varies less between the pro
 each side (decided on both sides alike, blind to which is which). Pair i's change is
 log(B_i / A_i); the change is their mean and its 95% interval Student's t over the K pairs
 (K - 1 degrees of freedom): between-process spread, drift within a pair and the noise of
-the steps all show in how the pairs disagree. The interval then decides (model.comparing.change).
+the steps all show in how the pairs disagree. Whether there is a change at all is asked
+once for the step and every gated op together, at the gate's false-alarm budget
+(model.comparing.evidence: Holm over the quantities, the statistic's choice and the looks
+accounted for); the threshold then sizes a significant change
+(model.comparing.change.judge_evidence; docs/explanation/gate-rule.md).
 
 Work is judged before time, as in `diff`: an op that now runs in another dtype or layout,
 or on other input shapes, is different work (regressed when it takes more than the
@@ -25,6 +29,7 @@ import numpy as np
 
 from ... import schema as S
 from . import change as C
+from . import evidence as E
 from .comparability import problems
 from .gate_answer import answer, judge_work
 from .steady import STATISTICS, Steady, process_steady
@@ -39,10 +44,12 @@ MIN_TIME_PAIRS = 3
 
 def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
                   fail_above: float = 10.0, ops: Sequence[str] = (), min_share: float = 0.01,
-                  min_step_share: float = 0.02,
-                  allow: Iterable[str] = ()) -> dict[str, Any]:
+                  min_step_share: float = 0.02, allow: Iterable[str] = (),
+                  budget: E.Budget = E.Budget()) -> dict[str, Any]:
     """The gate's answer on K >= 2 pairs of one-process reports (base, new), in the order
-    they ran: the same keys as model.comparing.diff.compare, ``mode`` "interleaved"."""
+    they ran: the same keys as model.comparing.diff.compare, ``mode`` "interleaved", and
+    ``false_alarm`` (the budget this look spent and what it found significant).
+    ``budget``: the gate's false-alarm bound and the looks it is shared by."""
     base, new = [a for a, _ in pairs], [b for _, b in pairs]
     allow = list(allow)
     blockers = _blockers(pairs, allow)
@@ -64,8 +71,8 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
         row: dict[str, Any] = {"op": name, "share": round(shares[name], 4),
                                "gated": (not gate or name in gate) and shares[name] >= min_share}
         if in_a and in_b:
-            row.update(_paired([s.ops[name] for s in steady_a],
-                               [s.ops[name] for s in steady_b], fail_above, floor, scale=1.0))
+            row.update(paired_change([s.ops[name] for s in steady_a],
+                               [s.ops[name] for s in steady_b], scale=1.0))
             if row["gated"]:
                 judge_work(row, work_a.get(name), work_b.get(name), row["_log"][0],
                            fail_above, floor)
@@ -80,8 +87,9 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
             row.update(a_us=C.rounded(a_us), b_us=None, added_us=C.rounded(-a_us),
                        status="vanished", basis="time")
         rows.append(row)
+    step = _step(steady_a, steady_b)
+    false_alarm = judge_time(rows, step, fail_above, floor, budget)
     rows.sort(key=lambda r: -abs(r.get("added_us") or 0.0))
-    step = _step(steady_a, steady_b, fail_above)
     return answer(base[0], new[0], rows=rows, step=step, blockers=blockers,
                   fail_above=fail_above, min_step_share=min_step_share, ops=ops,
                   device=device, mode="interleaved",
@@ -89,16 +97,53 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
                   advice=_advice(rows, step, steady_a, steady_b, fail_above, bool(ops)),
                   reasons=[],
                   noise={"pairs": len(pairs), "contended": _contended(base, new),
-                         "drift_pct": None, "op_noise_pct": None})
+                         "drift_pct": None, "op_noise_pct": None,
+                         "false_alarm": false_alarm})
 
 
+def judge_time(rows: list[dict[str, Any]], step: Optional[dict[str, Any]],
+               fail_above: float, floor_us: float, budget: E.Budget) -> dict[str, Any]:
+    """Give every time-judged row and the step its status (in place): which of them
+    changed at all is decided together, Holm over the step and the gated ops at this
+    look's share of the budget; rows that do not gate are each asked at that share alone
+    (they fail nothing). Returns what the look spent and found."""
+    timed = [r for r in rows if r.get("basis") == "time" and r.get("_p") is not None]
+    family = {r["op"]: r["_p"] for r in timed if r["gated"]}
+    if step is not None:
+        family["step time"] = step["_p"]
+    judged = timed + ([step] if step is not None else [])
+    pairs = max((row["_log"][4] for row in judged), default=0)
+    level = budget.at(pairs)
+    changed = E.significant(family, budget, pairs)
+    for row in judged:
+        name = "step time" if row is step else row["op"]
+        shown = changed if (row is step or row["gated"]) else (
+            {name} if row["_p"] <= level else set())
+        point, low, high, _, k = row["_log"]
+        floor = 0.0 if row is step else floor_us
+        status = C.judge_evidence(point, high, name in shown, fail_above,
+                                  row["added_us"] or 0.0, row["added_ci_us"][1] or 0.0, floor)
+        if status == "regressed" and k < MIN_TIME_PAIRS:
+            status = "inconclusive"
+        row.update(status=status, p_value=_p_shown(row["_p"]), significant_change=name in shown)
+    return {"bound_pct": round(100.0 * budget.alpha, 3), "looks": budget.looks,
+            "look_alpha": float(f"{level:.3g}"), "spent": float(f"{budget.spent_by(pairs):.3g}"),
+            "tests": len(family), "significant": sorted(changed)}
 
-def _paired(a: list[dict[str, float]], b: list[dict[str, float]], fail_above: float,
-            floor_us: float, scale: float) -> dict[str, Any]:
+
+def _p_shown(p: float) -> float:
+    """A p-value as reports show it: 3 significant digits."""
+    return float(f"{p:.3g}")
+
+
+def paired_change(a: list[dict[str, float]], b: list[dict[str, float]], scale: float,
+                  statistics: Sequence[str] = STATISTICS) -> dict[str, Any]:
     """One quantity's paired comparison: values per process (``scale`` turns them into
-    µs), the statistic chosen, each side's geometric mean, the change, its 95% interval,
-    the µs added per step and the status."""
-    stat = choose_statistic(a, b)
+    µs), the statistic chosen from ``statistics``, each side's geometric mean, the change,
+    its 95% interval, the µs added per step and ``_p``, the one-sided p-value of a
+    slowdown (valid whatever chose the statistic: model.comparing.evidence.chosen_p). Its status
+    comes later, with the other quantities' (judge_time)."""
+    stat = choose_statistic(a, b, statistics)
     va = np.array([max(x[stat], 1e-9) for x in a]) * scale
     vb = np.array([max(x[stat], 1e-9) for x in b]) * scale
     logs = np.log(vb) - np.log(va)
@@ -111,19 +156,19 @@ def _paired(a: list[dict[str, float]], b: list[dict[str, float]], fail_above: fl
     a_us, b_us = float(np.exp(np.log(va).mean())), float(np.exp(np.log(vb).mean()))
     added = b_us - a_us
     added_high = a_us * math.expm1(high)
-    status = C.judge(point, low, high, fail_above, added, added_high, floor_us)
-    if status == "regressed" and k < MIN_TIME_PAIRS:
-        status = "inconclusive"
+    choices = len(statistics) if k > 1 else 1
     return {"a_us": C.rounded(a_us), "b_us": C.rounded(b_us), "statistic": stat,
             "raw_pct": C.pct(point), "change_pct": C.pct(point),
             "ci_pct": C.interval_pct(low, high), "half_width_pct": C.half_width_pct(low, high),
             "added_us": C.rounded(added),
             "added_ci_us": [C.rounded(a_us * math.expm1(low)), C.rounded(added_high)],
             "pair_sd_pct": C.pct(spread), "new": False, "basis": "time",
-            "status": status, "_log": (point, low, high, spread, k)}
+            "status": None, "_p": E.chosen_p(E.slowdown_p(point, spread, k), choices),
+            "_log": (point, low, high, spread, k)}
 
 
-def choose_statistic(a: list[dict[str, float]], b: list[dict[str, float]]) -> str:
+def choose_statistic(a: list[dict[str, float]], b: list[dict[str, float]],
+                     statistics: Sequence[str] = STATISTICS) -> str:
     """The statistic whose log varies less between the processes of each side (pooled over
     both sides, each around its own mean: blind to the change between them)."""
     def spread(stat: str) -> float:
@@ -132,15 +177,15 @@ def choose_statistic(a: list[dict[str, float]], b: list[dict[str, float]]) -> st
             logs = np.log([max(x[stat], 1e-9) for x in side])
             total += float(((logs - logs.mean()) ** 2).sum())
         return total
-    return min(STATISTICS, key=spread) if min(len(a), len(b)) > 1 else _MEDIAN
+    return min(statistics, key=spread) if min(len(a), len(b)) > 1 else _MEDIAN
 
 
-def _step(sa: list[Steady], sb: list[Steady], fail_above: float) -> Optional[dict[str, Any]]:
+def _step(sa: list[Steady], sb: list[Steady]) -> Optional[dict[str, Any]]:
     steps_a = [s.step for s in sa if s.step is not None]
     steps_b = [s.step for s in sb if s.step is not None]
     if len(steps_a) < len(sa) or len(steps_b) < len(sb):
         return None
-    row = _paired(steps_a, steps_b, fail_above, 0.0, scale=1e3)
+    row = paired_change(steps_a, steps_b, scale=1e3)
     row["source"] = ("median" if row["statistic"] == _MEDIAN else "10th percentile") + (
         " of the measured steps' lengths (each the slower of its wall time and the GPU's "
         "time to finish its work), waits for a CPU left out (nsbridge's step clock)")
@@ -218,20 +263,20 @@ def _advice(rows: list[dict[str, Any]], step: Optional[dict[str, Any]], sa: list
     likely = processes_needed(spread, max(threshold - point, point))
     advice = []
     if k < MIN_TIME_PAIRS:
-        advice.append(f"at least {MIN_TIME_PAIRS} processes per side (--processes "
+        advice.append(f"at least {MIN_TIME_PAIRS} processes per side (--max-processes "
                       f"{MIN_TIME_PAIRS}): {k} pair(s) cannot tell a slower op from one "
                       "process's luck (its memory layout, its core), however well they agree")
     disagree = (f"the pairs of {worst['op']} disagree by {C.pct(spread):.1f}% (standard "
                 "deviation)")
     if likely and likely != anyway:
         half = C.pct(max(threshold - point, point))
-        advice.append(f"about {max(likely - k, 1)} more process(es) per side (--processes "
+        advice.append(f"about {max(likely - k, 1)} more process(es) per side (--max-processes "
                       f"{likely}): {disagree}; with the change near its {C.pct(point):+.1f}% "
                       f"so far, {likely} pairs bring its interval within ±{half:.1f}%, enough "
                       "to decide" + (f"; {anyway} would decide whatever the change "
                                      f"(±{fail_above / 2:g}%)" if anyway else ""))
     elif anyway:
-        advice.append(f"about {max(anyway - k, 1)} more process(es) per side (--processes "
+        advice.append(f"about {max(anyway - k, 1)} more process(es) per side (--max-processes "
                       f"{anyway}): {disagree}, and {anyway} pairs would bring its interval "
                       f"to ±{fail_above / 2:g}%")
     else:
