@@ -150,7 +150,7 @@ def real_gates(folder: Path) -> dict[str, dict[str, Any]]:
             shutil.rmtree(target)
         started = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "nsbridge", "-q", "gate", "--processes",
-                               str(k), "--out", str(target), "--format", "json", str(ROOT),
+                               str(k), "--max-processes", str(k), "--out", str(target), "--format", "json", str(ROOT),
                                str(ROOT), WORKLOAD], cwd=ROOT, capture_output=True, text=True,
                               timeout=3600)
         if proc.returncode not in (0, 1, 4):

@@ -9,6 +9,8 @@ the kind of regression only timing can catch.
     GATE_SLOW_PCT=P     the busy op does P% more work per call (same calls, shapes, dtype)
     GATE_DTYPE=float64  the MLP and its data in float64 (different work: another dtype)
     GATE_EXTRA_CALLS=N  N more busy calls per step (more work of the same op)
+    GATE_PY_TURNS=N     N turns of a pure-Python loop in each step, outside any op (a
+                        slower data transform, bookkeeping): only the step time can see it
 
     python bench/gate_workload.py [--steps 32]
 """
@@ -33,6 +35,15 @@ def busy(x: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
+def python_work(turns: int) -> int:
+    """A set amount of pure-Python CPU work (``turns`` loop turns): no torch op runs in it,
+    and a slower machine gets the same work, not the same time."""
+    total = 0
+    for i in range(turns):
+        total += i * i % 7
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=32)
@@ -44,8 +55,11 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     side = torch.randn(64, 256)
     calls = 1 + int(os.environ.get("GATE_EXTRA_CALLS", "0"))
+    python_turns = int(os.environ.get("GATE_PY_TURNS", "0"))
     for _ in range(args.steps):
         x, y = torch.randn(512, 256, dtype=dtype), torch.randint(0, 10, (512,))
+        if python_turns:
+            python_work(python_turns)
         for _ in range(calls):
             busy(side)
         loss = nn.functional.cross_entropy(model(x), y)

@@ -63,8 +63,10 @@ def GATE_OPTIONS(fn: F) -> F:
     for decorator in reversed([
         click.option("--fail-above", type=Bounded(limits.FAIL_ABOVE_PCT), default=10.0,
                      show_default=True, metavar="PCT",
-                     help="A regression: a slowdown whose 95% interval lies above no change "
-                          "and reaches PCT percent."),
+                     help="The threshold: diff fails a slowdown whose 95% interval lies "
+                          "above no change and reaches PCT percent; gate one that is "
+                          "significant at its 1% false-alarm bound, at least PCT/2 percent "
+                          "at its estimate and reaching PCT in its interval."),
         click.option("--min-step-share", type=Bounded(limits.MIN_STEP_SHARE_PCT), default=2.0,
                      show_default=True, metavar="PCT",
                      help="Gate an op only when the time it adds per step is at least PCT "

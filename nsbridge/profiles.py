@@ -89,6 +89,10 @@ class Schedule:
     max_record_mib: float = bounded(512.0, "(0, inf)",
         "any recording that grows the process by this much (at most half the available "
         "memory) is stopped and kept")
+    speed_probe: bool = described(False,
+        "time a fixed reference workload (about 1 ms) at every step boundary, outside the "
+        "step, so `gate` can take out how fast the machine ran each process "
+        "(`steps.per_step[].probe_ms`)")
 
 
 @dataclass(frozen=True)

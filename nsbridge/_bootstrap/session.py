@@ -33,6 +33,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule
 
 from nsbridge._bootstrap.budget import MIB, RecordingBudget, memory_limit_bytes
+from nsbridge._bootstrap.speed_probe import probe_ms
 from nsbridge._bootstrap.steps import StepLog
 from nsbridge.collect.machine import ProcessClock, gpu_state, load_average
 from nsbridge.errors import RunDirError
@@ -81,6 +82,7 @@ class ProfilerSession:
         self._compile_since: Optional[float] = None   # a budget stop waiting for a compile
         self.compile_wait_s = 0.0   # how long budget stops waited for torch.compile, in all
         self._compiled_s = 0.0      # torch.compile's compile time so far (compile_seconds)
+        self._probe_ms: Optional[float] = None   # the speed probe run as this step began
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -144,6 +146,8 @@ class ProfilerSession:
                 self._start_schedule()
             else:
                 self._advance(lap)
+            if self._sched.get("speed_probe"):
+                self._probe_ms = probe_ms()   # the next step's record carries it
             if self._clock is not None:
                 self._clock.lap()   # the profiler's own step work is not the next step's
         finally:
@@ -163,6 +167,8 @@ class ProfilerSession:
         compiled, self._compiled_s = self._compiled_s, compile_seconds()
         if self._compiled_s > compiled:
             lap["compile_ms"] = round((self._compiled_s - compiled) * 1e3, 3)
+        if self._probe_ms is not None:
+            lap["probe_ms"], self._probe_ms = round(self._probe_ms, 4), None
         return lap
 
     def _start_schedule(self) -> None:

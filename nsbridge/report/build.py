@@ -131,7 +131,8 @@ def _with_spread(ops: list[dict[str, Any]], groups: Optional[list[Any]]) -> list
 def _with_clock(per_step: list[dict[str, Any]],
                 child_steps: Optional[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Each measured step with the profiled process's own clock of it: ``cpu_ms`` (CPU
-    time of all its threads) and ``wait_ms`` (time its threads waited for a CPU), when the
+    time of all its threads), ``wait_ms`` (time its threads waited for a CPU) and, where the
+    profile asked for it, ``probe_ms`` (the speed probe run as it began), when the
     process timed exactly these steps (its measured steps, in order); ``step`` is then the
     process's number of it, the one nsbridge's NVTX ``step N`` ranges, the nsys and ncu
     passes and child.json use (torch's ProfilerStep#N counts from another start)."""
@@ -139,7 +140,8 @@ def _with_clock(per_step: list[dict[str, Any]],
     if len(measured) != len(per_step):
         return per_step
     return [{**step, "step": clock.get("index", step["step"]) if step["step"] is not None
-             else None, "cpu_ms": clock.get("cpu_ms"), "wait_ms": clock.get("wait_ms")}
+             else None, "cpu_ms": clock.get("cpu_ms"), "wait_ms": clock.get("wait_ms"),
+             **({"probe_ms": clock["probe_ms"]} if "probe_ms" in clock else {})}
             for step, clock in zip(per_step, measured)]
 
 

@@ -44,7 +44,8 @@ def render_diff(result: dict[str, Any], fmt: str = "text", top: int = 15) -> str
     if step and step.get("change_pct") is not None:
         lines.append(f"Step time ({step['source']}): {step['a_us'] / 1e3:.2f} -> "
                      f"{step['b_us'] / 1e3:.2f} ms ({show_pct(step['change_pct'])}, 95% "
-                     f"interval {show_ci(step['ci_pct'])}): {step['status']}")
+                     f"interval {show_ci(step['ci_pct'])}): {step['status']}"
+                     + _unscaled(result))
     lines.append(_method_line(result))
     shown = [r for r in result["ops"]
              if r.get("decides") or not is_autograd_wrapper(r["op"])][:top]
@@ -64,6 +65,20 @@ def render_diff(result: dict[str, Any], fmt: str = "text", top: int = 15) -> str
     if result["advice"]:
         lines.append("What would settle it: " + esc("; ".join(result["advice"])))
     return "\n".join(lines)
+
+
+def _unscaled(result: dict[str, Any]) -> str:
+    """The step's change as the clock read it, before the machine's speed was taken out,
+    and how far the speed moved between the processes."""
+    speed, unscaled = result.get("speed"), (result.get("step") or {}).get("unscaled")
+    if speed and speed.get("why"):
+        return f"; not scaled by the machine's speed: {speed['why']}"
+    if not speed or not unscaled:
+        return ""
+    return (f"; as timed, without the machine's speed taken out: "
+            f"{show_pct(unscaled['change_pct'])} ({show_ci(unscaled['ci_pct'])}); the speed "
+            f"probe took {show_pct(speed['change_pct'])} on B, ±{speed['spread_pct']:.1f}% "
+            "between processes")
 
 
 def _outcome_line(result: dict[str, Any]) -> str:

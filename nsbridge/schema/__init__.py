@@ -51,7 +51,8 @@ OPS (model.host.ops.op_table), one row per op name, the report's hot-op table:
 Ranges nsbridge itself records in the traces it writes (``nsbridge::`` names) are never
 ops: ``nsbridge::own_sync`` wraps the synchronize that closes a measured window, and
 ``nsbridge::sync_site KIND DEVICE FILE:LINE`` wraps a script's sync call (``.item()``,
-``.cpu()``, ...) with the line that made it.
+``.cpu()``, ...) with the line that made it, and ``nsbridge::speed_probe`` the reference
+workload a gate's process times at each step boundary (left out of the step's time).
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ NVTX_STEP_PREFIX = "step "
 # Ranges nsbridge records in torch.profiler traces (user annotations)
 NSBRIDGE_RANGE_PREFIX = "nsbridge::"
 OWN_SYNC_RANGE = "nsbridge::own_sync"
+SPEED_PROBE_RANGE = "nsbridge::speed_probe"   # the reference workload (_bootstrap.speed_probe)
 SYNC_SITE_PREFIX = "nsbridge::sync_site "   # + "KIND DEVICE FILE:LINE"
 
 # OPS (the torch.profiler pass's columns of ops[]; NAME is the op's name)

@@ -58,7 +58,8 @@ MANIFEST_SHAPE = {"command": _Required(_TEXT), "status": _Required(_TEXT),
 
 # child.json (and its nsys/ncu siblings): the profiled process's record
 _STEP = {"index": _Required(_SIGNED), "wall_ms": _Required(_NUMBER), "cpu_ms": _NUMBER,
-         "wait_ms": _NUMBER, "nivcsw": _NUMBER, "phase": _Required(_TEXT), "compile_ms": _NUMBER}
+         "wait_ms": _NUMBER, "nivcsw": _NUMBER, "phase": _Required(_TEXT), "compile_ms": _NUMBER,
+         "probe_ms": _NUMBER}
 _SYNC = {"kind": _Required(_TEXT), "op": _TEXT, "device": _Required(_TEXT),
          "file": _Required(_TEXT), "line": _Required(_SIGNED), "function": _TEXT,
          "library": _FLAG, "via": _TEXT, "count": _Required(_NUMBER),

@@ -1,10 +1,12 @@
-"""One change between two runs, judged against the gate's threshold: shared by `diff` (two
-runs, model.comparing.diff) and the interleaved gate (pairs of processes, model.comparing.paired).
+"""One change between two runs, judged against the gate's threshold: `diff` (two runs,
+model.comparing.diff) by ``judge``, the interleaved gate (pairs of processes,
+model.comparing.paired) by ``judge_evidence``, which asks first whether the change is
+significant at the gate's false-alarm budget (model.comparing.evidence).
 
 Every judged quantity (an op's time per step, the step time) comes as a log ratio B/A with
 a 95% interval [low, high], and the time it adds per step. Against the threshold T
-(``--fail-above``, percent) and the floor (``--min-step-share`` of the base step), its
-interval decides:
+(``--fail-above``, percent) and the floor (``--min-step-share`` of the base step), for
+`diff` its interval decides:
 
 - **regressed**: the interval lies above no change and reaches T (a real slowdown that may
   be as large as T), and the time added is at least the floor;

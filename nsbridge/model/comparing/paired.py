@@ -32,10 +32,12 @@ from . import change as C
 from . import evidence as E
 from .comparability import problems
 from .gate_answer import answer, judge_work
-from .steady import STATISTICS, Steady, process_steady
+from .steady import STATISTICS, Steady, at_speed, process_steady
 from .work import pooled_work
 
 _MEDIAN = "median"
+# a speed probe this much slower or faster on one side, this surely, is the code's doing
+PROBE_SHIFT, PROBE_P = 0.05, 0.001
 # the fewest pairs a time-only regression rests on: with two, both new processes landing
 # on a slow memory layout (an unchanged op +74% in both pairs, seen in CI) looks like a
 # steady change that Student's t cannot tell from luck; work changes need no such count
@@ -54,8 +56,9 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
     allow = list(allow)
     blockers = _blockers(pairs, allow)
     device = all(r.get("ranked_by") == S.DEVICE_SELF_US for r in base + new)
-    steady_a = [process_steady(r) for r in base]
-    steady_b = [process_steady(r) for r in new]
+    raw_a = [process_steady(r) for r in base]
+    raw_b = [process_steady(r) for r in new]
+    steady_a, steady_b, speed = _at_one_speed(raw_a, raw_b)
     shares = _shares(base, new)
     base_step_us = 1e3 * float(np.mean([s.step[_MEDIAN] for s in steady_a if s.step])) \
         if all(s.step for s in steady_a) else None
@@ -87,7 +90,11 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
             row.update(a_us=C.rounded(a_us), b_us=None, added_us=C.rounded(-a_us),
                        status="vanished", basis="time")
         rows.append(row)
-    step = _step(steady_a, steady_b)
+    step = _step(steady_a, steady_b, scaled=bool(speed and speed["scaled"]))
+    if step is not None and speed is not None and speed["scaled"]:
+        unscaled = _step(raw_a, raw_b)
+        step["unscaled"] = {k: unscaled[k] for k in ("change_pct", "ci_pct")} \
+            if unscaled else None
     false_alarm = judge_time(rows, step, fail_above, floor, budget)
     rows.sort(key=lambda r: -abs(r.get("added_us") or 0.0))
     return answer(base[0], new[0], rows=rows, step=step, blockers=blockers,
@@ -98,7 +105,46 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
                   reasons=[],
                   noise={"pairs": len(pairs), "contended": _contended(base, new),
                          "drift_pct": None, "op_noise_pct": None,
-                         "false_alarm": false_alarm})
+                         "false_alarm": false_alarm, "speed": speed})
+
+
+def _at_one_speed(sa: list[Steady], sb: list[Steady]
+                  ) -> tuple[list[Steady], list[Steady], Optional[dict[str, Any]]]:
+    """Every process's times at one machine speed, where each timed its speed probe
+    (model.comparing.steady, 3): multiplied by the probes' geometric mean over its own, so
+    a process the machine ran 10% slower throughout is not 10% slower code. Returns the
+    steady times to compare and what was done (None: not every process timed it).
+
+    The probe is nsbridge's code, the same on both sides: a probe that the pairs show
+    consistently slower on one side (beyond ``PROBE_SHIFT`` at p < ``PROBE_P``) means the
+    code under test slows the machine itself (a thread of its own, memory bandwidth), which
+    scaling would hide; then nothing is scaled, and ``speed`` says why."""
+    speeds = [s.speed_ms for s in sa + sb]
+    if not speeds or any(v is None for v in speeds):
+        return sa, sb, None
+    logs = np.log(np.asarray(speeds, dtype=np.float64))
+    reference = float(np.exp(logs.mean()))
+    shift = logs[len(sa):] - logs[:len(sa)]
+    point = float(shift.mean())
+    p = 2 * min(E.slowdown_p(point, float(shift.std(ddof=1)) if len(shift) > 1 else 0.0,
+                             len(shift)),
+                E.slowdown_p(-point, float(shift.std(ddof=1)) if len(shift) > 1 else 0.0,
+                             len(shift)))
+    moved = len(shift) > 1 and p < PROBE_P and abs(point) > math.log1p(PROBE_SHIFT)
+    speed = {"reference_ms": round(reference, 4),
+             "a_ms": [round(float(s.speed_ms or 0.0), 4) for s in sa],
+             "b_ms": [round(float(s.speed_ms or 0.0), 4) for s in sb],
+             "spread_pct": round(100.0 * float(logs.std(ddof=1)), 2) if len(logs) > 1
+             else 0.0, "change_pct": C.pct(point), "scaled": not moved,
+             "why": (f"the speed probe ran {C.pct(point):+.1f}% on B in every pair alike: "
+                     "the new code slows the machine itself, so times are compared as "
+                     "timed") if moved else None}
+    if moved:
+        return sa, sb, speed
+
+    def scaled(side: list[Steady]) -> list[Steady]:
+        return [at_speed(s, reference / float(s.speed_ms or reference)) for s in side]
+    return scaled(sa), scaled(sb), speed
 
 
 def judge_time(rows: list[dict[str, Any]], step: Optional[dict[str, Any]],
@@ -180,7 +226,8 @@ def choose_statistic(a: list[dict[str, float]], b: list[dict[str, float]],
     return min(statistics, key=spread) if min(len(a), len(b)) > 1 else _MEDIAN
 
 
-def _step(sa: list[Steady], sb: list[Steady]) -> Optional[dict[str, Any]]:
+def _step(sa: list[Steady], sb: list[Steady], scaled: bool = False
+          ) -> Optional[dict[str, Any]]:
     steps_a = [s.step for s in sa if s.step is not None]
     steps_b = [s.step for s in sb if s.step is not None]
     if len(steps_a) < len(sa) or len(steps_b) < len(sb):
@@ -188,7 +235,8 @@ def _step(sa: list[Steady], sb: list[Steady]) -> Optional[dict[str, Any]]:
     row = paired_change(steps_a, steps_b, scale=1e3)
     row["source"] = ("median" if row["statistic"] == _MEDIAN else "10th percentile") + (
         " of the measured steps' lengths (each the slower of its wall time and the GPU's "
-        "time to finish its work), waits for a CPU left out (nsbridge's step clock)")
+        "time to finish its work), waits for a CPU left out (nsbridge's step clock)") + (
+        ", at one machine speed (each process's speed probe)" if scaled else "")
     row["samples"] = [sum(s.steps_used for s in side) for side in (sa, sb)]
     return row
 

@@ -20,6 +20,12 @@ So, per process:
    percentile (the time the op takes when nothing slows it). Which one a comparison uses is
    decided per op by the comparison (model.comparing.paired), on both sides' processes together.
 
+3. **The machine's speed.** Where the profile timed its speed probe at each step
+   boundary (_bootstrap.speed_probe, the gate's profile), ``speed_ms`` is the probe's median
+   over the measured steps: a CPU that ran slower all through the process (another guest
+   on the host, memory bandwidth taken) slows the probe as much as the step, so the
+   comparison can divide it out (``at_speed``; model.comparing.paired).
+
 The step time is treated the same way, on the same measured steps (their wall time, from
 the process's own step clock). The unprofiled steps are too few in a gate's process, and
 the first ones after the profiler stops run slower for a while (23, 21, 20.5, 20 ms against
@@ -28,6 +34,7 @@ the first ones after the profiler stops run slower for a while (23, 21, 20.5, 20
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -53,6 +60,7 @@ class Steady:
     steps_measured: int
     waited_steps: int
     scaled: bool          # most steps waited: all used, scaled by their running share
+    speed_ms: Optional[float] = None   # the speed probe's median, ms (None: not timed)
 
 
 @dataclass
@@ -123,9 +131,23 @@ def process_steady(report: dict[str, Any]) -> Steady:
         ops[op["name"]] = statistics(values)
     walls = np.asarray([step_length_ms(s) for s in per_step], dtype=np.float64)
     step = statistics(walls[weights.index] * weights.scale) if len(weights.index) else None
+    probes = [s.get("probe_ms") for s in per_step]
+    timed = not device and bool(probes) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in probes)
     return Steady(ops=ops, step=step, steps_used=len(weights.index),
                   steps_measured=len(per_step), waited_steps=weights.waited,
-                  scaled=weights.scaled)
+                  scaled=weights.scaled,
+                  speed_ms=float(np.median(np.asarray(probes, dtype=np.float64)))
+                  if timed else None)
+
+
+def at_speed(steady: Steady, factor: float) -> Steady:
+    """``steady`` with every time multiplied by ``factor`` (a reference speed over the
+    process's own: its times as they would have been at the reference speed)."""
+    def scaled(stats: dict[str, float]) -> dict[str, float]:
+        return {k: v * factor for k, v in stats.items()}
+    return dataclasses.replace(steady, ops={n: scaled(v) for n, v in steady.ops.items()},
+                               step=scaled(steady.step) if steady.step else None)
 
 
 def step_length_ms(step: dict[str, Any]) -> float:

@@ -141,13 +141,15 @@ def main_thread(tree: HostTree, windows: pd.DataFrame) -> int:
 def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) -> pd.DataFrame:
     """Per step: step, wall_ms and the PHASES columns (milliseconds, summing to wall_ms).
     Each step looks only at the ops starting inside it (a binary search in each thread's
-    ops, sorted by start), not at every op of the trace."""
+    ops, sorted by start), not at every op of the trace. nsbridge's speed probe
+    (``nsbridge::speed_probe``, in a gate's processes) is not part of any step."""
     names = tree.names
     data = starts_with(names, DATA_PREFIX)
     optim = starts_with(names, OPTIMIZER_PREFIXES)
     backward = starts_with(names, BACKWARD_PREFIX)
     is_step = starts_with(names, S.PROFILER_STEP_PREFIX)
     closure_range = starts_with(names, S.CLOSURE_PREFIX)
+    probe = starts_with(names, S.SPEED_PROBE_RANGE)
     thread = main_thread(tree, windows)
     under_step = np.zeros(len(tree), dtype=bool)
     under_step[tree.parent >= 0] = is_step[tree.parent[tree.parent >= 0]]
@@ -160,7 +162,7 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
         top = tree.parent[ops] == pos if pos >= 0 else loop_top[ops]
         bwd = backward[ops]
         last_bwd = start[bwd].max() if bwd.any() else np.inf   # no backward: inference
-        fwd = top & (start < last_bwd) & ~data[ops] & ~optim[ops] & ~bwd
+        fwd = top & (start < last_bwd) & ~data[ops] & ~optim[ops] & ~bwd & ~probe[ops]
         gaps = _forward_gaps(start, end, fwd, data[ops] | optim[ops] | bwd)
         fwd |= _closure_ops(tree, ops, optim[ops], bwd, closure_range)
         closure = _closure_spans(start, end, optim[ops], bwd)
@@ -174,7 +176,8 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
             union = clipped_union(np.concatenate([start[covered], extra[0]]),
                                   np.concatenate([end[covered], extra[1]]), lo, hi)
             lengths[phase], done = union - done, union
-        wall = hi - lo
+        own = float((end - start)[probe[ops] & top].sum())   # nsbridge's speed probe
+        wall = hi - lo - own
         rows.append({"step": int(step), "wall_ms": wall / 1e3, "data_ms": lengths["data"] / 1e3,
                      "forward_ms": lengths["forward"] / 1e3,
                      "backward_ms": lengths["backward"] / 1e3,
