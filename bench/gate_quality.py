@@ -65,15 +65,16 @@ def background(count: int, niceness: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([*prefix, sys.executable, "-c", HOG]) for _ in range(count)]
 
 
-def one_process(run_dir: Path, env: dict[str, str]) -> None:
+def one_process(run_dir: Path, env: dict[str, str]) -> dict[str, Any]:
     """One triage with the gate's settings (a run left unfinished by an interrupted bench
-    is made again)."""
+    is made again); its report."""
     if run_dir.exists():
         shutil.rmtree(run_dir)
     result = api.triage(WORKLOAD, profile="gate", out=run_dir, cwd=ROOT, threads=1,
                         environ={**os.environ, **env, "PYTHONUNBUFFERED": "1"})
     if result.exit_code != 0 or result.status != "ok":
         raise SystemExit(f"{run_dir}: the workload failed ({result.status})")
+    return dict(result.report)
 
 
 def process_wall(folder: Path) -> float | None:

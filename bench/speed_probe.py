@@ -22,8 +22,6 @@ import json
 import math
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,30 +33,11 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
 
-from nsbridge import api  # noqa: E402
+from gate_quality import CONDITIONS, background, one_process  # noqa: E402
 from nsbridge.model.comparing.paired import compare_pairs  # noqa: E402
 from nsbridge.model.comparing.steady import process_steady  # noqa: E402
-
-WORKLOAD = "bench/gate_workload.py"
-HOG = "import time\nend = time.monotonic() + 4 * 3600\nwhile time.monotonic() < end:\n    pass\n"
-CONDITIONS = {"quiet": (0, 0), "nice": (1, 15), "hogs": (2, 0)}   # (processes, niceness)
-
-
-def background(count: int, niceness: int) -> list[subprocess.Popen]:
-    prefix = ["nice", "-n", str(niceness)] if niceness else []
-    return [subprocess.Popen([*prefix, sys.executable, "-c", HOG]) for _ in range(count)]
-
-
-def one_process(run_dir: Path, env: dict[str, str]) -> dict[str, Any]:
-    """One triage of the workload with the gate's profile; its report."""
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    result = api.triage(WORKLOAD, profile="gate", out=run_dir, cwd=ROOT, threads=1,
-                        environ={**os.environ, **env, "PYTHONUNBUFFERED": "1"})
-    if result.exit_code != 0 or result.status != "ok":
-        raise SystemExit(f"{run_dir}: the workload failed ({result.status})")
-    return dict(result.report)
 
 
 def spread_pct(values: list[float]) -> float:

@@ -16,6 +16,7 @@ environment) every rank writes into its own ``rank-NN/`` folder, ranks left out 
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import platform
@@ -44,15 +45,37 @@ _SIGTERM_SEEN = False   # set by the handler: whatever the signal's exception be
 def _on_sigterm(signum: int, frame: Any) -> None:
     global _SIGTERM_SEEN
     _SIGTERM_SEEN = True
-    _end_family_if_orphaned()
+    _end_family_if_orphaned(settle_s=REPARENT_S)
     raise _Terminated()
 
 
-def _end_family_if_orphaned() -> None:
-    """nsbridge died (the SIGTERM came from PR_SET_PDEATHSIG): end what the script started
-    now, as nsbridge would have once this process ended."""
+# how long a SIGTERM waits to see whether nsbridge died: the kernel sends PR_SET_PDEATHSIG
+# while it moves the process's threads to their new parent one by one, so the thread that
+# runs the handler may still read the old parent for a moment (seen beside two CPU hogs)
+REPARENT_S = 0.5
+
+
+def _orphaned(settle_s: float = 0.0) -> bool:
+    """Whether the nsbridge that started this process is gone (waiting up to ``settle_s``
+    for the kernel to say so)."""
     parent = os.environ.get("NSBRIDGE_PARENT_PID")
-    if parent and os.getppid() != int(parent):
+    if not parent:
+        return False
+    deadline = time.monotonic() + settle_s
+    while os.getppid() == int(parent):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _end_family_if_orphaned(settle_s: float = 0.0) -> None:
+    """nsbridge died (the SIGTERM came from PR_SET_PDEATHSIG): end what the script started
+    now, as nsbridge would have once this process ended. Also run at this process's exit
+    (atexit), whatever ended it: a SIGTERM that came before the kernel had reparented the
+    thread that handled it, or a write to nsbridge's closed pipes, must not leave the
+    script's children behind."""
+    if _orphaned(settle_s):
         from nsbridge.collect.process_tree import descendants, end_leftovers
 
         end_leftovers(descendants(os.getpid()), grace=1.0)
@@ -62,10 +85,13 @@ def _on_sigterm_at_start(signum: int, frame: Any) -> None:
     """SIGTERM before the script runs (importing torch, starting the profiler): end at
     once with one line. Raising here could unwind through torch's C++ (a Python callback
     the profiler's start runs), which aborts the process with a C++ message."""
-    sys.stderr.write("nsbridge: SIGTERM stopped the profiled process while it started "
-                     "(torch, the profiler): it wrote no record.\n")
-    sys.stderr.flush()
-    _end_family_if_orphaned()
+    _end_family_if_orphaned(settle_s=REPARENT_S)   # os._exit runs no atexit handler
+    try:
+        sys.stderr.write("nsbridge: SIGTERM stopped the profiled process while it started "
+                         "(torch, the profiler): it wrote no record.\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):    # nsbridge, which read it, is gone
+        pass
     os._exit(S.TERMINATED)
 
 
@@ -96,6 +122,7 @@ def _restore_umask() -> None:
 
 def main(config_path: str) -> int:
     _die_with_parent()
+    atexit.register(_end_family_if_orphaned)
     _restore_umask()
     config = json.loads(Path(config_path).read_text(encoding="utf-8"))
     _set_path0(config)   # before torch: the current folder must not shadow its imports
