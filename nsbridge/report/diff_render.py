@@ -151,8 +151,9 @@ def _method_line(result: dict[str, Any]) -> str:
             "different work, whatever the noise")
     if result.get("mode") == "interleaved":
         return (f"Ops compared by {result['source']} per step, each pair's change B/A "
-                f"(median or 10th percentile of the clean steps, whichever varies less "
-                f"between processes). {_evidence_line(result)}")
+                f"(median or 10th percentile of the clean steps, as timed or at one "
+                f"machine speed, whichever varies less between processes). "
+                f"{_evidence_line(result)}")
     noise = (f"; between-process op noise ±{result['op_noise_pct']:.1f}% added to each "
              "interval" if result.get("op_noise_pct") is not None else "")
     return (f"Ops compared by {result['source']} (mean per step); run-wide drift "

@@ -32,7 +32,8 @@ from . import change as C
 from . import evidence as E
 from .comparability import problems
 from .gate_answer import answer, judge_work
-from .steady import STATISTICS, Steady, at_speed, process_steady
+from .steady import (AT_SPEED, STATISTICS, STATISTICS_AT_SPEED, Steady, process_steady,
+                     with_speed)
 from .work import pooled_work
 
 _MEDIAN = "median"
@@ -59,6 +60,7 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
     raw_a = [process_steady(r) for r in base]
     raw_b = [process_steady(r) for r in new]
     steady_a, steady_b, speed = _at_one_speed(raw_a, raw_b)
+    candidates = STATISTICS_AT_SPEED if speed and speed["scaled"] else STATISTICS
     shares = _shares(base, new)
     base_step_us = 1e3 * float(np.mean([s.step[_MEDIAN] for s in steady_a if s.step])) \
         if all(s.step for s in steady_a) else None
@@ -75,7 +77,8 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
                                "gated": (not gate or name in gate) and shares[name] >= min_share}
         if in_a and in_b:
             row.update(paired_change([s.ops[name] for s in steady_a],
-                               [s.ops[name] for s in steady_b], scale=1.0))
+                                     [s.ops[name] for s in steady_b], scale=1.0,
+                                     statistics=candidates))
             if row["gated"]:
                 judge_work(row, work_a.get(name), work_b.get(name), row["_log"][0],
                            fail_above, floor)
@@ -90,9 +93,9 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
             row.update(a_us=C.rounded(a_us), b_us=None, added_us=C.rounded(-a_us),
                        status="vanished", basis="time")
         rows.append(row)
-    step = _step(steady_a, steady_b, scaled=bool(speed and speed["scaled"]))
+    step = _step(steady_a, steady_b, candidates)
     if step is not None and speed is not None and speed["scaled"]:
-        unscaled = _step(raw_a, raw_b)
+        unscaled = _step(raw_a, raw_b, STATISTICS)
         step["unscaled"] = {k: unscaled[k] for k in ("change_pct", "ci_pct")} \
             if unscaled else None
     false_alarm = judge_time(rows, step, fail_above, floor, budget)
@@ -110,10 +113,14 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
 
 def _at_one_speed(sa: list[Steady], sb: list[Steady]
                   ) -> tuple[list[Steady], list[Steady], Optional[dict[str, Any]]]:
-    """Every process's times at one machine speed, where each timed its speed probe
+    """Every process's times also at one machine speed, where each timed its speed probe
     (model.comparing.steady, 3): multiplied by the probes' geometric mean over its own, so
-    a process the machine ran 10% slower throughout is not 10% slower code. Returns the
-    steady times to compare and what was done (None: not every process timed it).
+    a process the machine ran 10% slower throughout is not 10% slower code. Each
+    comparison then picks among the statistics as timed and at one speed, blind to the
+    change (choose_statistic; the choice is paid for in its p-value): a 10th percentile is
+    often already immune to a slow machine, and scaling it by the probe only adds the
+    probe's own noise. Returns the steady times to compare and what was done (None: not
+    every process timed it).
 
     The probe is nsbridge's code, the same on both sides: a probe that the pairs show
     consistently slower on one side (beyond ``PROBE_SHIFT`` at p < ``PROBE_P``) means the
@@ -131,7 +138,7 @@ def _at_one_speed(sa: list[Steady], sb: list[Steady]
                 E.slowdown_p(-point, float(shift.std(ddof=1)) if len(shift) > 1 else 0.0,
                              len(shift)))
     moved = len(shift) > 1 and p < PROBE_P and abs(point) > math.log1p(PROBE_SHIFT)
-    speed = {"reference_ms": round(reference, 4),
+    speed: dict[str, Any] = {"reference_ms": round(reference, 4),
              "a_ms": [round(float(s.speed_ms or 0.0), 4) for s in sa],
              "b_ms": [round(float(s.speed_ms or 0.0), 4) for s in sb],
              "spread_pct": round(100.0 * float(logs.std(ddof=1)), 2) if len(logs) > 1
@@ -143,7 +150,7 @@ def _at_one_speed(sa: list[Steady], sb: list[Steady]
         return sa, sb, speed
 
     def scaled(side: list[Steady]) -> list[Steady]:
-        return [at_speed(s, reference / float(s.speed_ms or reference)) for s in side]
+        return [with_speed(s, reference / float(s.speed_ms or reference)) for s in side]
     return scaled(sa), scaled(sb), speed
 
 
@@ -226,17 +233,19 @@ def choose_statistic(a: list[dict[str, float]], b: list[dict[str, float]],
     return min(statistics, key=spread) if min(len(a), len(b)) > 1 else _MEDIAN
 
 
-def _step(sa: list[Steady], sb: list[Steady], scaled: bool = False
+def _step(sa: list[Steady], sb: list[Steady], statistics: Sequence[str] = STATISTICS
           ) -> Optional[dict[str, Any]]:
     steps_a = [s.step for s in sa if s.step is not None]
     steps_b = [s.step for s in sb if s.step is not None]
     if len(steps_a) < len(sa) or len(steps_b) < len(sb):
         return None
-    row = paired_change(steps_a, steps_b, scale=1e3)
-    row["source"] = ("median" if row["statistic"] == _MEDIAN else "10th percentile") + (
+    row = paired_change(steps_a, steps_b, scale=1e3, statistics=statistics)
+    stat = str(row["statistic"])
+    row["source"] = ("median" if stat.startswith(_MEDIAN) else "10th percentile") + (
         " of the measured steps' lengths (each the slower of its wall time and the GPU's "
         "time to finish its work), waits for a CPU left out (nsbridge's step clock)") + (
-        ", at one machine speed (each process's speed probe)" if scaled else "")
+        ", at one machine speed (each process's speed probe)" if stat.endswith(AT_SPEED)
+        else "")
     row["samples"] = [sum(s.steps_used for s in side) for side in (sa, sb)]
     return row
 

@@ -24,7 +24,9 @@ So, per process:
    boundary (_bootstrap.speed_probe, the gate's profile), ``speed_ms`` is the probe's median
    over the measured steps: a CPU that ran slower all through the process (another guest
    on the host, memory bandwidth taken) slows the probe as much as the step, so the
-   comparison can divide it out (``at_speed``; model.comparing.paired).
+   comparison can divide it out (``with_speed``; model.comparing.paired): each statistic
+   then also comes at one speed, and the comparison picks among the four as it picks
+   between the two.
 
 The step time is treated the same way, on the same measured steps (their wall time, from
 the process's own step clock). The unprofiled steps are too few in a gate's process, and
@@ -141,13 +143,18 @@ def process_steady(report: dict[str, Any]) -> Steady:
                   if timed else None)
 
 
-def at_speed(steady: Steady, factor: float) -> Steady:
-    """``steady`` with every time multiplied by ``factor`` (a reference speed over the
-    process's own: its times as they would have been at the reference speed)."""
-    def scaled(stats: dict[str, float]) -> dict[str, float]:
-        return {k: v * factor for k, v in stats.items()}
-    return dataclasses.replace(steady, ops={n: scaled(v) for n, v in steady.ops.items()},
-                               step=scaled(steady.step) if steady.step else None)
+AT_SPEED = " at one speed"
+STATISTICS_AT_SPEED = STATISTICS + tuple(f"{s}{AT_SPEED}" for s in STATISTICS)
+
+
+def with_speed(steady: Steady, factor: float) -> Steady:
+    """``steady`` with each statistic also at a reference speed (``"median at one
+    speed"``, ...): multiplied by ``factor``, the reference speed over the process's own,
+    its times as they would have been at that speed."""
+    def both(stats: dict[str, float]) -> dict[str, float]:
+        return {**stats, **{f"{k}{AT_SPEED}": stats[k] * factor for k in STATISTICS}}
+    return dataclasses.replace(steady, ops={n: both(v) for n, v in steady.ops.items()},
+                               step=both(steady.step) if steady.step else None)
 
 
 def step_length_ms(step: dict[str, Any]) -> float:
