@@ -24,12 +24,12 @@ from gate_rule_sim import FIRST, HOGS, OPS, QUIET, rate, run_gates  # noqa: E402
 
 @pytest.mark.parametrize("df, quantile", [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262),
                                           (29, 2.045)])
-def test_t_quantiles_and_p_values_match_the_table(df: int, quantile: float) -> None:
-    assert E.t_quantile(0.975, df) == pytest.approx(quantile, abs=1e-3)
+def test_t_p_values_match_the_table(df: int, quantile: float) -> None:
     assert E.t_two_sided_p(quantile, df) == pytest.approx(0.05, abs=1e-4)
     assert E.t_two_sided_p(0.0, df) == pytest.approx(1.0)
     # the 99.5th percentile for 4 degrees of freedom is 4.604 (any t table)
-    assert E.t_quantile(0.995, 4) == pytest.approx(4.604, abs=1e-3)
+    assert E.t_two_sided_p(4.604, 4) == pytest.approx(0.01, abs=1e-4)
+    assert E.t_two_sided_p(-4.604, 4) == pytest.approx(0.01, abs=1e-4)
 
 
 def test_holm_rejects_step_down_and_stops_at_the_first_it_keeps() -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping
 
 ALPHA = 0.01     # the most often a gate may call unchanged code changed, all told
 
@@ -76,23 +76,6 @@ def t_two_sided_p(t: float, df: float) -> float:
     if math.isinf(t):
         return 0.0
     return _betainc(df / 2.0, 0.5, df / (df + t * t))
-
-
-def t_quantile(p: float, df: float) -> float:
-    """The ``p`` quantile (0.5 < p < 1) of Student's t with ``df`` degrees of freedom."""
-    target = 2.0 * (1.0 - p)          # the two-sided tail beyond the quantile
-    low, high = 0.0, 1.0
-    while t_two_sided_p(high, df) > target:
-        high *= 2.0
-    for _ in range(200):
-        mid = (low + high) / 2.0
-        if t_two_sided_p(mid, df) > target:
-            low = mid
-        else:
-            high = mid
-        if high - low < 1e-10 * max(high, 1.0):
-            break
-    return (low + high) / 2.0
 
 
 def slowdown_p(point: float, spread: float, pairs: int) -> float:
@@ -172,11 +155,3 @@ def _beta_fraction(a: float, b: float, x: float) -> float:
             break
     return result
 
-
-def spread_of(logs: Sequence[float]) -> float:
-    """The sample standard deviation of paired log changes (0 for fewer than two)."""
-    k = len(logs)
-    if k < 2:
-        return 0.0
-    mean = sum(logs) / k
-    return math.sqrt(sum((v - mean) ** 2 for v in logs) / (k - 1))
