@@ -224,7 +224,8 @@ def load_profile(name_or_path: str = "default") -> Profile:
         raise ProfileError(f"Profile {path} is not UTF-8 text (byte {exc.start} is "
                            f"0x{raw[exc.start]:02x}): save it as UTF-8.") from None
     try:
-        data = yaml.load(text, Loader=_ProfileLoader)
+        _refuse_aliases(text)
+        data = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError, ValueError) as exc:
         raise ProfileError(f"Profile {path} is not YAML nsbridge can read ({_yaml_problem(exc)})"
                            f". Fix the YAML or pick a built-in profile "
@@ -373,17 +374,15 @@ def _shown(value: Any) -> str:
     return text if len(text) <= MAX_SHOWN else f"{text[:MAX_SHOWN - 20]}... (cut)"
 
 
-class _ProfileLoader(yaml.SafeLoader):
-    """PyYAML's safe loader without aliases: ``*name`` may expand a 400-byte file into
-    billions of values (a "billion laughs"), and a profile has nothing to repeat."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+def _refuse_aliases(text: str) -> None:
+    """A ComposerError at the first alias: ``*name`` may expand a 400-byte file into billions
+    of values (a "billion laughs"), and a profile has nothing to repeat. PyYAML's event
+    stream is read without building anything, so the refusal costs no expansion."""
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
             raise yaml.composer.ComposerError(
                 None, None, f"aliases (*{event.anchor}) are not read in profiles; write the "
                 f"value out", event.start_mark)
-        return super().compose_node(parent, index)
 
 
 def _in_range(value: float, interval: str, where: str) -> None:
