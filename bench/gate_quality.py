@@ -1,30 +1,31 @@
-"""How good is `nsbridge gate`? False alarms and passes on unchanged code, detection of
-planted slowdowns of the same work and of a dtype switch, on a quiet machine, beside one
-`nice` background process and beside two CPU hogs, with one process per side and with
-interleaved pairs, all in one run.
+"""How good is `nsbridge gate`, run as a CI job runs it? Whole gates with the gate's
+defaults (3 pairs first, one more pair at a time up to 10, a 600 s budget, one intra-op
+thread, ``--fail-above 10``), on unchanged code and on planted slowdowns, on a quiet
+machine, beside one `nice -n 15` busy loop and beside two CPU hogs, all in one run.
 
-The workload is bench/gate_workload.py: ``gatebench::busy`` (about half the step) does P%
-more work per call with GATE_SLOW_PCT=P (the same calls, shapes and dtype: only timing can
-see it), and GATE_DTYPE=float64 switches the MLP to float64 (different work).
+The workloads are bench/gate_workload.py's three models: an MLP beside a custom op
+``gatebench::busy`` (the workload the rule was tuned on), a small CNN and a small
+transformer LM (workloads it was not tuned on). Planted (on the new side only):
 
-Per condition the processes are made in rounds. A round runs, for each variant (unchanged,
-+5, +10, +25, +50%, float64), one pair: a base process and a variant process back to back,
-base first in even rounds and second in odd ones, every process a triage with the gate's
-own settings (``--profile gate``: 25 measured steps; one intra-op thread). A gate of K
-processes per side is K consecutive rounds' pairs of one variant, judged by the gate's own
-judgement (``nsbridge gate --rejudge`` on a folder of those pairs): so K = 1, 3 and 5 are
-judged on the same processes. (In a real gate the pairs follow each other at once; here
-the other variants' pairs run between them, so drift has longer to act: a harder test.)
-Per condition, real `nsbridge gate` commands time a whole gate (K = 1, 3, 5, unchanged).
+- ``op +P%``: the busy op does P% more work per call (the same calls, shapes, dtype:
+  only its time can see it);
+- ``python +P%``, ``data +P%``, ``optimizer +P%``: pure-Python work outside any aten op in
+  the step, in making the batch, or in a pre-step hook of the optimizer, sized to P% of the
+  model's quiet step (STEP_MS, measured on this kind of machine; TURNS_PER_MS);
+- ``float64``: the model in float64 (different work);
+- ``itself``: a triage run gated against itself (`nsbridge gate RUN RUN`).
 
-Counted: unchanged gates that exit 1 (false alarms), 4 and 0; a run diffed against itself
-(`nsbridge diff RUN RUN`, identical data); slowdowns caught (exit 1 naming
-gatebench::busy); the dtype switch caught (exit 1 naming a matmul op, basis dtype); the
-smallest slowdown caught every time. Results: bench/results/gate_quality.json, and the
-Markdown table on stdout.
+Counted per condition and case: exits 1 / 4 / 0; on unchanged code the false-alarm rate
+with its Wilson 95% interval and the PASS rate; on planted slowdowns the share caught (exit
+1 naming what was planted: the step time or an op for Python work, gatebench::busy for the
+op, a matmul by dtype for float64) and the step's measured change (median and range: the
+clock that contention must not bend); the pairs each gate took and its wall time. Each
+gate's answer is appended to answers.jsonl in the folder as it ends, so an interrupted
+bench goes on where it stopped (--keep DIR). Results: bench/results/gate_quality.json, and
+the Markdown table on stdout.
 
-    python bench/gate_quality.py [--gates 10] [--hog-unchanged-gates 20]
-        [--conditions quiet,nice,hogs] [--keep DIR] [--judge-only]
+    python bench/gate_quality.py [--conditions quiet,nice,hogs] [--cases CASE,...]
+        [--scale 1.0] [--keep DIR] [--judge-only]
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ import json
 import os
 import platform
 import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,16 +49,51 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from nsbridge import api  # noqa: E402
+from nsbridge.model.comparing.evidence import wilson  # noqa: E402
 
 WORKLOAD = "bench/gate_workload.py"
-SLOWDOWNS = (5, 10, 25, 50)
-VARIANTS = {"unchanged": {}, **{f"+{p}%": {"GATE_SLOW_PCT": str(p)} for p in SLOWDOWNS},
-            "float64": {"GATE_DTYPE": "float64"}}
-PROCESSES = (1, 3, 5)
 MATMULS = {"aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm"}
 HOG = "import time\nend = time.monotonic() + 4 * 3600\nwhile time.monotonic() < end:\n    pass\n"
 CONDITIONS = {"quiet": (0, 0), "nice": (1, 15), "hogs": (2, 0)}   # (processes, niceness)
 TITLES = {"quiet": "quiet", "nice": "one `nice -n 15` busy loop", "hogs": "2 CPU hogs"}
+# each model's median step on a quiet 2-core VM of this project's kind (gate profile, one
+# thread; 2026-12-01) and pure-Python loop turns per millisecond there: a planted +P% is
+# P% of that step's time in turns, the same work on every machine
+STEP_MS = {"mlp": 34.0, "cnn": 15.5, "transformer": 45.0}
+TURNS_PER_MS = 11_700
+PLANTED_IN = {"python": "GATE_PY_TURNS", "data": "GATE_DATA_TURNS",
+              "optimizer": "GATE_OPT_TURNS"}
+
+
+def turns(model: str, pct: float) -> str:
+    return str(round(STEP_MS[model] * pct / 100 * TURNS_PER_MS))
+
+
+def case(name: str, model: str) -> dict[str, str]:
+    """The new side's variables for a case ('unchanged', 'op +10%', 'python +50%', ...)."""
+    if name in ("unchanged", "itself"):
+        return {}
+    if name == "float64":
+        return {"GATE_DTYPE": "float64"}
+    kind, pct = name.split(" +")
+    pct_value = float(pct.rstrip("%"))
+    if kind == "op":
+        return {"GATE_SLOW_PCT": str(pct_value)}
+    return {PLANTED_IN[kind]: turns(model, pct_value)}
+
+
+# per condition: (case, models, gates over all those models), for --scale 1
+PLAN: dict[str, list[tuple[str, tuple[str, ...], int]]] = {
+    "quiet": [("unchanged", ("mlp", "cnn", "transformer"), 30), ("itself", ("mlp",), 2),
+              ("float64", ("mlp", "cnn"), 10), ("op +10%", ("mlp",), 10),
+              ("python +25%", ("mlp", "cnn"), 6), ("data +25%", ("cnn",), 3),
+              ("optimizer +25%", ("transformer",), 3)],
+    "nice": [("unchanged", ("mlp", "cnn", "transformer"), 30),
+             ("python +25%", ("mlp", "cnn"), 6)],
+    "hogs": [("unchanged", ("cnn", "transformer"), 20), ("python +50%", ("mlp", "cnn"), 10),
+             ("python +25%", ("mlp", "cnn"), 10), ("data +25%", ("cnn",), 3),
+             ("optimizer +25%", ("transformer",), 3), ("unchanged", ("mlp",), 6)],
+}
 
 
 def background(count: int, niceness: int) -> list[subprocess.Popen]:
@@ -77,199 +114,171 @@ def one_process(run_dir: Path, env: dict[str, str]) -> dict[str, Any]:
     return dict(result.report)
 
 
-def process_wall(folder: Path) -> float | None:
-    """Mean wall seconds of the recorded processes (their manifests' start and finish)."""
-    walls = []
-    for manifest in folder.glob("r[0-9]*/manifest.json"):
-        m = json.loads(manifest.read_text())
-        if m.get("status") != "ok":
-            continue
-        start, end = (datetime.strptime(m[k], "%Y-%m-%dT%H:%M:%S%z")
-                      for k in ("started_at", "finished_at"))
-        walls.append((end - start).total_seconds())
-    return round(sum(walls) / len(walls), 2) if walls else None
+def one_gate(folder: Path, name: str, model: str, index: int) -> dict[str, Any]:
+    """One whole gate with the defaults; its answer in a line."""
+    target = folder / f"{name.replace(' +', '-').replace('%', '')}-{model}-{index:02d}"
+    if target.exists():                  # left by an interrupted bench
+        shutil.rmtree(target)
+    environ = {**os.environ, "GATE_MODEL": model, "PYTHONUNBUFFERED": "1"}
+    started = time.monotonic()
+    if name == "itself":
+        run = folder / f"itself-run-{index:02d}"
+        one_process(run, {})
+        result = api.gate(run, run, out=target, environ=environ, trust=[ROOT, folder])
+    else:
+        result = api.gate(ROOT, ROOT, WORKLOAD, out=target, environ=environ,
+                          new_env=case(name, model), trust=[ROOT])
+    step = result.get("step") or {}
+    return {"case": name, "model": model, "index": index, "exit": result["exit_code"],
+            "outcome": result["outcome"],
+            "named": {r["what"]: r["basis"] for r in result["regressions"]},
+            "step_change_pct": step.get("change_pct"), "step_ci_pct": step.get("ci_pct"),
+            "pairs": result["gate"]["processes"], "stopped": result["gate"]["stopped"],
+            "wall_s": round(time.monotonic() - started, 1)}
 
 
-def record(folder: Path, rounds: int, variants: list[str]) -> None:
-    """``rounds`` rounds of pairs (module docstring) into ``folder``."""
-    for r in range(rounds):
-        for name in variants:
-            order = ("base", "new") if r % 2 == 0 else ("new", "base")
-            for side in order:
-                run = folder / f"r{r:03d}-{name}-{side}"
-                if not (run / "report.json").is_file():
-                    one_process(run, VARIANTS[name] if side == "new" else {})
-        print(f"{folder.name}: round {r + 1}/{rounds}", file=sys.stderr)
-
-
-def judge(folder: Path, name: str, first: int, k: int, into: Path) -> dict[str, Any]:
-    """The gate's answer on rounds first..first+k-1 of one variant."""
-    gate = into / f"{name}-k{k}-from{first:03d}"
-    gate.mkdir(parents=True, exist_ok=True)
-    for i in range(k):
-        for side in ("base", "new"):
-            link = gate / f"{side}-{i + 1:02d}"
-            if not link.exists():
-                link.symlink_to(folder / f"r{first + i:03d}-{name}-{side}")
-    result = api.rejudge(gate)
-    named = {r["what"]: r["basis"] for r in result["regressions"]}
-    return {"exit": result["exit_code"], "named": named,
-            "detectable_pct": result["detectable_pct"],
-            "step_change_pct": (result.get("step") or {}).get("change_pct"),
-            "busy_change_pct": next((r.get("change_pct") for r in result["ops"]
-                                     if r["op"] == "gatebench::busy"), None),
-            "reasons": result["reasons"][:2]}
-
-
-def caught(name: str, answer: dict[str, Any]) -> bool:
+def caught(answer: dict[str, Any]) -> bool:
+    """Exit 1, naming what was planted."""
     if answer["exit"] != 1:
         return False
-    if name == "float64":
-        return any(what in MATMULS and basis == "dtype" for what, basis in answer["named"].items())
-    return "gatebench::busy" in answer["named"]
+    named = answer["named"]
+    if answer["case"] == "float64":
+        return any(what in MATMULS and basis == "dtype" for what, basis in named.items())
+    if answer["case"].startswith("op "):
+        return "gatebench::busy" in named
+    return bool(named)
 
 
-def self_diffs(folder: Path, count: int) -> list[int]:
-    """`nsbridge diff RUN RUN` exit codes on the first base runs (identical data)."""
-    codes = []
-    for r in range(count):
-        run = folder / f"r{r:03d}-unchanged-base"
-        codes.append(api.diff(run, run)["exit_code"])
-    return codes
-
-
-def real_gates(folder: Path) -> dict[str, dict[str, Any]]:
-    """Whole `nsbridge gate` commands on unchanged code, timed (K = 1, 3, 5); kept in
-    real-gates.json in the folder and reused from there."""
-    kept = folder / "real-gates.json"
-    if kept.is_file():
-        return json.loads(kept.read_text())
-    out = {}
-    for k in PROCESSES:
-        target = folder / f"real-gate-k{k}"
-        if target.exists():              # left by an interrupted bench
-            shutil.rmtree(target)
-        started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "nsbridge", "-q", "gate", "--processes",
-                               str(k), "--max-processes", str(k), "--out", str(target), "--format", "json", str(ROOT),
-                               str(ROOT), WORKLOAD], cwd=ROOT, capture_output=True, text=True,
-                              timeout=3600)
-        if proc.returncode not in (0, 1, 4):
-            raise SystemExit(f"nsbridge gate failed (exit {proc.returncode}): {proc.stderr[-800:]}")
-        out[f"K={k}"] = {"exit": proc.returncode, "wall_s": round(time.perf_counter() - started, 1)}
-    kept.write_text(json.dumps(out) + "\n")
+def gates_of(plan: list[tuple[str, tuple[str, ...], int]], scale: float,
+             cases: set[str] | None) -> list[tuple[str, str, int]]:
+    """The plan's gates in the order they run: the models of a case taken in turn."""
+    out: list[tuple[str, str, int]] = []
+    for name, models, count in plan:
+        if cases and name not in cases:
+            continue
+        n = max(1, round(count * scale))
+        out += [(name, models[i % len(models)], i) for i in range(n)]
     return out
 
 
-def condition(name: str, folder: Path, gates: int, unchanged_gates: int,
-              judge_only: bool) -> dict[str, Any]:
+def condition(name: str, folder: Path, gates: list[tuple[str, str, int]],
+              judge_only: bool) -> list[dict[str, Any]]:
+    """Every gate of the condition (answers kept in answers.jsonl are not run again)."""
+    kept = folder / "answers.jsonl"
+    answers = ([json.loads(line) for line in kept.read_text().splitlines() if line.strip()]
+               if kept.is_file() else [])
+    done = {(a["case"], a["model"], a["index"]) for a in answers}
+    todo = [g for g in gates if g not in done]
+    if judge_only or not todo:
+        return answers
     hogs, niceness = CONDITIONS[name]
-    rounds = gates * max(PROCESSES)
-    extra = unchanged_gates * max(PROCESSES) - rounds
-    started = time.perf_counter()
-    if not judge_only:
-        procs = background(hogs, niceness)
-        try:
-            time.sleep(1.0 if procs else 0.0)
-            record(folder, rounds, list(VARIANTS))
-            for r in range(rounds, rounds + extra):
-                record_unchanged(folder, r)
-            real_gates(folder)
-        finally:
-            for proc in procs:
-                proc.kill()
-                proc.wait()
-    judged = folder / "judged"
-    results: dict[str, Any] = {}
-    for k in PROCESSES:
-        per_k: dict[str, Any] = {}
-        for variant in VARIANTS:
-            n = unchanged_gates if variant == "unchanged" else gates
-            per_k[variant] = [judge(folder, variant, g * k if k > 1 else g, k, judged)
-                              for g in range(n)]
-        results[f"K={k}"] = summarize(per_k)
-    return {"background": TITLES[name], "gates_per_level": gates,
-            "unchanged_gates": unchanged_gates, "by_processes": results,
-            "self_diff_exits": self_diffs(folder, gates),
-            "process_wall_s": process_wall(folder),
-            "real_gates": real_gates(folder) if (folder / "real-gates.json").is_file() else {},
-            "judged_in_s": round(time.perf_counter() - started)}
+    procs = background(hogs, niceness)
+    try:
+        time.sleep(1.0 if procs else 0.0)
+        for i, (case_name, model, index) in enumerate(todo):
+            answer = one_gate(folder, case_name, model, index)
+            answers.append(answer)
+            with kept.open("a") as f:
+                f.write(json.dumps(answer) + "\n")
+            print(f"{name}: {i + 1}/{len(todo)} {case_name} {model}: exit {answer['exit']}"
+                  f" at {answer['pairs']} pairs, {answer['wall_s']} s", file=sys.stderr)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    return answers
 
 
-def record_unchanged(folder: Path, r: int) -> None:
-    """One more round of the unchanged pair only (for more unchanged gates)."""
-    for side in (("base", "new") if r % 2 == 0 else ("new", "base")):
-        run = folder / f"r{r:03d}-unchanged-{side}"
-        if not (run / "report.json").is_file():
-            one_process(run, {})
-
-
-def summarize(per_variant: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    unchanged = per_variant["unchanged"]
-    found = {name: sum(caught(name, a) for a in answers)
-             for name, answers in per_variant.items() if name != "unchanged"}
-    every = [p for p in SLOWDOWNS if found[f"+{p}%"] == len(per_variant[f"+{p}%"])]
-    return {"false_alarms": sum(a["exit"] == 1 for a in unchanged),
-            "inconclusive": sum(a["exit"] == 4 for a in unchanged),
-            "passed": sum(a["exit"] == 0 for a in unchanged), "caught": found,
-            "smallest_caught_every_time_pct": min(every) if every else None,
-            "answers": per_variant}
+def summarize(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per case: exits, rates with intervals, step changes, pairs and wall times."""
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(a["case"] for a in answers):
+        mine = [a for a in answers if a["case"] == name]
+        n = len(mine)
+        exits = {code: sum(a["exit"] == code for a in mine) for code in (1, 4, 0)}
+        row: dict[str, Any] = {"gates": n, "models": sorted({a["model"] for a in mine}),
+                               "exit_1": exits[1], "exit_4": exits[4], "exit_0": exits[0],
+                               "pairs_median": statistics.median(a["pairs"] for a in mine),
+                               "pairs_max": max(a["pairs"] for a in mine),
+                               "wall_s_median": round(statistics.median(a["wall_s"]
+                                                                        for a in mine), 1)}
+        if name in ("unchanged", "itself"):
+            low, high = wilson(exits[1], n)
+            row |= {"false_alarm_pct": round(100 * exits[1] / n, 2),
+                    "false_alarm_ci_pct": [round(100 * low, 2), round(100 * high, 2)],
+                    "pass_pct": round(100 * exits[0] / n, 1)}
+        else:
+            found = sum(caught(a) for a in mine)
+            low, high = wilson(found, n)
+            row |= {"caught": found, "caught_ci_pct": [round(100 * low, 1), round(100 * high, 1)]}
+        changes = [a["step_change_pct"] for a in mine if a["step_change_pct"] is not None]
+        if changes:
+            row["step_change_pct"] = {"median": round(statistics.median(changes), 1),
+                                      "min": min(changes), "max": max(changes)}
+        out[name] = row
+    return out
 
 
 def table(results: dict[str, Any]) -> str:
-    head = ("| machine | processes per side | unchanged: exit 1 / 4 / 0 | run vs itself PASS | "
-            + " | ".join(f"+{p}%" for p in SLOWDOWNS) + " | float64 | smallest caught every "
-            "time | wall per gate |")
+    head = ("| machine | case | gates | exit 1 / 4 / 0 | false alarms (95% interval) or "
+            "caught | step change, median (range) | pairs, median (most) | wall per gate |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
-    for name, c in results["conditions"].items():
-        for k in PROCESSES:
-            r = c["by_processes"][f"K={k}"]
-            n = c["gates_per_level"]
-            small = r["smallest_caught_every_time_pct"]
-            wall = (c["real_gates"].get(f"K={k}") or {}).get("wall_s")
-            selfs = c["self_diff_exits"]
-            rows.append(
-                f"| {c['background']} | {k} | {r['false_alarms']} / {r['inconclusive']} / "
-                f"{r['passed']} of {c['unchanged_gates']} | "
-                f"{sum(e == 0 for e in selfs)}/{len(selfs)} | "
-                + " | ".join(f"{r['caught'][f'+{p}%']}/{n}" for p in SLOWDOWNS)
-                + f" | {r['caught']['float64']}/{n} | {'+' + str(small) + '%' if small else 'none'}"
-                f" | {f'{wall:.0f} s' if wall else '-'} |")
+    for cond, c in results["conditions"].items():
+        for name, r in c["cases"].items():
+            if "false_alarm_pct" in r:
+                low, high = r["false_alarm_ci_pct"]
+                rate = f"{r['exit_1']}/{r['gates']} ({low:g}..{high:g}%); PASS {r['pass_pct']:g}%"
+            else:
+                low, high = r["caught_ci_pct"]
+                rate = f"caught {r['caught']}/{r['gates']} ({low:g}..{high:g}%)"
+            change = r.get("step_change_pct")
+            change_text = (f"{change['median']:+.1f}% ({change['min']:+.1f}..{change['max']:+.1f})"
+                           if change else "-")
+            rows.append(f"| {c['background']} | {name} ({', '.join(r['models'])}) | {r['gates']}"
+                        f" | {r['exit_1']} / {r['exit_4']} / {r['exit_0']} | {rate} | "
+                        f"{change_text} | {r['pairs_median']:g} ({r['pairs_max']}) | "
+                        f"{r['wall_s_median']:.0f} s |")
     return "\n".join(rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gates", type=int, default=10, help="gates per variant and K")
-    parser.add_argument("--hog-unchanged-gates", type=int, default=20,
-                        help="unchanged gates beside the two hogs")
     parser.add_argument("--conditions", default="quiet,nice,hogs")
-    parser.add_argument("--keep", metavar="DIR", help="keep the runs here (and reuse them)")
+    parser.add_argument("--cases", help="only these cases (comma-separated, as in PLAN)")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="gates per case times this (at least one each)")
+    parser.add_argument("--keep", metavar="DIR", help="keep the gates here (and go on there)")
     parser.add_argument("--judge-only", action="store_true",
-                        help="no new processes: judge the runs kept in --keep DIR again")
+                        help="no new gates: summarize the answers kept in --keep DIR")
     parser.add_argument("--out", default=str(HERE / "results" / "gate_quality.json"))
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # the hogs end with the bench
     if args.judge_only and not args.keep:
         parser.error("--judge-only needs --keep DIR")
+    cases = set(args.cases.split(",")) if args.cases else None
     conditions: dict[str, Any] = {}
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="nsbridge-gate-") as tmp:
         base = Path(args.keep or tmp)
         for name in args.conditions.split(","):
             folder = base / name
             folder.mkdir(parents=True, exist_ok=True)
-            unchanged = args.hog_unchanged_gates if name == "hogs" else args.gates
-            conditions[name] = condition(name, folder, args.gates, unchanged, args.judge_only)
+            answers = condition(name, folder, gates_of(PLAN[name], args.scale, cases),
+                                args.judge_only)
+            conditions[name] = {"background": TITLES[name], "cases": summarize(answers),
+                                "answers": answers}
             print(f"{name} done", file=sys.stderr)
     results = {"date": time.strftime("%Y-%m-%d"),
                "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                            "python": platform.python_version()},
-               "workload": "bench/gate_workload.py: gatebench::busy about half the step; +P% "
-                           "= P% more work per busy call (same calls, shapes, dtype); float64 "
-                           "= the MLP in float64",
-               "gate": "nsbridge gate defaults: --fail-above 10 --min-step-share 2, "
-                       "--profile gate (25 measured steps), --threads 1",
-               "conditions": conditions}
+               "workload": "bench/gate_workload.py (GATE_MODEL mlp, cnn, transformer); "
+                           f"planted Python sized from STEP_MS {STEP_MS} at {TURNS_PER_MS} "
+                           "turns/ms",
+               "gate": "nsbridge gate defaults: --processes 3 --max-processes 10 --budget "
+                       "600 --fail-above 10 --min-step-share 2, --profile gate (25 measured "
+                       "steps), one thread",
+               "wall_s": round(time.monotonic() - started), "conditions": conditions}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1) + "\n")

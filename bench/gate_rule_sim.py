@@ -152,6 +152,7 @@ CASES = {
     "step +10%": {n: 1.10 for n in [*OPS, "step"]},
     "step +25%": {n: 1.25 for n in [*OPS, "step"]},
     "step +50%": {n: 1.50 for n in [*OPS, "step"]},
+    "step alone +25%": {"step": 1.25},      # outside any op: Python in the step
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Callable, Optional, TypeVar
 
 import click
@@ -33,7 +34,12 @@ class Bounded(click.ParamType):
 
 
 PROFILE = click.option("--profile", "profile", default="default", show_default=True,
-                       help="Built-in profile (default, quick, memory) or a YAML file.")
+                       help="Built-in profile (default, quick, memory, gate) or a YAML file.")
+# a pass added to a run: the run's own profile unless one is named
+RUN_PROFILE = click.option("--profile", "profile", default=None,
+                           help="Built-in profile (default, quick, memory, gate) or a YAML "
+                                "file. With --run: the run's own, as its manifest recorded "
+                                "it; else default.")
 DEEP_PROFILE = click.option("--deep-profile", "deep_profile", default="deep", show_default=True,
                             help="Metric set of the Nsight Compute pass (deep, deep-tensorcore, "
                                  "deep-memory) or a YAML file.")
@@ -108,16 +114,70 @@ FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), de
 SCRIPT_COMMAND = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
-def script_options(fn: F) -> F:
-    """-m MODULE, --profile, --out, --timeout, --top, then TARGET and the script's arguments."""
-    for decorator in reversed([
-        click.option("-m", "module", metavar="MODULE", help="Run a module, like python -m MODULE."),
-        PROFILE, OUT,
-        TIMEOUT(help="Stop the script after SECONDS; it then gets a quarter of that "
-                     "(10-60 s) to write what it recorded, and is killed."),
-        TOP,
-        click.argument("target", required=False),
-        click.argument("script_args", nargs=-1, type=click.UNPROCESSED),
-    ]):
-        fn = decorator(fn)
-    return fn
+class ScriptCommand(click.Command):
+    """A command that runs the user's script (SCRIPT_COMMAND): everything after the script
+    is the script's, untouched, and before it every option must be nsbridge's. nsbridge's
+    options may come anywhere before the script (between a gate's BASE, NEW and SCRIPT
+    too); an unknown one there is a usage error (exit 2, with click's "did you mean"),
+    never taken for the script's name. The script is the last single argument (TARGET,
+    or a gate's SCRIPT), or the value of ``-m MODULE``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes = {name: _value_of(param) for param in self.get_params(ctx)
+                 if isinstance(param, click.Option) for name in param.opts + param.secondary_opts}
+        singles = sum(isinstance(p, click.Argument) and p.nargs == 1 for p in self.params)
+        ours: list[str] = []
+        theirs: list[str] = []
+        i = 0
+        while i < len(args) and len(theirs) < singles:
+            token = args[i]
+            if token == "--" or not token.startswith("-") or token == "-":
+                if token == "--":
+                    break
+                theirs.append(token)
+                i += 1
+                continue
+            name = token.split("=", 1)[0]
+            if name not in takes and token[:2] in takes and not token.startswith("--"):
+                name = token[:2]                     # -mpkg: a short option with its value
+            if name not in takes:
+                raise click.NoSuchOption(name, possibilities=difflib.get_close_matches(
+                    name, [n for n in takes if n.startswith("--")]), ctx=ctx)
+            ours.append(token)
+            attached = token != name
+            value = takes[name]
+            if not attached and i + 1 < len(args) and (
+                    value == "always" or (value == "number" and args[i + 1].isdigit())):
+                ours.append(args[i + 1])
+                i += 1
+            i += 1
+            if name == "-m" and value == "always":   # -m MODULE: the module is the script
+                break
+        return super().parse_args(ctx, ours + theirs + args[i:])
+
+
+def _value_of(option: click.Option) -> str:
+    """Whether an option takes the next argument as its value: "never" (a flag),
+    "always", or "number" (an optional value, --deep [N]: only a number is its value)."""
+    if option.is_flag or option.count:
+        return "never"
+    return "number" if getattr(option, "_flag_needs_value", False) else "always"
+
+
+def script_options(fn: Optional[F] = None, *, profile: Callable[[F], F] = PROFILE) -> Any:
+    """-m MODULE, --profile (``profile``: its option), --out, --timeout, --top, then TARGET
+    and the script's arguments; as ``@script_options`` or ``@script_options(profile=...)``."""
+    def apply(fn: F) -> F:
+        decorators: list[Callable[[F], F]] = [
+            click.option("-m", "module", metavar="MODULE",
+                         help="Run a module, like python -m MODULE."),
+            profile, OUT,
+            TIMEOUT(help="Stop the script after SECONDS; it then gets a quarter of that "
+                         "(10-60 s) to write what it recorded, and is killed."),
+            TOP,
+            click.argument("target", required=False),
+            click.argument("script_args", nargs=-1, type=click.UNPROCESSED)]
+        for decorator in reversed(decorators):
+            fn = decorator(fn)
+        return fn
+    return apply(fn) if fn is not None else apply

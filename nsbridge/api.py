@@ -114,7 +114,7 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     passes: list[Pass] = [TorchProfilerPass(script, prof, timeout=timeout, environ=environ,
                                             runs=runs, window=window, threads=threads)]
     if nsys:
-        passes.append(TimelinePass(prof, timeout=timeout, environ=environ))
+        passes.append(TimelinePass(prof, timeout=timeout, environ=environ, threads=threads))
     if deep_top is not None:
         passes.append(DeepPass(_profile(deep_profile).deep, top=deep_top or None,
                                timeout=timeout, on_plan=on_plan, environ=environ))
@@ -124,17 +124,20 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
 
 
 def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = False,
-             profile: ProfileArg = "default", out: Optional[Union[str, Path]] = None,
+             profile: Optional[ProfileArg] = None, out: Optional[Union[str, Path]] = None,
              run: Optional[Union[str, Path]] = None, timeout: Optional[float] = None,
-             cwd: Optional[Union[str, Path]] = None,
+             cwd: Optional[Union[str, Path]] = None, threads: Optional[int] = None,
              trust: Optional[Sequence[Union[str, Path]]] = None,
              on_plan: Optional[Callable[[str], None]] = None,
              environ: Mapping[str, str] = os.environ) -> RunResult:
-    """Run the script under Nsight Systems with NVTX op ranges and join kernels to ops.
+    """Run the script under Nsight Systems with NVTX op ranges and join kernels to ops
+    (``threads``: torch's intra-op threads in the process, as triage --threads).
 
     With ``run``: add the timeline to that run (its script and arguments are reused when
-    ``target`` is None, only when they lie in ``trust``, as for ``deep``; ``on_plan``
-    receives what will run); otherwise a new run directory.
+    ``target`` is None, only when they lie in ``trust``, as for ``deep``, with the threads,
+    the checked variables and the profile the run recorded, unless ``threads`` or
+    ``profile`` are given; ``on_plan`` receives what will run); otherwise a new run
+    directory (``profile`` None: the default profile).
 
     Raises:
         ScriptError: the script or module cannot be found or compiled.
@@ -143,28 +146,33 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
         ToolNotFoundError: no nsys (with how to install it).
         ToolFailedError: nsys failed (its own error lines and its log).
         NsysExportError: the capture cannot be exported.
-        UntrustedRunError: ``run``'s manifest names a script or folder outside ``trust``.
+        UntrustedRunError: ``run``'s manifest names a script or folder outside ``trust``,
+            or a variable it may not set.
     """
     from .trust import rerun_plan, trusted_folders
 
-    prof = _profile(profile)
     if run is not None and target is None:
         earlier = Run.open(Path(run))
-        rerun = rerun_plan(str(earlier.dir), earlier.manifest, trusted_folders(trust))
+        rerun = rerun_plan(str(earlier.dir), earlier.manifest, trusted_folders(trust),
+                           environ, threads)
+        prof = _profile(profile) if profile is not None else _recorded_profile(earlier)
         if on_plan is not None:
-            on_plan(f"timeline: {rerun}")
+            on_plan(f"timeline: {rerun.plan}; profile {prof.name}")
         if is_ranked(earlier.report):
             from .distributed.fan_out import on_ranks
 
             return on_ranks(TimelineOnRanks(timeout=timeout), earlier,
-                            profile_source=prof.source, timeout=timeout, environ=environ)
-        the_run, script = earlier, None
-    else:
-        if run is None:   # a new run: nothing is left behind when nsys is missing
-            preflight([TimelinePass(prof, environ=environ)])
-        the_run, script = _run_for(run, target, args, module, cwd, prof, "timeline", out)
+                            profile_source=prof.source, timeout=timeout,
+                            environ=rerun.environ)
+        return result_of(run_passes(earlier, [TimelinePass(
+            prof, timeout=timeout, environ=rerun.environ, threads=rerun.threads)]))
+    prof = _profile(profile if profile is not None else "default")
+    if run is None:   # a new run: nothing is left behind when nsys is missing
+        preflight([TimelinePass(prof, environ=environ)])
+    the_run, script = _run_for(run, target, args, module, cwd, prof, "timeline", out)
     return result_of(run_passes(the_run, [TimelinePass(prof, script=script, timeout=timeout,
-                                                       environ=environ)]))
+                                                       environ=with_threads(environ, threads),
+                                                       threads=threads)]))
 
 
 def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Sequence[str] = (),
@@ -172,10 +180,11 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
          module: bool = False, profile: ProfileArg = "deep",
          out: Optional[Union[str, Path]] = None, timeout: Optional[float] = None,
          cwd: Optional[Union[str, Path]] = None, on_plan: Optional[Callable[[str], None]] = None,
-         ranks: Optional[Sequence[int]] = None,
+         ranks: Optional[Sequence[int]] = None, threads: Optional[int] = None,
          trust: Optional[Sequence[Union[str, Path]]] = None,
          environ: Mapping[str, str] = os.environ) -> RunResult:
-    """Nsight Compute on the kernels of chosen ops, merged into the run's op rows.
+    """Nsight Compute on the kernels of chosen ops, merged into the run's op rows
+    (``threads``: torch's intra-op threads in the process; a run's own by default).
 
     On a run of several ranks, every rank runs the script again (under the launcher that
     started nsbridge, or the triage's torch.distributed.run options), ncu on ``ranks`` or
@@ -185,8 +194,9 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
     the ``top`` ops by device time. The run is ``run``, else a triage of ``target`` made
     first, else the latest run under nsbridge-runs/. An earlier run's script runs again
     only when it and its folder lie in ``trust`` (None: the current directory;
-    nsbridge.trust), in this process's environment. ``on_plan`` receives what will run and
-    the plan's text before ncu starts.
+    nsbridge.trust), in this process's environment with the threads and the checked
+    variables the run recorded (nsbridge.trust.rerun_plan). ``on_plan`` receives what will
+    run and the plan's text before ncu starts.
 
     Raises:
         DeepError: an op the run does not have, no GPU, counters not permitted, no kernel
@@ -207,6 +217,7 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
         if detect_rank(environ) is not None:
             raise LaunchError("Under a launcher, triage and deep run together: nsbridge triage "
                               "--deep N script.py (or triage first, then deep --run-dir DIR).")
+        environ = with_threads(environ, threads)
         ncu = DeepPass(deep_prof, kernels=kernels, top=top, timeout=timeout, on_plan=on_plan,
                        environ=environ)
         preflight([ncu])
@@ -214,13 +225,16 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
         the_run = Run.for_script(script, command="triage", profile=_profile("default"),
                                  out=_path(out))
         return result_of(run_passes(the_run, [
-            TorchProfilerPass(script, _profile("default"), timeout=timeout, environ=environ),
+            TorchProfilerPass(script, _profile("default"), timeout=timeout, environ=environ,
+                              threads=threads),
             ncu]))
     the_run = Run.open(Path(run) if run is not None else _latest_run())
     if the_run.manifest.get("command") != "analyze":
-        rerun = rerun_plan(str(the_run.dir), the_run.manifest, trusted_folders(trust))
+        rerun = rerun_plan(str(the_run.dir), the_run.manifest, trusted_folders(trust),
+                           environ, threads)
+        environ = rerun.environ
         if on_plan is not None:
-            on_plan(f"deep: {rerun}")
+            on_plan(f"deep: {rerun.plan}")
     if is_ranked(the_run.report) and the_run.manifest.get("command") != "analyze":
         from .distributed.fan_out import on_ranks
 
@@ -548,12 +562,15 @@ def _look(result: dict[str, Any]) -> dict[str, Any]:
 def _stop_reason(result: dict[str, Any], pairs: int, most: int, elapsed_s: float,
                  budget_s: Optional[float]) -> Optional[str]:
     """Why a growing gate stops after this look (None: run one more pair): it decided
-    (a regression, or a pass that leaves no gated op undecided: a pass on the step time
-    alone would stop before a slower op had the pairs to show it), more pairs cannot make
-    it comparable, it has ``most`` pairs, or the next pair (as long as the mean pair so
-    far) would end past ``budget_s``."""
-    if result["outcome"] == "regression" or (result["outcome"] == "pass"
-                                             and not result.get("inconclusive")):
+    (a regression, or a pass that leaves no gated op undecided that ``most`` pairs could
+    decide: a pass on the step time alone would stop before a slower op had the pairs to
+    show it, and an op too noisy for ``most`` pairs would only spend them), more pairs
+    cannot make it comparable, it has ``most`` pairs, or the next pair (as long as the
+    mean pair so far) would end past ``budget_s``."""
+    unsure = set(result.get("inconclusive") or [])
+    settles = any(row["op"] in unsure and (row.get("pairs_to_decide") or most + 1) <= most
+                  for row in result.get("ops") or [])
+    if result["outcome"] == "regression" or (result["outcome"] == "pass" and not settles):
         return "decided"
     if result.get("comparability"):
         return "not comparable"
@@ -663,6 +680,21 @@ def _run_for(run: Optional[Union[str, Path]], target: Optional[str], args: Seque
     if run is None:
         return Run.for_script(script, command=command, profile=prof, out=_path(out)), script
     return Run.open(Path(run)), script
+
+
+def _recorded_profile(run: Run) -> Profile:
+    """The profile a run's manifest recorded (the default profile when it has none).
+
+    Raises:
+        ProfileError: what it recorded is not a profile this version reads.
+    """
+    from .profiles import profile_from_dict
+
+    recorded = run.manifest.get("profile")
+    if not isinstance(recorded, dict):
+        return _profile("default")
+    return profile_from_dict(recorded, name=str(recorded.get("name") or "recorded"),
+                             source=f"{run.dir}'s manifest")
 
 
 def _path(out: Optional[Union[str, Path]]) -> Optional[Path]:

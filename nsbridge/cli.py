@@ -21,8 +21,9 @@ import click
 from . import __version__
 from ._blas import import_numpy_on_one_thread
 from . import limits
-from ._options import (DEEP_PROFILE, FORMAT, GATE_OPTIONS, OUT, PROFILE, SCRIPT_COMMAND, THREADS,
-                       TIMEOUT, TOP, TRUST, WINDOW, Bounded, script_options)
+from ._options import (DEEP_PROFILE, FORMAT, GATE_OPTIONS, OUT, PROFILE, RUN_PROFILE,
+                       SCRIPT_COMMAND, THREADS, TIMEOUT, TOP, TRUST, WINDOW, Bounded,
+                       ScriptCommand, script_options)
 from .errors import NsbridgeError, Stopped
 
 TRIAGE_EPILOG = """\b
@@ -170,7 +171,7 @@ def _answer(command: str, fmt: str, top: int, call: Callable[[], Any]) -> None:
     _guard(body, command)
 
 
-@main.command(epilog=TRIAGE_EPILOG, context_settings=SCRIPT_COMMAND)
+@main.command(cls=ScriptCommand, epilog=TRIAGE_EPILOG, context_settings=SCRIPT_COMMAND)
 @click.option("--nsys", is_flag=True, help="Also run the Nsight Systems timeline pass.")
 @click.option("--deep", "deep_top", is_flag=False, flag_value="default", default=None,
               metavar="[=N]", help="Also run Nsight Compute on the N hottest ops (default: "
@@ -229,7 +230,7 @@ def _rank_list(text: Optional[str], option: str) -> Optional[list[int]]:
                                  "(like 0,3)", param_hint=option) from None
 
 
-@main.command(epilog=DEEP_EPILOG, context_settings=SCRIPT_COMMAND)
+@main.command(cls=ScriptCommand, epilog=DEEP_EPILOG, context_settings=SCRIPT_COMMAND)
 @click.option("--kernel", "kernels", multiple=True, metavar="OP",
               help="An op whose kernels to profile (as the report spells it); repeatable.")
 @click.option("--top", "deep_n", type=Bounded(limits.DEEP_TOP),
@@ -245,14 +246,15 @@ def _rank_list(text: Optional[str], option: str) -> Optional[list[int]]:
 @click.option("--ranks", "ranks", metavar="1,5",
               help="On a run of several ranks: run ncu on these (default: the median and "
                    "the slowest rank).")
+@THREADS
 @TRUST
 @FORMAT
 @click.argument("target", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def deep(kernels: tuple[str, ...], deep_n: Optional[int], run: Optional[str],
          module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
-         ranks: Optional[str], trust: tuple[str, ...], fmt: str, target: Optional[str],
-         script_args: tuple[str, ...]) -> None:
+         ranks: Optional[str], threads: Optional[int], trust: tuple[str, ...], fmt: str,
+         target: Optional[str], script_args: tuple[str, ...]) -> None:
     """Nsight Compute on the kernels of chosen ops, merged into the run's report.
 
     Ops come from --kernel or --top N; the run from --run, else a triage of SCRIPT made
@@ -266,25 +268,29 @@ def deep(kernels: tuple[str, ...], deep_n: Optional[int], run: Optional[str],
     _answer("deep", fmt, 10, lambda: run_deep(name, args, kernels=kernels, top=deep_n, run=run,
                                               module=bool(module), profile=profile, out=out,
                                               timeout=timeout, on_plan=_echo_plan,
-                                              ranks=chosen, trust=[os.getcwd(), *trust]))
+                                              ranks=chosen, threads=threads,
+                                              trust=[os.getcwd(), *trust]))
 
 
-@main.command(epilog=TIMELINE_EPILOG, context_settings=SCRIPT_COMMAND)
+@main.command(cls=ScriptCommand, epilog=TIMELINE_EPILOG, context_settings=SCRIPT_COMMAND)
 @click.option("--run", "--run-dir", "run", type=click.Path(),
-              help="Add the timeline to this triage run (--run-dir under torchrun).")
+              help="Add the timeline to this triage run (--run-dir under torchrun): its "
+                   "script runs again with the threads, variables and profile it recorded.")
+@THREADS
 @TRUST
 @FORMAT
-@script_options
-def timeline(module: Optional[str], profile: str, out: Optional[str], run: Optional[str],
-             trust: tuple[str, ...], fmt: str, timeout: Optional[float], top: int,
-             target: Optional[str], script_args: tuple[str, ...]) -> None:
+@script_options(profile=RUN_PROFILE)
+def timeline(module: Optional[str], profile: Optional[str], out: Optional[str],
+             run: Optional[str], threads: Optional[int], trust: tuple[str, ...], fmt: str,
+             timeout: Optional[float], top: int, target: Optional[str],
+             script_args: tuple[str, ...]) -> None:
     """Run SCRIPT under Nsight Systems with NVTX op ranges; join kernels to ops."""
     from .api import timeline as run_timeline
 
     name, args = _target(module, target, script_args, required=run is None)
     _answer("timeline", fmt, top, lambda: run_timeline(
         name, args, module=bool(module), profile=profile, out=out, run=run, timeout=timeout,
-        trust=[os.getcwd(), *trust], on_plan=_echo_plan))
+        threads=threads, trust=[os.getcwd(), *trust], on_plan=_echo_plan))
 
 
 @main.command()
@@ -428,7 +434,7 @@ Examples:
 """
 
 
-@main.command(epilog=GATE_EPILOG, context_settings=SCRIPT_COMMAND)
+@main.command(cls=ScriptCommand, epilog=GATE_EPILOG, context_settings=SCRIPT_COMMAND)
 @click.option("--processes", type=Bounded(limits.PROCESSES), default=3, show_default=True,
               metavar="K", help="Processes per side to start with, run in pairs (A B, B A, "
                                 "...); one more pair at a time while the answer is "

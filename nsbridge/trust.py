@@ -1,6 +1,6 @@
 """What a run directory may make nsbridge run: a run directory is code.
 
-`gate` and `deep --run` run a manifest's script again. The manifest is a file anyone could
+`gate`, `deep --run` and `timeline --run` run a manifest's script again. The manifest is a file anyone could
 have written, so what it names is checked before any process starts (even ``git``): its
 script and folder must lie, symlinks resolved, in a trusted folder (the folder nsbridge
 runs in, or those named by ``--trust DIR``; over MCP, the server's roots); ``module: true``
@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import os
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from .collect.source import NOT_RECORDED, RECORDED_PREFIXES
+from .collect.torch_profiler import with_threads
 from .errors import UntrustedRunError
 from .printable import printable
 
@@ -75,23 +77,51 @@ def check_manifest_script(given: str, target: str, module: bool, cwd: Path,
                 f"directory's script only from those. Nothing was run. {WAY_OUT}"))
 
 
-def rerun_plan(given: str, manifest: Mapping[str, Any], folders: Sequence[Path]) -> str:
-    """What running a run directory's script again (`deep --run`) will run, once checked:
-    its script and folder in ``folders``, no module, torch.distributed.run options only as
-    triage records them. Nothing of the manifest's ``env`` is applied.
+@dataclass(frozen=True)
+class Rerun:
+    """How a run directory's script runs again (`deep --run`, `timeline --run`): the
+    environment (the user's, with the manifest's checked variables and the threads' over
+    it), torch's intra-op threads, and what will run, in words."""
+
+    environ: dict[str, str]
+    threads: Optional[int]
+    plan: str
+
+
+def rerun_plan(given: str, manifest: Mapping[str, Any], folders: Sequence[Path],
+               environ: Mapping[str, str] = os.environ,
+               threads: Optional[int] = None) -> Rerun:
+    """What running a run directory's script again will run, once checked: its script and
+    folder in ``folders``, no module, torch.distributed.run options only as triage records
+    them, of its ``env`` only what a manifest may set (``manifest_env``), with the threads
+    it recorded unless ``threads`` is given.
 
     Raises:
-        UntrustedRunError: what ``check_manifest_script`` or the launcher check refuses.
+        UntrustedRunError: what ``check_manifest_script``, the launcher check or
+            ``manifest_env`` refuses.
     """
     target, args = str(manifest.get("target")), [str(a) for a in manifest.get("args") or []]
     cwd = Path(str(manifest.get("cwd") or Path.cwd()))
     check_manifest_script(given, target, bool(manifest.get("module")), cwd, folders)
     launcher = [str(a) for a in manifest.get("launcher") or []]
     _check_launcher(given, launcher)
+    recorded = manifest.get("env")
+    applied = manifest_env(given, {str(k): str(v) for k, v in recorded.items()}
+                           if isinstance(recorded, Mapping) else {}, environ)
+    ran_with = manifest.get("threads")
+    recorded_threads = ran_with if isinstance(ran_with, int) and not isinstance(
+        ran_with, bool) and ran_with > 0 else None
+    use = threads or recorded_threads
     under = f" under torch.distributed.run {shlex.join(launcher)}" if launcher else ""
-    return printable(f"runs {shlex.join(['python', target, *args])} in {cwd}{under} "
-                     f"(from {given}'s manifest), in your environment: none of the "
-                     "manifest's variables are set")
+    said = [f"{k}={shlex.quote(v)}" for k, v in sorted(applied.items())]
+    if use:
+        said.append(f"{use} intra-op thread(s) ("
+                    + ("--threads" if threads else "as the run recorded") + ")")
+    return Rerun(environ=with_threads({**environ, **applied}, use), threads=use,
+                 plan=printable(f"runs {shlex.join(['python', target, *args])} in {cwd}"
+                                f"{under} (from {given}'s manifest), in your environment"
+                                + (f" with {', '.join(said)}" if said else
+                                   ": the manifest sets nothing more")))
 
 
 def _check_launcher(given: str, launcher: Sequence[str]) -> None:

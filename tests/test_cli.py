@@ -137,6 +137,15 @@ def test_diff_help_documents_its_exit_codes() -> None:
     (["diff", "--min-step-share", "101", "a", "b"], "Invalid value for '--min-step-share'"),
     (["deep", "--ranks", "x", "--top", "1"], "Invalid value for --ranks"),
     (["doctor", "extra"], "Got unexpected extra argument (extra)"),
+    # a mistyped option before the script is nsbridge's usage error, never the script
+    (["triage", "--thread", "1", "train.py"],
+     "No such option '--thread'. Did you mean '--threads'?"),
+    (["triage", "--profile", "gate", "--outt", "x", "train.py"], "No such option '--outt'."),
+    (["timeline", "--tread", "train.py"], "No such option '--tread'."),
+    (["deep", "--kernal", "aten::mm"], "No such option '--kernal'."),
+    (["gate", "--procs", "3", "a", "b"], "No such option '--procs'."),
+    (["gate", "a", "b", "--procs", "3"], "No such option '--procs'."),
+    (["gate", "a", "b", "--processes", "0"], "Invalid value for '--processes'"),
 ])
 def test_usage_errors_exit_2_with_clicks_message(args: list[str], message: str,
                                                  tmp_path: Path,
@@ -149,6 +158,25 @@ def test_usage_errors_exit_2_with_clicks_message(args: list[str], message: str,
     assert result.stderr.startswith("Usage: nsbridge "), result.stderr
     assert f"Error: {message}" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_options_before_the_script_are_nsbridges_and_after_it_the_scripts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """nsbridge's options may come anywhere before the script (a gate's between BASE, NEW
+    and SCRIPT too); from the script on, every argument is the script's, as typed."""
+    seen: dict[str, object] = {}
+
+    def fake_gate(base: str, new: str, script: object, args: list[str], **kw: object) -> None:
+        seen.update(base=base, new=new, script=script, args=args, processes=kw["processes"],
+                    threads=kw["threads"])
+        raise SystemExit(0)
+
+    monkeypatch.setattr("nsbridge.api.gate", fake_gate)
+    invoke("gate", "a", "--threads", "1", "b", "--processes", "4", "t.py", "--processes", "9",
+           "--lr=3")
+    assert seen == {"base": "a", "new": "b", "script": "t.py", "args": ["--processes", "9",
+                                                                       "--lr=3"],
+                    "processes": 4, "threads": 1}
 
 
 # -- analyze, its errors, diff --------------------------------------------------------------

@@ -195,7 +195,7 @@ def test_rejudge_judges_an_earlier_gate_again_without_running_anything(tmp_path:
     from test_paired_gate import pairs
 
     folder = _gate_folder(tmp_path / "gate", pairs(11, k=6, process=0.01, noise=0.01,
-                                                    scale={"gatebench::busy": 1.07}))
+                                                    scale={"gatebench::busy": 1.08}))
     strict = _nsbridge("gate", "--rejudge", str(folder), "--fail-above", "5", "--format",
                        "json", cwd=tmp_path)
     assert strict.returncode == 1, strict.stdout + strict.stderr

@@ -106,3 +106,31 @@ def test_exactly_k_pairs_when_max_processes_is_k(monkeypatch: pytest.MonkeyPatch
     made = fake_triage(monkeypatch, process=0.25, noise=0.05)
     result = gate(checkout, processes=4, max_processes=4)
     assert len(made) == 8 and result["pairs"] == 4 and result["false_alarm"]["looks"] == 1
+
+
+def test_a_pass_grows_only_for_an_op_that_the_remaining_pairs_could_decide() -> None:
+    """A step that passes stops the gate unless a gated op still undecided would decide
+    within --max-processes pairs (its pairs_to_decide, from its own pairs' spread): an op
+    too noisy for that (beside two CPU hogs, aten::threshold_backward -53%..+130% at 5
+    pairs) would only spend the pairs left."""
+    def passing(pairs_to_decide: Optional[int]) -> dict[str, Any]:
+        return {"outcome": "pass", "inconclusive": ["aten::conv"],
+                "ops": [{"op": "aten::conv", "pairs_to_decide": pairs_to_decide},
+                        {"op": "aten::relu", "pairs_to_decide": 4}]}   # decided: no matter
+    assert api._stop_reason(passing(7), 5, 10, 1.0, None) is None
+    assert api._stop_reason(passing(22), 5, 10, 1.0, None) == "decided"
+    assert api._stop_reason(passing(None), 5, 10, 1.0, None) == "decided"
+    inconclusive = {**passing(22), "outcome": "inconclusive", "comparability": []}
+    assert api._stop_reason(inconclusive, 5, 10, 1.0, None) is None
+
+
+def test_an_undecided_op_says_how_many_pairs_would_decide_it() -> None:
+    from test_paired_gate import pairs
+    from nsbridge.model.comparing.paired import compare_pairs
+
+    result = compare_pairs(pairs(4, k=4, process=0.08, noise=0.05))
+    unsure = [r for r in result["ops"] if r["status"] == "inconclusive"]
+    counts = [r["pairs_to_decide"] for r in unsure]
+    assert any(isinstance(n, int) for n in counts)
+    assert all(n > 4 for n in counts if n is not None)      # more than it has
+    assert all("pairs_to_decide" not in r for r in result["ops"] if r["status"] != "inconclusive")

@@ -113,11 +113,35 @@ def test_unchanged_code_on_a_quiet_machine_passes_at_the_first_look() -> None:
 
 
 def test_planted_slowdowns_are_caught_as_pairs_are_added() -> None:
-    """Beside two hogs, a +50% step slowdown (every op alike) is caught every time and
-    +25% nearly always; on a quiet machine a +10% op is caught at least 9 times in 10."""
+    """Beside two hogs, a +50% step slowdown (every op alike) is caught nearly every time
+    and +25% at least 8 times in 10, and so is +25% in the step alone (outside any op:
+    the step carries half of each look's share); on a quiet machine a +10% op is caught
+    at least 9 times in 10."""
     fifty = run_gates(100, seed=4, scale={n: 1.5 for n in [*OPS, "step"]}, **HOGS)
-    assert rate([o for o, _ in fifty], "regression") == 1.0
+    assert rate([o for o, _ in fifty], "regression") >= 0.98
+    outside = run_gates(100, seed=7, scale={"step": 1.25}, **HOGS)
+    assert rate([o for o, _ in outside], "regression") >= 0.8
     quarter = run_gates(100, seed=5, scale={n: 1.25 for n in [*OPS, "step"]}, **HOGS)
     assert rate([o for o, _ in quarter], "regression") >= 0.8
     ten = run_gates(100, seed=6, scale={"busy": 1.10, "step": 1.05}, **QUIET)
     assert rate([o for o, _ in ten], "regression") >= 0.9
+
+
+def test_weighted_holm_gives_the_step_half_and_holds_the_level() -> None:
+    p = {"step time": 0.004, "a": 0.001, "b": 0.3, "c": 0.4}
+    # unweighted, the step at 0.004 > 0.01 / 3 after a is rejected at 0.01 / 4: kept
+    assert E.holm(p, 0.01) == {"a"}
+    # the step weighted as the three ops together: a at 0.001 <= 0.01 * 1/6 first, then
+    # the step at 0.004 <= 0.01 * 3/5
+    budget = E.Budget()
+    assert E.significant(p, budget, 2, primary="step time") == {"a", "step time"}
+    # nothing below its weighted share is rejected: the step alone at 0.0051 > 0.01 * 3/6
+    assert E.significant({**p, "a": 0.5, "step time": 0.0051}, budget, 2,
+                         primary="step time") == set()
+    # the weighted bound: under no change (uniform p-values) the family is wrong at most
+    # alpha of the time
+    rng = np.random.default_rng(3)
+    draws = rng.uniform(size=(40_000, 4))
+    wrong = sum(bool(E.significant(dict(zip(p, row)), budget, 2, primary="step time"))
+                for row in draws)
+    assert wrong / len(draws) <= 0.0115

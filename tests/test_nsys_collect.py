@@ -231,3 +231,36 @@ def test_nvtx_check() -> None:
     assert nvtx_check(100, 100, "2022.4")["warning"] is None
     assert "recorded 3 of the 100" in nvtx_check(100, 3, "2022.4")["warning"]
     assert nvtx_check(0, 0, None)["warning"] is None
+
+
+THREADS_SCRIPT = """
+import os, torch, nsbridge
+with open("threads.txt", "a") as fh:
+    fh.write(f"{torch.get_num_threads()} {os.environ.get('OMP_NUM_THREADS')}\\n")
+m = torch.nn.Linear(8, 8)
+for _ in range(3):
+    m(torch.randn(4, 8)).sum().backward()
+    nsbridge.step()
+"""
+
+
+def test_timeline_on_a_run_runs_with_the_threads_the_run_recorded(fake_nsys: dict,
+                                                                  tmp_path: Path) -> None:
+    """Regression (issue 50): `timeline --run` of a `triage --threads 1` run ran the
+    script with torch's default threads and merged its numbers into a report whose
+    machine line said 1 thread."""
+    script = tmp_path / "threads.py"
+    script.write_text(THREADS_SCRIPT)
+    triage = run_nsbridge("triage", "--threads", "1", "--profile", "quick", "--out",
+                          str(tmp_path / "run"), str(script), cwd=tmp_path)
+    assert triage.returncode == 0, triage.stderr
+    os.environ.update(fake_nsys["env"], FAKE_NSYS_MODE="ok")
+    try:
+        timeline = run_nsbridge("timeline", "--run", str(tmp_path / "run"), cwd=tmp_path)
+    finally:
+        for key in [*fake_nsys["env"], "FAKE_NSYS_MODE"]:
+            os.environ.pop(key, None)
+    assert timeline.returncode == 0, timeline.stderr
+    assert (tmp_path / "threads.txt").read_text().splitlines() == ["1 1", "1 1"]
+    said = timeline.stdout + timeline.stderr
+    assert "1 intra-op thread(s) (as the run recorded)" in said and "profile quick" in said

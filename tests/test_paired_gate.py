@@ -90,6 +90,11 @@ def test_unchanged_pairs_pass_and_say_what_they_could_have_seen() -> None:
     assert 0 < result["detectable_pct"] < 10 and not result["regressions"]
     text = render_diff({**result, "a_label": "a", "b_label": "b"})
     assert f"no change beyond ±{result['detectable_pct']:.1f}%" in text and "PASS:" in text
+    # the step's line is its answer; how it was measured follows on a line of its own
+    step_line, how = text.splitlines()[[line.startswith("Step time:") for line in
+                                        text.splitlines()].index(True):][:2]
+    assert step_line.endswith(f": {result['step']['status']}") and len(step_line) < 100
+    assert how == f"  measured as the {result['step']['source']}"
 
 
 def test_identical_processes_pass_with_no_spread() -> None:

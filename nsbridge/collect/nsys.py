@@ -28,7 +28,7 @@ from .. import schema as S
 from ..errors import ToolFailedError, ToolNotFoundError
 from ..rundir import free_stem, load_record
 from ._process import ChildOutcome, honour_umask, run_captured, run_filtered, which
-from .torch_profiler import bootstrap_argv
+from .torch_profiler import bootstrap_argv, with_threads
 
 INSTALL_HINT = ("Install Nsight Systems: on Debian/Ubuntu enable the non-free component and "
                 "`apt-get install nsight-systems` (this repository's .ci/install-nsys.sh does "
@@ -185,8 +185,10 @@ def capture(install: NsysInstall, *, trace: Sequence[str], output: Path,
 
 def run_nsys_pass(*, target: str, is_module: bool, args: Sequence[str], trace: Sequence[str],
                   run_dir: Path, cwd: Path, timeout: Optional[float],
-                  environ: Mapping[str, str] = os.environ) -> NsysPass:
-    """Run the target under nsys with NVTX ranges; return the report and its SQLite export.
+                  environ: Mapping[str, str] = os.environ,
+                  threads: Optional[int] = None) -> NsysPass:
+    """Run the target under nsys with NVTX ranges; return the report and its SQLite export
+    (``threads``: torch's intra-op threads in the process, as triage --threads sets them).
 
     Raises:
         ToolNotFoundError: nsys is missing.
@@ -196,10 +198,11 @@ def run_nsys_pass(*, target: str, is_module: bool, args: Sequence[str], trace: S
     version = nsys_version(install.path, environ)
     stem = free_stem(run_dir, "timeline", (".nsys-rep", ".sqlite", ".qdstrm"))
     child_argv = bootstrap_argv(run_dir, S.NVTX_CHILD_CONFIG, target=target,
-                                is_module=is_module, args=args, extra={"pass": "nvtx"})
+                                is_module=is_module, args=args,
+                                extra={"pass": "nvtx", "threads": threads})
     log = run_dir / f"{stem}.nsys.log"
     (run_dir / S.NVTX_CHILD_JSON).unlink(missing_ok=True)   # an earlier pass's record
-    env = dict(environ)
+    env = with_threads(environ, threads)
     env.setdefault("PYTHONUNBUFFERED", "1")
     result = capture(install, trace=trace, output=(run_dir / stem).resolve(),
                      child_argv=child_argv, cwd=cwd, env=env, timeout=timeout, log=log)

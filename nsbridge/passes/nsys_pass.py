@@ -33,6 +33,7 @@ class TimelinePass:
     script: Optional[Script] = None
     timeout: Optional[float] = None
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    threads: Optional[int] = None     # torch's intra-op threads (triage --threads)
     name: str = "nsys"
 
     def check(self, run: Optional[Run]) -> None:
@@ -46,7 +47,8 @@ class TimelinePass:
         s = plan
         output, joined = capture_timeline(run.dir, target=s.target, args=s.args,
                                           module=s.module, profile=self.profile, cwd=s.cwd,
-                                          timeout=self.timeout, environ=self.environ)
+                                          timeout=self.timeout, environ=self.environ,
+                                          threads=self.threads)
         output.frames["timeline"] = joined.ops
         return output
 
@@ -131,8 +133,10 @@ class TimelineOnRanks:
 
 def capture_timeline(run_dir: Path, *, target: str, args: Sequence[str], module: bool,
                      profile: Profile, cwd: Path, timeout: Optional[float],
-                     environ: Mapping[str, str] = os.environ) -> tuple[PassOutput, Timeline]:
-    """Run the target under nsys into ``run_dir``; join kernels to ops.
+                     environ: Mapping[str, str] = os.environ,
+                     threads: Optional[int] = None) -> tuple[PassOutput, Timeline]:
+    """Run the target under nsys into ``run_dir`` (``threads``: torch's intra-op
+    threads); join kernels to ops.
 
     Raises:
         ToolNotFoundError (no nsys, with how to install it), ToolFailedError (nsys's own
@@ -142,7 +146,7 @@ def capture_timeline(run_dir: Path, *, target: str, args: Sequence[str], module:
                        script_output=True):
         nsys_pass = run_nsys_pass(target=target, is_module=module, args=args,
                                   trace=profile.timeline.trace, run_dir=run_dir, cwd=cwd,
-                                  timeout=timeout, environ=environ)
+                                  timeout=timeout, environ=environ, threads=threads)
     capture = nsys_pass.capture
     status, exit_code, error = pass_status(capture.outcome, nsys_pass.child)
     with progress.step("joining kernels to ops in the nsys export"):

@@ -42,10 +42,13 @@ def render_diff(result: dict[str, Any], fmt: str = "text", top: int = 15) -> str
     lines.append(_samples_line(result))
     step = result.get("step")
     if step and step.get("change_pct") is not None:
-        lines.append(f"Step time ({step['source']}): {step['a_us'] / 1e3:.2f} -> "
-                     f"{step['b_us'] / 1e3:.2f} ms ({show_pct(step['change_pct'])}, 95% "
-                     f"interval {show_ci(step['ci_pct'])}): {step['status']}"
-                     + _unscaled(result))
+        lines.append(f"Step time: {step['a_us'] / 1e3:.2f} -> {step['b_us'] / 1e3:.2f} ms "
+                     f"({show_pct(step['change_pct'])}, 95% interval "
+                     f"{show_ci(step['ci_pct'])}): {step['status']}")
+        lines.append(f"  measured as the {step['source']}")
+        unscaled = _unscaled(result)
+        if unscaled:
+            lines.append(f"  {unscaled}")
     lines.append(_method_line(result))
     shown = [r for r in result["ops"]
              if r.get("decides") or not is_autograd_wrapper(r["op"])][:top]
@@ -72,10 +75,10 @@ def _unscaled(result: dict[str, Any]) -> str:
     and how far the speed moved between the processes."""
     speed, unscaled = result.get("speed"), (result.get("step") or {}).get("unscaled")
     if speed and speed.get("why"):
-        return f"; not scaled by the machine's speed: {speed['why']}"
+        return f"not scaled by the machine's speed: {speed['why']}"
     if not speed or not unscaled:
         return ""
-    return (f"; as timed, without the machine's speed taken out: "
+    return (f"as timed, without the machine's speed taken out: "
             f"{show_pct(unscaled['change_pct'])} ({show_ci(unscaled['ci_pct'])}); the speed "
             f"probe took {show_pct(speed['change_pct'])} on B, ±{speed['spread_pct']:.1f}% "
             "between processes")

@@ -10,9 +10,10 @@ each quantity is a chance to call unchanged code slower, so the chances are budg
   share of the bound is spent on speed-ups; an op whose statistic (median or 10th
   percentile) was chosen from two counts as two tests (its p-value doubled, Bonferroni
   over the choice);
-- **over the quantities of one look**, Holm's step-down procedure at that look's share
-  of the bound: the family-wise error rate of the look is at most that share, whatever
-  the dependence between ops;
+- **over the quantities of one look**, Holm's weighted step-down procedure at that
+  look's share of the bound, the step time weighted as all the ops together (half the
+  share to the step, the other half to the ops): the family-wise error rate of the look is
+  at most that share, whatever the dependence between ops;
 - **over the looks**, the bound ``ALPHA`` is spent as the pairs grow (``Budget``): by
   the look with the j-th of L possible pair counts, ALPHA (j / L)^2 in all, so the early
   looks, whose few pairs could only show a huge change, spend little, and by the union
@@ -90,22 +91,34 @@ def slowdown_p(point: float, spread: float, pairs: int) -> float:
     return two / 2.0 if point > 0 else 1.0 - two / 2.0
 
 
-def holm(p_values: Mapping[str, float], alpha: float) -> set[str]:
+def holm(p_values: Mapping[str, float], alpha: float,
+         weights: Mapping[str, float] | None = None) -> set[str]:
     """The names whose no-change hypothesis Holm's step-down procedure rejects at
-    family-wise level ``alpha``."""
-    ordered = sorted(p_values.items(), key=lambda item: (item[1], item[0]))
-    m = len(ordered)
+    family-wise level ``alpha``; with ``weights`` (1 where not given), the weighted
+    procedure (Holm 1979): the remaining hypotheses ordered by p / w, each rejected while
+    p <= alpha * w / (the weights still in play), which holds the same level."""
+    weight = {name: float((weights or {}).get(name, 1.0)) for name in p_values}
+    ordered = sorted(p_values.items(), key=lambda item: (item[1] / weight[item[0]], item[0]))
+    left = sum(weight.values())
     rejected: set[str] = set()
-    for i, (name, p) in enumerate(ordered):
-        if p > alpha / (m - i):
+    for name, p in ordered:
+        if p > alpha * weight[name] / left:
             break
         rejected.add(name)
+        left -= weight[name]
     return rejected
 
 
-def significant(p_values: Mapping[str, float], budget: Budget, pairs: int) -> set[str]:
-    """The quantities whose slowdown is significant at the look at ``pairs`` pairs."""
-    return holm(p_values, budget.at(pairs))
+def significant(p_values: Mapping[str, float], budget: Budget, pairs: int,
+                primary: str | None = None) -> set[str]:
+    """The quantities whose slowdown is significant at the look at ``pairs`` pairs. The
+    ``primary`` quantity (the step time) carries half the look's share, the others the
+    other half together: the step, which every slowdown shows in, is not diluted by the
+    number of ops judged beside it."""
+    weights: dict[str, float] = {}
+    if primary is not None and primary in p_values:
+        weights[primary] = float(max(len(p_values) - 1, 1))
+    return holm(p_values, budget.at(pairs), weights)
 
 
 def chosen_p(p: float, choices: int) -> float:

@@ -94,11 +94,17 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
                        status="vanished", basis="time")
         rows.append(row)
     step = _step(steady_a, steady_b, candidates)
+    if step is not None:
+        step["source"] = _step_source(str(step["statistic"]))
+        step["samples"] = [sum(s.steps_used for s in side) for side in (steady_a, steady_b)]
     if step is not None and speed is not None and speed["scaled"]:
         unscaled = _step(raw_a, raw_b, STATISTICS)
         step["unscaled"] = {k: unscaled[k] for k in ("change_pct", "ci_pct")} \
             if unscaled else None
     false_alarm = judge_time(rows, step, fail_above, floor, budget)
+    for row in rows:
+        if row.get("status") == "inconclusive" and row.get("_log"):
+            row["pairs_to_decide"] = pairs_to_decide(row, fail_above)
     rows.sort(key=lambda r: -abs(r.get("added_us") or 0.0))
     return answer(base[0], new[0], rows=rows, step=step, blockers=blockers,
                   fail_above=fail_above, min_step_share=min_step_share, ops=ops,
@@ -158,8 +164,9 @@ def judge_time(rows: list[dict[str, Any]], step: Optional[dict[str, Any]],
                fail_above: float, floor_us: float, budget: E.Budget) -> dict[str, Any]:
     """Give every time-judged row and the step its status (in place): which of them
     changed at all is decided together, Holm over the step and the gated ops at this
-    look's share of the budget; rows that do not gate are each asked at that share alone
-    (they fail nothing). Returns what the look spent and found."""
+    look's share of the budget, the step weighted as all the ops together; rows that do not
+    gate are each asked at that share alone (they fail nothing). Returns what the look
+    spent and found."""
     timed = [r for r in rows if r.get("basis") == "time" and r.get("_p") is not None]
     family = {r["op"]: r["_p"] for r in timed if r["gated"]}
     if step is not None:
@@ -167,7 +174,7 @@ def judge_time(rows: list[dict[str, Any]], step: Optional[dict[str, Any]],
     judged = timed + ([step] if step is not None else [])
     pairs = max((row["_log"][4] for row in judged), default=0)
     level = budget.at(pairs)
-    changed = E.significant(family, budget, pairs)
+    changed = E.significant(family, budget, pairs, primary="step time")
     for row in judged:
         name = "step time" if row is step else row["op"]
         shown = changed if (row is step or row["gated"]) else (
@@ -235,19 +242,21 @@ def choose_statistic(a: list[dict[str, float]], b: list[dict[str, float]],
 
 def _step(sa: list[Steady], sb: list[Steady], statistics: Sequence[str] = STATISTICS
           ) -> Optional[dict[str, Any]]:
+    """The step time's paired change (None when a process has no steady step)."""
     steps_a = [s.step for s in sa if s.step is not None]
     steps_b = [s.step for s in sb if s.step is not None]
     if len(steps_a) < len(sa) or len(steps_b) < len(sb):
         return None
-    row = paired_change(steps_a, steps_b, scale=1e3, statistics=statistics)
-    stat = str(row["statistic"])
-    row["source"] = ("median" if stat.startswith(_MEDIAN) else "10th percentile") + (
+    return paired_change(steps_a, steps_b, scale=1e3, statistics=statistics)
+
+
+def _step_source(statistic: str) -> str:
+    """How the step time was measured, in words."""
+    return ("median" if statistic.startswith(_MEDIAN) else "10th percentile") + (
         " of the measured steps' lengths (each the slower of its wall time and the GPU's "
         "time to finish its work), waits for a CPU left out (nsbridge's step clock)") + (
-        ", at one machine speed (each process's speed probe)" if stat.endswith(AT_SPEED)
+        ", at one machine speed (each process's speed probe)" if statistic.endswith(AT_SPEED)
         else "")
-    row["samples"] = [sum(s.steps_used for s in side) for side in (sa, sb)]
-    return row
 
 
 def _blockers(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
@@ -289,6 +298,14 @@ def _contended(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[st
     return [w for w, side in (("A", base), ("B", new)) if any_contended(side)]
 
 
+def pairs_to_decide(row: dict[str, Any], fail_above: float) -> Optional[int]:
+    """About how many pairs an inconclusive quantity's interval needs to leave out no
+    change or +T, near its change so far, at its pairs' spread (None: more than 50)."""
+    point, spread = row["_log"][0], row["_log"][3]
+    threshold = math.log1p(fail_above / 100.0)
+    return processes_needed(spread, max(threshold - point, point))
+
+
 def processes_needed(spread: float, target: float, limit: int = 50) -> Optional[int]:
     """The fewest pairs whose t interval, at this pair-to-pair spread (log), is at most
     ``target`` (log) half-wide; None past ``limit``."""
@@ -315,9 +332,7 @@ def _advice(rows: list[dict[str, Any]], step: Optional[dict[str, Any]], sa: list
     worst = max(unsure, key=lambda r: r["_log"][3])
     point, spread = worst["_log"][0], worst["_log"][3]
     anyway = processes_needed(spread, threshold / 2.0)   # decides wherever the change is
-    # an interval decides once it leaves out no change or +T: near the change so far,
-    # a half-width up to the farther of the two does
-    likely = processes_needed(spread, max(threshold - point, point))
+    likely = pairs_to_decide(worst, fail_above)
     advice = []
     if k < MIN_TIME_PAIRS:
         advice.append(f"at least {MIN_TIME_PAIRS} processes per side (--max-processes "
