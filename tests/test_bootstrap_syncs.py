@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import warnings
 import os
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -352,3 +354,33 @@ def test_a_datasets_own_item_calls_are_not_syncs(recorder: SyncRecorder) -> None
     recorder.uninstall()
     assert len(batches) == 2 and isinstance(value, int)
     assert [(r["kind"], r["line"]) for r in recorder.records()] == [("item", line)]
+
+
+def test_a_warning_raised_inside_a_wrapper_is_shown_at_the_callers_line() -> None:
+    """C code warns at the innermost Python frame, which inside a wrapped call is the
+    wrapper's: it is shown again at the line that called it, once per line as the
+    default filters show it, and nothing else changes (issue 50). The C-level
+    warnings.warn stands in for torch's C++ warning (which torch raises once a process)."""
+    shown: list[tuple[str, int, str]] = []
+    owner = SimpleNamespace(warn=warnings.warn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = lambda m, c, f, n, *rest: shown.append((f, n, str(m)))
+        rec = SyncRecorder(lambda: 0)
+        rec.install()
+        rec._patch(owner, "warn", "item", "aten::_local_scalar_dense")
+        try:
+            for _ in range(2):
+                owner.warn("from C", UserWarning, 1)
+                first = _line()
+            owner.warn("from C", UserWarning, 1)
+            second = _line()
+            warnings.warn("plain", UserWarning)
+            plain = _line()
+        finally:
+            rec.uninstall()
+        installed_filters = list(warnings.filters)
+    here = __file__
+    assert shown == [(here, first - 1, "from C"), (here, second - 1, "from C"),
+                     (here, plain - 1, "plain")]
+    assert not [f for f in installed_filters if "syncs" in str(getattr(f[3], "pattern", f[3]))]

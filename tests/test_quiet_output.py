@@ -232,3 +232,34 @@ def test_a_noise_log_that_cannot_be_written_loses_only_the_noise(tmp_path: Path)
         threading.excepthook = threading.__excepthook__
     assert errors == [] and not thread.is_alive()
     assert sink.buffer.getvalue() == b"still here\nand here\n"
+
+
+WARNS = """
+import torch
+x = torch.ones(1, requires_grad=True) * 2
+for _ in range(2):
+    print(float(x))
+    print(x.item(), int(x))
+"""
+
+
+@pytest.mark.slow
+def test_a_warning_torch_raises_in_a_wrapped_call_reads_as_without_nsbridge(
+        tmp_path: Path) -> None:
+    """Regression (issue 50): `print(float(x))` of a tensor that requires grad printed
+    torch's warning at nsbridge's _bootstrap/syncs.py instead of the script's line. Under
+    triage the script's stderr is what python prints: each warning at the script's line,
+    once per line, as the default filters show it."""
+    script = tmp_path / "warns.py"
+    script.write_text(WARNS)
+    plain = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120)
+    profiled = subprocess.run([sys.executable, "-m", "nsbridge", "-q", "triage", "--profile",
+                               "quick", "--out", str(tmp_path / "run"), str(script)],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert profiled.returncode == 0, profiled.stderr
+    expected = plain.stderr
+    assert expected.count("UserWarning") == 1 and f"{script}:5:" in expected  # torch: once
+    assert profiled.stderr[:len(expected)] == expected, profiled.stderr
+    assert "syncs.py" not in profiled.stderr

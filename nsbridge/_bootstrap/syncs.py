@@ -56,7 +56,9 @@ While the profiler records, each recorded call on a device tensor also runs insi
 blocking call to the line that asked for it (and a later ``analyze`` reads it back). CPU
 tensors get no range: nothing there waits, and the records alone serve CPU-only runs.
 `uninstall()` restores the wrapped attributes exactly: one inherited before (``float`` and
-the other C-level methods live on ``torch._C.TensorBase``) is deleted again.
+the other C-level methods live on ``torch._C.TensorBase``) is deleted again. A warning torch
+raises inside a wrapped call is shown at the script's line, as without nsbridge
+(``_WarningsAtCaller``).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ import sys
 import sysconfig
 import threading
 import time
+import warnings
 import weakref
 from types import FrameType
 from typing import Any, Callable, Optional
@@ -128,8 +131,10 @@ class SyncRecorder:
             self._patch(owner, attr, kind, op)
         if hasattr(torch, "cuda"):
             self._patch(torch.cuda, "synchronize", "cuda_synchronize", "cudaDeviceSynchronize")
+        _CALLERS_WARNINGS.install()
 
     def uninstall(self) -> None:
+        _CALLERS_WARNINGS.uninstall()
         for owner, attr, own in reversed(self._originals):
             if own is _MISSING:
                 delattr(owner, attr)
@@ -242,6 +247,61 @@ class SyncRecorder:
         rec["cost_ms"] += cost_ms
         rec["_in_step"] += 1
         rec["max_in_one_step"] = max(rec["max_in_one_step"], rec["_in_step"])
+
+
+class _WarningsAtCaller:
+    """A warning torch raises inside a wrapped call (``float(x)`` of a tensor that
+    requires grad) is the script's: torch warns at the innermost Python frame, which is
+    the wrapper's, so it is shown again at the line that called the wrapper, with that
+    module's filters and once-per-line registry, exactly as without nsbridge. Every
+    warning at the wrapper's own lines reaches ``showwarning`` (an "always" filter for
+    this module only), which hands it on; no other warning changes. Nothing runs per call:
+    only a warning pays, and the stack it walks is its own thread's."""
+
+    def __init__(self) -> None:
+        self._shown: Optional[Callable[..., Any]] = None
+        self._filter: Optional[tuple] = None
+
+    def install(self) -> None:
+        warnings.filterwarnings("always", module=re.escape(__name__) + r"\Z")
+        self._filter = warnings.filters[0]
+        self._shown = warnings.showwarning
+        warnings.showwarning = self._show
+
+    def uninstall(self) -> None:
+        if self._shown is not None and warnings.showwarning == self._show:
+            warnings.showwarning = self._shown
+        filters: list = warnings.filters  # type: ignore[assignment]
+        if self._filter in filters:
+            filters.remove(self._filter)
+            warnings._filters_mutated()  # type: ignore[attr-defined]
+        self._shown = self._filter = None
+
+    def _show(self, message: Any, category: type, filename: str, lineno: int,
+              file: Any = None, line: Optional[str] = None) -> None:
+        caller = _wrapper_caller() if filename == __file__ else None
+        if caller is None:
+            assert self._shown is not None
+            self._shown(message, category, filename, lineno, file, line)
+            return
+        warnings.warn_explicit(message, category, caller.f_code.co_filename, caller.f_lineno,
+                               module=caller.f_globals.get("__name__"),
+                               registry=caller.f_globals.setdefault("__warningregistry__", {}),
+                               module_globals=caller.f_globals)
+
+
+def _wrapper_caller() -> Optional[FrameType]:
+    """The frame that called the innermost sync wrapper on this thread's stack."""
+    frame: Optional[FrameType] = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "wrapper" and code.co_filename == __file__:
+            return frame.f_back
+        frame = frame.f_back
+    return None
+
+
+_CALLERS_WARNINGS = _WarningsAtCaller()
 
 
 def _device_of(kind: str, args: tuple, kwargs: dict) -> Optional[str]:
