@@ -65,6 +65,7 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
            node_rank: Optional[int] = None, rdzv_endpoint: Optional[str] = None,
            ranks: Optional[list[int]] = None, deep_ranks: Optional[list[int]] = None,
            runs: int = 1, window: str = "steps", threads: Optional[int] = None,
+           steps: Optional[int] = None,
            environ: Mapping[str, str] = os.environ) -> RunResult:
     """Run a script (or ``-m`` module) under torch.profiler and analyse it (``runs`` > 1:
     that many processes, their steps pooled so intervals include the between-process
@@ -74,7 +75,9 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     one run directory. Several ranks (``nproc_per_node``, or started by a launcher): every
     pass on every rank (``ranks`` limits torch.profiler and nsys), ncu on ``deep_ranks``
     or on the median and the slowest rank. ``window``: ``steps`` (the measured steps) or
-    ``trace`` (the whole trace as one window, totals and rates per second).
+    ``trace`` (the whole trace as one window, totals and rates per second). ``steps``:
+    how many steps to measure (the profile's ``schedule.active``; None: as the profile
+    says).
 
     Returns:
         RunResult. A script that fails still returns one (status 'failed', its exit code).
@@ -95,6 +98,9 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     if out:     # before git or the script starts (the ranks of a job share one --out)
         check_dir_name(Path(out))
     prof = _profile(profile)
+    if steps is not None:
+        prof = dataclasses.replace(prof, schedule=dataclasses.replace(prof.schedule,
+                                                                      active=steps))
     script = checked_script(target, args, module, cwd)
     source = {"threads": threads, "env": recorded_env(environ), "git": git_state(script.cwd)}
     environ = with_threads(environ, threads)

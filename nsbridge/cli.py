@@ -191,6 +191,9 @@ def _answer(command: str, fmt: str, top: int, call: Callable[[], Any]) -> None:
               help="Run the script N times and pool the steps: the spread between processes, "
                    "the largest on a busy machine, then shows in every interval.")
 @THREADS
+@click.option("--steps", type=Bounded(limits.STEPS), metavar="N",
+              help="Measure N steps (the profile's schedule.active; the script must run "
+                   "about N+3).")
 @WINDOW
 @FORMAT
 @script_options
@@ -198,8 +201,8 @@ def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Opt
            top: int, nsys: bool, deep_top: Optional[str], deep_profile: str,
            nproc_per_node: Optional[int], nnodes: Optional[str], node_rank: Optional[int],
            rdzv_endpoint: Optional[str], ranks: Optional[str], deep_ranks: Optional[str],
-           runs: int, threads: Optional[int], window: str, fmt: str, target: Optional[str],
-           script_args: tuple[str, ...]) -> None:
+           runs: int, threads: Optional[int], steps: Optional[int], window: str, fmt: str,
+           target: Optional[str], script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (or -m MODULE) with torch.profiler and say what bounds it.
 
     Arguments after the script (or after --) go to the script. Under torchrun, srun or
@@ -217,7 +220,7 @@ def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Opt
         deep_top=deep_n, deep_profile=deep_profile, on_plan=_echo_plan,
         nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint, ranks=chosen, deep_ranks=for_deep, runs=runs,
-        window=window, threads=threads))
+        window=window, threads=threads, steps=steps))
 
 
 def _rank_list(text: Optional[str], option: str) -> Optional[list[int]]:

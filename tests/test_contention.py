@@ -39,6 +39,8 @@ def test_threads_waiting_for_a_cpu_make_the_run_contended_with_the_numbers() -> 
             in found["evidence"])
     assert "load 4.30 on 2 usable cores" in found["evidence"]
     assert "set_num_threads(1)" in found["fix"]
+    # nsbridge's own option comes before an edit to the script (issue 50)
+    assert found["fix"].startswith("nsbridge triage --threads 1 (or torch.set_num_threads(1)")
     assert facts["unprofiled_steps"]["n"] == 5
 
 
@@ -91,6 +93,8 @@ def test_a_share_whose_interval_crosses_the_line_gives_both_labels() -> None:
     low, high = verdict["numbers"]["data_share_ci"]
     assert low < 0.30 < high
     assert any("--runs" in s for s in verdict["settle"])
+    # four steps: more of them, by nsbridge's own option (issue 50)
+    assert "more measured steps (nsbridge triage --steps 10)" in verdict["settle"]
 
 
 def test_a_clear_share_is_high_confidence() -> None:

@@ -41,6 +41,11 @@ def test_on_a_contended_machine_the_overhead_is_not_attributed() -> None:
     result = profiler_overhead(_steps([40.0, 41.0, 39.0], [10.0, 10.1, 9.9]), contended=True)
     assert result["kind"] == "contended" and "contended" in result["note"]
     assert "inflated" not in result["note"]
+    assert "nsbridge triage --threads 1" in result["note"]
+    # a run that already had one thread is not told to use one (issue 50)
+    one = profiler_overhead(_steps([40.0, 41.0, 39.0], [10.0, 10.1, 9.9]), contended=True,
+                            threads=1)
+    assert "--threads 1" not in one["note"] and "a quieter machine" in one["note"]
 
 
 def test_without_unprofiled_steps_nothing_is_claimed() -> None:

@@ -238,7 +238,8 @@ def reduce(run_dir: Path, summaries: list[dict[str, Any]], profile: Profile, tar
              "ranks": [p.name for p in rank_dirs(run_dir)]}
     core = build_report(command=command, target=target, status=status, analysis=analysis,
                         step_source=None, overhead=profiler_overhead(
-                            steps, bool(machine and machine["contention"]["contended"]))
+                            steps, bool(machine and machine["contention"]["contended"]),
+                            ((machine or {}).get("threads") or {}).get("intra_op"))
                         if steps else None, files=files, notes=notes,
                         has_memory=has_memory(trace), error=error, version=__version__,
                         machine=machine, child_steps=steps,

@@ -128,7 +128,9 @@ def analyse_passes(run_dir: Path, passes: Sequence[TorchPass], *, target: str,
     contended = machine["contention"]["contended"]
     core = build_report(command=command, target=" ".join([target, *args]), status=status,
                         analysis=analysis, step_source=child.get("step_source"),
-                        overhead=profiler_overhead(steps, contended) if child else None,
+                        overhead=profiler_overhead(steps, contended,
+                                                   (machine.get("threads") or {}).get("intra_op"))
+                        if child else None,
                         files=files, notes=notes, has_memory=has_memory(trace), error=error,
                         version=__version__, machine=machine, child_steps=steps,
                         environment=child.get("env"))

@@ -10,17 +10,19 @@ may be the contention's, so it is not called the profiler's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from ..stats import LEVEL, resample_indices
 
 
-def profiler_overhead(child_steps: list[dict[str, Any]],
-                      contended: bool = False) -> dict[str, Any]:
+def profiler_overhead(child_steps: list[dict[str, Any]], contended: bool = False,
+                      threads: Optional[int] = None) -> dict[str, Any]:
     """{profiled_steps, unprofiled_steps, profiled_step_ms, unprofiled_step_ms, ratio,
-    ratio_ci, kind, note}; kind: slower, not-measurable, faster, contended, too-few."""
+    ratio_ci, kind, note}; kind: slower, not-measurable, faster, contended, too-few.
+    ``threads``: torch's intra-op threads in the process (advice does not ask for one
+    thread when it ran with one)."""
     profiled = np.asarray([s["wall_ms"] for s in child_steps if s["phase"] == "active"])
     bare = np.asarray([s["wall_ms"] for s in child_steps if s["phase"] == "unprofiled"])
     result: dict[str, Any] = {"profiled_steps": int(profiled.size),
@@ -45,7 +47,8 @@ def profiler_overhead(child_steps: list[dict[str, Any]],
         result["note"] = ("not known on this run: the machine was contended while the script "
                           "ran, so measured and unprofiled steps differ by the contention as "
                           "much as by the profiler (report.json keeps the ratio); measure on "
-                          "a quieter machine, or with nsbridge triage --threads 1")
+                          "a quieter machine" + ("" if threads == 1 else
+                                                 ", or with nsbridge triage --threads 1"))
     elif low > 1.0:
         result["kind"] = "slower"
         result["note"] = (f"the profiler slowed the measured steps by {100 * (ratio - 1):.0f}% "

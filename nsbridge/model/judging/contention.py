@@ -29,8 +29,8 @@ from ..stats import summary
 
 GPU_SLOWDOWNS = {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                  "hw_power_brake_slowdown"}
-ONE_THREAD = ("torch.set_num_threads(1) at the top of the script (or OMP_NUM_THREADS=1) so "
-              "torch's threads stop waiting for each other on busy cores; ")
+ONE_THREAD = ("nsbridge triage --threads 1 (or torch.set_num_threads(1) at the top of the "
+              "script) so torch's threads stop waiting for each other on busy cores; ")
 ELSEWHERE = ("profile on a quieter machine or with fewer co-located jobs; pool several "
              "processes with nsbridge triage --runs 5")
 

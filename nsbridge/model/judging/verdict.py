@@ -218,12 +218,13 @@ def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Ana
             settle.append(STEPS_ASKED_AWAY if steps_in_trace else
                           "steps marked with nsbridge.step() at the end of each iteration")
         elif n < 10:
-            settle.append("more measured steps (a profile with schedule.active: 10)")
+            settle.append("more measured steps (nsbridge triage --steps 10)")
         settle.append("several processes pooled (nsbridge triage --runs 5)")
         if contended:
             intra_op = ((machine or {}).get("threads") or {}).get("intra_op")
             settle.append("a quieter machine" + ("" if intra_op == 1 else
-                                                 ", or torch.set_num_threads(1) on this one"))
+                                                 ", or one thread on this one (nsbridge "
+                                                 "triage --threads 1)"))
     verdict.update(confidence=confidence, confidence_reasons=reasons, alternatives=alternatives,
                    contention=(contention or {}).get("evidence") if contended else None,
                    settle=settle)
