@@ -293,3 +293,24 @@ def test_a_wide_interval_wholly_under_the_threshold_passes_and_says_how_far_up_i
     slower = compare_pairs(pairs(2, k=3, scale={n: 1.15 for n in OPS}, process=0.12))
     assert slower["outcome"] == "inconclusive"
     assert slower["step"]["ci_pct"][0] < 0 < 10 < slower["step"]["ci_pct"][1]
+
+
+def test_more_calls_are_priced_in_the_same_microseconds_as_the_ops_row() -> None:
+    """Regression (make demo-gate beside two CPU hogs): 64 planted matmuls were priced at
+    +48 ms per step from the trace's raw times, while the op's row, whose waited steps
+    are left out, said +21 ms added. The price now uses the row's measure."""
+    rng = np.random.default_rng(8)
+    pairs_ = []
+    for _ in range(3):
+        a, b = one_process(rng, waited=6), one_process(rng, waited=6, scale={"aten::mm": 5.0})
+        mm = next(op for op in b["ops"] if op["name"] == "aten::mm")
+        mm["calls"] = 25 * 17
+        mm["shape_work"] = [{**mm["shape_work"][0], "us": 0.2 * mm["cpu_self_us"]},
+                            {"shape": "[[256,256],[256,256]]", "dtypes": "float32",
+                             "layout": "contiguous", "calls": 25 * 16,
+                             "us": 0.8 * mm["cpu_self_us"]}]
+        pairs_.append((a, b))
+    row = op_row(compare_pairs(pairs_), "aten::mm")
+    assert row["basis"] == "calls" and row["status"] == "regressed"
+    priced = row["more_work"]["added_us"]
+    assert 0.7 * row["added_us"] <= priced <= 1.05 * row["added_us"], (priced, row["added_us"])

@@ -96,12 +96,13 @@ Signature = tuple[str, str, str]   # (input shapes, dtypes, layout); "" where no
 
 
 class OpWork:
-    """One op's work in one run: calls per step and, per signature, (calls, µs) per step;
-    ``complete`` when its signatures cover every call (``shape_work`` keeps the most
-    called few)."""
+    """One op's work in one run: calls and its recorded µs (``us``, its self time as the
+    trace has it) per step and, per signature, (calls, µs) per step; ``complete`` when
+    its signatures cover every call (``shape_work`` keeps the most called few)."""
 
     def __init__(self, op: dict[str, Any], steps: int) -> None:
         self.calls = float(op.get("calls") or 0) / steps
+        self.us = float(op.get("us") or 0.0) / steps
         self.by_signature: dict[Signature, tuple[float, float]] = {}
         for entry in op.get("shape_work") or []:
             key = signature(entry)
@@ -149,11 +150,13 @@ def pooled_work(reports: list[dict[str, Any]]) -> dict[str, OpWork]:
     steps = sum(int((r.get("steps") or {}).get("count") or 0) for r in reports) or 1
     merged: dict[str, dict[str, Any]] = {}
     for report in reports:
+        key = report.get("ranked_by") or "cpu_self_us"
         for op in report.get("ops") or []:
             if not op.get("name"):
                 continue
-            into = merged.setdefault(op["name"], {"calls": 0, "shape_work": []})
+            into = merged.setdefault(op["name"], {"calls": 0, "us": 0.0, "shape_work": []})
             into["calls"] += op.get("calls") or 0
+            into["us"] += float(op.get(key) or 0.0)
             into["shape_work"] += op.get("shape_work") or []
     return {name: OpWork(op, steps) for name, op in merged.items()}
 
@@ -164,17 +167,22 @@ def more_work(a: Optional[OpWork], b: Optional[OpWork], a_us: Optional[float],
     the change in calls costs: per signature, each one's extra (or fewer) calls priced at
     the cheaper of the two runs' time per call of that signature (one only a run has, at
     that run's); without signatures, when the shapes are the same, at the cheaper of the
-    runs' mean time per call (``a_us``, ``b_us``: the op's time per step). None when the
-    calls did not rise or cannot be priced."""
+    runs' mean time per call (``a_us``, ``b_us``: the op's time per step as the comparison
+    measured it). A signature's times are taken at that measure (each run's recorded µs
+    scaled to ``a_us``/``b_us``: waited steps left out), so the price is in the same µs
+    as the op's row. None when the calls did not rise or cannot be priced."""
     if a is None or b is None or a.calls <= 0 or b.calls <= a.calls:
         return None
     if a.by_signature and b.by_signature:
+        to_a = a_us / a.us if a_us and a.us else 1.0
+        to_b = b_us / b.us if b_us and b.us else 1.0
         added = 0.0
         for key in set(a.by_signature) | set(b.by_signature):
             (ca, ua), (cb, ub) = a.by_signature.get(key, (0.0, 0.0)), b.by_signature.get(
                 key, (0.0, 0.0))
             if cb != ca:
-                added += (cb - ca) * min(u / c for c, u in ((ca, ua), (cb, ub)) if c > 0)
+                added += (cb - ca) * min(u * to / c for c, u, to in ((ca, ua, to_a),
+                                                                    (cb, ub, to_b)) if c > 0)
         priced = "per input signature"
     elif a_us and b_us:
         per_call = min(a_us / a.calls, b_us / b.calls)
