@@ -10,9 +10,9 @@ TORCH_INDEX ?=
 HAS_GPU     := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 CPU_INDEX   := https://download.pytorch.org/whl/cpu
 TORCH_CHOICE = $(if $(HAS_GPU),an NVIDIA GPU answered nvidia-smi: installing $(TORCH_SPEC) with \
-  CUDA,no NVIDIA GPU found: installing $(TORCH_SPEC) for the CPU$(if $(TORCH_INDEX),, (make \
-  TORCH_INDEX=$(CPU_INDEX) install picks the smaller CPU-only build)))$(if \
-  $(TORCH_INDEX), from $(TORCH_INDEX))
+  CUDA,no NVIDIA GPU found: installing $(TORCH_SPEC)$(if $(TORCH_INDEX), from $(TORCH_INDEX),\
+   from PyPI (the wheel pip picks; on Linux usually the CUDA build, which runs on the CPU \
+  too: make TORCH_INDEX=$(CPU_INDEX) install picks the smaller CPU-only build)))
 # nvtx 0.2.10: the newest release whose ranges Debian's nsys 2022.4 records (see shared facts)
 NVTX_SPEC  ?= nvtx==0.2.10
 STAMP  := $(VENV)/.installed
