@@ -131,9 +131,9 @@ class ScriptCommand(click.Command):
         i = 0
         while i < len(args) and len(theirs) < singles:
             token = args[i]
-            if token == "--" or not token.startswith("-") or token == "-":
-                if token == "--":
-                    break
+            if token == "--":                        # the rest is positional, as typed
+                break
+            if not token.startswith("-") or token == "-":
                 theirs.append(token)
                 i += 1
                 continue
