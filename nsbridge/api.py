@@ -157,6 +157,8 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
     """
     from .trust import rerun_plan, trusted_folders
 
+    if out:     # before nsys is looked for or the script starts, as triage checks it
+        check_dir_name(Path(out))
     if run is not None and target is None:
         earlier = Run.open(Path(run))
         rerun = rerun_plan(str(earlier.dir), earlier.manifest, trusted_folders(trust),
