@@ -88,7 +88,10 @@ def test_triage_paths_with_spaces_and_quotes_stay_one_argument(tmp_path: Path) -
 def test_timeline_and_deep_quote_run_and_script_and_each_op(tmp_path: Path) -> None:
     folder = project(tmp_path, include_first=False)
     timeline = dry_run_argv(folder, "nsbridge", "profile-timeline", "RUN=runs/it's a run")
-    assert timeline == ["timeline", "--profile", "default", "--run", "runs/it's a run"]
+    # on a run, its own profile unless PROFILE names one (issue 50)
+    assert timeline == ["timeline", "--run", "runs/it's a run"]
+    named = dry_run_argv(folder, "nsbridge", "profile-timeline", "RUN=r", "PROFILE=it's.yaml")
+    assert named == ["timeline", "--profile", "it's.yaml", "--run", "r"]
     deep = dry_run_argv(folder, "nsbridge", "profile-deep", "OP=aten::mm aten::add_",
                         "SCRIPT=a b/t.py", "ARGS=--epochs 1")
     assert deep == ["deep", "--kernel", "aten::mm", "--kernel", "aten::add_", "a b/t.py", "--",

@@ -30,7 +30,7 @@ NSBRIDGE   ?= nsbridge
 NSBRIDGE_CMD ?= $(call nsbridge_q,$(NSBRIDGE))
 SCRIPT     ?=
 ARGS       ?=
-PROFILE    ?= default
+PROFILE    ?=
 OUT        ?=
 RUN        ?=
 OP         ?=
@@ -63,11 +63,11 @@ nsbridge_judge = --fail-above $(call nsbridge_q,$(THRESHOLD)) \
 
 profile-triage:
 	@test -n $(call nsbridge_q,$(SCRIPT)) || { echo "profile-triage: set SCRIPT=path/to/train.py"; exit 2; }
-	$(NSBRIDGE_CMD) triage --profile $(call nsbridge_q,$(PROFILE)) $(nsbridge_out) $(nsbridge_script)
+	$(NSBRIDGE_CMD) triage --profile $(call nsbridge_q,$(or $(PROFILE),default)) $(nsbridge_out) $(nsbridge_script)
 
 profile-timeline:
 	@test -n $(call nsbridge_q,$(SCRIPT)$(RUN)) || { echo "profile-timeline: set SCRIPT=... or RUN=..."; exit 2; }
-	$(NSBRIDGE_CMD) timeline --profile $(call nsbridge_q,$(PROFILE)) $(nsbridge_out) $(nsbridge_run) $(nsbridge_script)
+	$(NSBRIDGE_CMD) timeline $(if $(PROFILE),--profile $(call nsbridge_q,$(PROFILE))) $(nsbridge_out) $(nsbridge_run) $(nsbridge_script)
 
 profile-deep:
 	$(NSBRIDGE_CMD) deep $(nsbridge_ops) $(nsbridge_run) $(nsbridge_script)
@@ -101,7 +101,7 @@ nsbridge-help:
 	@echo '                         on checkouts: its path inside each)'
 	@echo '  ARGS=                  the script arguments, in shell syntax: split into words,'
 	@echo "                         so quote inside it: ARGS=\"--data 'my dir'\""
-	@echo '  PROFILE=default        triage and timeline profile: a built-in name or a YAML file'
+	@echo '  PROFILE=               triage and timeline profile: a built-in name or a YAML file (triage: default; timeline: the RUN'\''s own, else default)'
 	@echo '  OUT=                   run directory to create (triage, timeline; must not exist)'
 	@echo '  RUN=                   an existing run to add to (timeline, deep)'
 	@echo '  OP=                    profile-deep ops, separated by spaces (aten::mm aten::addmm)'
