@@ -261,5 +261,7 @@ def test_a_warning_torch_raises_in_a_wrapped_call_reads_as_without_nsbridge(
     assert profiled.returncode == 0, profiled.stderr
     expected = plain.stderr
     assert expected.count("UserWarning") == 1 and f"{script}:5:" in expected  # torch: once
-    assert profiled.stderr[:len(expected)] == expected, profiled.stderr
-    assert "syncs.py" not in profiled.stderr
+    # nsbridge's own lines may come around it (a busy machine's note); the script's
+    # warning is the same block, once
+    assert expected in profiled.stderr, profiled.stderr
+    assert profiled.stderr.count("UserWarning") == 1 and "syncs.py" not in profiled.stderr
