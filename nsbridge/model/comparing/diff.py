@@ -405,8 +405,8 @@ def _advice(blockers: list[dict[str, str]], single: bool, contended: list[str],
                      f"{pairs} processes per side" if pairs and single else ""))
     steps = int((a.get("steps") or {}).get("count") or 0)
     if steps < 10:
-        advice.append(f"measure more steps: {steps} measured step(s) here; the gate's runs "
-                      "measure 25 (--profile gate)")
+        advice.append(f"measure more steps: {steps} measured step(s) here (nsbridge triage "
+                      "--steps 25 on both sides; the gate's runs measure 25)")
     threads = ((a.get("machine") or {}).get("threads") or {}).get("intra_op")
     if contended:
         advice.append(f"run {' and '.join(contended)} on a quieter machine"
