@@ -13,8 +13,6 @@ TORCH_CHOICE = $(if $(HAS_GPU),an NVIDIA GPU answered nvidia-smi: installing $(T
   CUDA,no NVIDIA GPU found: installing $(TORCH_SPEC)$(if $(TORCH_INDEX), from $(TORCH_INDEX),\
    from PyPI (the wheel pip picks; on Linux usually the CUDA build, which runs on the CPU \
   too: make TORCH_INDEX=$(CPU_INDEX) install picks the smaller CPU-only build)))
-# nvtx 0.2.10: the newest release whose ranges Debian's nsys 2022.4 records (see shared facts)
-NVTX_SPEC  ?= nvtx==0.2.10
 STAMP  := $(VENV)/.installed
 
 .PHONY: install demo demo-gate test test-fast test-gpu docs dist bench clean
@@ -31,7 +29,6 @@ $(STAMP): pyproject.toml setup.py nsbridge/parse/_scan.c
 	$(PYTHON) -m venv $(VENV)
 	@echo "nsbridge: $(TORCH_CHOICE); make TORCH_SPEC=... install picks another"
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q "$(NVTX_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	@$(BIN)/python -c "import torch; print('nsbridge: torch', torch.__version__, \
 	'(CUDA ' + torch.version.cuda + ')' if torch.version.cuda else '(CPU only)')"

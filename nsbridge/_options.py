@@ -49,8 +49,9 @@ WINDOW = click.option("--window", "window", type=click.Choice(["steps", "trace"]
                       default="steps", show_default=True,
                       help="What the figures cover: the measured steps, or the whole trace as "
                            "one window (totals and rates per second).")
-TOP = click.option("--top", type=Bounded(limits.TOP), default=10, show_default=True,
-                   help="Ops in the summary table.")
+TOP = click.option("--top", type=Bounded(limits.TOP), default=None, metavar="N",
+                   help="Rows of each table in the summary (the ops first) and, for a new "
+                        "run, in report.md [default: the profile's analysis.top_ops, 10].")
 THREADS = click.option("--threads", type=Bounded(limits.THREADS), default=None, metavar="N",
                        help="torch's intra-op threads (and OpenMP's, MKL's, OpenBLAS's) in the "
                             "profiled process, recorded with the run. On a busy machine two "

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -26,7 +25,7 @@ from .passes.ncu_pass import DeepOnRanks, DeepPass, NcuFilesPass
 from .passes.nsys_pass import NsysExportsPass, TimelineOnRanks, TimelinePass
 from .passes.torch_pass import TorchProfilerPass, analyse_run_dir, analyze_traces
 from .pipeline import Given, Pass, preflight, run_passes
-from .profiles import Profile, load_profile
+from .profiles import Profile, load_profile, with_overrides
 from .report.escape import terminal
 from .result import RunResult, result_of
 from .job.identity import detect as detect_rank
@@ -65,7 +64,7 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
            node_rank: Optional[int] = None, rdzv_endpoint: Optional[str] = None,
            ranks: Optional[list[int]] = None, deep_ranks: Optional[list[int]] = None,
            runs: int = 1, window: str = "steps", threads: Optional[int] = None,
-           steps: Optional[int] = None,
+           steps: Optional[int] = None, top: Optional[int] = None,
            environ: Mapping[str, str] = os.environ) -> RunResult:
     """Run a script (or ``-m`` module) under torch.profiler and analyse it (``runs`` > 1:
     that many processes, their steps pooled so intervals include the between-process
@@ -77,7 +76,7 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     or on the median and the slowest rank. ``window``: ``steps`` (the measured steps) or
     ``trace`` (the whole trace as one window, totals and rates per second). ``steps``:
     how many steps to measure (the profile's ``schedule.active``; None: as the profile
-    says).
+    says); ``top``: op rows in the summaries (the profile's ``analysis.top_ops``).
 
     Returns:
         RunResult. A script that fails still returns one (status 'failed', its exit code).
@@ -97,10 +96,7 @@ def triage(target: str, args: Sequence[str] = (), *, module: bool = False,
     check_window(window)
     if out:     # before git or the script starts (the ranks of a job share one --out)
         check_dir_name(Path(out))
-    prof = _profile(profile)
-    if steps is not None:
-        prof = dataclasses.replace(prof, schedule=dataclasses.replace(prof.schedule,
-                                                                      active=steps))
+    prof = with_overrides(_profile(profile), steps=steps, top=top)
     script = checked_script(target, args, module, cwd)
     source = {"threads": threads, "env": recorded_env(environ), "git": git_state(script.cwd)}
     environ = with_threads(environ, threads)
@@ -134,10 +130,11 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
              run: Optional[Union[str, Path]] = None, timeout: Optional[float] = None,
              cwd: Optional[Union[str, Path]] = None, threads: Optional[int] = None,
              trust: Optional[Sequence[Union[str, Path]]] = None,
-             on_plan: Optional[Callable[[str], None]] = None,
+             on_plan: Optional[Callable[[str], None]] = None, top: Optional[int] = None,
              environ: Mapping[str, str] = os.environ) -> RunResult:
     """Run the script under Nsight Systems with NVTX op ranges and join kernels to ops
-    (``threads``: torch's intra-op threads in the process, as triage --threads).
+    (``threads``: torch's intra-op threads in the process, as triage --threads; ``top``:
+    op rows in a new run's summaries, its profile's ``analysis.top_ops``).
 
     With ``run``: add the timeline to that run (its script and arguments are reused when
     ``target`` is None, only when they lie in ``trust``, as for ``deep``, with the threads,
@@ -174,7 +171,7 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
                             environ=rerun.environ)
         return result_of(run_passes(earlier, [TimelinePass(
             prof, timeout=timeout, environ=rerun.environ, threads=rerun.threads)]))
-    prof = _profile(profile if profile is not None else "default")
+    prof = with_overrides(_profile(profile if profile is not None else "default"), top=top)
     if run is None:   # a new run: nothing is left behind when nsys is missing
         preflight([TimelinePass(prof, environ=environ)])
     the_run, script = _run_for(run, target, args, module, cwd, prof, "timeline", out)
@@ -266,14 +263,16 @@ def show_profiler_noise(on: bool = True) -> None:
 def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default",
             deep_profile: ProfileArg = "deep",
             out: Optional[Union[str, Path]] = None, window: str = "steps",
-            environ: Mapping[str, str] = os.environ, jobs: Optional[int] = None) -> RunResult:
+            environ: Mapping[str, str] = os.environ, jobs: Optional[int] = None,
+            top: Optional[int] = None) -> RunResult:
     """Analyse files captured elsewhere: torch.profiler traces (several: the ranks of one
     job), nsys exports (.sqlite, .nsys-rep) and Nsight Compute reports (.ncu-rep, CSV),
     merged into one report keyed by op. ``window``: ``steps`` (the measured steps, in the
     torch trace and, by nsbridge's step ranges, in an nsys export) or ``trace`` (each file
     whole). ``environ`` is where nsys and ncu are looked up (to export a .nsys-rep, or a
     .ncu-rep without the ncu-report package). ``jobs``: worker processes for several
-    torch traces (default: one per CPU), each holding one trace at a time.
+    torch traces (default: one per CPU), each holding one trace at a time. ``top``: op
+    rows in the summaries (the profile's ``analysis.top_ops``).
 
     Raises:
         ValueError: an unknown ``window``.
@@ -288,7 +287,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
     """
     check_window(window)
     check_new_out(_path(out))    # before minutes of reading, not after
-    prof = _profile(profile)
+    prof = with_overrides(_profile(profile), top=top)
     paths = list(paths)
     for folder in (Path(p) for p in paths):
         if (folder / S.MANIFEST_JSON).is_file():
@@ -424,8 +423,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     apart = judged_apart(sides, allow)
     if apart:
         raise DiffRefusedError(terminal(apart))
-    prof = _profile(profile)
-    prof = dataclasses.replace(prof, schedule=dataclasses.replace(prof.schedule, active=steps))
+    prof = with_overrides(_profile(profile), steps=steps)
     threads_from = "--threads"
     if threads is None:
         recorded = {s.threads for s in sides.values()}

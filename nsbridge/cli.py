@@ -152,9 +152,10 @@ def _error_answer(command: Optional[str], exc: BaseException) -> None:
         click.echo(dumps(error_answer(command, exc)))
 
 
-def _answer(command: str, fmt: str, top: int, call: Callable[[], Any]) -> None:
+def _answer(command: str, fmt: str, top: Optional[int], call: Callable[[], Any]) -> None:
     """Run a command that makes a run: its summary, or with --format json its answer alone
-    on stdout (the script's output, and any plan, go to stderr meanwhile)."""
+    on stdout (the script's output, and any plan, go to stderr meanwhile), its tables cut
+    to ``top`` rows (None: the run's ``analysis.top_ops``, as its report.md)."""
     if fmt != "json":
         _guard(lambda: _finish(call(), top))
         return
@@ -163,7 +164,7 @@ def _answer(command: str, fmt: str, top: int, call: Callable[[], Any]) -> None:
     def body() -> None:
         with _stdout_to_stderr():
             result = call()
-        click.echo(dumps(run_answer(command, result, top)))
+        click.echo(dumps(run_answer(command, result, _rows(result, top))))
         if result.exit_code != 0:
             click.echo(f"nsbridge: error: {result.failure}", err=True)
             sys.exit(result.exit_code)
@@ -198,7 +199,7 @@ def _answer(command: str, fmt: str, top: int, call: Callable[[], Any]) -> None:
 @FORMAT
 @script_options
 def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Optional[float],
-           top: int, nsys: bool, deep_top: Optional[str], deep_profile: str,
+           top: Optional[int], nsys: bool, deep_top: Optional[str], deep_profile: str,
            nproc_per_node: Optional[int], nnodes: Optional[str], node_rank: Optional[int],
            rdzv_endpoint: Optional[str], ranks: Optional[str], deep_ranks: Optional[str],
            runs: int, threads: Optional[int], steps: Optional[int], window: str, fmt: str,
@@ -220,7 +221,7 @@ def triage(module: Optional[str], profile: str, out: Optional[str], timeout: Opt
         deep_top=deep_n, deep_profile=deep_profile, on_plan=_echo_plan,
         nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint, ranks=chosen, deep_ranks=for_deep, runs=runs,
-        window=window, threads=threads, steps=steps))
+        window=window, threads=threads, steps=steps, top=top))
 
 
 def _rank_list(text: Optional[str], option: str) -> Optional[list[int]]:
@@ -285,7 +286,7 @@ def deep(kernels: tuple[str, ...], deep_n: Optional[int], run: Optional[str],
 @script_options(profile=RUN_PROFILE)
 def timeline(module: Optional[str], profile: Optional[str], out: Optional[str],
              run: Optional[str], threads: Optional[int], trust: tuple[str, ...], fmt: str,
-             timeout: Optional[float], top: int, target: Optional[str],
+             timeout: Optional[float], top: Optional[int], target: Optional[str],
              script_args: tuple[str, ...]) -> None:
     """Run SCRIPT under Nsight Systems with NVTX op ranges; join kernels to ops."""
     from .api import timeline as run_timeline
@@ -293,7 +294,7 @@ def timeline(module: Optional[str], profile: Optional[str], out: Optional[str],
     name, args = _target(module, target, script_args, required=run is None)
     _answer("timeline", fmt, top, lambda: run_timeline(
         name, args, module=bool(module), profile=profile, out=out, run=run, timeout=timeout,
-        threads=threads, trust=[os.getcwd(), *trust], on_plan=_echo_plan))
+        threads=threads, trust=[os.getcwd(), *trust], on_plan=_echo_plan, top=top))
 
 
 @main.command()
@@ -323,7 +324,7 @@ def doctor(fmt: str) -> None:
 @TOP
 @FORMAT
 @click.argument("run_dir", type=click.Path())
-def show(top: int, fmt: str, run_dir: str) -> None:
+def show(top: Optional[int], fmt: str, run_dir: str) -> None:
     """Print a run's summary again (nsbridge.load), or with --format json its answer."""
     from .api import load
 
@@ -346,10 +347,22 @@ def _target(module: Optional[str], target: Optional[str], script_args: tuple[str
     return module or target, args
 
 
-def _finish(result: Any, top: int) -> None:
+def _rows(result: Any, top: Optional[int]) -> int:
+    """``top``, else the rows the run's profile chose (``analysis.top_ops``)."""
+    from .profiles import summary_rows
+
+    if top is not None:
+        return top
+    try:
+        return summary_rows(result.manifest)
+    except (OSError, ValueError):    # a rank's result without a manifest of its own
+        return summary_rows({})
+
+
+def _finish(result: Any, top: Optional[int]) -> None:
     from .report.terminal import terminal_summary
 
-    click.echo(terminal_summary(result.report, str(result.run_dir), top=top))
+    click.echo(terminal_summary(result.report, str(result.run_dir), top=_rows(result, top)))
     if result.exit_code != 0:
         click.echo(f"nsbridge: error: {result.failure}", err=True)
         sys.exit(result.exit_code)
@@ -366,7 +379,7 @@ def _finish(result: Any, top: int) -> None:
                    "time (default: one per CPU).")
 @FORMAT
 @click.argument("paths", nargs=-1, required=True)
-def analyze(profile: str, deep_profile: str, out: Optional[str], top: int, window: str,
+def analyze(profile: str, deep_profile: str, out: Optional[str], top: Optional[int], window: str,
             jobs: Optional[int], fmt: str, paths: tuple[str, ...]) -> None:
     """Analyse files captured elsewhere: torch.profiler traces (.json/.json.gz or folders),
     nsys exports (.sqlite, .nsys-rep), Nsight Compute reports (.ncu-rep, CSV)."""
@@ -378,7 +391,7 @@ def analyze(profile: str, deep_profile: str, out: Optional[str], top: int, windo
 
     _answer("analyze", fmt, top, lambda: run_analyze(paths, profile=profile,
                                                      deep_profile=deep_profile, out=out,
-                                                     window=window, jobs=jobs))
+                                                     window=window, jobs=jobs, top=top))
 
 
 DIFF_EPILOG = """\b

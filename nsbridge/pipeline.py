@@ -24,6 +24,7 @@ from typing import Any, Optional, Protocol, Sequence
 
 from .errors import NsbridgeError
 from .model.device.tensor_cores import settle_with_ncu
+from .profiles import summary_rows
 from .report.files import data_files, pages
 from .run import PassOutput, Run
 
@@ -160,4 +161,5 @@ def save(run: Run) -> None:
     finally:
         run.write_records()
         table = str(run.report["files"].get("key_averages") or "-")
-        run.write_files(pages(run.report, table if (run.dir / table).is_file() else None))
+        run.write_files(pages(run.report, table if (run.dir / table).is_file() else None,
+                              summary_rows(run.manifest)))

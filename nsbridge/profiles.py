@@ -17,9 +17,9 @@ import difflib
 import math
 import reprlib
 import sys
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import yaml
 
@@ -61,9 +61,11 @@ class Capture:
     with_stack: bool = described(False,
         "Python stacks in the trace (ops by source line)")
     with_flops: bool = described(False,
-        "FLOP estimates for matmul and convolution")
+        "FLOP estimates for matmul and convolution (torch's key_averages table; it records "
+        "input shapes too)")
     with_modules: bool = described(False,
-        "the nn.Module hierarchy in the trace")
+        "the module hierarchy of TorchScript models in the trace (torch records it for "
+        "TorchScript only; an eager model's modules come with with_stack)")
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,9 @@ class Schedule:
 class Analysis:
     """Thresholds for the ranking and the verdict."""
 
-    top_ops: int = bounded(15, "[1, inf)",
-        "rows in summaries")
+    top_ops: int = bounded(10, "[1, inf)",
+        "rows of each table (the ops first) in the terminal summary and report.md; --top "
+        "overrides it")
     top_gaps: int = bounded(10, "[0, inf)",
         "idle gaps listed")
     input_bound_share: float = bounded(0.30, "(0, 1]",
@@ -195,6 +198,28 @@ SECTIONS = {"capture": Capture, "schedule": Schedule, "analysis": Analysis,
 CHOICES = {"replay_mode": ("kernel", "application"), "clock_control": ("base", "none"),
             "cache_control": ("all", "none")}
 _TOP_KEYS = {"version", "description", *SECTIONS}
+
+
+def summary_rows(manifest: dict[str, Any]) -> int:
+    """The op rows a run's summaries show: the ``analysis.top_ops`` its manifest recorded
+    (a run directory is untrusted: anything else gives the default)."""
+    analysis = (manifest.get("profile") or {}).get("analysis") if isinstance(
+        manifest.get("profile"), dict) else None
+    rows = analysis.get("top_ops") if isinstance(analysis, dict) else None
+    if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1:
+        return rows
+    return int(Analysis().top_ops)
+
+
+def with_overrides(profile: Profile, *, steps: Optional[int] = None,
+                   top: Optional[int] = None) -> Profile:
+    """``profile`` with a command's options in place of its keys: ``steps`` for
+    ``schedule.active``, ``top`` for ``analysis.top_ops`` (None: as the profile says)."""
+    if steps is not None:
+        profile = replace(profile, schedule=replace(profile.schedule, active=steps))
+    if top is not None:
+        profile = replace(profile, analysis=replace(profile.analysis, top_ops=top))
+    return profile
 
 
 def builtin_profiles() -> list[str]:

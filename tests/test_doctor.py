@@ -41,3 +41,18 @@ def test_doctor_names_the_trace_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     check = doctor._trace_reader_check()
     assert check.level == "WARN" and "msgspec reads every batch" in check.detail
     assert "C scanner: not built" in check.detail and "gcc" in check.fix
+
+
+def test_the_package_requires_an_nvtx_every_listed_nsys_records() -> None:
+    """pip install as the README says: nsys 2022.4-2023.4 drop ranges of nvtx 0.2.11+."""
+    from importlib.metadata import requires, version
+
+    from packaging.requirements import Requirement
+
+    wanted = [r for r in map(Requirement, requires("nsbridge") or [])
+              if r.name == "nvtx" and (r.marker is None or r.marker.evaluate())]
+    assert len(wanted) == 1, wanted
+    admits = wanted[0].specifier
+    assert admits.contains("0.2.10")
+    assert admits.contains("0.2.17") == (sys.version_info >= (3, 13))  # no 0.2.10 wheel there
+    assert admits.contains(version("nvtx"))            # what this environment got from it

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from nsbridge.collect.nsys import (PROGRESS, capture, find_importer, find_nsys, nvtx_fix,
+                                   profile_argv)
 from nsbridge.passes.nsys_pass import nvtx_check
-from nsbridge.collect.nsys import (PROGRESS, capture, find_importer, find_nsys, profile_argv)
 from nsbridge.errors import ToolFailedError, ToolNotFoundError
 
 from conftest import DATA, ROOT, run_nsbridge
@@ -58,6 +59,15 @@ def _run(fake: dict, tmp_path: Path, mode: str, *extra: str):
     finally:
         for key in [*fake["env"], "FAKE_NSYS_MODE"]:
             os.environ.pop(key, None)
+
+
+def test_the_profile_picks_what_nsys_traces(fake_nsys: dict, tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text("version: 1\ntimeline:\n  trace: [nvtx, osrt]\n")
+    proc = _run(fake_nsys, tmp_path, "qdstrm", "--profile", str(tmp_path / "p.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    calls = [json.loads(line) for line in fake_nsys["log"].read_text().splitlines()]
+    profile = next(c for c in calls if c[0] == "profile")
+    assert profile[1:3] == ["--trace", "nvtx,osrt"]       # the default adds cuda,cudnn,cublas
 
 
 def test_argv_and_leftover_qdstrm_is_imported(fake_nsys: dict, tmp_path: Path) -> None:
@@ -113,7 +123,8 @@ def test_no_recorded_ranges_gives_a_warning_with_the_cause(fake_nsys: dict,
     assert proc.returncode == 0, proc.stderr
     nvtx = json.loads((tmp_path / "run" / "report.json").read_text())["timeline"]["nvtx"]
     assert nvtx["recorded"] == 0 and nvtx["emitted"] > 0
-    assert "nvtx==0.2.10" in nvtx["warning"] and "nvtx==0.2.10" in proc.stdout
+    assert nvtx_fix() in nvtx["warning"]
+    assert ("nvtx<0.2.11" if sys.version_info < (3, 13) else "newer than 2023.4") in proc.stdout
 
 
 def _exe(path: Path, body: str = "exit 0") -> Path:

@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 from ..errors import ToolFailedError, ToolNotFoundError
 from .ncu import ncu_version
-from .nsys import INSTALL_HINT, NsysInstall, capture, export_sqlite, find_nsys, nsys_version
+from .nsys import (INSTALL_HINT, NsysInstall, capture, export_sqlite, find_nsys, nsys_version,
+                   nvtx_fix)
 from ._process import Captured, run_captured, which
 
 # What the profiled Python sees, written to the file named by argv[1]: torch and CUDA
@@ -186,8 +187,7 @@ def _nvtx_round_trip(install: NsysInstall, version: Optional[str],
     return Check("FAIL", "nvtx round trip",
                  f"nsys {version} recorded {found} of 3 NVTX ranges from nvtx {nvtx_version}"
                  f"{imported}",
-                 "pip install nvtx==0.2.10 (nsys 2022.4 does not record newer nvtx ranges), "
-                 "or install a newer Nsight Systems")
+                 nvtx_fix())
 
 
 def _ncu_checks(has_gpu: bool) -> list[Check]:

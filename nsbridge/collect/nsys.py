@@ -20,6 +20,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
@@ -34,6 +35,20 @@ INSTALL_HINT = ("Install Nsight Systems: on Debian/Ubuntu enable the non-free co
                 "`apt-get install nsight-systems` (this repository's .ci/install-nsys.sh does "
                 "it), or take it from the CUDA toolkit / developer.nvidia.com/nsight-systems; "
                 "or point NSBRIDGE_NSYS at the nsys binary.")
+
+
+def nvtx_fix() -> str:
+    """How to get NVTX ranges recorded when this nsys drops the installed nvtx's ranges.
+
+    nsys 2022.4 to 2023.4 record nvtx up to 0.2.10, whose wheels stop at CPython 3.12.
+    """
+    newer = "install an Nsight Systems newer than 2023.4"
+    if sys.version_info >= (3, 13):
+        return (f"{newer} (nvtx 0.2.10, the newest release nsys 2022.4-2023.4 record, has no "
+                "wheel for this Python)")
+    return f'pip install "nvtx<0.2.11" (nsys 2022.4-2023.4 drop newer nvtx ranges), or {newer}'
+
+
 SEARCH_PATTERNS = ("/opt/nvidia/nsight-systems/*/bin/nsys",
                    "/usr/local/cuda*/bin/nsys",
                    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from .. import progress
 from .. import schema as S
-from ..collect.nsys import export_sqlite, find_nsys, run_nsys_pass
+from ..collect.nsys import export_sqlite, find_nsys, nvtx_fix, run_nsys_pass
 from ..confine import readable
 from ..errors import LaunchError
 from ..job.mailbox import RankPlan
@@ -235,8 +235,7 @@ def nvtx_check(emitted: int, recorded: int, nsys_version: Optional[str]) -> dict
         check["warning"] = (
             f"nsys recorded {recorded} of the {emitted} NVTX ranges nsbridge emitted, so ops "
             f"cannot be joined. Likely cause: the nvtx package ({nvtx_version}) is newer than "
-            f"this nsys ({nsys_version or 'unknown'}) records; nsys 2022.4 records nvtx up to "
-            "0.2.10. Fix: pip install nvtx==0.2.10, or use a newer Nsight Systems.")
+            f"this nsys ({nsys_version or 'unknown'}) records. Fix: {nvtx_fix()}.")
     return check
 
 

@@ -13,7 +13,6 @@ from .. import schema as S
 from ..parse.torch_trace import read_inflated
 from .compose import compose
 from .html import html_page
-from .markdown import TOP as MARKDOWN_TOP
 from .markdown import markdown
 from .merged_trace import merged_trace_json
 from .ops_csv import ops_csv
@@ -29,10 +28,12 @@ def data_files(report: dict[str, Any], trace: Optional[Path]) -> Iterator[tuple[
         yield S.MERGED_TRACE, gzip.compress(merged, compresslevel=1)
 
 
-def pages(report: dict[str, Any], key_averages: Optional[str]) -> Iterator[tuple[str, bytes]]:
+def pages(report: dict[str, Any], key_averages: Optional[str],
+          top: int) -> Iterator[tuple[str, bytes]]:
     """report.md (``key_averages``: the file name of torch's own table, which it links, or
-    None) and report.html."""
-    brief = compose(report, MARKDOWN_TOP)
+    None; ``top``: rows its tables keep, as the terminal summary) and report.html (every
+    row)."""
+    brief = compose(report, top)
     yield S.REPORT_MD, markdown(brief, key_averages_file=key_averages).encode("utf-8")
     full = compose(report, charts=True)
     yield S.REPORT_HTML, html_page(full).encode("utf-8")

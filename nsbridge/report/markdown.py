@@ -15,12 +15,9 @@ from .escape import md_cell, md_code, md_text
 _MARKS = {"!": "**contended:** ", "-": "", "~": "", "?": "*", ">": ""}
 
 
-TOP = 10    # report.md's tables keep their top rows: compose(report, TOP)
-
-
 def markdown(composed: Composed, key_averages_file: Optional[str] = None) -> str:
     """report.md, sized to paste in a PR comment (about 80 lines) from the report composed
-    with its tables cut to ``TOP`` rows (a table or list with a ``brief`` to that many),
+    with its tables cut to the run's ``analysis.top_ops`` rows (report.files.pages),
     the definitions folded at the end, with the name of torch's own ``key_averages``
     table file when there is one."""
     md = _head(composed.head)
