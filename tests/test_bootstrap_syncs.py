@@ -69,6 +69,7 @@ def test_format_records_the_scripts_line_once_not_the_inner_item(recorder: SyncR
     assert rows[0]["op"] == "aten::_local_scalar_dense"
     assert rows[0]["device"] == "cpu" and rows[0]["library"] is False and rows[0]["via"] is None
     assert rows[0]["function"] == "test_format_records_the_scripts_line_once_not_the_inner_item"
+    assert rows[0]["code"] == 'text, line = f"{t:.2f}", _line()'     # what diff matches by
     assert not [r for r in recorder.records() if r["kind"] == "item"]
 
 
@@ -261,8 +262,8 @@ def test_first_last_and_most_calls_in_one_step(recorder: SyncRecorder, step: lis
     fields = ("count", "steps", "first_step", "last_step", "max_in_one_step")
     assert tuple(rows[train][k] for k in fields) == (6, 3, 1, 3, 2)
     assert tuple(rows[evaluate][k] for k in fields) == (5, 1, 7, 7, 5)
-    assert set(rows[train]) == {"kind", "op", "device", "file", "line", "function", "library",
-                                "via", "count", "cost_ms", "steps", "first_step", "last_step",
+    assert set(rows[train]) == {"kind", "op", "device", "file", "line", "function", "code",
+                                "library", "via", "count", "cost_ms", "steps", "first_step", "last_step",
                                 "max_in_one_step"}
 
 

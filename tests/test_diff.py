@@ -14,6 +14,7 @@ import pytest
 import nsbridge.api as api
 from nsbridge.errors import DiffInputError
 from nsbridge.model.comparing.diff import compare
+from nsbridge.model.comparing.gate_answer import syncs
 from nsbridge.report.diff_render import render_diff
 
 from conftest import ROOT, TORCH_DATA, run_nsbridge
@@ -57,7 +58,7 @@ def test_a_slower_op_beyond_noise_regresses_and_is_named_with_the_value_gated() 
     named = [r for r in result["regressions"] if r["what"] == "aten::mm"]
     assert named and named[0]["change_pct"] == mm["change_pct"]   # the value gated
     assert named[0]["source"] == "torch.profiler self CPU time" and named[0]["basis"] == "time"
-    assert result["syncs"] == {"new": ["item at t.py:9"], "vanished": []}
+    assert result["syncs"] == {"new": ["item at t.py:9"], "vanished": [], "moved": []}
     text = render_diff({**result, "a_label": "a", "b_label": "b"})
     assert f"aten::mm {mm['change_pct']:+.1f}% (95% interval" in text
     assert "Outcome: REGRESSION (exit 1)" in text
@@ -445,3 +446,19 @@ def test_unprofiled_steps_that_waited_for_a_cpu_are_judged_by_their_running_time
     bare = {**busy, "steps": {k: v for k, v in busy["steps"].items()
                               if k != "unprofiled_wait_ms"}}
     assert compare(quiet, bare)["step"]["b_us"] == pytest.approx(73000, rel=0.01)
+
+
+def test_a_sync_point_is_matched_by_its_code_when_an_edit_moves_its_line() -> None:
+    """The first-triage tutorial's fix deletes two lines above the untouched loss.item():
+    it moves from line 37 to 35 and is neither new nor vanished."""
+    def point(line: int, code: str) -> dict:
+        return {"kind": "item", "file": "train.py", "line": line, "function": "<module>",
+                "code": code}
+    a = {"sync_points": [point(37, "total += loss.item()"), point(30, "print(x.tolist())")]}
+    b = {"sync_points": [point(35, "total += loss.item()"), point(30, "print(y.tolist())")]}
+    assert syncs(a, b) == {"new": ["item at train.py:30"], "vanished": ["item at train.py:30"],
+                           "moved": ["item at train.py:35 (was line 37)"]}
+    # a report without the statement's text (an older run, a trace alone): by line
+    assert syncs({"sync_points": [{"kind": "item", "file": "t.py", "line": 37}]},
+                 {"sync_points": [{"kind": "item", "file": "t.py", "line": 35}]})["new"] == [
+        "item at t.py:35"]

@@ -210,3 +210,60 @@ def test_a_sync_every_other_step_is_half_a_sync_per_step_not_zero() -> None:
     assert result.verdict["label"] == "sync-bound"
     assert result.verdict["numbers"]["sync_calls_per_step"] == 0.5
     assert result.verdict["evidence"][0].startswith("0.5 host-device syncs per step")
+
+
+def test_a_cpu_run_ranks_sync_points_by_calls_per_step_not_host_time() -> None:
+    """12 .tolist() calls of a large tensor cost the CPU more than 384 .item() calls; on a
+    GPU each call drains the queue once, so the .item() calls come first."""
+    rows = [op("ProfilerStep#1", 0, 100, cat=S.USER_ANNOTATION), op("aten::mm", 1, 20)]
+    records = [{"kind": "tolist", "op": "aten::_local_scalar_dense", "device": "cpu",
+                "file": "gen.py", "line": 30, "library": False, "count": 12, "cost_ms": 90.0,
+                "steps": 12},
+               {"kind": "item", "op": "aten::_local_scalar_dense", "device": "cpu",
+                "file": "gen.py", "line": 41, "library": False, "count": 384, "cost_ms": 2.0,
+                "steps": 12}]
+    result = analyze_events(events(*rows), thresholds=THRESHOLDS, process_syncs=records,
+                            process_steps=12)
+    assert [(p["kind"], p["per_step"]) for p in result.sync_points] == [("item", 32.0),
+                                                                        ("tolist", 1.0)]
+    assert "the costliest is item at gen.py:41" in " ".join(result.verdict["evidence"]) \
+        or "costliest: item at gen.py:41" in " ".join(result.verdict["evidence"])
+
+
+def _cpu_trace(tmp_path, body) -> "pd.DataFrame":
+    """A real torch.profiler CPU trace of three steps of ``body``, read as nsbridge reads it."""
+    import torch
+    from torch.profiler import profile, record_function
+
+    from nsbridge.parse.torch_trace import read_trace
+
+    path = tmp_path / "trace.json"
+    with profile() as prof:
+        for n in range(3):
+            with record_function(f"ProfilerStep#{n}"):
+                body(torch)
+    prof.export_chrome_trace(str(path))
+    return read_trace(path, workers=1).events
+
+
+def test_ops_whose_output_size_is_the_data_are_the_syncs_a_gpu_would_add(tmp_path) -> None:
+    def body(torch):
+        x = torch.arange(-8.0, 8.0)
+        mask = x > 0
+        picked = x[mask]                      # boolean-mask indexing: nonzero
+        x[mask] = picked * 2                  # a tensor through a mask: nonzero
+        x[mask] = 0.0                         # a scalar through a mask: masked_fill, no sync
+        torch.unique(picked)
+        torch.repeat_interleave(x, torch.full((16,), 2))   # by a tensor: reads its sum
+        torch.repeat_interleave(x, 2)                      # by an int: no sync
+        torch.nonzero_static(x, size=4)                    # a fixed size: no sync
+
+    result = analyze_events(_cpu_trace(tmp_path, body), thresholds=THRESHOLDS)
+    implicit = {(p["call"], p["op"]): p["per_step"] for p in result.sync_points}
+    assert implicit == {("aten::nonzero", "aten::index"): 1.0,
+                        ("aten::nonzero", "aten::index_put_"): 1.0,
+                        ("aten::_unique2", "aten::_unique2"): 1.0,
+                        ("aten::repeat_interleave", "aten::repeat_interleave"): 1.0}
+    assert {p["kind"] for p in result.sync_points} == {"implicit"}
+    assert all(p["file"] is None and p["placement"] == "steps" for p in result.sync_points)
+    assert result.verdict["numbers"]["sync_calls_per_step"] == 4.0

@@ -45,6 +45,7 @@ What is recorded, per (kind, file, line):
   where the library's line is kept); a site's device, function, library and via are
   those of its first call, so one script line that reaches several library lines is one
   record;
+- ``code``, the text of the site's line (at most STATEMENT_CHARS), read once per site;
 - count, host time in the calls, and the steps it ran in (``current_step()``: the step
   boundaries seen so far): ``steps`` (how many distinct steps), ``first_step``,
   ``last_step`` and ``max_in_one_step`` (most calls within one step), so the analysis can
@@ -110,6 +111,7 @@ _RANGE = getattr(torch._C._profiler, "_RecordFunctionFast", None) or torch.profi
 
 # (file, line, function, library, via)
 Site = tuple[str, int, str, bool, Optional[str]]
+STATEMENT_CHARS = 200   # of a site's line kept in its record
 
 
 class SyncRecorder:
@@ -143,7 +145,7 @@ class SyncRecorder:
         self._originals.clear()
 
     def records(self) -> list[dict[str, Any]]:
-        """One dict per call site: kind, op, device, file, line, function, library, via,
+        """One dict per call site: kind, op, device, file, line, function, code, library, via,
         count, cost_ms (host time in the calls), steps (distinct steps it ran in),
         first_step, last_step, max_in_one_step."""
         out = []
@@ -235,7 +237,8 @@ class SyncRecorder:
         if rec is None:
             rec = self._records[key] = {
                 "kind": kind, "op": op, "device": device, "file": file, "line": line,
-                "function": function, "library": library, "via": via, "count": 0,
+                "function": function, "code": _statement(file, line), "library": library,
+                "via": via, "count": 0,
                 "cost_ms": 0.0, "steps": 1, "first_step": step, "last_step": step,
                 "max_in_one_step": 0, "_step": step, "_in_step": 0}
         elif step != rec["_step"]:  # a later step (indices only grow): O(1), no step set
@@ -374,6 +377,13 @@ def _file(path: str) -> tuple[str, bool]:
     if known is None:
         known = _FILES[path] = (_shown(path), _is_library(path))
     return known
+
+
+def _statement(path: str, line: int) -> Optional[str]:
+    """The text of the call's line (what `diff` matches a site by when edits above it move
+    it), None where the source cannot be read."""
+    text = linecache.getline(path, line).strip()
+    return text[:STATEMENT_CHARS] or None
 
 
 def _call_site() -> Site:

@@ -22,7 +22,8 @@ from .judging.rules import Facts, recommend
 from .host.steps import (PHASES, drop_partial_steps, gpu_done_ms, main_thread, step_breakdown,
                          step_windows)
 from .strings import name_mask, row_groups, starts_with
-from .host.syncs import blocking_calls, gpu_idle_after, sync_cost, sync_points
+from .host.syncs import (blocking_calls, gpu_idle_after, implicit_syncs, sync_cost,
+                         sync_points)
 from .device.tensor_cores import common_input_types
 from .judging.verdict import decide, qualify
 
@@ -127,9 +128,11 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
 
     calls = blocking_calls(events, tree, lo, hi)
     idle_us = gpu_idle_after(calls, in_window, hi)
+    implicit = [] if has_device else implicit_syncs(
+        tree, lo, hi, n_steps, seconds if stepless else None)
     points = sync_points(calls=calls, idle_us=idle_us, process_records=process_syncs,
                          n_steps=n_steps, run_steps=process_steps, device_run=has_device,
-                         seconds=seconds if stepless else None)
+                         seconds=seconds if stepless else None, implicit=implicit)
     step_ms = float(steps["wall_ms"].mean()) if len(steps) else 0.0
     cost = sync_cost(calls=calls, idle_us=idle_us, points=points, n_steps=n_steps,
                      step_ms=step_ms, device_run=has_device)

@@ -58,8 +58,8 @@ def render_diff(result: dict[str, Any], fmt: str = "text", top: int = 15) -> str
         if r.get("work"):
             lines.append(f"  {esc(r['op'])} {esc(r['work'])}")
     syncs = result["syncs"]
-    for kind in ("new", "vanished"):
-        if syncs[kind]:
+    for kind in ("new", "vanished", "moved"):
+        if syncs.get(kind):
             lines.append(f"{kind.capitalize()} sync points: {esc(', '.join(syncs[kind]))}")
     lines += ["", _conclusion(result, esc)]
     if result.get("undecided") and result["outcome"] == "pass":

@@ -61,7 +61,7 @@ _STEP = {"index": _Required(_SIGNED), "wall_ms": _Required(_NUMBER), "cpu_ms": _
          "wait_ms": _NUMBER, "nivcsw": _NUMBER, "phase": _Required(_TEXT), "compile_ms": _NUMBER,
          "probe_ms": _NUMBER}
 _SYNC = {"kind": _Required(_TEXT), "op": _TEXT, "device": _Required(_TEXT),
-         "file": _Required(_TEXT), "line": _Required(_SIGNED), "function": _TEXT,
+         "file": _Required(_TEXT), "line": _Required(_SIGNED), "function": _TEXT, "code": _TEXT,
          "library": _FLAG, "via": _TEXT, "count": _Required(_NUMBER),
          "cost_ms": _Required(_NUMBER), "steps": _Required(_NUMBER), "first_step": _SIGNED,
          "last_step": _SIGNED, "max_in_one_step": _NUMBER}

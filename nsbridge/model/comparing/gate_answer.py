@@ -168,13 +168,32 @@ def unsure_reason(row: dict[str, Any], fail_above: float) -> str:
 
 
 def syncs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[str]]:
-    """Sync points only the new run has, and those it no longer has."""
-    def sites(report: dict[str, Any]) -> set[str]:
-        return {f"{p['kind']} at {p['file']}:{p['line']}" if p.get("file")
-                else f"{p['kind']} in {p.get('op') or 'no op'}"
-                for p in report.get("sync_points", [])}
-    sa, sb = sites(a), sites(b)
-    return {"new": sorted(sb - sa), "vanished": sorted(sa - sb)}
+    """Sync points only the new run has, those it no longer has, and those whose line moved.
+
+    A site is its code where the profiled process recorded it (kind, file, function and
+    the statement's text: an edit above it moves its line, not the site), else its kind
+    and file:line, else (no line: a trace's implicit sync) its kind and op.
+    """
+    sa, sb = _sites(a), _sites(b)
+    return {"new": sorted(sb[k] for k in sb.keys() - sa.keys()),
+            "vanished": sorted(sa[k] for k in sa.keys() - sb.keys()),
+            "moved": sorted(f"{sb[k]} (was line {sa[k].rsplit(':', 1)[1]})"
+                            for k in sa.keys() & sb.keys() if sa[k] != sb[k])}
+
+
+def _sites(report: dict[str, Any]) -> dict[tuple[Any, ...], str]:
+    """Each sync point of a report by its identity (syncs), with how it is shown."""
+    out: dict[tuple[Any, ...], str] = {}
+    for p in report.get("sync_points", []):
+        if p.get("file"):
+            shown = f"{p['kind']} at {p['file']}:{p['line']}"
+            key: tuple[Any, ...] = ((p["kind"], p["file"], p.get("function"), p["code"])
+                                    if p.get("code") else (p["kind"], p["file"], p["line"]))
+        else:
+            shown = f"{p['kind']} in {p.get('op') or 'no op'}"
+            key = (p["kind"], p.get("op"))
+        out.setdefault(key, shown)
+    return out
 
 
 def show_pct(value: Optional[float], digits: int = 1) -> str:

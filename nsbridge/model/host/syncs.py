@@ -12,19 +12,26 @@ A sync point is a call that can wait for a device:
   in the profiled process, stand in for the syncs they would be on a GPU (those on tensors
   that stay on the host either way are left out there: _bootstrap.syncs). Library calls on
   CPU tensors (optimizer step counters, mask helpers) are not sync points, and neither are
-  a CPU trace's ``_local_scalar_dense`` ops: `analyze` of a CPU-only trace finds none.
+  a CPU trace's ``_local_scalar_dense`` ops. Implicit syncs are predicted from the trace
+  for the ops whose output size is the data's (``implicit_syncs``: ``nonzero``, so boolean
+  mask indexing ``x[mask]`` and ``torch.where(mask)``, ``masked_select``, ``unique``,
+  ``repeat_interleave`` by a tensor): on a GPU the host waits to learn that size. Others
+  show only on a GPU (a scalar an op reads back inside a library, a copy into pageable
+  host memory, an allocator retry).
 
 Sync cost, one definition for the verdict, its evidence and the recommendations, per
 measured step: the host time blocked in the blocking calls, and the GPU idle time that
 follows each sync until the device's next activity (the queue drained while the host
-waited, and stays empty while the host prepares the next launches).
+waited, and stays empty while the host prepares the next launches). A CPU-only run cannot
+measure that, so its sync points are ranked by calls per step (each would drain the GPU's
+queue once), never by the host time of the CPU call.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -40,6 +47,15 @@ BLOCKING_CALL = re.compile(
 ITEM_OP = "aten::_local_scalar_dense"
 COPY_OPS = {"aten::_to_copy", "aten::copy_", "aten::to"}
 _SITE = re.compile(r"^(?P<kind>\S+) (?P<device>\S+) (?P<file>.+):(?P<line>\d+)$")
+# ops whose output size is the data's: on a GPU the host reads it back before going on
+DATA_DEPENDENT = frozenset({"aten::nonzero", "aten::masked_select", "aten::_unique",
+                            "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive",
+                            "aten::unique_dim_consecutive"})
+REPEAT_INTERLEAVE = "aten::repeat_interleave"   # by a tensor of repeats: it reads a scalar
+IMPLICIT = "implicit"
+# ranges whose ops run on the host on a GPU machine too
+_HOST_SIDE = ("Optimizer.", "enumerate(DataLoader)")
+_BACKWARD_NODE = re.compile(r"^\w+Backward\d*$")
 WINDOW, WHOLE_RUN, OUTSIDE = "measured steps", "whole run", "outside the steps"
 TRACE_WINDOW = "window"
 # one blocking call as blocking_calls reads it: call, kind, op, file, line, device, site
@@ -117,6 +133,62 @@ def blocking_calls(events: pd.DataFrame, tree: HostTree, lo: float, hi: float) -
     return frame[columns]
 
 
+def implicit_syncs(tree: HostTree, lo: float, hi: float, n_steps: int,
+                   seconds: Optional[float]) -> list[dict[str, Any]]:
+    """The sync points a GPU would add to a CPU-only run: ops in [lo, hi) whose output size
+    is the data's (DATA_DEPENDENT, and REPEAT_INTERLEAVE where it reads a scalar), the
+    outermost such op of each nest, none under an optimizer step or a DataLoader fetch.
+    One point per (op, the aten op or autograd node around it), without a Python line: a
+    trace's stacks give a function's first line, not the call's (facts.md), and the
+    profiled process records only the calls it wraps. ``seconds``: a window without steps
+    (rates per second)."""
+    if not len(tree):
+        return []
+    names = tree.name_values
+    text = pd.Series(names, dtype=object).fillna("")
+    syncs = text.isin(DATA_DEPENDENT).to_numpy(copy=True)
+    scalar = np.flatnonzero((text == ITEM_OP).to_numpy())
+    repeat = (text == REPEAT_INTERLEAVE).to_numpy()
+    up = tree.parent[scalar]
+    while len(up):        # a repeat_interleave that reads a scalar inside it
+        up = up[up >= 0]
+        syncs[up[repeat[up]]] = True
+        up = tree.parent[up]
+    host_side = text.str.startswith(_HOST_SIDE).to_numpy()
+    # what the script called: an aten op, or in a backward pass the autograd node
+    called_op = (text.str.startswith("aten::") | text.str.contains(_BACKWARD_NODE)).to_numpy()
+    found = np.flatnonzero(syncs & (tree.start >= lo) & (tree.start < hi))
+    keep = np.ones(len(found), dtype=bool)
+    called = found.copy()                  # the outermost aten op around each
+    up = tree.parent[found]
+    while (up >= 0).any():
+        live = up >= 0
+        at = up[live]
+        keep[live] &= ~(syncs[at] | host_side[at])
+        called_here = called_op[at]
+        called[np.flatnonzero(live)[called_here]] = at[called_here]
+        up = np.where(live, tree.parent[np.maximum(up, 0)], -1)
+    found, called = found[keep], called[keep]
+    if not len(found):
+        return []
+    frame = pd.DataFrame({"call": names[found], "op": names[called], "dur": tree.dur[found]})
+    agg = frame.groupby(["call", "op"], sort=False).agg(
+        count=("dur", "size"), host_us=("dur", "sum")).reset_index()
+    return [{"kind": IMPLICIT, "call": r.call, "op": r.op, "file": None,
+             "line": None, "function": None, "code": None, "device": "cpu",
+             "count": int(r.count),
+             "per_step": None if seconds else round(r.count / max(n_steps, 1), 2),
+             "per_s": round(r.count / seconds, 3) if seconds else None,
+             "counted_over": TRACE_WINDOW if seconds else WINDOW,
+             "placement": "window" if seconds else "steps",
+             "placement_why": f"{r.call}: its output size is the data's, which a GPU "
+                              "reads back to the host",
+             "host_ms": round(float(r.host_us) / 1e3, 3), "gpu_idle_ms": None,
+             "run_count": None, "library": False, "via": None,
+             "source": "torch.profiler trace (an op that syncs on a GPU)"}
+            for r in agg.itertuples(index=False)]
+
+
 def gpu_idle_after(calls: pd.DataFrame, gpu: pd.DataFrame, hi: float) -> np.ndarray:
     """GPU idle time that follows each blocking call until the next GPU activity (µs).
 
@@ -149,12 +221,15 @@ def gpu_idle_after(calls: pd.DataFrame, gpu: pd.DataFrame, hi: float) -> np.ndar
 def sync_points(*, calls: pd.DataFrame, idle_us: np.ndarray,
                 process_records: Optional[list[dict[str, Any]]], n_steps: int,
                 run_steps: Optional[int], device_run: bool,
-                seconds: Optional[float] = None) -> list[dict[str, Any]]:
-    """The report's ``sync_points``: one dict per call site, costliest first.
+                seconds: Optional[float] = None,
+                implicit: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The report's ``sync_points``: one dict per call site, costliest first (GPU runs:
+    host blocked + GPU idle after; CPU-only runs: calls per step, then count).
 
-    Each: kind, call, op, file, line, device, count, per_step, per_s, counted_over, placement,
-    host_ms, gpu_idle_ms (GPU runs), run_count (calls over the whole run, from the profiled
-    process), library, via, source.
+    Each: kind, call, op, file, line, function, code (the statement's text, from the
+    profiled process), device, count, per_step, per_s, counted_over, placement, host_ms,
+    gpu_idle_ms (GPU runs), run_count (calls over the whole run, from the profiled
+    process), library, via, source. ``implicit``: a CPU-only run's implicit_syncs.
 
     ``counted_over``: ``measured steps`` (in the trace's window), ``whole run`` (the profiled
     process's records of a site that runs in the training steps) or ``outside the steps``.
@@ -169,13 +244,14 @@ def sync_points(*, calls: pd.DataFrame, idle_us: np.ndarray,
         points = _trace_points(calls, idle_us, n_steps, seconds)
         records = [r for r in records if r["device"] != "cpu"]  # a CPU tensor never waits
     else:
-        points = []
+        points = list(implicit)
         records = [r for r in records if not r.get("library")]
     by_site = {(p["kind"], p["file"], p["line"]): p for p in points}
     for rec in records:
         point = by_site.get((rec["kind"], rec["file"], rec["line"]))
         if point is not None:
             point["run_count"] = rec["count"]
+            point["function"], point["code"] = rec.get("function"), rec.get("code")
             point["source"] += " + nsbridge (in-process)"
             point["via"] = rec.get("via")
             continue
@@ -184,7 +260,7 @@ def sync_points(*, calls: pd.DataFrame, idle_us: np.ndarray,
         inside = where == "steps"
         points.append({"kind": rec["kind"], "call": None, "op": rec["op"], "file": rec["file"],
                        "line": rec["line"], "function": rec.get("function"),
-                       "device": rec["device"], "count": rec["count"],
+                       "code": rec.get("code"), "device": rec["device"], "count": rec["count"],
                        "per_step": round(rec["count"] / steps, 2) if inside else None,
                        "per_s": None,
                        "counted_over": OUTSIDE if where == "outside" else WHOLE_RUN,
@@ -192,9 +268,12 @@ def sync_points(*, calls: pd.DataFrame, idle_us: np.ndarray,
                        "host_ms": round(rec["cost_ms"], 3), "gpu_idle_ms": None,
                        "run_count": rec["count"], "library": bool(rec.get("library")),
                        "via": rec.get("via"), "source": "nsbridge (in-process)"})
-    return sorted(points, key=lambda p: (p["placement"] != "steps",
-                                         -(p["host_ms"] + (p["gpu_idle_ms"] or 0.0)),
-                                         -p["count"]))
+    if device_run:
+        return sorted(points, key=lambda p: (p["placement"] != "steps",
+                                             -(p["host_ms"] + (p["gpu_idle_ms"] or 0.0)),
+                                             -p["count"]))
+    return sorted(points, key=lambda p: (p["placement"] != "steps", -(p["per_step"] or 0.0),
+                                         -(p["per_s"] or 0.0), -p["count"], -p["host_ms"]))
 
 
 def placement(record: dict[str, Any], run_steps: Optional[int]) -> tuple[str, str]:
@@ -244,7 +323,7 @@ def _trace_points(calls: pd.DataFrame, idle_us: np.ndarray, n_steps: int,
         idle_us=("idle", "sum"), site=("site", "any")).reset_index()
     return [{"kind": r.kind, "call": r.call, "op": r.op or None, "file": r.file or None,
              "line": None if r.line == "" else int(r.line), "device": r.device or "cuda",
-             "function": None, "count": int(r.count),
+             "function": None, "code": None, "count": int(r.count),
              "per_step": None if seconds else round(r.count / max(n_steps, 1), 2),
              "per_s": round(r.count / seconds, 3) if seconds else None,
              "counted_over": WINDOW if not seconds else TRACE_WINDOW,

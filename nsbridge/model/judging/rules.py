@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 import pandas as pd
 
 from ... import schema as S
-from ..host.syncs import SyncCost
+from ..host.syncs import IMPLICIT, SyncCost
 
 CONV_OP = re.compile(r"conv", re.IGNORECASE)
 MATMUL_OP = re.compile(r"aten::(addmm|mm|bmm|matmul|linear|baddbmm|_scaled_mm|conv|cudnn_conv"
@@ -117,11 +117,15 @@ def _remove_syncs(f: Facts) -> Optional[dict[str, Any]]:
     if cost.idle_share is not None:
         why += (f"; the GPU idles after syncs {cost.idle_share:.0%} of each step and the host "
                 f"is blocked in them {cost.blocked_share or 0:.0%}")
-    return _rec("Remove host-device syncs from the step loop", why,
-                "keep running values on the device (loss_sum += loss.detach()) and call .item()"
-                " / .cpu() once per logging interval; avoid .tolist() and Python branches on "
-                "tensor values inside the loop",
-                impact)
+    fix = ("keep running values on the device (loss_sum += loss.detach()) and call .item()"
+           " / .cpu() once per logging interval; avoid .tolist() and Python branches on "
+           "tensor values inside the loop")
+    if any(p["kind"] == IMPLICIT for p in in_loop):
+        fix += ("; keep shapes fixed where the data chose them: torch.where(mask, value, x) or "
+                "x.masked_fill(mask, v) instead of x[mask] = v and x[mask], "
+                "nonzero_static(size=N) instead of nonzero, repeat_interleave(..., "
+                "output_size=N)")
+    return _rec("Remove host-device syncs from the step loop", why, fix, impact)
 
 
 SMALL_OP_US = 50.0   # an op's mean self CPU time below which per-op dispatch matters
