@@ -15,7 +15,7 @@ TORCH_CHOICE = $(if $(HAS_GPU),an NVIDIA GPU answered nvidia-smi: installing $(T
   too: make TORCH_INDEX=$(CPU_INDEX) install picks the smaller CPU-only build)))
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo demo-gate test test-fast test-gpu docs dist bench clean
+.PHONY: install demo demo-gate test test-fast test-gpu docs docs-reference dist bench clean
 
 # nsbridge's own Make targets (profile-triage, profile-timeline, profile-deep, perf-gate),
 # run with this checkout's venv: e.g. make profile-triage SCRIPT=examples/train_cnn.py
@@ -59,6 +59,11 @@ test-fast: install
 
 test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu
+
+# the reference pages' generated blocks, rewritten from the code (tests/test_docs.py fails
+# while a committed block differs from it)
+docs-reference: install
+	$(BIN)/python docs/_hooks/generated.py
 
 # the docs site in site/ (MkDocs; warnings and broken internal links are errors)
 docs: install

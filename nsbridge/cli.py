@@ -587,13 +587,13 @@ def _env_pairs(pairs: tuple[str, ...], option: str) -> dict[str, str]:
 def mcp(roots: tuple[str, ...]) -> None:
     """Serve nsbridge's tools to an agent over the Model Context Protocol (stdio): doctor,
     triage, analyze, deep, diff, gate, and queries over a run (top_ops, op, sync_points,
-    memory, ranks). Needs the `agent` extra: pip install 'nsbridge[agent]'."""
+    memory, ranks). Needs the MCP SDK, nsbridge's `agent` extra: pip install 'mcp>=2.3,<3'."""
     def body() -> None:
         try:
             from .agent.mcp_server import serve
         except ImportError as exc:
             raise click.ClickException(
-                f"nsbridge mcp needs the MCP SDK ({exc}): pip install 'nsbridge[agent]'") from None
+                f"nsbridge mcp needs the MCP SDK ({exc}): pip install 'mcp>=2.3,<3' (nsbridge's agent extra)") from None
         serve(list(roots) or [os.getcwd()])
 
     _guard(body)

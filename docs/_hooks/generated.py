@@ -1,16 +1,26 @@
-"""MkDocs hook: reference tables generated from the code that is their truth.
+"""Reference pages generated from the code that is their truth, committed in the pages.
 
-A page asks for one with a marker line, ``<!-- generated: NAME -->``; the build fails on
-a name it does not know. tests/test_docs.py renders every marker the pages use.
+A page holds each generated table between ``<!-- generated: NAME -->`` and
+``<!-- end generated -->``, so it reads the same in the repository (GitHub) and on the
+site; ``python docs/_hooks/generated.py`` (``make docs-reference``) rewrites every block,
+and tests/test_docs.py fails when a committed block differs from its generator's output.
+``<!-- include: CHANGELOG.md -->`` pulls the root changelog into the site only. As an
+MkDocs hook it renders each page the same way (the build fails on an unknown name).
 """
 
 from __future__ import annotations
 
+import inspect
 import re
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
-MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
+ROOT = Path(__file__).resolve().parents[2]
+BLOCK = re.compile(r"^<!-- generated: ([a-z-]+) -->\n.*?^<!-- end generated -->$",
+                   re.MULTILINE | re.DOTALL)
+INCLUDE = re.compile(r"^<!-- include: CHANGELOG\.md -->$", re.MULTILINE)
+HELP_WIDTH = 100   # the CLI reference's help text, as a terminal this wide prints it
 
 
 def exit_codes() -> str:
@@ -83,25 +93,155 @@ def answer_schema() -> str:
     return ("\n".join(rows) + "\n\n```json\n" + json.dumps(doc, indent=2) + "\n```")
 
 
+def cli() -> str:
+    """docs/reference/cli.md: every command's --help, as nsbridge prints it."""
+    import click
+
+    from nsbridge.cli import main
+
+    width = {"terminal_width": HELP_WIDTH, "max_content_width": HELP_WIDTH}
+    root = main.make_context("nsbridge", [], resilient_parsing=True, **width)
+    parts = [_help_block("nsbridge", main.get_help(root))]
+    for name, command in main.commands.items():
+        if command.hidden:
+            continue
+        ctx = command.make_context(name, [], parent=root, resilient_parsing=True, **width)
+        parts.append(_help_block(f"nsbridge {name}", command.get_help(ctx)))
+    return "\n\n".join(parts)
+
+
+def _help_block(title: str, text: str) -> str:
+    return f"## {title}\n\n```text\n{text.rstrip()}\n```"
+
+
+# docs/reference/api.md: nsbridge's public names, in the order the page documents them
+API = ("nsbridge.api.triage", "nsbridge.api.timeline", "nsbridge.api.deep",
+       "nsbridge.api.analyze", "nsbridge.api.load", "nsbridge.api.diff", "nsbridge.api.gate",
+       "nsbridge.api.rejudge", "nsbridge.step", "nsbridge.profiles.load_profile",
+       "nsbridge.parse._stream.read_ahead", "nsbridge.result.RunResult",
+       "nsbridge.errors.NsbridgeError")
+_SECTION = re.compile(r"^(Args|Arguments|Returns|Yields|Raises|Attributes):\s*$")
+
+
+def api() -> str:
+    """docs/reference/api.md: each public function's signature and docstring, its Raises
+    section as a table (one row per exception)."""
+    import importlib
+
+    parts = []
+    for dotted in API:
+        module, _, name = dotted.rpartition(".")
+        obj = getattr(importlib.import_module(module), name)
+        public = f"nsbridge.{name}"
+        parts.append(f"## {public}\n\n```python\n{_signature(public, obj)}\n```\n\n"
+                     + _docstring(inspect.getdoc(obj) or ""))
+    return "\n\n".join(parts)
+
+
+def _signature(public: str, obj: Any) -> str:
+    if inspect.isclass(obj):
+        return f"class {public}"
+    params = []
+    for p in inspect.signature(obj).parameters.values():
+        text = p.name if p.kind is not p.VAR_POSITIONAL else f"*{p.name}"
+        if p.kind is p.VAR_KEYWORD:
+            text = f"**{p.name}"
+        if p.annotation is not p.empty:
+            text += f": {p.annotation if isinstance(p.annotation, str) else p.annotation.__name__}"
+        if p.default is not p.empty:
+            text += f" = {_default(p.default)}"
+        params.append(text)
+    keyword_only = next((i for i, p in enumerate(inspect.signature(obj).parameters.values())
+                         if p.kind is p.KEYWORD_ONLY), None)
+    if keyword_only is not None:
+        params.insert(keyword_only, "*")
+    returns = inspect.signature(obj).return_annotation
+    shown = "" if returns is inspect.Signature.empty else f" -> {returns}"
+    return f"{public}(\n" + "".join(f"    {p},\n" for p in params) + f"){shown}"
+
+
+def _default(value: Any) -> str:
+    if value is __import__("os").environ:
+        return "os.environ"
+    return repr(value)
+
+
+def _docstring(doc: str) -> str:
+    """A Google-style docstring as Markdown: its prose, then each section under a bold
+    title, Raises as a table."""
+    doc = doc.replace("``", "`")
+    out: list[str] = []
+    section, entries = None, []
+    for line in [*doc.splitlines(), ""]:
+        head = _SECTION.match(line)
+        if head:
+            out += _section(section, entries)
+            section, entries = head.group(1), []
+        elif section and (line.startswith("    ") or not line.strip()):
+            if line.startswith("        ") and entries:
+                entries[-1] += " " + line.strip()
+            elif line.strip():
+                entries.append(line.strip())
+        else:
+            out += _section(section, entries)
+            section, entries = None, []
+            out.append(line)
+    out += _section(section, entries)
+    return "\n".join(out).strip()
+
+
+def _section(title: Any, entries: list[str]) -> list[str]:
+    if not title:
+        return []
+    if title == "Raises":
+        rows = ["| exception | when |", "|---|---|"]
+        for entry in entries:
+            name, _, when = entry.partition(": ")
+            rows.append(f"| `{name}` | {when} |")
+        return ["", "**Raises**", "", *rows, ""]
+    return ["", f"**{title}**", "", " ".join(entries), ""]
+
+
 def changelog() -> str:
-    """docs/changelog.md: CHANGELOG.md at the repository's root, as it is."""
-    return (Path(__file__).resolve().parents[2] / "CHANGELOG.md").read_text(encoding="utf-8")
+    """docs/changelog.md on the site: CHANGELOG.md at the repository's root, as it is."""
+    return (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
 
 
 GENERATORS: dict[str, Callable[[], str]] = {"exit-codes": exit_codes,
                                             "profile-keys": profile_keys,
-                                            "frames": frames, "changelog": changelog,
-                                            "answer-schema": answer_schema}
+                                            "frames": frames, "answer-schema": answer_schema,
+                                            "cli": cli, "api": api}
 
 
 def render(markdown: str) -> str:
-    """``markdown`` with every marker replaced by its table.
+    """``markdown`` with every generated block rewritten from its generator.
 
     Raises:
-        KeyError: a marker names no generator.
+        KeyError: a block names no generator.
     """
-    return MARKER.sub(lambda m: GENERATORS[m.group(1)](), markdown)
+    def block(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return f"<!-- generated: {name} -->\n{GENERATORS[name]()}\n<!-- end generated -->"
+    return BLOCK.sub(block, markdown)
 
 
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:
-    return render(markdown)
+    return INCLUDE.sub(lambda _: changelog(), render(markdown))
+
+
+def write(docs: Path = ROOT / "docs") -> list[Path]:
+    """Rewrite every page's generated blocks; the pages that changed."""
+    changed = []
+    for page in sorted(docs.rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        fresh = render(text)
+        if fresh != text:
+            page.write_text(fresh, encoding="utf-8")
+            changed.append(page)
+    return changed
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    for path in write():
+        print(f"rewrote {path.relative_to(ROOT)}")
