@@ -14,7 +14,8 @@ end. Commands are lists of passes (api.py):
 
 Adding a pass is its own module plus one entry in such a list (see tests/test_pipeline.py
 for a toy pass); the renderers show its section and per-op columns without an edit
-(report/sections.py), and one ``register_view`` line titles and formats them.
+(report/sections.py), and one entry in report/catalog.py's ``VIEWS`` titles and formats
+them.
 """
 
 from __future__ import annotations

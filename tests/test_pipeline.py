@@ -27,7 +27,7 @@ from nsbridge.passes.torch_pass import analyze_traces
 from nsbridge.pipeline import Given, run_passes
 from nsbridge.profiles import load_profile
 from nsbridge.report import files as report_files
-from nsbridge.report import views
+from nsbridge.report import catalog, views
 from nsbridge.report.document import Section, Table
 from nsbridge.report.terminal import terminal_summary
 from nsbridge.run import PassOutput, Run
@@ -162,8 +162,7 @@ def test_every_renderer_shows_a_new_pass_without_an_edit(tmp_path: Path) -> None
 
 def test_a_registered_view_titles_a_new_pass(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """One register_view line: the pass's own title and formats."""
-    monkeypatch.setattr(views, "_VIEWS", dict(views._VIEWS))
+    """One more entry in the catalog's VIEWS: the pass's own title and formats."""
 
     def toy_section(report: dict[str, Any], limit: Any) -> Section:
         rows = [[f["op"], f["why"]] for f in report["toy"]["findings"]]
@@ -173,10 +172,10 @@ def test_a_registered_view_titles_a_new_pass(tmp_path: Path,
         return [{"id": "toy", "kind": "bar", "title": "Toy score per op", "unit": "score",
                  "labels": [op["name"] for op in rows],
                  "series": {"score": [op["toy"]["score"] for op in rows]}}]
-    views.register_view(views.PassView("toy", toy_section, op_key="toy", source="Toy",
-                                       op_columns=(views.OpColumn("toy %", "score", "pct"),),
-                                       frame_dtypes=(("score", "float64"), ("note", "str")),
-                                       charts=toy_charts))
+    toy = views.PassView("toy", toy_section, op_key="toy", source="Toy",
+                         op_columns=(views.OpColumn("toy %", "score", "pct"),),
+                         frame_dtypes=(("score", "float64"), ("note", "str")), charts=toy_charts)
+    monkeypatch.setattr(catalog, "VIEWS", (*catalog.VIEWS, toy))
     report, first_two = _toy_run(tmp_path)
     md = (tmp_path / "run" / "report.md").read_text()
     assert "## Toy checks" in md and "checked: 2" not in md and "| toy % |" in md

@@ -1,6 +1,7 @@
 """What report.html's charts draw, as data (no HTML): each built-in chart's series from the
 report, with its title, and each pass's own charts as its view declares them
-(report/views.py). report.js draws them; compose.py hands them to the page."""
+(report/views.py, report/catalog.py). report.js draws them; compose.py hands them to the
+page."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from .. import schema as S
 from .escape import terminal
 from .memory_view import level_text
 from .shown import Shown
-from .views import registered, views_by_op_key
+from . import catalog
 
 TOP_CHART = 15
 
@@ -40,7 +41,7 @@ def chart_data(report: dict[str, Any], shown: Shown) -> dict[str, Any]:
         if report.get("device"):
             series["torch.profiler self device ms"] = [(op[S.DEVICE_SELF_US] or 0) / 1e3
                                                       for op in ops]
-        for key, view in views_by_op_key().items():   # each pass's own time columns
+        for key, view in catalog.views_by_op_key().items():   # each pass's own time columns
             for column in (c for c in view.op_columns if c.chart):
                 values = [(op.get(key) or {}).get(column.key) for op in ops]
                 if any(v is not None for v in values):
@@ -79,7 +80,7 @@ def chart_data(report: dict[str, Any], shown: Shown) -> dict[str, Any]:
         out["kernels"] = {"labels": [terminal(f"{w['name']} ({w['op'] or 'no op'})")
                                      for w in kernels],
                           "series": {"GPU ms": [w["device_us"] / 1e3 for w in kernels]}}
-    charts = [chart for view in registered().values() if view.charts
+    charts = [chart for view in catalog.VIEWS if view.charts
               for chart in view.charts(report)]
     if charts:
         out["pass_charts"] = charts

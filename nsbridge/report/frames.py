@@ -324,7 +324,7 @@ import pandas as pd
 from .. import schema as S
 from .escape import terminal
 from .timeline_view import NSYS_OP_DTYPES
-from .views import views_by_op_key
+from . import catalog
 from .head import shown_verdict, trouble_lines, verdict_title
 
 # each frame's columns and dtypes, as the module docstring's tables give them
@@ -383,7 +383,7 @@ def ops(report: dict[str, Any]) -> pd.DataFrame:
     the report)."""
     rows = [_op_row(op) for op in report.get("ops") or []]
     columns = dict(OPS)
-    views = views_by_op_key()
+    views = catalog.views_by_op_key()
     for key, view in views.items():   # each pass's columns, as its view types them
         if report.get(view.report_key):
             columns.update({f"{key}_{name}": dtype for name, dtype in view.frame_dtypes})

@@ -25,7 +25,7 @@ from .. import schema as S
 from ..model.host.syncs import BLOCKING_CALL
 from ..parse._event_columns import fields_as_read, readable_event, readable_events
 from ..parse._quotes import repair_quotes
-from .views import views_by_op_key
+from . import catalog
 
 PID = 2_000_000_000          # a pid no real process has: nsbridge's own tracks
 TRACKS = {"verdict": 1, "GPU idle gaps": 2, "sync points": 3}
@@ -169,7 +169,7 @@ def _external_id(event: dict[str, Any]) -> Any:
 
 def _op_facts(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per op name, each pass's numbers (its ops[] key's scalars, or those its view names)."""
-    views = views_by_op_key()
+    views = catalog.views_by_op_key()
     facts: dict[str, dict[str, Any]] = {}
     for op in report.get("ops", []):
         for key, values in op.items():

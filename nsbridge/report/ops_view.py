@@ -12,7 +12,8 @@ from .formats import cell, count, int_text, mib, ms
 from .kernels_view import launch_cell
 from .op_groups_view import group_blocks
 from .shown import Shown
-from .views import OpColumn, views_by_op_key
+from . import catalog
+from .views import OpColumn
 
 
 OP_HEADER = ["op", "calls", "self CPU ms", "total CPU ms", "self device ms", "total device ms",
@@ -72,7 +73,7 @@ def _op_column_groups(ops: list[dict[str, Any]]) -> list[tuple[str, str, list[Op
     own = {*S.OP_COLUMNS, S.SPREAD_PCT}
     keys = list(dict.fromkeys(k for op in ops for k, v in op.items()
                               if k not in own and isinstance(v, dict) and v))
-    views = views_by_op_key()
+    views = catalog.views_by_op_key()
     groups = []
     for key in keys:
         view = views.get(key)

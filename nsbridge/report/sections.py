@@ -2,13 +2,13 @@
 
 The torch.profiler pass's sections come first (ops, device, sync points,
 recommendations); then one section per other top-level key of the report, each drawn
-by the ``PassView`` registered for that key (ranks, the nsys timeline, ncu) or, for a
-key no view knows, by ``generic_section``; then profiler overhead, notes and sources.
+by the ``PassView`` of that key (report/catalog.py: ranks, the nsys timeline, ncu) or, for
+a key no view knows, by ``generic_section``; then profiler overhead, notes and sources.
 The op table likewise takes each pass's per-op columns from its view (``op_columns``),
 or every scalar under an ops[] key no view knows.
 
-A new pass needs no edit here: its section and per-op columns show as they are; one
-``register_view(...)`` line gives them titles and formats (tests/test_pipeline.py).
+A new pass needs no edit here: its section and per-op columns show as they are; one entry
+in report/catalog.py's ``VIEWS`` gives them titles and formats (tests/test_pipeline.py).
 """
 
 from __future__ import annotations
@@ -16,22 +16,16 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .. import schema as S
+from . import catalog
 from .device_view import device_section
 from .document import Section
 from .generic_view import generic_section
 from .kernels_view import kernel_section
-from .memory_view import MEMORY_VIEW
-from .ncu_view import NCU_VIEW
-from .op_groups_view import OP_GROUPS_VIEW
 from .ops_view import ops_section
-from .ranks_view import RANKS_VIEW
 from .recommendations_view import recommendations_section
 from .run_view import notes_section, overhead_section, sources_section
 from .shown import Shown
 from .syncs_view import syncs_section
-from .tensor_cores_view import TENSOR_CORES_VIEW
-from .timeline_view import TIMELINE_VIEW
-from .views import register_view, view_for_key
 
 
 def sections(report: dict[str, Any], shown: Shown, limit: Optional[int] = None
@@ -41,19 +35,14 @@ def sections(report: dict[str, Any], shown: Shown, limit: Optional[int] = None
     (None: all)."""
     first = [S.DISTRIBUTED_SECTION]   # a job's ranks right under the verdict
     built = [view.section(report, limit) for key in first if report.get(key)
-             for view in [view_for_key(key)] if view]
+             for view in [catalog.view_for_key(key)] if view]
     built += [ops_section(report, shown, limit), device_section(report),
               kernel_section(report, shown, limit), syncs_section(report),
               recommendations_section(report, shown)]
     for key, value in report.items():
         if key in S.REPORT_KEYS or key in first or not value:
             continue
-        view = view_for_key(key)
+        view = catalog.view_for_key(key)
         built.append(view.section(report, limit) if view else generic_section(key, value, limit))
     built += [overhead_section(report), notes_section(report), sources_section(report)]
     return [section for section in built if section is not None]
-
-
-for _view in (TENSOR_CORES_VIEW, MEMORY_VIEW, OP_GROUPS_VIEW, RANKS_VIEW, TIMELINE_VIEW,
-              NCU_VIEW):
-    register_view(_view)

@@ -1,5 +1,5 @@
-"""How a pass's results are shown: ``PassView``s, registered by the report key of the
-section they draw (report/sections.py registers the built-in ones). A view declares its
+"""How a pass's results are shown: the ``PassView`` type (report/catalog.py lists the
+built-in views, one per report key of the section it draws). A view declares its
 section, its columns in the op table, the dtypes of its per-op columns in ``load().ops`` and
 ops.csv, its charts in report.html and which per-op fields go onto merged.json.gz's op
 slices; every renderer reads these, and a pass without a view is still shown as it is."""
@@ -7,7 +7,6 @@ slices; every renderer reads these, and a pass without a view is still shown as 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import import_module
 from typing import Any, Callable, Optional
 
 from .document import Section
@@ -43,27 +42,3 @@ class PassView:
     frame_default: str = ""               # the dtype of its other columns ("": pandas')
     charts: Optional[ChartBuilder] = None
     trace_fields: Optional[tuple[str, ...]] = None   # None: every scalar under op_key
-
-
-_VIEWS: dict[str, PassView] = {}
-
-
-def register_view(view: PassView) -> None:
-    """Show ``view.report_key`` (and its per-op columns) with ``view`` from now on."""
-    _VIEWS[view.report_key] = view
-
-
-def view_for_key(report_key: str) -> Optional[PassView]:
-    """The view registered for a report key, if any."""
-    return registered().get(report_key)
-
-
-def views_by_op_key() -> dict[str, PassView]:
-    """The registered views with per-op columns, by their ops[] key."""
-    return {view.op_key: view for view in registered().values() if view.op_key}
-
-
-def registered() -> dict[str, PassView]:
-    """Every registered view by report key, the built-in ones included."""
-    import_module(".sections", __package__)   # registers the built-in views on import
-    return _VIEWS
