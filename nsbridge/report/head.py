@@ -112,7 +112,9 @@ def _step_facts(laps: dict[str, Any]) -> list[str]:
     parts = []
     wait, share = measured(laps.get("wait_ms_per_step")), measured(laps.get("wait_share"))
     if wait is not None:
-        parts.append(f"CPU wait {fixed(wait, 1)} ms/step"
+        # a sub-millisecond step's wait keeps two decimals: "0.0 ms (5% of the step)" reads
+        # as a contradiction
+        parts.append(f"CPU wait {fixed(wait, 1 if wait >= 0.1 or wait == 0 else 2)} ms/step"
                      + (f" ({pct(share)} of the step)" if share is not None else ""))
     cpu = measured(laps.get("cpu_per_wall"))
     if cpu is not None:
