@@ -97,7 +97,7 @@ def judge_look(base: list[dict[str, dict[str, float]]], new: list[dict[str, dict
                budget: E.Budget, rule: str) -> tuple[str, bool]:
     """One look's outcome, as model.comparing.gate_answer.answer decides it (any gated
     regression, an op's or the step's, fails; else the step time's status decides), and
-    whether a gated op is still undecided (the gate then grows: api._stop_reason)."""
+    whether a gated op is still undecided (the gate then grows: commands.gate.stop_reason)."""
     rows = []
     for name in OPS:
         row = {"op": name, "gated": True, **paired_change([p[name] for p in base],

@@ -5,7 +5,8 @@ it plans from the Run so far (its manifest: the script, arguments and working di
 its report: ops, steps, verdict), captures or reads, and returns its report section and
 per-op columns. The pipeline adds each output to the Run, stops after a pass whose script
 failed, records a pass that raised as the run's failure, and saves the Run once at the
-end. Commands are lists of passes (api.py):
+end. Commands are lists of passes (api.py; commands/ for triage's processes, diff and
+the gate):
 
     triage               [torch.profiler, nsys?, ncu?]
     timeline --run DIR   [nsys]            on the opened run

@@ -200,6 +200,11 @@ CHOICES = {"replay_mode": ("kernel", "application"), "clock_control": ("base", "
 _TOP_KEYS = {"version", "description", *SECTIONS}
 
 
+def as_profile(profile: Union[str, Profile]) -> Profile:
+    """``profile`` itself, or the profile that name or path loads (load_profile)."""
+    return profile if isinstance(profile, Profile) else load_profile(profile)
+
+
 def summary_rows(manifest: dict[str, Any]) -> int:
     """The op rows a run's summaries show: the ``analysis.top_ops`` its manifest recorded
     (a run directory is untrusted: anything else gives the default)."""

@@ -1,4 +1,4 @@
-"""`nsbridge.gate` adds pairs only when they are needed (api.gate, interleave.run_pairs):
+"""`nsbridge.gate` adds pairs only when they are needed (commands.gate, interleave.run_pairs):
 each process is a triage, replaced here at the process boundary by a fake that returns a
 one-process report built to a known truth (test_paired_gate.one_process), so the loop is
 tested on its own: a quiet unchanged gate decides at the first look, a noisy one grows to
@@ -17,18 +17,19 @@ import numpy as np
 import pytest
 
 from nsbridge import api
+from nsbridge.commands import gate as gate_command
 from nsbridge.report.diff_render import render_diff
 from test_paired_gate import one_process
 
 
 def fake_triage(monkeypatch: pytest.MonkeyPatch, *, process: float, noise: float,
                 slower: Optional[dict[str, float]] = None, seconds: float = 0.0) -> list[str]:
-    """api.triage replaced: every call returns the next process's report (the new side's
+    """commands.measure.profiled replaced in the gate: every call returns the next process's report (the new side's
     ops scaled by ``slower``), after ``seconds``; returns the run folders made, in order."""
     rng = np.random.default_rng(0)
     made: list[str] = []
 
-    def triage(target: str, args: Any = (), **kwargs: Any) -> SimpleNamespace:
+    def profiled(script: Any, profile: Any, **kwargs: Any) -> SimpleNamespace:
         out = Path(kwargs["out"])
         out.mkdir(parents=True)
         made.append(out.name)
@@ -38,7 +39,7 @@ def fake_triage(monkeypatch: pytest.MonkeyPatch, *, process: float, noise: float
                              scale=slower if new else None)
         return SimpleNamespace(status="ok", exit_code=0, report=report, failure=None)
 
-    monkeypatch.setattr(api, "triage", triage)
+    monkeypatch.setattr(gate_command, "profiled", profiled)
     return made
 
 
@@ -117,11 +118,11 @@ def test_a_pass_grows_only_for_an_op_that_the_remaining_pairs_could_decide() -> 
         return {"outcome": "pass", "inconclusive": ["aten::conv"],
                 "ops": [{"op": "aten::conv", "pairs_to_decide": pairs_to_decide},
                         {"op": "aten::relu", "pairs_to_decide": 4}]}   # decided: no matter
-    assert api._stop_reason(passing(7), 5, 10, 1.0, None) is None
-    assert api._stop_reason(passing(22), 5, 10, 1.0, None) == "decided"
-    assert api._stop_reason(passing(None), 5, 10, 1.0, None) == "decided"
+    assert gate_command.stop_reason(passing(7), 5, 10, 1.0, None) is None
+    assert gate_command.stop_reason(passing(22), 5, 10, 1.0, None) == "decided"
+    assert gate_command.stop_reason(passing(None), 5, 10, 1.0, None) == "decided"
     inconclusive = {**passing(22), "outcome": "inconclusive", "comparability": []}
-    assert api._stop_reason(inconclusive, 5, 10, 1.0, None) is None
+    assert gate_command.stop_reason(inconclusive, 5, 10, 1.0, None) is None
 
 
 def test_an_undecided_op_says_how_many_pairs_would_decide_it() -> None:

@@ -65,6 +65,8 @@ LAYERS: list[set[str]] = [
                                                      # processes, run in pairs
     {"distributed"},                                 # passes on the ranks: launch, a
                                                      # rank's share, fan-out and reduce
+    {"commands"},                                    # more than one pass: a script's
+                                                     # processes, diff, the gate
     {"api"},                                         # commands = passes composed
     {"agent"},                                       # JSON answers, the MCP server, the skill
     {"_options", "cli"},                             # click only

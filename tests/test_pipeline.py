@@ -27,6 +27,7 @@ from nsbridge.passes.torch_pass import analyze_traces
 from nsbridge.pipeline import Given, run_passes
 from nsbridge.profiles import load_profile
 from nsbridge.report import files as report_files
+from nsbridge.commands import measure
 from nsbridge.report import catalog, views
 from nsbridge.report.document import Section, Table
 from nsbridge.report.terminal import terminal_summary
@@ -88,7 +89,7 @@ def test_triage_with_nsys_and_deep_writes_each_file_once(
                                                  real_open.__func__(cls, p)))
     monkeypatch.setattr(report_files, "merged_trace_json",
                         lambda *a: merged.append(1) or real_merge(*a))
-    monkeypatch.setattr(api, "TorchProfilerPass", RecordedTorchPass)
+    monkeypatch.setattr(measure, "TorchProfilerPass", RecordedTorchPass)
     result = nsbridge.triage(str(script), out=tmp_path / "run", nsys=True, deep_top=1,
                              environ=fake_ncu_env(tmp_path), cwd=tmp_path)
     names = [p["name"] for p in result.manifest["passes"]]

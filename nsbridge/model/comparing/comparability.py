@@ -1,8 +1,8 @@
 """Can two runs be compared at all? Checked before any number is.
 
-Two levels. ``refusal`` names what diff will not compare at all, whatever the flags (api.diff
-raises it as DiffRefusedError, exit 5): a report of another schema version or shape (every
-field diff reads is checked, with its type, before any is used); a run that did not finish
+Two levels. ``refusal`` names what diff will not compare at all, whatever the flags
+(commands.diff raises it as DiffRefusedError, exit 5): a report of another schema version
+or shape (every field diff reads is checked, with its type, before any is used); a run that did not finish
 cleanly (any status but ``ok``: failed, timeout, interrupted, terminated, no-trace, or still
 ``running`` / cut off); one with nothing measured (no ops, no op time, no steps); a window
 without steps (totals over windows that need not hold the same work); one measured on the

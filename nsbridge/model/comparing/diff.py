@@ -2,7 +2,7 @@
 cannot decide. The interleaved gate (`nsbridge gate`, model.comparing.paired) measures both sides
 again, in pairs; this module judges two runs as they were recorded.
 
-Comparability comes first (model.comparing.comparability). api.diff refuses, before this module
+Comparability comes first (model.comparing.comparability). commands.diff refuses, before this module
 sees them, runs it cannot compare at all (failed, still running, nothing measured, another
 schema version or shape, timed on another kind of device, another script unless allowed);
 differences of arguments, torch, GPU, threads or cores make the answer inconclusive unless
