@@ -18,7 +18,8 @@ from typing import Any, Callable
 import pytest
 from click.testing import CliRunner
 
-from nsbridge.api import _read_gate, analyze
+from nsbridge.api import analyze
+from nsbridge.commands.gate import _read_gate
 from nsbridge.cli import main
 from nsbridge.errors import NsbridgeError
 from nsbridge.job.summary import read_summaries, write_summary
