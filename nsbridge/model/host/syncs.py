@@ -144,19 +144,19 @@ def implicit_syncs(tree: HostTree, lo: float, hi: float, n_steps: int,
     (rates per second)."""
     if not len(tree):
         return []
-    names = tree.name_values
-    text = pd.Series(names, dtype=object).fillna("")
-    syncs = text.isin(DATA_DEPENDENT).to_numpy(copy=True)
-    scalar = np.flatnonzero((text == ITEM_OP).to_numpy())
-    repeat = (text == REPEAT_INTERLEAVE).to_numpy()
+    names = tree.names       # each test runs once per distinct name (model.strings)
+    syncs = is_in(names, DATA_DEPENDENT).copy()
+    scalar = np.flatnonzero(is_in(names, (ITEM_OP,)))
+    repeat = is_in(names, (REPEAT_INTERLEAVE,))
     up = tree.parent[scalar]
     while len(up):        # a repeat_interleave that reads a scalar inside it
         up = up[up >= 0]
         syncs[up[repeat[up]]] = True
         up = tree.parent[up]
-    host_side = text.str.startswith(_HOST_SIDE).to_numpy()
+    host_side = name_mask(names, lambda name: name.startswith(_HOST_SIDE))
     # what the script called: an aten op, or in a backward pass the autograd node
-    called_op = (text.str.startswith("aten::") | text.str.contains(_BACKWARD_NODE)).to_numpy()
+    called_op = name_mask(names, lambda name: name.startswith("aten::")
+                          or _BACKWARD_NODE.match(name) is not None)
     found = np.flatnonzero(syncs & (tree.start >= lo) & (tree.start < hi))
     keep = np.ones(len(found), dtype=bool)
     called = found.copy()                  # the outermost aten op around each
@@ -171,7 +171,8 @@ def implicit_syncs(tree: HostTree, lo: float, hi: float, n_steps: int,
     found, called = found[keep], called[keep]
     if not len(found):
         return []
-    frame = pd.DataFrame({"call": names[found], "op": names[called], "dur": tree.dur[found]})
+    values = tree.name_values
+    frame = pd.DataFrame({"call": values[found], "op": values[called], "dur": tree.dur[found]})
     agg = frame.groupby(["call", "op"], sort=False).agg(
         count=("dur", "size"), host_us=("dur", "sum")).reset_index()
     return [{"kind": IMPLICIT, "call": r.call, "op": r.op, "file": None,
