@@ -11,6 +11,7 @@ MkDocs hook it renders each page the same way (the build fails on an unknown nam
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import sys
 from pathlib import Path
@@ -95,8 +96,6 @@ def answer_schema() -> str:
 
 def cli() -> str:
     """docs/reference/cli.md: every command's --help, as nsbridge prints it."""
-    import click
-
     from nsbridge.cli import main
 
     width = {"terminal_width": HELP_WIDTH, "max_content_width": HELP_WIDTH}
@@ -141,8 +140,9 @@ def api() -> str:
 def _signature(public: str, obj: Any) -> str:
     if inspect.isclass(obj):
         return f"class {public}"
+    signature = inspect.signature(obj)
     params = []
-    for p in inspect.signature(obj).parameters.values():
+    for p in signature.parameters.values():
         text = p.name if p.kind is not p.VAR_POSITIONAL else f"*{p.name}"
         if p.kind is p.VAR_KEYWORD:
             text = f"**{p.name}"
@@ -151,17 +151,17 @@ def _signature(public: str, obj: Any) -> str:
         if p.default is not p.empty:
             text += f" = {_default(p.default)}"
         params.append(text)
-    keyword_only = next((i for i, p in enumerate(inspect.signature(obj).parameters.values())
+    keyword_only = next((i for i, p in enumerate(signature.parameters.values())
                          if p.kind is p.KEYWORD_ONLY), None)
     if keyword_only is not None:
         params.insert(keyword_only, "*")
-    returns = inspect.signature(obj).return_annotation
+    returns = signature.return_annotation
     shown = "" if returns is inspect.Signature.empty else f" -> {returns}"
     return f"{public}(\n" + "".join(f"    {p},\n" for p in params) + f"){shown}"
 
 
 def _default(value: Any) -> str:
-    if value is __import__("os").environ:
+    if value is os.environ:
         return "os.environ"
     return repr(value)
 

@@ -175,25 +175,29 @@ def syncs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[str]]:
     and file:line, else (no line: a trace's implicit sync) its kind and op.
     """
     sa, sb = _sites(a), _sites(b)
-    return {"new": sorted(sb[k] for k in sb.keys() - sa.keys()),
-            "vanished": sorted(sa[k] for k in sa.keys() - sb.keys()),
-            "moved": sorted(f"{sb[k]} (was line {sa[k].rsplit(':', 1)[1]})"
-                            for k in sa.keys() & sb.keys() if sa[k] != sb[k])}
+    return {"new": sorted(_shown(sb[k]) for k in sb.keys() - sa.keys()),
+            "vanished": sorted(_shown(sa[k]) for k in sa.keys() - sb.keys()),
+            "moved": sorted(f"{_shown(sb[k])} (was line {sa[k]['line']})"
+                            for k in sa.keys() & sb.keys() if sa[k]["line"] != sb[k]["line"])}
 
 
-def _sites(report: dict[str, Any]) -> dict[tuple[Any, ...], str]:
-    """Each sync point of a report by its identity (syncs), with how it is shown."""
-    out: dict[tuple[Any, ...], str] = {}
+def _sites(report: dict[str, Any]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Each sync point of a report by its identity (syncs), the first of each."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for p in report.get("sync_points", []):
-        if p.get("file"):
-            shown = f"{p['kind']} at {p['file']}:{p['line']}"
-            key: tuple[Any, ...] = ((p["kind"], p["file"], p.get("function"), p["code"])
-                                    if p.get("code") else (p["kind"], p["file"], p["line"]))
+        if not p.get("file"):
+            key: tuple[Any, ...] = (p["kind"], p.get("op"))
+        elif p.get("code"):
+            key = (p["kind"], p["file"], p.get("function"), p["code"])
         else:
-            shown = f"{p['kind']} in {p.get('op') or 'no op'}"
-            key = (p["kind"], p.get("op"))
-        out.setdefault(key, shown)
+            key = (p["kind"], p["file"], p["line"])
+        out.setdefault(key, p)
     return out
+
+
+def _shown(point: dict[str, Any]) -> str:
+    return (f"{point['kind']} at {point['file']}:{point['line']}" if point.get("file")
+            else f"{point['kind']} in {point.get('op') or 'no op'}")
 
 
 def show_pct(value: Optional[float], digits: int = 1) -> str:
