@@ -177,8 +177,9 @@ def syncs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[str]]:
     sa, sb = _sites(a), _sites(b)
     return {"new": sorted(_shown(sb[k]) for k in sb.keys() - sa.keys()),
             "vanished": sorted(_shown(sa[k]) for k in sa.keys() - sb.keys()),
-            "moved": sorted(f"{_shown(sb[k])} (was line {sa[k]['line']})"
-                            for k in sa.keys() & sb.keys() if sa[k]["line"] != sb[k]["line"])}
+            "moved": sorted(f"{_shown(sb[k])} (was line {sa[k].get('line')})"
+                            for k in sa.keys() & sb.keys()
+                            if sa[k].get("line") != sb[k].get("line"))}
 
 
 def _sites(report: dict[str, Any]) -> dict[tuple[Any, ...], dict[str, Any]]:
