@@ -5,7 +5,10 @@ unconverted. Fast tier a few hundred cases, slow tier thousands."""
 
 from __future__ import annotations
 
+import csv
 import random
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -107,3 +110,66 @@ def test_mutated_ncu_csvs_give_a_report_or_a_clear_error(tmp_path: Path, block: 
 def test_thousands_of_mutated_ncu_csvs(tmp_path: Path) -> None:
     for case in range(1000, 3000):
         _check(tmp_path, case)
+
+
+SWEEP_STRIDE = 29   # the fast tier's share of the sweep
+# what a cell of each JSON type reads as in a CSV, and numbers no metric holds
+SWEEP_VALUES = [*ODD, "[1, [2]]", "true"]
+SWEEP_SOURCES = ["matmul_bf16_full.raw.csv",          # Hopper, every roofline metric
+                 "train_cnn_nvtx_sections.raw.csv"]   # NVTX ranges, section metrics
+
+
+def read_columns(header: list[str]) -> list[str]:
+    """The columns of a raw page nsbridge reads: the launch's identity (every column not
+    named like a metric) and each metric a built-in profile's quantities or the roofline
+    (model/nsight/roofline.py) name."""
+    from nsbridge.model.nsight import roofline
+
+    texts = [p.read_text() for p in ROOT.joinpath("profiles").glob("*.yaml")]
+    texts.append(Path(roofline.__file__).read_text())
+    names = {m for text in texts for m in re.findall(r"[a-z0-9]+__[\w.{}]+", text)}
+    names |= {name.format(op) for name in names if "{}" in name
+              for fma, _, pair, _ in roofline.CUDA_CORE.values() for op in (fma, *pair)}
+    return [h for h in header if "__" not in h or h in names
+            or roofline._TENSOR_PATH.match(h)]
+
+
+def _sweep() -> list[tuple[Path, int, str, bool]]:
+    """(raw page, column, value, in every row) for each SWEEP_VALUES value in each column
+    read, in the first launch's row or in all."""
+    cases = []
+    for source in (DATA / "ncu" / name for name in SWEEP_SOURCES):
+        header = next(csv.reader(source.open(encoding="utf-8")))
+        columns = [header.index(name) for name in read_columns(header)]
+        cases += [(source, column, value, every) for column in columns
+                  for value in SWEEP_VALUES for every in (False, True)]
+    return cases
+
+
+def _swept(tmp: Path, case: tuple[Path, int, str, bool]) -> None:
+    source, column, value, every = case
+    rows = list(csv.reader(source.open(encoding="utf-8")))
+    for row in rows[2:] if every else rows[2:3]:     # under the header and the units row
+        row[column] = value
+    path = tmp / source.name
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    where = "every launch" if every else "one launch"
+    analyzed_or_refused(path, tmp / "run",
+                        f"{source.name}: {rows[0][column]} = {value!r} in {where}")
+    shutil.rmtree(tmp / "run", ignore_errors=True)
+
+
+def test_every_read_column_with_a_wrong_type(tmp_path: Path) -> None:
+    """Every SWEEP_STRIDE-th case of the sweep."""
+    cases = _sweep()
+    assert len(cases) >= 3000
+    for case in cases[::SWEEP_STRIDE]:
+        _swept(tmp_path, case)
+
+
+@pytest.mark.slow
+def test_every_read_column_with_every_wrong_type(tmp_path: Path) -> None:
+    for number, case in enumerate(_sweep()):
+        if number % SWEEP_STRIDE:
+            _swept(tmp_path, case)

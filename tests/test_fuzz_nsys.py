@@ -162,3 +162,56 @@ def test_mutated_exports_end_to_end_through_analyze(tmp_path: Path) -> None:
             assert (timeline.get("gpu_busy_pct") or 0) >= 0, what
             assert all(v >= 0 for op in timeline.get("ops") or [] for v in op.values()
                        if isinstance(v, (int, float))), what
+
+
+SWEEP_STRIDE = 23   # the fast tier's share of the sweep
+# each SQLite storage class, and the integers and reals at their ends
+SWEEP_VALUES: list[object] = [*ODD_VALUES, 2 ** 63 - 1, -(2 ** 63), 1e308, 0.5, b""]
+
+
+def _sweep() -> list[tuple[Path, str, str, object, bool]]:
+    """Each SWEEP_VALUES value in each column of each table read, in one row or in all:
+    (source, table, column, value, every row)."""
+    cases = []
+    for source in SOURCES:
+        conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        try:
+            columns = [(table, column) for table in _tables(conn)
+                       for column in _columns(conn, table)]
+        finally:
+            conn.close()
+        cases += [(source, table, column, value, every) for (table, column) in columns
+                  for value in SWEEP_VALUES for every in (False, True)]
+    return cases
+
+
+def _swept(tmp: Path, case: tuple[Path, str, str, object, bool]) -> tuple[Path, str]:
+    source, table, column, value, every = case
+    path = tmp / "case.sqlite"
+    shutil.copy(source, path)
+    conn = sqlite3.connect(path)
+    try:
+        where = "" if every else f" WHERE rowid = (SELECT min(rowid) FROM {table})"
+        conn.execute(f'UPDATE {table} SET "{column}" = ?{where}', (value,))
+        conn.commit()
+    except sqlite3.DatabaseError as exc:   # a constraint of the table keeps the value out
+        return path, f"refused by SQLite: {exc}"
+    finally:
+        conn.close()
+    rows = "every row" if every else "one row"
+    return path, f"{source.name}: {table}.{column} = {value!r} in {rows}"
+
+
+def test_every_column_with_a_wrong_type(tmp_path: Path) -> None:
+    """Every SWEEP_STRIDE-th case of the sweep."""
+    cases = _sweep()
+    assert len(cases) >= 3000 and {c[1] for c in cases} >= {"NVTX_EVENTS", "StringIds"}
+    for case in cases[::SWEEP_STRIDE]:
+        _check(*_swept(tmp_path, case))
+
+
+@pytest.mark.slow
+def test_every_column_with_every_wrong_type(tmp_path: Path) -> None:
+    for number, case in enumerate(_sweep()):
+        if number % SWEEP_STRIDE:
+            _check(*_swept(tmp_path, case))

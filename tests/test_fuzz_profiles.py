@@ -79,18 +79,23 @@ def _check(tmp: Path, case: int) -> None:
     source = SOURCES[case % len(SOURCES)]
     data = yaml.safe_load(source.read_text(encoding="utf-8"))
     text, kind = mutate(data, rng)
-    path = tmp / f"case{case}.yaml"
+    _check_text(tmp, text, f"case {case} ({source.name}: {kind})")
+
+
+def _check_text(tmp: Path, text: str, label: str) -> None:
+    """One profile text loads in range or gives one ProfileError naming the file."""
+    path = tmp / "case.yaml"
     path.write_bytes(text.encode("utf-8").replace("\xff".encode("utf-8"), b"\xff"))  # not UTF-8
     try:
         profile = load_profile(str(path))
     except ProfileError as exc:
         message = str(exc)
-        assert path.name in message, (case, kind, message)
-        assert "Traceback" not in message and "\n" not in message, (case, kind, message)
+        assert path.name in message, (label, message)
+        assert "Traceback" not in message and "\n" not in message, (label, message)
         return
     except Exception as exc:   # noqa: BLE001 - the point: nothing but nsbridge's errors
-        raise AssertionError(f"case {case} ({source.name}: {kind}): {exc!r}\n{text}") from exc
-    _within(profile, f"case {case} ({kind})")
+        raise AssertionError(f"{label}: {exc!r}\n{text}") from exc
+    _within(profile, label)
 
 
 @pytest.mark.parametrize("block", range(3))
@@ -104,3 +109,45 @@ def test_mutated_profiles_load_in_range_or_give_one_clear_error(tmp_path: Path,
 def test_thousands_of_mutated_profiles(tmp_path: Path) -> None:
     for case in range(1000, 5000):
         _check(tmp_path, case)
+
+
+
+SWEEP_STRIDE = 11   # the fast tier's share of the sweep
+DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)   # the C one where libyaml is built
+
+
+def _sweep() -> list[tuple[str, str]]:
+    """Each VALUES value in each key of each section (and as each whole section) of each
+    built-in profile: (YAML text, label)."""
+    cases = []
+    for source in SOURCES:
+        data = yaml.safe_load(source.read_text(encoding="utf-8"))
+        for section, cls in SECTIONS.items():
+            for key in [None, *(f.name for f in fields(cls))]:
+                for value in VALUES:
+                    changed = {k: (dict(v) if isinstance(v, dict) else v)
+                               for k, v in data.items()}
+                    if key is None:
+                        changed[section] = value
+                    else:
+                        body = changed.get(section)
+                        changed[section] = {**(body if isinstance(body, dict) else {}),
+                                            key: value}
+                    cases.append((yaml.dump(changed, Dumper=DUMPER, allow_unicode=True),
+                                  f"{source.name}: {section}.{key} = {value!r}"))
+    return cases
+
+
+def test_every_key_with_a_wrong_yaml_type(tmp_path: Path) -> None:
+    """Every SWEEP_STRIDE-th case of the sweep (which holds 3,000 and more)."""
+    cases = _sweep()
+    assert len(cases) >= 3000
+    for text, label in cases[::SWEEP_STRIDE]:
+        _check_text(tmp_path, text, label)
+
+
+@pytest.mark.slow
+def test_every_key_with_every_wrong_yaml_type(tmp_path: Path) -> None:
+    for number, (text, label) in enumerate(_sweep()):
+        if number % SWEEP_STRIDE:
+            _check_text(tmp_path, text, label)

@@ -6,11 +6,12 @@ Fast tier a few hundred cases, slow tier thousands."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -18,10 +19,15 @@ import nsbridge
 from nsbridge.errors import NsbridgeError, RunDirError
 from nsbridge.report.diff_render import render_diff
 
-from conftest import TORCH_DATA
+from conftest import DATA, TORCH_DATA
 
 VALUES: list[Any] = [None, True, False, 0, -1, 1, 0.5, -0.0, 2 ** 64, 10 ** 401, "", "x",
                      "ok", [], [1, 2], [None], {}, {"a": 1}, [[[]]], "1e999"]
+# one of each JSON type, and the numbers no field holds: what the sweep puts in every field
+SWEEP_VALUES: list[Any] = [None, True, [], [1, [2]], {}, {"a": 1}, "", "x", -1, 0.5,
+                           10 ** 401, 2 ** 64]
+TRIAGE_RUN = DATA / "runs" / "triage_tiny"   # a real CPU triage: machine, overhead, steps
+SWEEP_STRIDE = 23   # the fast tier's share of the sweep
 
 
 @pytest.fixture(scope="module")
@@ -82,12 +88,28 @@ def mutate(report: dict[str, Any], rng: random.Random) -> tuple[str, str]:
     return json.dumps(report), json.dumps(step)
 
 
+def field_paths(node: Any, path: tuple[Any, ...] = ()) -> Iterator[list[Any]]:
+    """Every field of a report once: each key of each object, the first item of each list."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield [*path, key]
+            yield from field_paths(value, (*path, key))
+    elif isinstance(node, list) and node:
+        yield [*path, 0]
+        yield from field_paths(node[0], (*path, 0))
+
+
 def _check(base: Path, tmp: Path, case: int) -> str:
     """'loaded' or 'refused' (by load), after load, the frames, the views and diff."""
-    rng = random.Random(case)
     report = json.loads((base / "report.json").read_text())
-    text, kind = mutate(report, rng)
-    run = tmp / f"case{case}"
+    text, kind = mutate(report, random.Random(case))
+    return _check_text(base, tmp, text, f"case {case} ({kind})")
+
+
+def _check_text(base: Path, tmp: Path, text: str, label: str) -> str:
+    """_check of one report.json text, in a copy of ``base``."""
+    run = tmp / "case"
+    shutil.rmtree(run, ignore_errors=True)   # a case that failed left its copy
     shutil.copytree(base, run)
     (run / "report.json").write_bytes(text.encode("utf-8", errors="surrogateescape"))
     try:
@@ -100,13 +122,13 @@ def _check(base: Path, tmp: Path, case: int) -> str:
     except RunDirError:
         outcome = "refused"
     except Exception as exc:   # noqa: BLE001 - the point: nothing but nsbridge's errors
-        raise AssertionError(f"case {case} ({kind}): load: {exc!r}") from exc
+        raise AssertionError(f"{label}: load: {exc!r}") from exc
     try:
         render_diff(nsbridge.diff(base, run))
     except NsbridgeError:
         pass
     except Exception as exc:   # noqa: BLE001
-        raise AssertionError(f"case {case} ({kind}): diff: {exc!r}") from exc
+        raise AssertionError(f"{label}: diff: {exc!r}") from exc
     shutil.rmtree(run)
     return outcome
 
@@ -122,3 +144,39 @@ def test_mutated_reports_load_and_diff_or_give_nsbridges_own_error(base: Path, t
 def test_thousands_of_mutated_reports(base: Path, tmp_path: Path) -> None:
     for case in range(1000, 4000):
         _check(base, tmp_path, case)
+
+
+def _sweep(base: Path) -> list[tuple[Path, str, str]]:
+    """Every SWEEP_VALUES value in every field of ``base``'s report: (base, text, label)."""
+    report = json.loads((base / "report.json").read_text())
+    cases = []
+    for path, value in itertools.product(field_paths(report), SWEEP_VALUES):
+        step = {"path": path, "set": value}
+        cases.append((base, json.dumps(damage(json.loads(json.dumps(report)), step)),
+                      json.dumps(step)))
+    return cases
+
+
+def _sweeps(base: Path) -> list[tuple[Path, str, str]]:
+    return _sweep(base) + _sweep(TRIAGE_RUN)
+
+
+def test_the_sweep_puts_every_json_type_in_every_field(base: Path) -> None:
+    cases = _sweeps(base)
+    assert len(cases) >= 3000
+    labels = {json.loads(label)["path"][0] for _, _, label in cases}
+    assert {"ops", "steps", "machine", "overhead", "verdict", "device", "memory"} <= labels
+
+
+def test_every_field_with_a_wrong_json_type(base: Path, tmp_path: Path) -> None:
+    """Every SWEEP_STRIDE-th case of the sweep."""
+    outcomes = {_check_text(*case[:1], tmp_path, *case[1:])
+                for case in _sweeps(base)[::SWEEP_STRIDE]}
+    assert outcomes == {"loaded", "refused"}
+
+
+@pytest.mark.slow
+def test_every_field_with_every_wrong_json_type(base: Path, tmp_path: Path) -> None:
+    for number, (run, text, label) in enumerate(_sweeps(base)):
+        if number % SWEEP_STRIDE:
+            _check_text(run, tmp_path, text, label)

@@ -38,6 +38,10 @@ _NUMBER_COLS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE, S.TOTAL
 # A timestamp or duration at or beyond 2**53 us (about 285 years) is not a time: no float
 # holds it to the microsecond, and ns conversions overflow int64
 TIME_LIMIT_US = float(2 ** 53)
+# Likewise a byte count at or beyond 2**53 (8 PiB) is not a size: read as unknown, so that
+# sums of sizes stay finite
+SIZE_LIMIT_BYTES = float(2 ** 53)
+_SIZE_COLS = (S.BYTES, S.TOTAL_ALLOCATED, S.TOTAL_RESERVED)
 
 # why events are skipped or repaired (EventColumns.skipped keys; report notes quote them)
 NOT_AN_OBJECT = "entries of traceEvents that are not JSON objects skipped"
@@ -46,6 +50,7 @@ NO_TIMESTAMP = ("events without a usable timestamp (missing, not a number, or ou
                 "skipped")
 NO_DURATION = ("complete events without a usable duration (missing, negative, not a number "
                "or out of range) counted as 0 µs")
+NO_SIZE = "byte counts of 8 PiB or more read as unknown"
 
 # a numeric column of a batch: values as decoded, or already an array (add_records)
 Numbers = Union[list, np.ndarray]
@@ -288,6 +293,11 @@ class EventColumns:
                 columns[col] = np.concatenate(parts) if parts else np.zeros(0)
             del parts
         release_free_memory()
+        for col in _SIZE_COLS:
+            huge = np.abs(columns[col]) >= SIZE_LIMIT_BYTES
+            if huge.any():
+                self.skipped[NO_SIZE] += int(huge.sum())
+                columns[col] = np.where(huge, np.nan, columns[col])
         ts, dur = columns[S.TS], columns[S.DUR]
         usable = np.isfinite(ts) & (np.abs(ts) < TIME_LIMIT_US)
         bad_dur = usable & ~(np.isfinite(dur) & (dur >= 0) & (dur < TIME_LIMIT_US))

@@ -171,12 +171,14 @@ def parse_nvtx(cell: str) -> tuple[tuple[str, str], ...]:
 
 
 def number(text: str) -> float:
-    """An ncu value as a float: thousands separators removed; NaN for n/a, nan, ''."""
+    """An ncu value as a float: thousands separators removed; NaN for n/a, nan, '' and
+    for a value no float holds (1e400, inf): not a measurement."""
     text = (text or "").strip().replace(",", "")
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         return math.nan
+    return value if math.isfinite(value) else math.nan
 
 
 def _strip_chatter(lines: Iterable[str]) -> Iterable[str]:

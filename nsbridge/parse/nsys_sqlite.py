@@ -53,6 +53,7 @@ GRAPH_NODE_COLUMNS = ["start", "global_tid", "graph_node", "original_node"]
 PUSH_POP, START_END, DOMAIN_CREATE = 59, 60, 75
 _CHUNK = 250_000     # rows per group_concat query (several per thread on a large table)
 _MAX_THREADS = 4
+SIZE_LIMIT_BYTES = 2 ** 53   # a copy of 8 PiB or more is not a size: read as unknown
 _COPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
 
 
@@ -235,9 +236,10 @@ def _ranges(conn: sqlite3.Connection, tables: set[str], strings: pd.Series) -> p
                 f"SELECT rowid, text, eventType, {domain_id} FROM {NVTX} WHERE text IS NOT NULL "
                 f"AND eventType IN ({PUSH_POP}, {START_END}, {DOMAIN_CREATE})"):
             if etype == DOMAIN_CREATE:
-                domain_names[int(domain)] = text or ""
+                if type(domain) is int:     # an id of another type names no domain
+                    domain_names[domain] = _text(text)
             else:
-                texts[rowid] = text
+                texts[rowid] = _text(text)
     exprs = ["start", '"end"', "eventType", text_id, domain_id, "coalesce(globalTid, 0)"]
     parts = _int_slices(conn, NVTX, (["rowid"] if texts else []) + exprs,
                         f"eventType IN ({PUSH_POP}, {START_END}) AND \"end\" IS NOT NULL")
@@ -442,8 +444,16 @@ def _copies(conn: sqlite3.Connection, tables: set[str], table: str,
         frame["kind"] = frame["kind"].map(_COPY_KINDS).fillna("other")
     else:
         frame["kind"] = "memset"
+    frame["bytes"] = frame["bytes"].where(frame["bytes"].between(0, SIZE_LIMIT_BYTES))
     frame["dur"] = frame["end"] - frame["start"]
     return frame[cols]
+
+
+def _text(value: object) -> str:
+    """A TEXT cell as text: a BLOB decoded (bad bytes replaced), another type written out."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value if isinstance(value, str) else ("" if value is None else str(value))
 
 
 def _strings_of(ids: pd.Series, strings: pd.Series) -> np.ndarray:

@@ -75,8 +75,10 @@ _OP = {S.NAME: _Required(_NAME), S.CALLS: _NUMBER, S.CPU_SELF_US: _NUMBER,
        S.SHAPE_WORK: [{"shape": _Required(_TEXT), "calls": _Required(_NUMBER),
                        "us": _Required(_NUMBER)}]}
 _STEPS = {"count": _Required(_NUMBER),
-          "per_step": [{"wall_ms": _Required(_POSITIVE), "run": _NUMBER}],
-          "unprofiled_ms": [_POSITIVE], "unprofiled_runs": [_NUMBER]}
+          "per_step": [{"wall_ms": _Required(_POSITIVE), "run": _NUMBER, "cpu_ms": _NUMBER,
+                        "wait_ms": _NUMBER, "probe_ms": _NUMBER, "gpu_done_ms": _NUMBER}],
+          "unprofiled_ms": [_POSITIVE], "unprofiled_runs": [_NUMBER],
+          "unprofiled_wait_ms": [_NUMBER]}
 _MACHINE = {"cores": {"usable": _NUMBER, "logical": _NUMBER},
             "threads": {"intra_op": _NUMBER, "inter_op": _NUMBER},
             "load": {"before": [_NUMBER], "after": [_NUMBER]}, "steal_share": _NUMBER,
@@ -92,7 +94,9 @@ STATUS_SHAPE = {"status": _Required(_TEXT), "error": {}}
 REPORT_SHAPE = {**STATUS_SHAPE, "target": _Required(_TEXT), "ranked_by": _RANKING,
                 "ops": _Required([_OP]), "steps": _STEPS,
                 "window": {"kind": _TEXT, "seconds": _NUMBER},
-                "verdict": {"label": _Required(_TEXT), "evidence": [_ANY]},
+                "verdict": {"label": _Required(_TEXT), "evidence": _Required([_ANY]),
+                            "alternatives": [{"label": _TEXT, "why": _TEXT}],
+                            "cannot_conclude": [_ANY], "settle": [_ANY]},
                 "environment": {"torch": _TEXT, "gpus": [_ANY]},
                 "machine": _MACHINE,
                 "sync_points": _Required([{"kind": _Required(_TEXT), "file": _TEXT,
