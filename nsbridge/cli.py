@@ -360,7 +360,7 @@ def _rows(result: Any, top: Optional[int]) -> int:
 
 
 def _finish(result: Any, top: Optional[int]) -> None:
-    from .report.terminal import terminal_summary
+    from .report.render.terminal import terminal_summary
 
     click.echo(terminal_summary(result.report, str(result.run_dir), top=_rows(result, top)))
     if result.exit_code != 0:
@@ -548,7 +548,7 @@ def _gate_exit(command: str, result: dict[str, Any], fmt: str,
                when_inconclusive: str) -> None:
     """Print a comparison and exit with its code (4 mapped by --inconclusive); as json, the
     comparison with the answer's head (agent/answer.py) in front."""
-    from .report.diff_render import render_diff
+    from .report.render.diff_render import render_diff
 
     code = result["exit_code"]
     if result["outcome"] == "inconclusive" and when_inconclusive != "exit":

@@ -15,7 +15,7 @@ the gate):
 
 Adding a pass is its own module plus one entry in such a list (see tests/test_pipeline.py
 for a toy pass); the renderers show its section and per-op columns without an edit
-(report/sections.py), and one entry in report/catalog.py's ``VIEWS`` titles and formats
+(report/render/sections.py), and one entry in report/views/catalog.py's ``VIEWS`` titles and formats
 them.
 """
 
@@ -27,7 +27,7 @@ from typing import Any, Optional, Protocol, Sequence
 from .errors import NsbridgeError
 from .model.device.tensor_cores import settle_with_ncu
 from .profiles import summary_rows
-from .report.files import data_files, pages
+from .report.render.files import data_files, pages
 from .run import PassOutput, Run
 
 
@@ -150,7 +150,7 @@ def settle(run: Run) -> None:
 
 def save(run: Run) -> None:
     """Settle what passes decide in each other's numbers, then write every file of the
-    run once: the data files first (report.files.data_files), so that if one does not fit
+    run once: the data files first (report.render.files.data_files), so that if one does not fit
     the reports can still say so; then manifest.json and report.json, then the pages.
 
     Raises:

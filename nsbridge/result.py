@@ -13,9 +13,9 @@ from . import __version__
 from . import schema as S
 from .confine import readable
 from .report import frames
-from .report.escape import terminal
-from .report.failure import failure_paragraph
-from .report.head import shown_verdict
+from .report.document.escape import terminal
+from .report.document.failure import failure_paragraph
+from .report.document.head import shown_verdict
 from .run import Run
 
 

@@ -18,7 +18,7 @@ import platform
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
@@ -27,7 +27,7 @@ from . import schema as S
 from .confine import readable
 from .errors import RunDirError, ScriptError
 from .profiles import Profile
-from .report.build import clean, conclusive
+from .report.document.build import clean, conclusive
 from .rundir import json_text, new_run_dir, read_run, write_atomic, write_json
 from .script_check import Script
 
@@ -68,6 +68,35 @@ class PassOutput:
     files: dict[str, Any] = field(default_factory=dict)
     # in-memory results for the caller (RunResult): "analysis" (TraceAnalysis), "timeline"
     frames: dict[str, Any] = field(default_factory=dict)
+
+
+def section_op_columns(section: Optional[tuple[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """A pass's per-op columns as its section's ``ops`` rows give them (nsys: one row per
+    op name, ``op`` its key); {} for a section without such rows."""
+    rows = section[1].get("ops") if section else None
+    if not isinstance(rows, list):
+        return {}
+    return {row["op"]: {k: v for k, v in row.items() if k != "op"}
+            for row in rows if isinstance(row, dict) and isinstance(row.get("op"), str)}
+
+
+def output_record(output: PassOutput) -> dict[str, Any]:
+    """A pass's output as a rank writes it for rank 0: JSON-able, without the in-memory
+    frames, and with per-op columns its section's rows already hold written once (read
+    back by ``output_op_columns``)."""
+    record = {k: v for k, v in asdict(output).items() if k != "frames"}
+    if output.op_columns and output.op_columns == section_op_columns(output.section):
+        del record["op_columns"]
+    return record
+
+
+def output_op_columns(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The per-op columns of a written output (``output_record``)."""
+    if "op_columns" in record:
+        return record["op_columns"] or {}
+    section = record.get("section")   # [name, section] as read back, or a tuple
+    return section_op_columns((section[0], section[1]) if isinstance(section, (list, tuple))
+                              and len(section) == 2 and isinstance(section[1], dict) else None)
 
 
 class Run:

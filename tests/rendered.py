@@ -1,4 +1,4 @@
-"""report.md and report.html of a report, as a run writes them (report.files.pages)."""
+"""report.md and report.html of a report, as a run writes them (report.render.files.pages)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 from nsbridge import schema as S
 from nsbridge.profiles import Analysis
-from nsbridge.report.files import pages
+from nsbridge.report.render.files import pages
 
 ROWS = Analysis().top_ops    # what a run made with the default profile keeps
 

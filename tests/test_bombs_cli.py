@@ -24,8 +24,8 @@ import nsbridge.api as api
 from nsbridge.cli import main
 from nsbridge.errors import DiffInputError, ProfileError
 from nsbridge.profiles import MAX_BYTES, builtin_profiles, load_profile
-from nsbridge.report.escape import csv_cell
-from nsbridge.report.ops_csv import ops_csv
+from nsbridge.report.document.escape import csv_cell
+from nsbridge.report.render.ops_csv import ops_csv
 
 from conftest import ROOT
 from test_diff import BASE, STEPS, TWO, _report, _write

@@ -15,7 +15,7 @@ import nsbridge.api as api
 from nsbridge.errors import DiffInputError
 from nsbridge.model.comparing.diff import compare
 from nsbridge.model.comparing.gate_answer import syncs
-from nsbridge.report.diff_render import render_diff
+from nsbridge.report.render.diff_render import render_diff
 
 from conftest import ROOT, TORCH_DATA, run_nsbridge
 

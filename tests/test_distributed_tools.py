@@ -406,3 +406,26 @@ def test_an_op_the_ranked_run_lacks_is_told_before_a_missing_gpu(ranked_run: Pat
                 env=env)
     assert proc.returncode != 0
     assert "The run has no op 'aten::reluu' (did you mean 'aten::relu'" in proc.stderr
+
+
+def test_a_ranks_nsys_output_carries_its_per_op_numbers_once() -> None:
+    """A rank's output for rank 0: the timeline section's ops rows hold the per-op columns,
+    so they are written once and read back the same (a real nsys export joined)."""
+    from nsbridge.model.device.timeline import join
+    from nsbridge.parse.nsys_sqlite import read_nsys_sqlite
+    from nsbridge.passes.nsys_pass import _output, timeline_section
+    from nsbridge.run import output_op_columns, output_record
+
+    joined = join(read_nsys_sqlite(ROOT / "tests" / "data" / "nsys" /
+                                   "nsbridge_sync_bound_h100_nsys2025.3.sqlite"))
+    section = timeline_section(joined, {"emitted": 0, "recorded": 0, "warning": None}, {})
+    output = _output(section, joined, {"wall_s": 1.0}, "ok", 0, None, [])
+    assert len(output.op_columns) > 3
+    record = json.loads(json.dumps(output_record(output)))
+    assert "op_columns" not in record
+    assert output_op_columns(record) == json.loads(json.dumps(output.op_columns))
+    merged = reduce_outputs(TimelineOnRanks(), {0: {**record, "pass_id": "p"}}, shown=0,
+                            reasons={}, hosts={0: "a"}, missing="none")
+    assert merged.op_columns == output_op_columns(record)
+    old_style = {**record, "op_columns": {"aten::mm": {"kernels": 3}}}   # written in full
+    assert output_op_columns(old_style) == {"aten::mm": {"kernels": 3}}

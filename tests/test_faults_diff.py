@@ -19,9 +19,9 @@ from click.testing import CliRunner, Result
 import nsbridge
 from nsbridge.cli import main
 from nsbridge.errors import DiffRefusedError, RunDirError
-from nsbridge.report.diff_render import render_diff
-from nsbridge.report.escape import md_cell, terminal
-from nsbridge.report.wording import is_autograd_wrapper
+from nsbridge.report.render.diff_render import render_diff
+from nsbridge.report.document.escape import md_cell, terminal
+from nsbridge.report.document.wording import is_autograd_wrapper
 
 from conftest import TORCH_DATA, run_nsbridge
 

@@ -24,10 +24,10 @@ import nsbridge
 from nsbridge.model.analysis import analyze_events
 from nsbridge.parse.torch_trace import read_trace
 from nsbridge.profiles import load_profile
-from nsbridge.report.build import build_report
-from nsbridge.report.escape import md_code, md_text, terminal
-from nsbridge.report.terminal import terminal_summary
-from nsbridge.report.head import machine_line
+from nsbridge.report.document.build import build_report
+from nsbridge.report.document.escape import md_code, md_text, terminal
+from nsbridge.report.render.terminal import terminal_summary
+from nsbridge.report.document.head import machine_line
 
 from builders import events, kernel, launch, op
 from conftest import TORCH_DATA, flat, run_nsbridge

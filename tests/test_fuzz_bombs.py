@@ -24,7 +24,7 @@ from nsbridge.parse._quotes import repair_quotes
 from nsbridge.parse.ncu import read_ncu
 from nsbridge.parse.nsys_sqlite import read_nsys_sqlite
 from nsbridge.parse.torch_trace import read_trace
-from nsbridge.report.merged_trace import merged_trace_json
+from nsbridge.report.render.merged_trace import merged_trace_json
 
 QUOTED = DATA / "quoted" / "torch2.13_cpu_quoted_names.json.gz"
 BERT = TORCH_DATA / "h100_bert-small_2025-07.json.gz"

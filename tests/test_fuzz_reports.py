@@ -17,7 +17,7 @@ import pytest
 
 import nsbridge
 from nsbridge.errors import NsbridgeError, RunDirError
-from nsbridge.report.diff_render import render_diff
+from nsbridge.report.render.diff_render import render_diff
 
 from conftest import DATA, TORCH_DATA
 

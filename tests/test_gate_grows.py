@@ -18,7 +18,7 @@ import pytest
 
 from nsbridge import api
 from nsbridge.commands import gate as gate_command
-from nsbridge.report.diff_render import render_diff
+from nsbridge.report.render.diff_render import render_diff
 from test_paired_gate import one_process
 
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from nsbridge.api import analyze, rejudge
-from nsbridge.report.diff_render import render_diff
-from nsbridge.report.terminal import terminal_summary
+from nsbridge.report.render.diff_render import render_diff
+from nsbridge.report.render.terminal import terminal_summary
 
 from conftest import DATA, ROOT, TORCH_DATA
 from rendered import ROWS, report_md

@@ -114,7 +114,7 @@ NOT_AT_IMPORT: dict[str, set[str]] = {
 # imports numpy with one OpenBLAS thread)
 CLI_MAY_IMPORT = {"nsbridge", "nsbridge._blas", "nsbridge._options", "nsbridge.api",
                   "nsbridge.errors", "nsbridge.profiles", "nsbridge.progress",
-                  "nsbridge.report.terminal", "nsbridge.report.diff_render",
+                  "nsbridge.report.render.terminal", "nsbridge.report.render.diff_render",
                   "nsbridge.agent.answer", "nsbridge.agent.mcp_server", "nsbridge.agent.skill",
                   "nsbridge.limits", "nsbridge.confine"}
 
@@ -304,6 +304,27 @@ def test_nothing_imports_upward() -> None:
     bad = [e for es in graph().values() for e in es if e.internal and not _facade(e)
            and RANK.get(unit(e.dst), top) > RANK.get(unit(e.src), top)]
     assert not bad, "imports into a higher layer:" + _listing([str(e) for e in bad])
+
+
+# report/ inside, lowest first: the document's parts, the views of them, load's frames of
+# report.json, the renderers that write the files
+REPORT_LAYERS = [{"document"}, {"views"}, {"frames", "frame_reference"}, {"render"}]
+REPORT_RANK = {part: i for i, layer in enumerate(REPORT_LAYERS) for part in layer}
+
+
+def _report_part(module: str) -> Optional[str]:
+    """document, views, frames, ... for a module of nsbridge.report; None elsewhere."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "report" else None
+
+
+def test_report_reads_bottom_up() -> None:
+    parts = {_report_part(m) for m in MODULES} - {None}
+    assert parts == set(REPORT_RANK), f"place these in REPORT_LAYERS: {parts - set(REPORT_RANK)}"
+    bad = [e for es in graph().values() for e in es
+           if _report_part(e.src) and _report_part(e.dst)
+           and REPORT_RANK[_report_part(e.dst)] > REPORT_RANK[_report_part(e.src)]]
+    assert not bad, "report/ imports upward:" + _listing([str(e) for e in bad])
 
 
 @pytest.mark.parametrize("layer", sorted(NEVER_REACH))

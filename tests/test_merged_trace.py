@@ -11,7 +11,7 @@ import pytest
 
 from nsbridge.api import analyze
 from nsbridge.parse.torch_trace import read_trace
-from nsbridge.report.merged_trace import PID, TRACKS, merge_trace, merged_trace_json
+from nsbridge.report.render.merged_trace import PID, TRACKS, merge_trace, merged_trace_json
 
 from conftest import DATA, TORCH_DATA
 

@@ -13,7 +13,7 @@ import pytest
 
 from nsbridge.api import analyze
 from nsbridge.model.ranks.cross_rank import step_breakdown
-from nsbridge.report.op_groups_view import shape_text
+from nsbridge.report.views.op_groups_view import shape_text
 
 from conftest import TORCH_DATA
 

@@ -14,7 +14,7 @@ import pytest
 from nsbridge.model.comparing import change as C
 from nsbridge.model.comparing.paired import choose_statistic, compare_pairs, processes_needed
 from nsbridge.model.comparing.steady import process_steady, step_weights
-from nsbridge.report.diff_render import render_diff
+from nsbridge.report.render.diff_render import render_diff
 
 OPS = {"gatebench::busy": 10000.0, "aten::mm": 4000.0, "aten::addmm": 2600.0,
        "aten::relu": 350.0}

@@ -21,16 +21,17 @@ from typing import Any
 import pytest
 
 import nsbridge
-from nsbridge import api, rundir
+from nsbridge import rundir
 from nsbridge.errors import DeepError, ToolFailedError, ToolNotFoundError
 from nsbridge.passes.torch_pass import analyze_traces
 from nsbridge.pipeline import Given, run_passes
 from nsbridge.profiles import load_profile
-from nsbridge.report import files as report_files
-from nsbridge.commands import measure
-from nsbridge.report import catalog, views
-from nsbridge.report.document import Section, Table
-from nsbridge.report.terminal import terminal_summary
+from nsbridge.report.render import files as report_files
+from nsbridge.commands import deep as deep_command, measure
+from nsbridge.report.document import pass_view as views
+from nsbridge.report.views import catalog
+from nsbridge.report.document.document import Section, Table
+from nsbridge.report.render.terminal import terminal_summary
 from nsbridge.run import PassOutput, Run
 
 from conftest import ROOT, TORCH_DATA, fake_ncu_env
@@ -275,7 +276,7 @@ def test_deep_with_a_script_profiles_the_named_op_after_triaging_it(
     before the triage had found any op, and always failed."""
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
-    monkeypatch.setattr(api, "TorchProfilerPass", RecordedTorchPass)
+    monkeypatch.setattr(deep_command, "TorchProfilerPass", RecordedTorchPass)
     op = next(o["name"] for o in analyze_traces([H200], load_profile(), str(H200)).core["ops"]
               if o.get("device_self_us"))
     result = nsbridge.deep(str(script), kernels=[op], out=tmp_path / "run", cwd=tmp_path,

@@ -11,7 +11,7 @@ import pytest
 
 from nsbridge import progress
 from nsbridge.printable import printable
-from nsbridge.report.escape import md_cell, terminal
+from nsbridge.report.document.escape import md_cell, terminal
 
 HIDDEN = [chr(c) for c in range(sys.maxunicode + 1)
           if unicodedata.category(chr(c)) in ("Cc", "Cf", "Zl", "Zp")]

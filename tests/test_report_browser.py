@@ -13,7 +13,7 @@ import pytest
 from nsbridge.api import analyze
 from nsbridge.model.analysis import analyze_events
 from nsbridge.profiles import load_profile
-from nsbridge.report.build import build_report
+from nsbridge.report.document.build import build_report
 
 from builders import events, kernel, launch, op
 from conftest import DATA, ROOT, TORCH_DATA, run_nsbridge

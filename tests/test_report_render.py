@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nsbridge.report.build import build_report
-from nsbridge.report.terminal import terminal_summary
+from nsbridge.report.document.build import build_report
+from nsbridge.report.render.terminal import terminal_summary
 from nsbridge.model.analysis import analyze_events
 from nsbridge.profiles import load_profile
 
@@ -52,7 +52,7 @@ def test_device_fields_are_null_without_a_device() -> None:
 
 
 def test_report_md_ends_with_the_definitions_the_docs_give() -> None:
-    from nsbridge.report.definitions import DEFINITIONS
+    from nsbridge.report.document.definitions import DEFINITIONS
 
     text = report_md(_report())
     block = text[text.index("What each number means"):]
@@ -63,7 +63,7 @@ def test_report_md_ends_with_the_definitions_the_docs_give() -> None:
 
 
 def test_op_totals_say_their_span_and_whose_they_are() -> None:
-    from nsbridge.report.wording import span_text
+    from nsbridge.report.document.wording import span_text
 
     steps = {"window": {"kind": "steps", "steps": 3}}
     assert span_text(steps) == "over the 3 measured steps"
@@ -77,7 +77,7 @@ def test_op_totals_say_their_span_and_whose_they_are() -> None:
 
 def test_memory_levels_near_zero_never_read_minus_zero() -> None:
     """Regression: '-0.0 MiB at the window's start' (a level of -0.01 MiB, relative)."""
-    from nsbridge.report.memory_view import growth_line, memory_line
+    from nsbridge.report.views.memory_view import growth_line, memory_line
 
     memory = {"relative": True, "peak_mib": 3.0, "device": "cpu", "peak_at_ms": 1.0,
               "start_mib": -0.01, "end_mib": -0.04, "per_step_end_mib": [-0.02, 0.01]}

@@ -20,9 +20,9 @@ import pandas as pd
 import pytest
 
 import nsbridge
-from nsbridge.report.charts import chart_data, step_label
-from nsbridge.report.escape import csv_cell
-from nsbridge.report.shown import shown_of
+from nsbridge.report.render.charts import chart_data, step_label
+from nsbridge.report.document.escape import csv_cell
+from nsbridge.report.document.shown import shown_of
 
 from conftest import EXAMPLES, ROOT
 

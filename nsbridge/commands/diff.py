@@ -10,7 +10,7 @@ from typing import Any, Sequence, Union
 from .. import schema as S
 from ..confine import readable
 from ..errors import DiffInputError, DiffRefusedError
-from ..report.escape import terminal
+from ..report.document.escape import terminal
 
 
 def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 10.0,
@@ -34,7 +34,7 @@ def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 1
     """
     from ..model.comparing.comparability import SIDES, refusal
     from ..model.comparing.diff import compare
-    from ..report.build import SCHEMA_VERSION
+    from ..report.document.build import SCHEMA_VERSION
 
     check_thresholds(fail_above, min_step_share)
     check_allow(allow)

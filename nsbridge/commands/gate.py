@@ -14,7 +14,7 @@ from ..collect.ncu import gpu_names
 from ..confine import readable
 from ..errors import DiffInputError, DiffRefusedError, GateRunError, RunDirError, Stopped
 from ..profiles import as_profile, with_overrides
-from ..report.escape import terminal
+from ..report.document.escape import terminal
 from ..rundir import load_record
 from ..script_check import checked_script
 from .diff import check_allow, check_gated_ops, check_thresholds, read_report
@@ -72,7 +72,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     from ..interleave import (DEFAULT_MAX_PROCESSES, SIDES, applied_env, describe,
                              judged_apart, order, resolve_side, run_pairs)
     from ..model.comparing.evidence import Budget
-    from ..report.diff_render import render_diff
+    from ..report.render.diff_render import render_diff
     from ..rundir import new_run_dir, write_json
 
     check_thresholds(fail_above, min_step_share)
@@ -166,7 +166,7 @@ def rejudge(folder: Union[str, Path], *, fail_above: float = 10.0,
             shape).
     """
     from ..model.comparing.comparability import SIDES, refusal
-    from ..report.build import SCHEMA_VERSION
+    from ..report.document.build import SCHEMA_VERSION
 
     check_thresholds(fail_above, min_step_share)
     path = Path(folder)

@@ -42,7 +42,7 @@ from ..job.mailbox import (RankPlan, acknowledge, pass_spec, retire_word, spec_p
 from ..model.ranks.cross_rank import tool_rank_row
 from ..pipeline import run_passes
 from ..result import RunResult, follower_result, result_of
-from ..run import PassOutput, Run
+from ..run import PassOutput, Run, output_op_columns
 from ..rundir import write_json
 from .launch import check_one_node, fresh_store_env
 from .share import map_pass
@@ -245,7 +245,7 @@ def reduce_outputs(share: RankShare, outputs: Mapping[int, Optional[dict[str, An
     return PassOutput(name=data["name"], manifest={**data["manifest"], "ranks": rows},
                       status="ok" if not failed else "failed", exit_code=exit_code,
                       error=error, section=(section_name, section), op_key=data["op_key"],
-                      op_columns=data["op_columns"], notes=notes, sources=data["sources"],
+                      op_columns=output_op_columns(data), notes=notes, sources=data["sources"],
                       recommendations=data["recommendations"], files=data["files"])
 
 

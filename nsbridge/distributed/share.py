@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -26,7 +25,7 @@ from ..job.mailbox import output_name
 from ..passes.ncu_pass import DeepOnRanks
 from ..passes.nsys_pass import TimelineOnRanks
 from ..profiles import load_profile
-from ..run import PassOutput
+from ..run import PassOutput, output_record
 from ..rundir import write_json
 
 # the passes that run on a job's ranks, by the kind their spec names
@@ -66,7 +65,7 @@ def map_pass(kind: str, run_dir: Path, rank: int, spec: Mapping[str, Any],
             raise
     finally:
         if output is not None:
-            write_json(folder / output_name(kind), {**asdict(output),
+            write_json(folder / output_name(kind), {**output_record(output),
                                                     "pass_id": spec["pass_id"]})
     return output.exit_code
 

@@ -30,7 +30,7 @@ from ..passes.nsys_pass import TimelineOnRanks
 from ..passes.torch_pass import has_memory, process_machine
 from ..pipeline import Given, Pass, preflight, run_passes
 from ..profiles import Profile
-from ..report.build import build_report
+from ..report.document.build import build_report
 from ..result import RunResult, follower_result, result_of
 from ..run import PassOutput, Run
 from ..rundir import load_record, new_run_dir

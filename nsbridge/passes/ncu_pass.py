@@ -25,9 +25,9 @@ from ..model.nsight.ncu import (ROOFLINE_COLUMNS, family_summary, kernel_table, 
 from ..model.judging.rules import MATMUL_OP
 from ..parse.ncu import NcuData, read_ncu, report_data
 from ..profiles import Deep
-from ..report.build import clean
+from ..report.document.build import clean
 from ..rundir import free_stem
-from ..run import PassOutput, Run
+from ..run import PassOutput, Run, output_op_columns
 from ..script_check import Script
 
 KERNEL_COLUMNS = ["launch", "kernel", "op", "nvtx_range", "module", "step", "attribution", "duration_ns",
@@ -207,7 +207,7 @@ class DeepOnRanks:
                 "files": {k: [f"{folder}/{n}" for n in v] if isinstance(v, list)
                           else f"{folder}/{v}" for k, v in (output.get("files") or {}).items()},
                 "ops": {op: {k: cols.get(k) for k in keys}
-                        for op, cols in (output.get("op_columns") or {}).items()}}
+                        for op, cols in output_op_columns(output).items()}}
 
     @staticmethod
     def failure_hint(message: str) -> str:

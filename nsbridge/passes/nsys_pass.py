@@ -17,8 +17,8 @@ from ..model.ranks.collectives import COMMUNICATION_OP
 from ..model.device.timeline import Timeline, join, window_to_steps
 from ..parse.nsys_sqlite import read_nsys_sqlite
 from ..profiles import Profile
-from ..report.build import clean
-from ..run import PassOutput, Run
+from ..report.document.build import clean
+from ..run import PassOutput, Run, section_op_columns
 from ..rundir import load_record
 from ..script_check import Script
 from .outcome import pass_status
@@ -248,7 +248,7 @@ def timeline_section(timeline: Timeline, nvtx: dict[str, Any],
 
 def _output(section: dict[str, Any], joined: Timeline, manifest: dict[str, Any], status: str,
             exit_code: int, error: Optional[dict[str, Any]], notes: list[str]) -> PassOutput:
-    columns = {row["op"]: {k: v for k, v in row.items() if k != "op"} for row in section["ops"]}
+    columns = section_op_columns(("timeline", section))
     source = (f"Nsight Systems {section.get('nsys_version') or ''} export: NVTX op ranges, "
               "kernels, copies and memsets joined to ops by correlationId and the innermost "
               "op range on the launching thread")

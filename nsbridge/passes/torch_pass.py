@@ -24,7 +24,7 @@ from ..model.host.overhead import profiler_overhead
 from ..model.ranks.cross_rank import combine_ops, cross_rank, slowest
 from ..parse.torch_trace import TorchTrace, read_trace
 from ..profiles import SECTIONS, Profile, load_profile, profile_from_dict
-from ..report.build import build_report
+from ..report.document.build import build_report
 from ..run import PassOutput, Run
 from ..script_check import Script
 from ..rundir import read_run

@@ -322,10 +322,10 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from .escape import terminal
-from .timeline_view import NSYS_OP_DTYPES
-from . import catalog
-from .head import shown_verdict, trouble_lines, verdict_title
+from .document.escape import terminal
+from .views.timeline_view import NSYS_OP_DTYPES
+from .views import catalog
+from .document.head import shown_verdict, trouble_lines, verdict_title
 
 # each frame's columns and dtypes, as the module docstring's tables give them
 # (tests/test_load.py checks the two against the frames of real runs)
@@ -557,7 +557,7 @@ def summary_html(report: dict[str, Any], run_dir: str, top: int = 10) -> str:
     verdict = shown_verdict(report)
     if verdict:
         parts.append(f"<p>{e(verdict_title(report))}: <b>{e(verdict['label'])}</b></p><ul>"
-                     + "".join(f"<li>{e(x)}</li>" for x in verdict.get("evidence", [])) + "</ul>")
+                     + "".join(f"<li>{e(x)}</li>" for x in verdict.get("evidence") or []) + "</ul>")
     table = ops(report).head(top)
     if not table.empty:
         table = table.assign(name=table["name"].map(terminal))

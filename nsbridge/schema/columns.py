@@ -44,7 +44,7 @@ DEVICE_SELF_US, DEVICE_TOTAL_US = "device_self_us", "device_total_us"
 MEM_MIB, MEM_NET_MIB, SELF_PCT = "mem_mib", "mem_net_mib", "self_pct"
 SHAPES, KERNELS, COPIES = "shapes", "kernels", "copies"
 PER_STEP_US, SHAPE_WORK = "per_step_us", "shape_work"
-SPREAD_PCT = "spread_pct"   # added by report.build: half the 95% interval of per_step_us
+SPREAD_PCT = "spread_pct"   # added by report.document.build: half the 95% interval of per_step_us
 OP_COLUMNS = [NAME, CALLS, CPU_SELF_US, CPU_TOTAL_US, DEVICE_SELF_US, DEVICE_TOTAL_US,
               MEM_MIB, MEM_NET_MIB, SELF_PCT, SHAPES, KERNELS, COPIES, PER_STEP_US,
               SHAPE_WORK]

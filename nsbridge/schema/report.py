@@ -1,7 +1,7 @@
 """report.json's top-level keys and its one skeleton (documented in docs/reference/report-json.md).
 
 Every report nsbridge writes starts as ``empty_report``: the run before any pass
-(nsbridge.run.Run.create) and the torch.profiler pass's report (report.build.build_report)
+(nsbridge.run.Run.create) and the torch.profiler pass's report (report.document.build.build_report)
 alike, so both have every key, device fields null.
 """
 

@@ -64,8 +64,8 @@ _SIGNED = _Atom("a finite number", _is_signed)
 _RANKING = _Atom('"cpu_self_us" or "device_self_us"',
                  lambda v: v in (S.RANKED_BY_HOST, S.RANKED_BY_DEVICE))
 
-# The fields the readers use (report.frames for load, model.comparing.diff, report.diff_render) and
-# what each must be: a dict is an object with those keys, a one-item list a list of such
+# The fields the readers use (report.frames for load, model.comparing.diff,
+# report.render.diff_render) and what each must be: a dict is an object with those keys, a one-item list a list of such
 # items, an atom a leaf; every field may be missing or null unless _Required.
 _OP = {S.NAME: _Required(_NAME), S.CALLS: _NUMBER, S.CPU_SELF_US: _NUMBER,
        S.CPU_TOTAL_US: _NUMBER, S.DEVICE_SELF_US: _NUMBER, S.DEVICE_TOTAL_US: _NUMBER,
@@ -94,7 +94,7 @@ STATUS_SHAPE = {"status": _Required(_TEXT), "error": {}}
 REPORT_SHAPE = {**STATUS_SHAPE, "target": _Required(_TEXT), "ranked_by": _RANKING,
                 "ops": _Required([_OP]), "steps": _STEPS,
                 "window": {"kind": _TEXT, "seconds": _NUMBER},
-                "verdict": {"label": _Required(_TEXT), "evidence": _Required([_ANY]),
+                "verdict": {"label": _Required(_TEXT), "evidence": [_ANY],
                             "alternatives": [{"label": _TEXT, "why": _TEXT}],
                             "cannot_conclude": [_ANY], "settle": [_ANY]},
                 "environment": {"torch": _TEXT, "gpus": [_ANY]},

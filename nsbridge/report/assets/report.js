@@ -111,7 +111,7 @@
                              }}}}}});
   }
 
-  // each pass's own charts, as its view declares them (report/views.py)
+  // each pass's own charts, as its view declares them (report/document/pass_view.py)
   (data.pass_charts || []).forEach(function (c) {
     var id = "chart-pass-" + c.id;
     if (c.kind === "roofline") { roofline(id, c); return; }

@@ -1,0 +1,77 @@
+"""report.md, sized for a GitHub issue or PR comment: the head (status, verdict, steps,
+machine), then each section of sections.py, and the definitions folded. Everything from
+a trace or a script is escaped where it is placed: names as code spans in tables
+(escape.md_code), other text as Markdown text (escape.md_cell, md_text)."""
+
+from __future__ import annotations
+
+from typing import Any, Collection, Optional
+
+from .compose import Composed, Head
+from ..document.definitions import markdown_block
+from ..document.document import MARKDOWN, Items, Table, Text
+from ..document.escape import md_cell, md_code, md_text
+
+_MARKS = {"!": "**contended:** ", "-": "", "~": "", "?": "*", ">": ""}
+
+
+def markdown(composed: Composed, key_averages_file: Optional[str] = None) -> str:
+    """report.md, sized to paste in a PR comment (about 80 lines) from the report composed
+    with its tables cut to the run's ``analysis.top_ops`` rows (report.render.files.pages),
+    the definitions folded at the end, with the name of torch's own ``key_averages``
+    table file when there is one."""
+    md = _head(composed.head)
+    for section in composed.sections:
+        if MARKDOWN not in section.views:
+            continue
+        body = [md_text(section.lead)] if section.lead else []
+        for block in section.shown_in(MARKDOWN):
+            body += _block(block)
+        if body and not body[0]:
+            body = body[1:]     # a heading needs no blank line after it
+        if section.folded:
+            md += ["", f"<details><summary>{md_cell(section.title)}</summary>", "", *body, "",
+                   "</details>"]
+        else:
+            md += ["", f"## {md_cell(section.title)}", *body]
+    footer = md_text("Tables show their top rows; report.html and report.json have every row.")
+    if key_averages_file:
+        footer += (" " + md_text("torch.profiler's own key_averages() table: ")
+                   + md_code(key_averages_file))
+    md += ["", *markdown_block(footer)]
+    return "\n".join(md) + "\n"
+
+
+def _head(head: Head) -> list[str]:
+    """Title, status, error, what a stopped or failed run kept, verdict, steps, machine."""
+    md = [f"# nsbridge {head.command}: {md_cell(head.target)}", "",
+          f"Status: **{md_cell(head.status)}**"]
+    for line in head.trouble:
+        md += ["", md_text(line)]
+    if head.verdict:
+        md += ["", f"## {head.verdict[0]}: {md_cell(head.verdict[1])}", ""]
+        md += [f"- {_MARKS[kind]}{md_cell(text)}" + ("*" if kind == "?" else "")
+               for kind, text in head.verdict_lines]
+    for label, text in head.context:
+        md += ["", f"{label}: {md_text(text)}"]
+    return md
+
+
+def _block(block: Any) -> list[str]:
+    if isinstance(block, Text):
+        return ["", f"({md_text(block.text)})" if block.note else md_text(block.text)]
+    lead = ["", md_text(block.lead)] if block.lead else []
+    if isinstance(block, Items):
+        return lead + [""] + [f"{f'{i}.' if block.numbered else '-'} {md_text(item)}"
+                              for i, item in enumerate(block.items[:block.brief], 1)]
+    assert isinstance(block, Table)
+    return lead + table(block.header, block.rows[:block.brief], block.code)
+
+
+def table(header: list[str], rows: list[list[str]], code: Collection[int] = ()) -> list[str]:
+    """A Markdown table after a blank line: the columns in ``code`` (names) as code spans
+    (escape.md_code), the others as text (escape.md_cell)."""
+    def cell(i: int, value: Any) -> str:
+        return md_code(value) if i in code else md_cell(value)
+    return (["", "| " + " | ".join(md_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(cell(i, v) for i, v in enumerate(row)) + " |" for row in rows])

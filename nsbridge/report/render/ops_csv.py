@@ -1,0 +1,28 @@
+"""ops.csv: the ``load().ops`` frame of the report (report/frames.py) as CSV: every column of
+report.json's ``ops``, each other pass's numbers as ``KEY_name`` columns (``spread_pct``,
+``tensor_cores_*``, ``nsys_*``, ``ncu_*``), list columns as JSON, so each cell is the
+value report.json and ``load()`` hold. It is RFC 4180 CSV (CRLF rows, quoted where
+needed) and safe to open in a spreadsheet: text cells, headers included, pass through
+report.document.escape.csv_cell (control characters escaped, a formula's first character quoted);
+numbers are written as they are."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..document.escape import csv_cell
+from ..frames import ops as ops_frame
+
+
+def ops_csv(report: dict[str, Any]) -> str:
+    """The report's ops as CSV text."""
+    csv = ops_frame(report)
+    for col in csv.columns:
+        if csv[col].map(lambda v: isinstance(v, (list, dict))).any():
+            csv[col] = csv[col].map(lambda v: json.dumps(v) if isinstance(v, (list, dict))
+                                    else v)
+        elif csv[col].map(lambda v: isinstance(v, str)).any():
+            csv[col] = csv[col].map(csv_cell)
+    csv.columns = [csv_cell(str(col)) for col in csv.columns]
+    return csv.to_csv(index=False, lineterminator="\r\n")

@@ -1,0 +1,79 @@
+"""The memory section (report key ``memory``, model.device.memory.memory_over_window): the peak,
+the ops live at it and whether memory grows from step to step; report.html adds the curve."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ... import schema as S
+from ...model.device.memory import HOST_TOTALS
+from ..document.document import Block, Section, Text
+from ..document.pass_view import PassView
+from ..document.formats import fixed
+from ..document.wording import is_autograd_wrapper
+
+GROWTH_MIB = 1.0   # step-end growth above this, in every step, is memory kept across steps
+
+
+def memory_line(memory: dict[str, Any]) -> str:
+    """One sentence: the peak (with its step and ops), the start and end levels."""
+    level = "since the window's start" if memory["relative"] else "allocated"
+    where = f" in step {memory['peak_step']}" if memory.get("peak_step") is not None else ""
+    ops = [op for op in memory.get("peak_ops") or [] if not is_autograd_wrapper(op)]
+    inside = f", inside {' › '.join(ops[-2:])}" if ops else ""
+    reserved = (f"; reserved peak {fixed(memory['reserved_peak_mib'], 1)} MiB"
+                if memory.get("reserved_peak_mib") is not None else "")
+    levels = (f"{level_text(memory, memory['end_mib'])} MiB at its end" if memory["relative"]
+              else f"{fixed(memory['start_mib'], 1)} MiB at the window's start, "
+                   f"{fixed(memory['end_mib'], 1)} MiB at its end")
+    return (f"peak {level_text(memory, memory['peak_mib'])} MiB {level} on {memory['device']} at "
+            f"{fixed(memory['peak_at_ms'], 1)} ms{where}{inside}; {levels}{reserved}")
+
+
+def level_text(memory: dict[str, Any], mib: float) -> str:
+    """A level as shown: signed where it is a change since the window's start."""
+    text = fixed(mib, 1)
+    return f"+{text}" if memory["relative"] and not text.startswith("-") else text
+
+
+def growth_line(memory: dict[str, Any]) -> Optional[str]:
+    """Whether memory held at each step's end grows: a tensor kept across steps."""
+    ends = memory.get("per_step_end_mib") or []
+    if len(ends) < 2:
+        return None
+    rises = [b - a for a, b in zip(ends, ends[1:])]
+    if all(r > GROWTH_MIB for r in rises):
+        return (f"Memory held at the end of each step grows by {sum(rises) / len(rises):.1f} "
+                f"MiB per step ({', '.join(level_text(memory, e) for e in ends)} MiB): something keeps "
+                "tensors across steps (a loss history without .item() or .detach(), a cache, "
+                "growing buffers); at this rate the run ends out of memory")
+    since = " since the window's start" if memory["relative"] else ""
+    return (f"Memory held at the end of each step: "
+            f"{', '.join(level_text(memory, e) for e in ends)} MiB{since} "
+            "(no growth across the measured steps)")
+
+
+def memory_section(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
+    memory = report.get(S.MEMORY_SECTION)
+    if not memory:
+        return None
+    growth = growth_line(memory)
+    blocks: list[Block] = []
+    if memory.get("relative_why") == HOST_TOTALS:
+        blocks.append(Text("host memory: levels are bytes allocated minus freed since the "
+                           "window's start. torch counts host blocks only while it records, "
+                           "so its totals are not the process's, and a free of a block "
+                           "allocated before the window is missing: the first step's levels "
+                           "are upper bounds, the change from step to step after it is exact",
+                           note=True))
+    elif memory["relative"]:
+        blocks.append(Text("the trace's memory events carry no allocator totals: levels are "
+                           "bytes allocated minus freed since the window's start", note=True))
+    runs = int((report.get("window") or {}).get("runs") or 1)
+    title = ("Memory over the measured window" if runs == 1
+             else f"Memory over run 1's measured window (of {runs} processes)")
+    return Section("memory", title, blocks,
+                   lead=memory_line(memory) + (f". {growth}" if growth else ""))
+
+
+MEMORY_VIEW = PassView(report_key=S.MEMORY_SECTION, section=memory_section)
