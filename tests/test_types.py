@@ -23,3 +23,13 @@ def test_mypy_checks_every_module_and_passes() -> None:
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"no issues found in {len(modules)} source files" in proc.stdout
+
+
+def test_every_function_is_typed_and_every_body_checked() -> None:
+    """pyproject's mypy settings: a function without annotations is an error, and its body
+    is checked (mypy skips the bodies of untyped functions otherwise)."""
+    import tomllib
+
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    for key in ("disallow_untyped_defs", "disallow_incomplete_defs", "check_untyped_defs"):
+        assert settings.get(key) is True, key
