@@ -131,10 +131,14 @@ def test_a_dtype_switch_fails_the_gate_and_stdout_holds_only_the_answer(tmp_path
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = json.loads(proc.stdout)            # nothing else on stdout
     assert "the script talks" in proc.stderr
-    named = {r["what"]: r for r in result["regressions"]}
-    matmuls = [r for n, r in named.items() if n in ("aten::addmm", "aten::mm")]
+    # the matmuls are named as other work (float64) whatever their timing; whether each is
+    # also past +10% on a tiny MLP is noise (seen in a clean-clone CI: both under it once)
+    ops = {r["op"]: r for r in result["ops"]}
+    matmuls = [ops[n] for n in ("aten::addmm", "aten::mm") if n in ops]
     assert matmuls and all(r["basis"] == "dtype" for r in matmuls)
-    assert "float64" in matmuls[0]["detail"]
+    assert all("float64" in r["work"] for r in matmuls)
+    dtype_regressions = [r for r in result["regressions"] if r["basis"] == "dtype"]
+    assert dtype_regressions and all("float64" in r["detail"] for r in dtype_regressions)
     assert result["gate"]["order"] == ["base-01", "new-01", "new-02", "base-02"]
     assert result["gate"]["threads"] == 1 and result["mode"] == "interleaved"
     for run in result["gate"]["order"]:
