@@ -18,7 +18,7 @@ import platform
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
@@ -84,7 +84,7 @@ def output_record(output: PassOutput) -> dict[str, Any]:
     """A pass's output as a rank writes it for rank 0: JSON-able, without the in-memory
     frames, and with per-op columns its section's rows already hold written once (read
     back by ``output_op_columns``)."""
-    record = {k: v for k, v in asdict(output).items() if k != "frames"}
+    record = {f.name: getattr(output, f.name) for f in fields(output) if f.name != "frames"}
     if output.op_columns and output.op_columns == section_op_columns(output.section):
         del record["op_columns"]
     return record

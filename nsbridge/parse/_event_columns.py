@@ -38,9 +38,6 @@ _NUMBER_COLS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE, S.TOTAL
 # A timestamp or duration at or beyond 2**53 us (about 285 years) is not a time: no float
 # holds it to the microsecond, and ns conversions overflow int64
 TIME_LIMIT_US = float(2 ** 53)
-# Likewise a byte count at or beyond 2**53 (8 PiB) is not a size: read as unknown, so that
-# sums of sizes stay finite
-SIZE_LIMIT_BYTES = float(2 ** 53)
 _SIZE_COLS = (S.BYTES, S.TOTAL_ALLOCATED, S.TOTAL_RESERVED)
 
 # why events are skipped or repaired (EventColumns.skipped keys; report notes quote them)
@@ -294,7 +291,7 @@ class EventColumns:
             del parts
         release_free_memory()
         for col in _SIZE_COLS:
-            huge = np.abs(columns[col]) >= SIZE_LIMIT_BYTES
+            huge = np.abs(columns[col]) >= S.SIZE_LIMIT_BYTES
             if huge.any():
                 self.skipped[NO_SIZE] += int(huge.sum())
                 columns[col] = np.where(huge, np.nan, columns[col])

@@ -38,6 +38,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from .. import schema as S
 from ..confine import readable
 from ..errors import NsysExportError, TraceNotFoundError
 
@@ -53,7 +54,6 @@ GRAPH_NODE_COLUMNS = ["start", "global_tid", "graph_node", "original_node"]
 PUSH_POP, START_END, DOMAIN_CREATE = 59, 60, 75
 _CHUNK = 250_000     # rows per group_concat query (several per thread on a large table)
 _MAX_THREADS = 4
-SIZE_LIMIT_BYTES = 2 ** 53   # a copy of 8 PiB or more is not a size: read as unknown
 _COPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
 
 
@@ -148,8 +148,7 @@ def _string_ids(conn: sqlite3.Connection) -> tuple[pd.Series, int]:
     table = pd.read_sql("SELECT id, value FROM StringIds", conn)
     ids = pd.to_numeric(table["id"], errors="coerce")
     keep = ids.notna() & ~ids.duplicated()
-    text = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-            for v in table["value"][keep]]           # a blob in a damaged file: its text
+    text = [_text(v) for v in table["value"][keep]]   # a blob in a damaged file: its text
     strings = pd.Series(text, index=ids[keep].astype("int64").to_numpy(), dtype=object)
     return strings, int(ids.duplicated().sum())
 
@@ -444,16 +443,14 @@ def _copies(conn: sqlite3.Connection, tables: set[str], table: str,
         frame["kind"] = frame["kind"].map(_COPY_KINDS).fillna("other")
     else:
         frame["kind"] = "memset"
-    frame["bytes"] = frame["bytes"].where(frame["bytes"].between(0, SIZE_LIMIT_BYTES))
+    frame["bytes"] = frame["bytes"].where(frame["bytes"].between(0, S.SIZE_LIMIT_BYTES))
     frame["dur"] = frame["end"] - frame["start"]
     return frame[cols]
 
 
 def _text(value: object) -> str:
     """A TEXT cell as text: a BLOB decoded (bad bytes replaced), another type written out."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return value if isinstance(value, str) else ("" if value is None else str(value))
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _strings_of(ids: pd.Series, strings: pd.Series) -> np.ndarray:

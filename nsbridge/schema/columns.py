@@ -59,3 +59,7 @@ RANKED_BY_DEVICE, RANKED_BY_HOST = DEVICE_SELF_US, CPU_SELF_US
 # Per-pass columns of ops[]: every other pass's per-op numbers sit under its own key
 NSYS_KEY, NCU_KEY = "nsys", "ncu"
 OP_PASS_KEYS = (NSYS_KEY, NCU_KEY)
+
+# A byte count at or beyond 2**53 (8 PiB) is not a size: every reader takes it as unknown,
+# so that sums of sizes stay finite
+SIZE_LIMIT_BYTES = 2 ** 53
