@@ -166,7 +166,7 @@ def _answer(command: str, fmt: str, top: Optional[int], call: Callable[[], Any])
             result = call()
         click.echo(dumps(run_answer(command, result, _rows(result, top))))
         if result.exit_code != 0:
-            click.echo(f"nsbridge: error: {result.failure}", err=True)
+            _say_failure(result)
             sys.exit(result.exit_code)
 
     _guard(body, command)
@@ -364,8 +364,36 @@ def _finish(result: Any, top: Optional[int]) -> None:
 
     click.echo(terminal_summary(result.report, str(result.run_dir), top=_rows(result, top)))
     if result.exit_code != 0:
-        click.echo(f"nsbridge: error: {result.failure}", err=True)
+        _say_failure(result)
         sys.exit(result.exit_code)
+
+
+def _say_failure(result: Any) -> None:
+    """The run's failure paragraph on stderr, and, when the script stopped on a usage
+    error with options of this command after it, that they went to the script."""
+    click.echo(f"nsbridge: error: {result.failure}", err=True)
+    misplaced = _options_given_to_script(result)
+    if misplaced:
+        ctx = click.get_current_context()
+        them = "them" if len(misplaced) > 1 else "it"
+        click.echo(f"nsbridge: hint: {', '.join(misplaced)} came after the script, so the "
+                   f"script got {them} (what follows the script is the script's); give "
+                   f"nsbridge's options before it: {ctx.command_path} {misplaced[0]} ... "
+                   "SCRIPT [ARGS]", err=True)
+
+
+def _options_given_to_script(result: Any) -> list[str]:
+    """Options of the running command that the script received, when the script then
+    exited with status 2 (how argparse and click refuse an argument they do not know)."""
+    ctx = click.get_current_context(silent=True)
+    error = result.report.get("error") or {}
+    if ctx is None or error.get("type") != "SystemExit" or "(2)" not in str(
+            error.get("message")):
+        return []
+    options = {o for p in ctx.command.params for o in getattr(p, "opts", ())
+               if o.startswith("--")}
+    given = [str(a).split("=", 1)[0] for a in (result.manifest or {}).get("args") or []]
+    return [a for a in dict.fromkeys(given) if a in options]
 
 
 @main.command(epilog=ANALYZE_EPILOG)

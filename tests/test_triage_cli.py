@@ -132,6 +132,23 @@ def test_sys_exit_status_is_passed_on(tmp_path: Path) -> None:
     assert manifest["passes"][0]["exit_code"] == 3 and manifest["status"] == "failed"
 
 
+def test_nsbridge_options_after_the_script_are_named_when_it_refuses_them(
+        tmp_path: Path) -> None:
+    script = tmp_path / "cli_script.py"
+    script.write_text("import argparse\nargparse.ArgumentParser().parse_args()\n")
+    proc = run_nsbridge("triage", str(script), "--out", str(tmp_path / "run"), "--nsys",
+                        cwd=tmp_path)
+    assert proc.returncode == 2 and "unrecognized arguments: --out" in proc.stderr
+    assert "nsbridge: hint: --out, --nsys came after the script, so the script got them" \
+        in proc.stderr
+    assert "nsbridge triage --out ... SCRIPT [ARGS]" in proc.stderr
+    fine = tmp_path / "exit2.py"            # exit 2 of its own, no nsbridge option given
+    fine.write_text("import sys\nsys.exit(2)\n")
+    proc = run_nsbridge("triage", "--out", str(tmp_path / "run2"), str(fine), "--mine",
+                        cwd=tmp_path)
+    assert proc.returncode == 2 and "hint" not in proc.stderr
+
+
 def test_timeout_stops_the_script_and_keeps_what_it_recorded(tmp_path: Path) -> None:
     script = write_script(tmp_path, "time.sleep(600)", steps=8, at=3)
     proc = run_nsbridge("triage", "--profile", fast_profile(tmp_path), "--timeout", "12",
