@@ -29,6 +29,7 @@ from .errors import RunDirError, ScriptError
 from .profiles import Profile
 from .report.document.build import clean, conclusive
 from .rundir import json_text, new_run_dir, read_run, write_atomic, write_json
+from .contract.check import STRICT_REPORTS, report_problem, undeclared_problem
 from .script_check import Script
 
 MERGE_LIMIT = 64 * 1024 * 1024   # traces of more JSON than this (inflated) are not merged
@@ -145,7 +146,7 @@ class Run:
                 cut off while running): see rundir.read_run.
         """
         path = Path(path)
-        manifest, report = read_run(path)
+        manifest, report = read_run(path, report_problem)
         return cls(path, manifest, report)
 
     def add(self, output: PassOutput) -> None:
@@ -219,6 +220,10 @@ class Run:
         Raises:
             RunDirError: a file cannot be written (the run is then marked failed).
         """
+        if os.environ.get(STRICT_REPORTS) == str(os.getpid()):
+            problem = undeclared_problem(self.report)
+            if problem:
+                raise AssertionError(f"report.json does not match its types: {problem}")
         self.write_files([(S.MANIFEST_JSON, self.manifest), (S.REPORT_JSON, self.report)])
 
     def write_files(self, files: Iterable[tuple[str, FileData]]) -> None:

@@ -10,14 +10,13 @@ import time
 import unicodedata
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 from . import schema as S
 from .confine import readable
 from .errors import RunDirError
 from .printable import printable
 from .schema.records import MANIFEST_SHAPE, record_problem
-from .schema.report_shape import report_problem
 
 DEFAULT_BASE = Path("nsbridge-runs")
 RECORD_LIMIT = 64 << 20   # bytes: a record nsbridge wrote is far smaller (summaries list ops)
@@ -101,12 +100,15 @@ def check_dir_name(path: Path) -> None:
             "characters (and run from a folder without them).")
 
 
-def read_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(manifest, report) of a finished run directory (its status may be failed).
+def read_run(path: Path, report_problem: Callable[[dict[str, Any]], Optional[str]]
+             ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(manifest, report) of a finished run directory (its status may be failed), its
+    report checked by ``report_problem`` (contract.check's: the contract is msgspec's, which
+    the profiled process, a user of this module, does not import).
 
     Raises:
         RunDirError: not a run directory; incomplete (a report.json missing, cut off or of
-            another shape or schema version: schema.report_shape names the field); or still
+            another shape or schema version: ``report_problem`` names the field); or still
             running, or cut off while running (its status is
             ``running`` and the nsbridge process that wrote it is gone).
     """

@@ -15,11 +15,18 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
+from nsbridge.contract.check import STRICT_REPORTS
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 TORCH_DATA = DATA / "torch"
 EXAMPLES = ROOT / "examples"
 SHARED_REAL = ROOT.parent / "shared" / "fixtures" / "real"
+
+# every report.json a test makes nsbridge write in this process is checked against
+# contract.report, undeclared keys refused: a field added to a report but not to its types
+# fails the suite (the nsbridge processes slow tests start are not held to it)
+os.environ[STRICT_REPORTS] = str(os.getpid())
 
 
 # What starts a child process: subprocess (run, call, check_output, os.popen, asyncio's),

@@ -113,7 +113,7 @@ BROKEN = {
     "samples as text": (_op0(per_step_us="1,2,3"), ["ops[0].per_step_us is"]),
     "step wall as text": (lambda r: {**r, "steps": {**r["steps"], "per_step": [
         {**r["steps"]["per_step"][0], "wall_ms": "8.1"}]}},
-                          ['steps.per_step[0].wall_ms is "8.1", not a number above 0']),
+                          ['steps.per_step[0].wall_ms is "8.1", not a number of 0 or more']),
     "steps a list": (_with(steps=[1, 2]), ["steps is a list, not an object"]),
     "status a number": (_with(status=0), ["status is 0, not a string"]),
     "error a string": (_with(status="failed", error="boom"), ["error is \"boom\""]),
@@ -306,7 +306,7 @@ def test_the_real_command_refuses_a_crashed_run(real_run: Path, tmp_path: Path) 
 ])
 def test_load_and_diff_name_the_first_wrong_field(real_run: Path, tmp_path: Path,
                                                   mutate: Mutation, field: str) -> None:
-    """load and diff read report.json through one check (schema.report_shape): the same
+    """load and diff read report.json through one check (contract.check): the same
     field is named by both, as RunDirError / a refusal (exit 5), never a traceback."""
     bad = _copy(real_run, tmp_path / "bad", mutate)
     with pytest.raises(RunDirError, match=re.escape(field)):

@@ -51,7 +51,8 @@ LAYERS: list[set[str]] = [
      "_blas", "printable",                           # _blas: numpy, lazily; one escape;
      "confine", "limits"},                           # the roots in force; argument ranges
     {"profiles", "rundir",                           # YAML recipes; run-directory files;
-     "script_check"},                                # can the script start (no import)
+     "script_check", "contract"},                    # can the script start (no import);
+                                                     # report.json's types (msgspec)
     {"collect", "parse"},                            # tool adapters; file -> frame (siblings)
     {"model"},                                       # frames -> findings, no I/O
     {"report"},                                      # sections -> renderers

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import nsbridge
+from nsbridge.contract.check import STRICT_REPORTS
 from nsbridge import rundir
 from nsbridge.errors import DeepError, ToolFailedError, ToolNotFoundError
 from nsbridge.passes.torch_pass import analyze_traces
@@ -126,7 +127,11 @@ def _toy_run(tmp_path: Path) -> tuple[dict[str, Any], list[str]]:
     output = analyze_traces([H200], load_profile(), str(H200))
     run = Run.create(out=tmp_path / "run", label="toy", command="analyze", target="x",
                      args=[], profile=load_profile(), cwd=tmp_path)
-    run_passes(run, [Given(output), ToyPass()])
+    # a pass defined here has no types in nsbridge/contract/report.py (a built-in one must):
+    # its report is written without the suite's strict check
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(STRICT_REPORTS)
+        run_passes(run, [Given(output), ToyPass()])
     return nsbridge.load(tmp_path / "run").report, [op["name"] for op in output.core["ops"][:2]]
 
 

@@ -77,6 +77,17 @@ def frames() -> str:
     return markdown()
 
 
+def report_keys() -> str:
+    """docs/reference/report-json.md: every key contract/report.py declares, with its type."""
+    from nsbridge.contract.introspect import declared_paths, described, is_required
+    from nsbridge.contract.report import Report
+
+    rows = ["| key | type | always there |", "|---|---|---|"]
+    rows += [f"| `{path}` | {described(kind)} | {'yes' if is_required(kind) else ''} |"
+             for path, kind in declared_paths(Report)]
+    return "\n".join(rows)
+
+
 def answer_schema() -> str:
     """docs/reference/answer-json.md: the top-level fields, then the schema as shipped."""
     import json
@@ -209,7 +220,8 @@ def changelog() -> str:
 
 GENERATORS: dict[str, Callable[[], str]] = {"exit-codes": exit_codes,
                                             "profile-keys": profile_keys,
-                                            "frames": frames, "answer-schema": answer_schema,
+                                            "frames": frames, "report-keys": report_keys,
+                                            "answer-schema": answer_schema,
                                             "cli": cli, "api": api}
 
 

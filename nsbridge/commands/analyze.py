@@ -10,6 +10,7 @@ from typing import Iterable, Mapping, Optional, Union
 
 from .. import schema as S
 from ..confine import readable
+from ..contract.check import report_problem
 from ..errors import TraceNotFoundError
 from ..job.summary import read_summaries
 from ..model.analysis import check_window
@@ -59,7 +60,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
     paths = list(paths)
     for folder in (Path(p) for p in paths):
         if (folder / S.MANIFEST_JSON).is_file():
-            read_run(folder)   # a run directory: refused while incomplete or running
+            read_run(folder, report_problem)   # a run directory: refused while incomplete or running
     ranked = [Path(p) for p in paths if Path(p).is_dir() and read_summaries(Path(p))]
     if ranked:
         from ..distributed.triage import analyze_ranks

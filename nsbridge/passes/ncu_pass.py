@@ -399,8 +399,8 @@ def recommend(per_op: dict[str, dict[str, Any]], kernels: pd.DataFrame,
         for finding in s["findings"]:
             rec = _rec_for(op, finding, s)
             if rec is not None:
-                out.append({**rec, "impact": round(min(max(share * rec.pop("weight"), 0.0),
-                                                       1.0), 3),
+                weight = rec.pop("weight")   # the finding's worth, not a report field
+                out.append({**rec, "impact": round(min(max(share * weight, 0.0), 1.0), 3),
                             "addresses_verdict": verdict == "gpu-bound", "source": "ncu"})
     return out
 

@@ -15,6 +15,7 @@ from .._blas import import_numpy_on_one_thread
 from .. import schema as S
 from ..collect._process import ChildOutcome
 from ..collect.torch_profiler import TorchPass, recorded_pass, run_torch_pass
+from ..contract.check import report_problem
 from ..errors import ProfileError, TraceError, TraceFormatError, TraceNotFoundError
 from ..job.summary import summarize
 from ..model.analysis import TraceAnalysis, analyze_events
@@ -152,7 +153,7 @@ def analyse_run_dir(run_dir: Path, profile: Optional[Profile], window: str) -> P
     Raises:
         RunDirError: the run's manifest or report cannot be read.
     """
-    manifest, report = read_run(run_dir)
+    manifest, report = read_run(run_dir, report_problem)
     first = (manifest.get("passes") or [{}])[0]
     if profile is None:
         profile = recorded_profile(manifest)

@@ -2,12 +2,12 @@
 (_bootstrap) may import it too. ``from nsbridge import schema as S`` gives all of them:
 
 - schema.columns  column names of the frames (EVENTS, OPS) and of ops[] per pass
-- schema.report   report.json's top-level keys and its skeleton (``empty_report``)
+- schema.report   report.json's top-level keys and its skeleton (``empty_report``); its
+                  typed shape and check are nsbridge.contract's (msgspec)
 - schema.files    the file names of a run directory
 - schema.exit_codes  every exit code and its meaning (RECORD_NOT_WRITTEN, TIMEOUT,
                   INTERRUPTED and TERMINATED, the ones a pass reports, are also S.*)
-- schema.report_shape  what each field of report.json a reader uses must be, and the
-                  check naming the first that is not (``report_problem``)
+- schema.shape    the small records' shapes as plain values and their check (stdlib)
 - schema.records  the shapes of the records nsbridge writes and reads back (manifest.json,
                   child.json, summary.json, the job mailbox, gate.json; ``record_problem``)
 
@@ -61,5 +61,5 @@ from .columns import *  # noqa: F401,F403
 from .files import *  # noqa: F401,F403
 from .exit_codes import INTERRUPTED, RECORD_NOT_WRITTEN, TERMINATED, TIMEOUT  # noqa: F401
 from .report import *  # noqa: F401,F403
-from .report_shape import *  # noqa: F401,F403
 from .records import *  # noqa: F401,F403
+from .shape import *  # noqa: F401,F403

@@ -1,10 +1,10 @@
 """The shapes of the records nsbridge writes and reads back: a run's manifest.json, a
 profiled process's child.json, a rank's summary.json, the job mailbox's files and a gate's
 gate.json. Each is untrusted when read back (edited by hand, damaged, written by another
-version, planted in a folder): the one reader of each checks it here, with report_shape's
+version, planted in a folder): the one reader of each checks it here, with schema.shape's
 checker, and refuses it naming the file and the first field that is wrong.
 
-Numbers are finite and bounded (report_shape.HUGE); ranks and world sizes are whole numbers
+Numbers are finite and bounded (shape.HUGE); ranks and world sizes are whole numbers
 below ``MAX_RANKS``; file names a record points to are bare names in its own folder.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .report_shape import _ANY, _FLAG, _NUMBER, _SIGNED, _TEXT, _Atom, _Required, misshapen
+from .shape import _ANY, _FLAG, _NUMBER, _SIGNED, _TEXT, _Atom, _Required, misshapen
 
 __all__ = ["ACK_SHAPE", "CHILD_SHAPE", "GATE_SHAPE", "MANIFEST_SHAPE", "MAX_RANKS", "OUTPUT_SHAPE",
            "SUMMARY_SHAPE", "WORD_SHAPE", "record_problem"]

@@ -24,7 +24,8 @@ from pathlib import PurePath
 from typing import Any, Iterable, NamedTuple, Optional
 
 from ... import schema as S
-from ...schema.report_shape import REPORT_SHAPE, STATUS_SHAPE, describe, misshapen
+from ...contract.check import shape_problem, status_problem
+from ...schema.shape import describe
 
 ALLOWABLE = ("target", "args", "torch", "gpu", "threads", "cores")
 SIDES = ("base", "new")
@@ -107,12 +108,12 @@ def _unusable(report: Any, schema_version: int) -> Optional[_Problem]:
                else f"schema_version {describe(version)}")
         return _Problem(f"has a report.json with {had}; this nsbridge reads schema_version "
                         f"{schema_version}", "Make both runs with the same nsbridge version.")
-    bad = misshapen(report, STATUS_SHAPE)
+    bad = status_problem(report)
     if not bad:
         stopped = _stopped(report)
         if stopped:
             return stopped             # a run that stopped early need not have the rest
-        bad = misshapen(report, REPORT_SHAPE) or _mismatched(report)
+        bad = shape_problem(report) or _mismatched(report)
     if bad:
         return _Problem(f"has a report.json of another shape: {bad}", again)
     return _empty(report)

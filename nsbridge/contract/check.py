@@ -1,0 +1,127 @@
+"""The check of a report.json against its declared types (contract.report): the first
+field that is wrong, in words ('ops[3].calls is "x", not a number of 0 or more'). A
+report.json is untrusted input (edited by hand, cut off, written by another version), and
+every reader (``load``, ``diff``, ``gate``, ``analyze RUN_DIR``, the agent) checks it here
+before using a field.
+
+``undeclared_keys`` is the other direction, for nsbridge's own reports: the keys a report
+holds that the types do not declare (a field added in one place only).
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from typing import Any, Optional
+
+import msgspec
+
+from ..schema.report import OK, SCHEMA_VERSION
+from ..schema.shape import describe
+from .introspect import bare, expected, hints, is_typed_dict, member
+from .report import FINISHED_KEYS, Report, ReportStatus
+
+__all__ = ["STRICT_REPORTS", "report_problem", "shape_problem", "status_problem",
+           "undeclared_keys", "undeclared_problem"]
+
+# set in the environment to a process id, every report.json that process writes is checked
+# against contract.report first, undeclared keys included: how the test suite holds the passes
+# it runs in its own process to the types (processes it starts inherit it and are not held)
+STRICT_REPORTS = "NSBRIDGE_STRICT_REPORTS"
+
+
+_AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_PART = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+
+
+def report_problem(report: Any, schema_version: int = SCHEMA_VERSION) -> Optional[str]:
+    """Why ``report`` is not a report.json this nsbridge reads, naming the first field that
+    is wrong; None when it is one. A run that did not finish need have only what it holds
+    right."""
+    if not isinstance(report, dict):
+        return f"it is {describe(report)}, not an object"
+    version = report.get("schema_version")
+    if version != schema_version or isinstance(version, bool):
+        had = "no schema_version" if version is None else f"schema_version {describe(version)}"
+        return f"it has {had}; this nsbridge reads schema_version {schema_version}"
+    return status_problem(report) or shape_problem(report)
+
+
+def status_problem(report: dict[str, Any]) -> Optional[str]:
+    """The first of ``status`` and ``error`` that is wrong, or None."""
+    return _problem(report, ReportStatus)
+
+
+def shape_problem(report: dict[str, Any]) -> Optional[str]:
+    """The first field of ``report`` not of its declared type, or a key a finished report
+    lacks; None when all are right."""
+    problem = _problem(report, Report)
+    if problem or report.get("status") != OK:
+        return problem
+    return next((f"{key} is missing" for key in FINISHED_KEYS if report.get(key) is None), None)
+
+
+def _problem(value: dict[str, Any], declared: Any) -> Optional[str]:
+    try:
+        msgspec.convert(value, declared)
+    except msgspec.ValidationError as error:
+        return _in_words(str(error), value, declared)
+    return None
+
+
+def _in_words(message: str, report: dict[str, Any], declared: Any) -> str:
+    """msgspec's 'Expected `float`, got `str` - at `$.ops[3].calls`' as 'ops[3].calls is
+    "x", not a number'."""
+    at = _AT.search(message)
+    path = at.group("path") if at else ""
+    what = message[:at.start()] if at else message
+    missing = re.match(r"Object missing required field `(.+)`", what)
+    if missing:
+        path = f"{path}.{missing.group(1)}"
+    field = path.lstrip(".") or "the report"
+    value, kind = _follow(report, declared, path)
+    if missing or value is None:
+        return f"{field} is missing"
+    return f"{field} is {describe(value)}, not {expected(kind)}"
+
+
+def _follow(value: Any, kind: Any, path: str) -> tuple[Any, Any]:
+    """The value at ``path`` in ``value``, and its declared type in ``kind``."""
+    for key, index in _PART.findall(path):
+        kind = member(bare(kind), key or None)
+        try:
+            value = value[int(index)] if index else value.get(key)
+        except (AttributeError, IndexError, KeyError, TypeError):
+            value = None
+    return value, kind
+
+
+def undeclared_problem(report: dict[str, Any]) -> Optional[str]:
+    """Why ``report``, about to be written, does not match contract.report: a field of the
+    wrong type or a key they do not declare; None when it matches."""
+    extra = undeclared_keys(report)
+    return report_problem(report) or (
+        f"{', '.join(extra[:5])} not declared in nsbridge/contract/report.py" if extra else None)
+
+
+def undeclared_keys(report: dict[str, Any]) -> list[str]:
+    """The paths of keys in ``report`` that contract.report does not declare
+    ('timeline.ranks[0].nvtx'), first seen first."""
+    found: list[str] = []
+    _undeclared(report, Report, "", found)
+    return found
+
+
+def _undeclared(value: Any, kind: Any, path: str, found: list[str]) -> None:
+    kind = bare(kind)
+    if isinstance(value, dict) and is_typed_dict(kind):
+        declared = hints(kind)
+        for key, inner in value.items():
+            where = f"{path}.{key}" if path else key
+            if key not in declared:
+                found.append(where)
+            else:
+                _undeclared(inner, declared[key], where, found)
+    elif isinstance(value, list) and typing.get_origin(kind) is list:
+        for i, item in enumerate(value):
+            _undeclared(item, typing.get_args(kind)[0], f"{path}[{i}]", found)

@@ -1,0 +1,98 @@
+"""Shapes of the small JSON records (schema.records) as plain values, and the check that
+names the first field that is not of its shape: stdlib only, so the profiled process can
+check what it reads. report.json has typed declarations of its own (nsbridge.contract).
+
+A shape is a dict (an object with those keys), a one-item list (a list of such items), or
+an atom (a leaf and its test); every field may be missing or null unless ``_Required``.
+Numbers must be finite, 0 or more, and below ``HUGE`` (a 401-digit integer is not a time).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable, NamedTuple, Optional
+
+
+__all__ = ["HUGE", "Misshapen", "describe", "misshapen"]
+
+HUGE = 1e18   # above any count, byte size or microsecond total a run can hold
+
+
+class Misshapen(Exception):
+    """A field a reader uses is missing or of the wrong type."""
+
+
+class _Atom(NamedTuple):
+    """A leaf of the shape: what it must be, and the test."""
+
+    what: str
+    test: Callable[[Any], bool]
+
+
+class _Required(NamedTuple):
+    """A field that must be present (not missing, not null)."""
+
+    shape: Any
+
+
+def _is_number(value: Any) -> bool:
+    """A finite number of 0 or more, below HUGE (an int too long for a float is not)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value) and 0 <= value < HUGE
+    except OverflowError:
+        return False
+
+
+def _is_signed(value: Any) -> bool:
+    return _is_number(abs(value)) if isinstance(value, (int, float)) else False
+
+
+_ANY = _Atom("anything", lambda v: True)
+_TEXT = _Atom("a string", lambda v: isinstance(v, str))
+_FLAG = _Atom("true or false", lambda v: isinstance(v, bool))
+_NUMBER = _Atom("a number of 0 or more", _is_number)
+_SIGNED = _Atom("a finite number", _is_signed)
+
+
+def misshapen(report: dict[str, Any], shape: dict[str, Any]) -> Optional[str]:
+    """The first field of ``report`` that does not have ``shape``, as 'FIELD is X, not Y';
+    None when all do."""
+    try:
+        conform(report, shape, "")
+    except Misshapen as bad:
+        return str(bad)
+    return None
+
+
+def conform(value: Any, shape: Any, field: str) -> None:
+    """Raise Misshapen naming ``field`` where ``value`` is not of ``shape``."""
+    if isinstance(shape, _Required):
+        if value is None:
+            raise Misshapen(f"{field} is missing")
+        shape = shape.shape
+    if value is None:
+        return
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            raise Misshapen(f"{field} is {describe(value)}, not an object")
+        for key, inner in shape.items():
+            conform(value.get(key), inner, f"{field}.{key}" if field else key)
+    elif isinstance(shape, list):
+        if not isinstance(value, list):
+            raise Misshapen(f"{field} is {describe(value)}, not a list")
+        for i, item in enumerate(value):
+            conform(item, _Required(shape[0]), f"{field}[{i}]")
+    elif not shape.test(value):
+        raise Misshapen(f"{field} is {describe(value)}, not {shape.what}")
+
+
+def describe(value: Any) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
