@@ -60,13 +60,13 @@ ls -l dist/
 say "twine check --strict"
 twine check --strict dist/*
 
-# runtime dependencies from pyproject.toml, without torch and nvtx
-deps=$(python - <<'EOF'
+# runtime dependencies from pyproject.toml, without torch and nvtx, one per line (a
+# requirement with an environment marker holds spaces)
+python - > "$work/requirements.txt" <<'EOF'
 import re, tomllib
 deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
-print(" ".join(d for d in deps if re.split(r"[<>=!~ ;\[]", d)[0] not in ("torch", "nvtx")))
+print("\n".join(d for d in deps if re.split(r"[<>=!~ ;\[]", d)[0] not in ("torch", "nvtx")))
 EOF
-)
 version=$(python -c "import ast, sys; t = ast.parse(open('nsbridge/__init__.py').read()); \
 print(next(n.value.value for n in t.body if isinstance(n, ast.Assign) \
 and getattr(n.targets[0], 'id', '') == '__version__'))")
@@ -96,7 +96,7 @@ install() {
   local venv="$work/venv-$name"
   say "install $name: $(basename "$artifact")${*:+ with $*}"
   "$PYTHON" -m venv "$venv"
-  "$venv/bin/pip" install -q $deps
+  "$venv/bin/pip" install -q -r "$work/requirements.txt"
   env "$@" "$venv/bin/pip" install --no-deps --no-cache-dir \
     "$artifact" > "$work/install-$name.log" 2>&1 \
     || { cat "$work/install-$name.log"; die "pip install of $name"; }
