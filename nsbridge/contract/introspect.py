@@ -30,8 +30,7 @@ def bare(kind: Any) -> Any:
             kind = kinds[0] if len(kinds) == 1 else Any
         elif origin is typing.Annotated:
             kind = typing.get_args(kind)[0]
-        elif getattr(origin, "_name", None) in ("Required", "NotRequired") or str(
-                origin).endswith(("Required", "NotRequired")):
+        elif _is_presence(origin):
             kind = typing.get_args(kind)[0]
         else:
             return kind
@@ -117,7 +116,7 @@ def _optional(kind: Any) -> bool:
         origin = typing.get_origin(kind)
         if origin is Union:
             return type(None) in typing.get_args(kind)
-        if origin is typing.Annotated or str(origin).endswith(("Required", "NotRequired")):
+        if origin is typing.Annotated or _is_presence(origin):
             kind = typing.get_args(kind)[0]
         else:
             return kind is Any
@@ -126,3 +125,8 @@ def _optional(kind: Any) -> bool:
 def is_required(kind: Any) -> bool:
     """Whether a field of declared type ``kind`` is declared ``Required`` (always present)."""
     return str(typing.get_origin(kind)).endswith(".Required")
+
+
+def _is_presence(origin: Any) -> bool:
+    """Whether ``origin`` is Required or NotRequired (typing's or typing_extensions')."""
+    return str(origin).endswith((".Required", ".NotRequired"))

@@ -14,12 +14,12 @@ import math
 from typing import Any, Callable, NamedTuple, Optional
 
 
-__all__ = ["HUGE", "Misshapen", "describe", "misshapen"]
+__all__ = ["HUGE", "describe", "misshapen"]
 
 HUGE = 1e18   # above any count, byte size or microsecond total a run can hold
 
 
-class Misshapen(Exception):
+class _Misshapen(Exception):
     """A field a reader uses is missing or of the wrong type."""
 
 
@@ -57,36 +57,36 @@ _NUMBER = _Atom("a number of 0 or more", _is_number)
 _SIGNED = _Atom("a finite number", _is_signed)
 
 
-def misshapen(report: dict[str, Any], shape: dict[str, Any]) -> Optional[str]:
-    """The first field of ``report`` that does not have ``shape``, as 'FIELD is X, not Y';
+def misshapen(record: dict[str, Any], shape: dict[str, Any]) -> Optional[str]:
+    """The first field of ``record`` that does not have ``shape``, as 'FIELD is X, not Y';
     None when all do."""
     try:
-        conform(report, shape, "")
-    except Misshapen as bad:
+        _conform(record, shape, "")
+    except _Misshapen as bad:
         return str(bad)
     return None
 
 
-def conform(value: Any, shape: Any, field: str) -> None:
-    """Raise Misshapen naming ``field`` where ``value`` is not of ``shape``."""
+def _conform(value: Any, shape: Any, field: str) -> None:
+    """Raise _Misshapen naming ``field`` where ``value`` is not of ``shape``."""
     if isinstance(shape, _Required):
         if value is None:
-            raise Misshapen(f"{field} is missing")
+            raise _Misshapen(f"{field} is missing")
         shape = shape.shape
     if value is None:
         return
     if isinstance(shape, dict):
         if not isinstance(value, dict):
-            raise Misshapen(f"{field} is {describe(value)}, not an object")
+            raise _Misshapen(f"{field} is {describe(value)}, not an object")
         for key, inner in shape.items():
-            conform(value.get(key), inner, f"{field}.{key}" if field else key)
+            _conform(value.get(key), inner, f"{field}.{key}" if field else key)
     elif isinstance(shape, list):
         if not isinstance(value, list):
-            raise Misshapen(f"{field} is {describe(value)}, not a list")
+            raise _Misshapen(f"{field} is {describe(value)}, not a list")
         for i, item in enumerate(value):
-            conform(item, _Required(shape[0]), f"{field}[{i}]")
+            _conform(item, _Required(shape[0]), f"{field}[{i}]")
     elif not shape.test(value):
-        raise Misshapen(f"{field} is {describe(value)}, not {shape.what}")
+        raise _Misshapen(f"{field} is {describe(value)}, not {shape.what}")
 
 
 def describe(value: Any) -> str:
