@@ -15,7 +15,7 @@ TORCH_CHOICE = $(if $(HAS_GPU),an NVIDIA GPU answered nvidia-smi: installing $(T
   too: make TORCH_INDEX=$(CPU_INDEX) install picks the smaller CPU-only build)))
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo demo-gate test test-fast test-gpu docs docs-reference dist bench clean
+.PHONY: install demo demo-gate test test-fast test-gpu fuzz docs docs-reference dist bench clean
 
 # nsbridge's own Make targets (profile-triage, profile-timeline, profile-deep, perf-gate),
 # run with this checkout's venv: e.g. make profile-triage SCRIPT=examples/train_cnn.py
@@ -59,6 +59,11 @@ test-fast: install
 
 test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu
+
+# every case of every fuzzer's sweep, before a release (`make test` runs one variant of each
+# field and value, tests/sweeps.py); NSBRIDGE_FUZZ_CASES=20000 for more mutated traces
+fuzz: install
+	NSBRIDGE_FUZZ=all $(BIN)/python -m pytest -q -m slow tests/test_fuzz_*.py
 
 # the reference pages' generated blocks, rewritten from the code (tests/test_docs.py fails
 # while a committed block differs from it)

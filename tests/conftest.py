@@ -8,6 +8,7 @@ import json
 import multiprocessing.process
 import os
 import platform
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -96,6 +97,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     runs `uname -p`; nsbridge records it in each run), so that no test is blamed for being
     the first."""
     platform.platform()
+
+
+@pytest.fixture(autouse=True)
+def _sigterm_restored() -> Iterator[None]:
+    """SIGTERM's handler as it was before each test: the CLI run in this process
+    (CliRunner) turns SIGTERM into nsbridge's Stopped, which would otherwise outlive the
+    test and keep pytest running when a CI job's time is up."""
+    handler = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, handler)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -7,7 +7,8 @@ top-level keys ``parse.torch_trace`` reads. Each case puts one value of another 
 one event or in every event that has it, of one real trace. Each case is read the three
 ways (C scanner, msgspec, stdlib), which must agree, then analysed and loaded as a user
 would; the only exceptions that may escape are nsbridge's documented errors. The fast tier
-runs every FAST_STRIDE-th case, `-m slow` all of them (3,000 and more).
+runs every FAST_STRIDE-th case, `-m slow` one seed and placement of every field and value
+the fast tier left (tests/sweeps.py), NSBRIDGE_FUZZ=all all of them (3,000 and more).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import nsbridge
 from nsbridge.errors import NsbridgeError
 from nsbridge.parse import _stream
 from nsbridge.parse.torch_trace import read_trace
+
+from sweeps import fast_share, slow_share
 
 DATA = Path(__file__).parent / "data" / "torch"
 SEEDS = ("inference_rank_1_2022-10_libkineto.json.gz",   # 2022: capitalised categories
@@ -160,10 +163,20 @@ def test_a_case_puts_its_value_where_it_says() -> None:
 
 def test_wrong_types_in_scanned_fields(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every FAST_STRIDE-th case."""
-    _run(CASES[::FAST_STRIDE], tmp_path, monkeypatch)
+    _run(fast_share(CASES, FAST_STRIDE), tmp_path, monkeypatch)
+
+
+def _field_and_value(case: Case) -> tuple[str, str]:
+    return case.field, json.dumps(case.value)
+
+
+def test_the_slow_share_holds_every_field_and_value() -> None:
+    cases = fast_share(CASES, FAST_STRIDE) + slow_share(CASES, FAST_STRIDE, _field_and_value)
+    assert {_field_and_value(c) for c in cases} == {_field_and_value(c) for c in CASES}
+    assert {c.seed for c in cases} == set(SEEDS) and {c.every for c in cases} == {True, False}
 
 
 @pytest.mark.slow
-def test_wrong_types_in_scanned_fields_every_case(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    _run([c for i, c in enumerate(CASES) if i % FAST_STRIDE], tmp_path, monkeypatch)
+def test_wrong_types_in_every_scanned_field(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    _run(slow_share(CASES, FAST_STRIDE, _field_and_value), tmp_path, monkeypatch)

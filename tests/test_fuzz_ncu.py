@@ -1,7 +1,8 @@
 """Nsight Compute CSV exports are untrusted input: real exports (raw and details pages)
 mutated at random (seeded) give a report or nsbridge's own error through `nsbridge analyze`,
 never a traceback; a value that loses its unit is left out with a note, never shown
-unconverted. Fast tier a few hundred cases, slow tier thousands."""
+unconverted. Fast tier a few hundred cases, slow tier hundreds more, `make fuzz` thousands
+(tests/sweeps.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import nsbridge
 from nsbridge.errors import NsbridgeError
 
 from conftest import DATA, ROOT, analyzed_or_refused
+from sweeps import fast_share, seeded, slow_share
 
 SOURCES = sorted((DATA / "ncu").glob("*.raw.csv")) + sorted(
     (ROOT.parent / "shared" / "fixtures" / "gpu-h200" / "ncu").glob("*.details.csv"))
@@ -108,7 +110,7 @@ def test_mutated_ncu_csvs_give_a_report_or_a_clear_error(tmp_path: Path, block: 
 @pytest.mark.slow
 @pytest.mark.skipif(not SOURCES, reason="no ncu CSV to mutate")
 def test_thousands_of_mutated_ncu_csvs(tmp_path: Path) -> None:
-    for case in range(1000, 3000):
+    for case in seeded(1000, 2000):
         _check(tmp_path, case)
 
 
@@ -164,12 +166,17 @@ def test_every_read_column_with_a_wrong_type(tmp_path: Path) -> None:
     """Every SWEEP_STRIDE-th case of the sweep."""
     cases = _sweep()
     assert len(cases) >= 3000
-    for case in cases[::SWEEP_STRIDE]:
+    for case in fast_share(cases, SWEEP_STRIDE):
         _swept(tmp_path, case)
+
+
+def _column_and_value(case: tuple[Path, int, str, bool]) -> tuple[str, str]:
+    source, column, value, _ = case
+    return next(csv.reader(source.open(encoding="utf-8")))[column], value
 
 
 @pytest.mark.slow
 def test_every_read_column_with_every_wrong_type(tmp_path: Path) -> None:
-    for number, case in enumerate(_sweep()):
-        if number % SWEEP_STRIDE:
-            _swept(tmp_path, case)
+    """One source and placement of each column and value the fast tier left (tests/sweeps.py)."""
+    for case in slow_share(_sweep(), SWEEP_STRIDE, _column_and_value):
+        _swept(tmp_path, case)

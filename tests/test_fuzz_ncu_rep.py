@@ -2,7 +2,8 @@
 (seeded: bits flipped, bytes zeroed or set, a chunk repeated, the file cut short) give a
 report or nsbridge's own error through `nsbridge analyze`, never a traceback and never the
 end of nsbridge: NVIDIA's reader aborts on some damaged files, so it runs in a child.
-Fast tier a few hundred cases, slow tier thousands."""
+Fast tier a few hundred cases, slow tier hundreds more, `make fuzz` thousands
+(tests/sweeps.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 import nsbridge
 
 from conftest import ROOT, analyzed_or_refused
+from sweeps import seeded
 
 SHARED = ROOT.parent / "shared" / "fixtures"
 SOURCES = [path for path in (SHARED / "gpu-h200" / "ncu" / "matmul_bf16_full.ncu-rep",
@@ -87,5 +89,5 @@ def test_damaged_ncu_reports_give_a_report_or_a_clear_error(tmp_path: Path, bloc
 
 @pytest.mark.slow
 def test_thousands_of_damaged_ncu_reports(tmp_path: Path) -> None:
-    for case in range(1000, 3000):
+    for case in seeded(1000, 2000, share=10):   # a child process each
         _check(tmp_path, case)

@@ -1,7 +1,8 @@
 """nsys SQLite exports are untrusted input: real exports mutated at random (seeded) give a
 joined timeline or nsbridge's own NsysExportError, never another exception, and never a
 negative duration or busy share. The fast tier runs a few hundred cases; the slow tier
-(`-m slow`) thousands, and a few end to end through `nsbridge analyze`."""
+(`-m slow`) hundreds more and a few end to end through `nsbridge analyze`; `make fuzz`
+thousands (tests/sweeps.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from nsbridge.model.device.timeline import join
 from nsbridge.parse.nsys_sqlite import read_nsys_sqlite
 
 from conftest import DATA
+from sweeps import fast_share, seeded, slow_share
 
 SOURCES = [DATA / "nsys" / "nsbridge_cnn_cpu_nsys2022.4.sqlite",
            DATA / "nsys" / "nsbridge_sync_bound_h100_nsys2025.3.sqlite"]
@@ -142,7 +144,7 @@ def test_mutated_nsys_exports_give_a_timeline_or_a_clear_error(tmp_path: Path,
 
 @pytest.mark.slow
 def test_thousands_of_mutated_nsys_exports(tmp_path: Path) -> None:
-    for case in range(1000, 3000):
+    for case in seeded(1000, 2000):
         path, what = _mutated(tmp_path, case)
         _check(path, f"case {case}: {what}")
         path.unlink()
@@ -206,12 +208,17 @@ def test_every_column_with_a_wrong_type(tmp_path: Path) -> None:
     """Every SWEEP_STRIDE-th case of the sweep."""
     cases = _sweep()
     assert len(cases) >= 3000 and {c[1] for c in cases} >= {"NVTX_EVENTS", "StringIds"}
-    for case in cases[::SWEEP_STRIDE]:
+    for case in fast_share(cases, SWEEP_STRIDE):
         _check(*_swept(tmp_path, case))
+
+
+def _column_and_value(case: tuple[Path, str, str, object, bool]) -> tuple[str, str, str]:
+    _, table, column, value, _ = case
+    return table, column, repr(value)
 
 
 @pytest.mark.slow
 def test_every_column_with_every_wrong_type(tmp_path: Path) -> None:
-    for number, case in enumerate(_sweep()):
-        if number % SWEEP_STRIDE:
-            _check(*_swept(tmp_path, case))
+    """One export and placement of each column and value the fast tier left (tests/sweeps.py)."""
+    for case in slow_share(_sweep(), SWEEP_STRIDE, _column_and_value):
+        _check(*_swept(tmp_path, case))

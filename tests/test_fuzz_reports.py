@@ -2,7 +2,8 @@
 random (seeded: every JSON type put where any field was, keys dropped, values wrapped in
 lists, numbers too big for a float, the text damaged) is read back as a run whose frames
 and views work, or refused with RunDirError / nsbridge's own diff error, never a traceback.
-Fast tier a few hundred cases, slow tier thousands."""
+Fast tier a few hundred cases, slow tier hundreds more, `make fuzz` thousands
+(tests/sweeps.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from nsbridge.errors import NsbridgeError, RunDirError
 from nsbridge.report.render.diff_render import render_diff
 
 from conftest import DATA, TORCH_DATA
+from sweeps import fast_share, seeded, slow_share
 
 VALUES: list[Any] = [None, True, False, 0, -1, 1, 0.5, -0.0, 2 ** 64, 10 ** 401, "", "x",
                      "ok", [], [1, 2], [None], {}, {"a": 1}, [[[]]], "1e999"]
@@ -142,7 +144,7 @@ def test_mutated_reports_load_and_diff_or_give_nsbridges_own_error(base: Path, t
 
 @pytest.mark.slow
 def test_thousands_of_mutated_reports(base: Path, tmp_path: Path) -> None:
-    for case in range(1000, 4000):
+    for case in seeded(1000, 3000):
         _check(base, tmp_path, case)
 
 
@@ -171,12 +173,21 @@ def test_the_sweep_puts_every_json_type_in_every_field(base: Path) -> None:
 def test_every_field_with_a_wrong_json_type(base: Path, tmp_path: Path) -> None:
     """Every SWEEP_STRIDE-th case of the sweep."""
     outcomes = {_check_text(*case[:1], tmp_path, *case[1:])
-                for case in _sweeps(base)[::SWEEP_STRIDE]}
+                for case in fast_share(_sweeps(base), SWEEP_STRIDE)}
     assert outcomes == {"loaded", "refused"}
+
+
+def _field_and_value(case: tuple[Path, str, str]) -> tuple[str, str]:
+    """The field's path with its list positions left out (ops[3].calls is ops[].calls),
+    and the value."""
+    step = json.loads(case[2])
+    return ".".join("[]" if isinstance(p, int) else p for p in step["path"]), json.dumps(
+        step["set"])
 
 
 @pytest.mark.slow
 def test_every_field_with_every_wrong_json_type(base: Path, tmp_path: Path) -> None:
-    for number, (run, text, label) in enumerate(_sweeps(base)):
-        if number % SWEEP_STRIDE:
-            _check_text(run, tmp_path, text, label)
+    """One report, and one element of a list, for each field and value the fast tier left
+    (tests/sweeps.py)."""
+    for run, text, label in slow_share(_sweeps(base), SWEEP_STRIDE, _field_and_value):
+        _check_text(run, tmp_path, text, label)
