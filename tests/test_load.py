@@ -143,6 +143,19 @@ def test_a_cpu_run_has_float_nan_device_times_and_shapes_as_lists(cpu_run: RunRe
     assert cpu_run.sync_points["gpu_idle_ms"].isna().all()
 
 
+@pytest.mark.slow
+def test_a_triages_step_clock_is_in_its_steps_frame(cpu_run: RunResult) -> None:
+    """Each step's CPU time and run-queue wait, as report.json has them; no speed probe
+    outside the gate profile."""
+    per_step = cpu_run.report["steps"]["per_step"]
+    steps = cpu_run.steps
+    assert list(steps["cpu_ms"]) == [s["cpu_ms"] for s in per_step]
+    assert (steps["cpu_ms"] > 0).all() and steps["cpu_ms"].dtype == "float64"
+    assert list(steps["wait_ms"].fillna(-1)) == [
+        -1 if s["wait_ms"] is None else s["wait_ms"] for s in per_step]
+    assert steps["probe_ms"].isna().all()
+
+
 def test_shapes_are_lists_of_dims_lists(gpu_run: RunResult) -> None:
     addmm = gpu_run.ops.set_index("name").loc["aten::addmm"]
     assert addmm["shapes"][0] == [[512], [141, 512], [512, 512], [], []]

@@ -176,6 +176,14 @@ r.steps: one row per measured step (report ``steps.per_step[]``); the phases add
     gpu_done_ms                 float64  ms      how long after the previous step's GPU work
                                                  the GPU finished this step's (NaN without
                                                  a GPU, or a step that launched none)
+    cpu_ms                      float64  ms      CPU time of the profiled process's threads
+                                                 in the step (NaN where not measured: an
+                                                 analysed trace)
+    wait_ms                     float64  ms      time those threads waited for a CPU (run
+                                                 queue) in the step; NaN where not measured
+    probe_ms                    float64  ms      thread CPU time of the speed probe run as
+                                                 the step began (the gate profile's
+                                                 schedule.speed_probe; NaN without one)
     [after --runs N: the steps of N processes pooled]
     run                         int64    -       the process the step ran in, from 1
 
@@ -190,6 +198,8 @@ r.sync_points: one row per call site where the host waited for the device (repor
     file                        str      -       source file of the call
     line                        Int64    -       its line
     function                    str      -       its function
+    code                        str      -       the statement's text (what diff matches a
+                                                 site by)
     device                      str      -       the tensor's device (cpu, cuda)
     count                       int64    -       calls over counted_over
     per_step                    float64  -       calls per measured step; NaN outside the
@@ -347,10 +357,11 @@ OP_SOURCES = {"name": "str", "source": "str", **_GROUPED}
 MEMORY = {"t_ms": "float64", "allocated_mib": "float64", "reserved_mib": "float64"}
 STEPS = {"step": "Int64", "wall_ms": "float64", "data_ms": "float64", "forward_ms": "float64",
          "backward_ms": "float64", "optimizer_ms": "float64", "other_ms": "float64",
-         "gpu_done_ms": "float64"}
+         "gpu_done_ms": "float64", "cpu_ms": "float64", "wait_ms": "float64",
+         "probe_ms": "float64"}
 STEPS_RUNS = {"run": "int64"}
 SYNC_POINTS = {"kind": "str", "call": "str", "op": "str", "file": "str", "line": "Int64",
-               "function": "str", "device": "str", "count": "int64", "per_step": "float64",
+               "function": "str", "code": "str", "device": "str", "count": "int64", "per_step": "float64",
                "per_s": "float64", "counted_over": "str", "placement": "str",
                "placement_why": "str", "host_ms": "float64", "gpu_idle_ms": "float64",
                "run_count": "Int64", "library": "bool", "via": "str", "source": "str"}
