@@ -51,7 +51,7 @@ demo-gate: install
 	-$(MAKE) --no-print-directory perf-gate BASE=nsbridge-runs/gate-base NEW=nsbridge-runs/gate-new PROCESSES=3 GATE_STEPS=20
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 # the edit-run loop: the tests that start no process (not marked slow or gpu; conftest.py checks)
 test-fast: install
