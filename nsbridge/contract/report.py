@@ -702,6 +702,7 @@ class Window(TypedDict, total=False):
     kind: Optional[str]
     notes: Optional[list[str]]
     per: Optional[str]
+    runs: Optional[int]
     seconds: Optional[Amount]
     start_us: Optional[Signed]
     steps: Optional[int]
