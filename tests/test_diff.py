@@ -84,6 +84,19 @@ def test_with_one_process_per_side_the_same_work_slower_is_inconclusive() -> Non
     assert any("nsbridge gate" in a for a in result["advice"])
 
 
+def test_with_one_process_per_side_the_same_work_faster_is_not_an_improvement() -> None:
+    """The mirror of the slowdown: an unchanged CNN diffed beside two CPU hogs read one op
+    "improved -54%". The same work taking half the time in one process per side stays
+    within noise, says why, and its row is not called faster or improved."""
+    result = compare(_report(SLOW_MM, SLOW_STEPS), _report(BASE, STEPS))
+    mm = _op(result, "aten::mm")
+    assert mm["ci_pct"][1] < 0 and mm["status"] == "within noise"
+    assert "speed-up of the same work" in mm["why"] and "one process per side" in mm["why"]
+    text = render_diff({**result, "a_label": "a", "b_label": "b"})
+    line = next(t for t in text.splitlines() if t.startswith("aten::mm "))
+    assert "a speed-up these runs cannot confirm" in line and "improved" not in line
+
+
 def test_ops_slower_for_one_cause_are_one_reason_naming_the_largest() -> None:
     """Every op of a contended side slower: one sentence for the cause, the three largest
     named with their percents as the table clips them, the rest counted, not one sentence

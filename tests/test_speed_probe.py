@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from nsbridge.model.comparing.paired import compare_pairs
-from nsbridge.model.comparing.steady import process_steady
+from nsbridge.model.comparing.steady import process_steady, with_speed
 from test_paired_gate import one_process
 
 PROBE_MS = 1.2
@@ -78,6 +78,41 @@ def test_a_real_slowdown_keeps_its_size_at_one_speed() -> None:
     busy = next(r for r in result["ops"] if r["op"] == "gatebench::busy")
     assert busy["change_pct"] == pytest.approx(50.0, abs=3.0)
     assert busy["status"] == "regressed" and result["outcome"] == "regression"
+
+
+def speed_changing_midway(report: dict, later: float, from_step: int) -> dict:
+    """``report`` as recorded on a machine that ran ``later`` times slower from step
+    ``from_step`` on (its probe slowed alike)."""
+    out = copy.deepcopy(report)
+    n = len(out["steps"]["per_step"])
+    factors = [1.0 if i < from_step else later for i in range(n)]
+    for op in out["ops"]:
+        op["per_step_us"] = [v * f for v, f in zip(op["per_step_us"], factors)]
+    for step, f in zip(out["steps"]["per_step"], factors):
+        for key in ("wall_ms", "cpu_ms", "wait_ms"):
+            step[key] *= f
+        step["probe_ms"] = PROBE_MS * f
+    return out
+
+
+def test_a_speed_that_changes_within_a_process_is_taken_out_step_by_step() -> None:
+    """A process whose machine ran 30% slower from its 11th step on: its 10th percentile
+    comes from the fast steps and its probe median from the slow ones, so dividing one by
+    the other makes it about 23% faster than it is; step by step each time meets its own
+    probe, and it compares at one speed as the same code."""
+    rng = np.random.default_rng(5)
+    steady = process_steady(at_machine_speed(one_process(rng, noise=0.001, process=0.0), 1.0))
+    changed = process_steady(speed_changing_midway(one_process(rng, noise=0.001, process=0.0),
+                                                   1.3, 10))
+    for stat in ("median", "p10"):
+        even = with_speed(steady, PROBE_MS).ops["gatebench::busy"][f"{stat} at one speed"]
+        moved = with_speed(changed, PROBE_MS).ops["gatebench::busy"][f"{stat} at one speed"]
+        assert moved == pytest.approx(even, rel=0.01)
+    # the whole-process division the gate used before is far off on the same process
+    assert changed.speed_ms is not None
+    even_p10 = with_speed(steady, PROBE_MS).ops["gatebench::busy"]["p10 at one speed"]
+    by_process = changed.ops["gatebench::busy"]["p10"] * PROBE_MS / changed.speed_ms
+    assert by_process / even_p10 == pytest.approx(1 / 1.3, rel=0.02)
 
 
 @pytest.mark.slow

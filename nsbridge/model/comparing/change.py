@@ -65,8 +65,9 @@ def judge(point: float, low: float, high: float, fail_above: float, added_us: fl
 def judge_evidence(point: float, high: float, significant: bool, fail_above: float,
                    added_us: float, added_high_us: float, floor_us: float) -> str:
     """The status of one change the interleaved gate judged (docs/explanation/gate-rule.md):
-    ``significant`` says whether the data show a slowdown at all, at the gate's budgeted
-    false-alarm level (model.comparing.evidence); the threshold T then sizes it:
+    ``significant`` says whether the data show a change in the estimate's direction at
+    all, at the gate's budgeted false-alarm level (model.comparing.evidence): a slowdown
+    when ``point`` > 0, a speed-up when < 0. The threshold T then sizes it:
 
     - **regressed**: a significant slowdown whose estimate is at least T/2 and whose 95%
       interval reaches T, adding at least the floor;
@@ -76,8 +77,9 @@ def judge_evidence(point: float, high: float, significant: bool, fail_above: flo
       and T both fit the data), or a significant one under T/2 with T in its interval;
     - **too small to matter**: a slowdown whose added time stays under the floor (at its
       estimate when significant, else even at the interval's top);
-    - **faster** / **improved**: the 95% interval below no change, by less / more than T
-      (a speed-up fails nothing, so it spends none of the bound);
+    - **faster** / **improved**: a significant speed-up, by less / more than T (asked at
+      the same budgeted level as a slowdown, but it fails nothing: a dozen unchanged ops
+      are not "improved" by one chance interval below no change);
     - **within noise**: anything else.
     """
     limit = math.log1p(fail_above / 100.0)
@@ -89,7 +91,7 @@ def judge_evidence(point: float, high: float, significant: bool, fail_above: flo
         return "regressed" if point >= limit / 2.0 else "inconclusive"
     if high >= limit:
         return "too small to matter" if added_high_us < floor_us else "inconclusive"
-    if high < 0:
+    if significant and point < 0:
         return "improved" if point < -limit else "faster"
     return "within noise"
 

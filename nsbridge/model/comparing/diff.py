@@ -33,7 +33,9 @@ samples: it is estimated from how much the judged ops moved relative to each oth
 With one process per side, or on a contended machine, the same work taking longer is not a
 regression: single ops vary between processes (2.5x seen on a quiet VM) and a contended
 op's wall time is mostly waiting. Such a change is inconclusive, and the advice says what
-would settle it (`nsbridge gate`: interleaved processes).
+would settle it (`nsbridge gate`: interleaved processes). The same work taking less time
+is not an improvement for the same reason: it stays within noise, its ``why`` says so
+(an unchanged CNN diffed beside two CPU hogs read one op "improved -54%").
 
 Step time (median step: the measured steps when both runs have at least ten, as the gate's
 runs do, else the unprofiled steps when both have at least three; either kind with the
@@ -176,6 +178,10 @@ def _op_table(sa: _Side, sb: _Side, *, fail_above: float, min_share: float,
                     cause = _same_work_cause(contended)
                     row.update(status="inconclusive", significant=True, _cause=cause,
                                why=same_work_reason([row], cause))
+                elif row["status"] in SPEED_UPS and (single_process or contended):
+                    row.update(status="within noise",
+                               why=f"{C.pct(row['_log'][0]):+.1f}%: "
+                                   f"{_same_work_cause(contended).replace('slowdown', 'speed-up')}")
             if row["gated"]:
                 judge_work(row, sa.work[name], sb.work[name],
                            est.ops[name][0] if name in est.ops else math.log(mb / ma),
@@ -184,6 +190,9 @@ def _op_table(sa: _Side, sb: _Side, *, fail_above: float, min_share: float,
     rows.sort(key=_table_order)
     return rows, {"drift_pct": C.pct(est.drift), "op_noise_pct": C.pct(est.noise),
                   "drift_witnesses": len(same_work)}
+
+
+SPEED_UPS = ("faster", "improved")
 
 
 def _table_order(row: dict[str, Any]) -> float:

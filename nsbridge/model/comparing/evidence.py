@@ -12,8 +12,9 @@ each quantity is a chance to call unchanged code slower, so the chances are budg
   over the choice);
 - **over the quantities of one look**, Holm's weighted step-down procedure at that
   look's share of the bound, the step time weighted as all the ops together (half the
-  share to the step, the other half to the ops): the family-wise error rate of the look is
-  at most that share, whatever the dependence between ops;
+  share to the step, the other half to the ops, split by each op's share of the op time):
+  the family-wise error rate of the look is at most that share, whatever the dependence
+  between ops;
 - **over the looks**, the bound ``ALPHA`` is spent as the pairs grow (``Budget``): by
   the look with the j-th of L possible pair counts, ALPHA (j / L)^2 in all, so the early
   looks, whose few pairs could only show a huge change, spend little, and by the union
@@ -110,15 +111,31 @@ def holm(p_values: Mapping[str, float], alpha: float,
 
 
 def significant(p_values: Mapping[str, float], budget: Budget, pairs: int,
-                primary: str | None = None) -> set[str]:
+                primary: str | None = None,
+                shares: Mapping[str, float] | None = None) -> set[str]:
     """The quantities whose slowdown is significant at the look at ``pairs`` pairs. The
     ``primary`` quantity (the step time) carries half the look's share, the others the
     other half together: the step, which every slowdown shows in, is not diluted by the
-    number of ops judged beside it."""
-    weights: dict[str, float] = {}
+    number of ops judged beside it. With ``shares`` (each op's share of the step's op
+    time, both sides alike), the ops' half is split in proportion to them, at least
+    ``MIN_WEIGHT`` each: a slowdown costs the step its size times the op's share, so the
+    bound goes where a slowdown could fail the gate (an op of 1% must slow by the whole
+    floor's worth to matter, which needs little of it); without, equally."""
+    weights = {name: op_weight(name, shares) for name in p_values if name != primary}
     if primary is not None and primary in p_values:
-        weights[primary] = float(max(len(p_values) - 1, 1))
+        weights[primary] = max(sum(weights.values()), MIN_WEIGHT)
     return holm(p_values, budget.at(pairs), weights)
+
+
+MIN_WEIGHT = 0.01   # an op's least weight by share (the gate's --min-share default)
+
+
+def op_weight(name: str, shares: Mapping[str, float] | None) -> float:
+    """An op's Holm weight: its share of the op time (at least MIN_WEIGHT), 1 without
+    shares."""
+    if shares is None:
+        return 1.0
+    return max(float(shares.get(name, 0.0)), MIN_WEIGHT)
 
 
 def chosen_p(p: float, choices: int) -> float:

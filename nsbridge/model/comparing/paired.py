@@ -120,8 +120,9 @@ def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
 def _at_one_speed(sa: list[Steady], sb: list[Steady]
                   ) -> tuple[list[Steady], list[Steady], Optional[dict[str, Any]]]:
     """Every process's times also at one machine speed, where each timed its speed probe
-    (model.comparing.steady, 3): multiplied by the probes' geometric mean over its own, so
-    a process the machine ran 10% slower throughout is not 10% slower code. Each
+    (model.comparing.steady, 3): each step's times over its own probe, times the probes'
+    geometric mean, so a process (or a stretch of steps) the machine ran 10% slower is not
+    10% slower code. Each
     comparison then picks among the statistics as timed and at one speed, blind to the
     change (choose_statistic; the choice is paid for in its p-value): a 10th percentile is
     often already immune to a slow machine, and scaling it by the probe only adds the
@@ -156,7 +157,7 @@ def _at_one_speed(sa: list[Steady], sb: list[Steady]
         return sa, sb, speed
 
     def scaled(side: list[Steady]) -> list[Steady]:
-        return [with_speed(s, reference / float(s.speed_ms or reference)) for s in side]
+        return [with_speed(s, reference) for s in side]
     return scaled(sa), scaled(sb), speed
 
 
@@ -164,31 +165,43 @@ def judge_time(rows: list[dict[str, Any]], step: Optional[dict[str, Any]],
                fail_above: float, floor_us: float, budget: E.Budget) -> dict[str, Any]:
     """Give every time-judged row and the step its status (in place): which of them
     changed at all is decided together, Holm over the step and the gated ops at this
-    look's share of the budget, the step weighted as all the ops together; rows that do not
-    gate are each asked at that share alone (they fail nothing). Returns what the look
-    spent and found."""
+    look's share of the budget, the step weighted as all the ops together and each op by
+    its share of the op time (evidence.significant), for a slowdown and, alike, for a
+    speed-up; rows that do not gate are each asked at that share alone (they fail
+    nothing). Returns what the look spent and found."""
     timed = [r for r in rows if r.get("basis") == "time" and r.get("_p") is not None]
-    family = {r["op"]: r["_p"] for r in timed if r["gated"]}
-    if step is not None:
-        family["step time"] = step["_p"]
     judged = timed + ([step] if step is not None else [])
     pairs = max((row["_log"][4] for row in judged), default=0)
     level = budget.at(pairs)
-    changed = E.significant(family, budget, pairs, primary="step time")
+    shares = {r["op"]: float(r.get("share") or 0.0) for r in timed if r["gated"]}
+    changed, faster = (_significant(timed, step, key, budget, pairs, shares)
+                       for key in ("_p", "_p_faster"))
     for row in judged:
         name = "step time" if row is step else row["op"]
-        shown = changed if (row is step or row["gated"]) else (
-            {name} if row["_p"] <= level else set())
-        point, low, high, _, k = row["_log"]
+        point, _, high, _, k = row["_log"]
+        key, found = ("_p", changed) if point > 0 else ("_p_faster", faster)
+        shown = name in found if (row is step or row["gated"]) else row[key] <= level
         floor = 0.0 if row is step else floor_us
-        status = C.judge_evidence(point, high, name in shown, fail_above,
+        status = C.judge_evidence(point, high, shown, fail_above,
                                   row["added_us"] or 0.0, row["added_ci_us"][1] or 0.0, floor)
         if status == "regressed" and k < MIN_TIME_PAIRS:
             status = "inconclusive"
-        row.update(status=status, p_value=_p_shown(row["_p"]), significant_change=name in shown)
+        row.update(status=status, p_value=_p_shown(row["_p"]),
+                   significant_change=shown and point > 0)
+    family = [r for r in timed if r["gated"]] + ([step] if step is not None else [])
     return {"bound_pct": round(100.0 * budget.alpha, 3), "looks": budget.looks,
             "look_alpha": float(f"{level:.3g}"), "spent": float(f"{budget.spent_by(pairs):.3g}"),
             "tests": len(family), "significant": sorted(changed)}
+
+
+def _significant(timed: list[dict[str, Any]], step: Optional[dict[str, Any]], key: str,
+                 budget: E.Budget, pairs: int, shares: dict[str, float]) -> set[str]:
+    """The gated ops and the step whose p-value under ``key`` (``_p``: a slowdown,
+    ``_p_faster``: a speed-up) Holm finds significant at this look."""
+    family = {r["op"]: r[key] for r in timed if r["gated"]}
+    if step is not None:
+        family["step time"] = step[key]
+    return E.significant(family, budget, pairs, primary="step time", shares=shares)
 
 
 def _p_shown(p: float) -> float:
@@ -200,8 +213,9 @@ def paired_change(a: list[dict[str, float]], b: list[dict[str, float]], scale: f
                   statistics: Sequence[str] = STATISTICS) -> dict[str, Any]:
     """One quantity's paired comparison: values per process (``scale`` turns them into
     µs), the statistic chosen from ``statistics``, each side's geometric mean, the change,
-    its 95% interval, the µs added per step and ``_p``, the one-sided p-value of a
-    slowdown (valid whatever chose the statistic: model.comparing.evidence.chosen_p). Its status
+    its 95% interval, the µs added per step, ``_p``, the one-sided p-value of a slowdown,
+    and ``_p_faster``, of a speed-up (valid whatever chose the statistic:
+    model.comparing.evidence.chosen_p). Its status
     comes later, with the other quantities' (judge_time)."""
     stat = choose_statistic(a, b, statistics)
     va = np.array([max(x[stat], 1e-9) for x in a]) * scale
@@ -224,6 +238,7 @@ def paired_change(a: list[dict[str, float]], b: list[dict[str, float]], scale: f
             "added_ci_us": [C.rounded(a_us * math.expm1(low)), C.rounded(added_high)],
             "pair_sd_pct": C.pct(spread), "new": False, "basis": "time",
             "status": None, "_p": E.chosen_p(E.slowdown_p(point, spread, k), choices),
+            "_p_faster": E.chosen_p(E.slowdown_p(-point, spread, k), choices),
             "_log": (point, low, high, spread, k)}
 
 

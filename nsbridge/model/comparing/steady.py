@@ -22,11 +22,17 @@ So, per process:
 
 3. **The machine's speed.** Where the profile timed its speed probe at each step
    boundary (_bootstrap.speed_probe, the gate's profile), ``speed_ms`` is the probe's median
-   over the measured steps: a CPU that ran slower all through the process (another guest
-   on the host, memory bandwidth taken) slows the probe as much as the step, so the
-   comparison can divide it out (``with_speed``; model.comparing.paired): each statistic
-   then also comes at one speed, and the comparison picks among the four as it picks
-   between the two.
+   over the measured steps, and every step's times are also taken per millisecond of its
+   own probe (``per_probe``): a CPU that runs slower for a while (another guest on the
+   host, memory bandwidth taken) slows the probe beside the step as much as the step, so
+   the comparison can divide it out step by step (``with_speed``; model.comparing.paired).
+   The host's speed changes within a process too: in one quiet gate of
+   bench/gate_workload.py a process's probe median was 1.28 ms while its busy op ran at
+   the speed of 1.13 ms probes. Over two sets of six quiet gates of 6 to 10 pairs (the
+   medians of each set), dividing each process's median by its probe median left the
+   busy op's pairs 5.9% and 6.0% apart and the step's 7.7% and 5.3%; step by step, 4.8%
+   and 3.3%, 4.7% and 2.8%. Each statistic then also comes at one speed, and the
+   comparison picks among the four as it picks between the two.
 
 The step time is treated the same way, on the same measured steps (their wall time, from
 the process's own step clock). The unprofiled steps are too few in a gate's process, and
@@ -63,6 +69,10 @@ class Steady:
     waited_steps: int
     scaled: bool          # most steps waited: all used, scaled by their running share
     speed_ms: Optional[float] = None   # the speed probe's median, ms (None: not timed)
+    # the same statistics of each step's times over that step's probe (per probe ms;
+    # empty and None when the probe was not timed)
+    ops_per_probe: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    step_per_probe: Optional[dict[str, float]] = None
 
 
 @dataclass
@@ -124,37 +134,58 @@ def process_steady(report: dict[str, Any]) -> Steady:
     device = report.get("ranked_by") == S.DEVICE_SELF_US
     key = S.DEVICE_SELF_US if device else S.CPU_SELF_US
     weights = step_weights(per_step, intra_op_threads(report), device)
+    probes = _probes(per_step) if not device else None
+    per_probe = (weights.scale / probes[weights.index]) if probes is not None else None
     ops: dict[str, dict[str, float]] = {}
+    ops_per_probe: dict[str, dict[str, float]] = {}
     for op in report.get("ops") or []:
         samples = op.get(S.PER_STEP_US) or []
         if op.get(key) is None or len(samples) != len(per_step) or not len(weights.index):
             continue
-        values = np.asarray(samples, dtype=np.float64)[weights.index] * weights.scale
-        ops[op["name"]] = statistics(values)
+        chosen = np.asarray(samples, dtype=np.float64)[weights.index]
+        ops[op["name"]] = statistics(chosen * weights.scale)
+        if per_probe is not None:
+            ops_per_probe[op["name"]] = statistics(chosen * per_probe)
     walls = np.asarray([step_length_ms(s) for s in per_step], dtype=np.float64)
-    step = statistics(walls[weights.index] * weights.scale) if len(weights.index) else None
-    probes = [s.get("probe_ms") for s in per_step]
-    timed = not device and bool(probes) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in probes)
-    return Steady(ops=ops, step=step, steps_used=len(weights.index),
+    used = len(weights.index) > 0
+    return Steady(ops=ops, step=statistics(walls[weights.index] * weights.scale) if used
+                  else None, steps_used=len(weights.index),
                   steps_measured=len(per_step), waited_steps=weights.waited,
                   scaled=weights.scaled,
-                  speed_ms=float(np.median(np.asarray(probes, dtype=np.float64)))
-                  if timed else None)
+                  speed_ms=float(np.median(probes)) if probes is not None else None,
+                  ops_per_probe=ops_per_probe,
+                  step_per_probe=statistics(walls[weights.index] * per_probe)
+                  if per_probe is not None and used else None)
+
+
+def _probes(per_step: list[dict[str, Any]]) -> Optional[np.ndarray]:
+    """Each measured step's speed probe (ms), or None unless every step timed one."""
+    probes = [s.get("probe_ms") for s in per_step]
+    if not probes or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                             and v > 0 for v in probes):
+        return None
+    return np.asarray(probes, dtype=np.float64)
 
 
 AT_SPEED = " at one speed"
 STATISTICS_AT_SPEED = STATISTICS + tuple(f"{s}{AT_SPEED}" for s in STATISTICS)
 
 
-def with_speed(steady: Steady, factor: float) -> Steady:
-    """``steady`` with each statistic also at a reference speed (``"median at one
-    speed"``, ...): multiplied by ``factor``, the reference speed over the process's own,
-    its times as they would have been at that speed."""
-    def both(stats: dict[str, float]) -> dict[str, float]:
-        return {**stats, **{f"{k}{AT_SPEED}": stats[k] * factor for k in STATISTICS}}
-    return dataclasses.replace(steady, ops={n: both(v) for n, v in steady.ops.items()},
-                               step=both(steady.step) if steady.step else None)
+def with_speed(steady: Steady, reference_ms: float) -> Steady:
+    """``steady`` with each statistic also at one reference speed (``"median at one
+    speed"``, ...): each step's times over its own probe, times ``reference_ms``, the
+    times as they would have been had every step's probe taken that long. Only for a
+    process that timed its probe at every measured step (``speed_ms`` set)."""
+    if steady.speed_ms is None:
+        raise ValueError("with_speed needs a process that timed its speed probe")
+
+    def both(stats: dict[str, float], per_probe: dict[str, float]) -> dict[str, float]:
+        return {**stats, **{f"{k}{AT_SPEED}": per_probe[k] * reference_ms
+                            for k in STATISTICS}}
+    return dataclasses.replace(
+        steady, ops={n: both(v, steady.ops_per_probe[n]) for n, v in steady.ops.items()},
+        step=both(steady.step, steady.step_per_probe)
+        if steady.step and steady.step_per_probe else None)
 
 
 def step_length_ms(step: dict[str, Any]) -> float:

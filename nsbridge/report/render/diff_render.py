@@ -186,6 +186,8 @@ def _row(r: dict[str, Any], esc: Callable[[str], str]) -> list[str]:
         if band and band[0] is not None else "")
     status = r["status"] + ("" if r["gated"] or r["status"] in ("not gated", "vanished")
                             else " (not gated)")
+    if r["status"] == "within noise" and (r.get("change_pct") or 0.0) < 0 and r.get("why"):
+        status += " (a speed-up these runs cannot confirm: see why)"
     return [esc(r["op"]), _basis(r), _num(_ms(r.get("a_us"))), _num(_ms(r.get("b_us"))),
             show_pct(r.get("change_pct")), show_ci(r.get("ci_pct")), added_text, status]
 
