@@ -16,7 +16,7 @@
 #   cnn_timeline     nsbridge timeline --run runs/cnn
 #   cnn_nsys_stats   nsys stats --report cuda_gpu_kern_sum --format csv on its export
 #   oracle_cnn       bench/gpu_record/oracle.py: torch.profiler by hand + key_averages CSV
-#   ncu_conv         ncu --set full on the kernels of one conv call (kernels.py --case conv)
+#   ncu_conv         ncu --set full on the kernels of one conv call (ncu_cases.py --case conv)
 #   ncu_attention    the same for one scaled_dot_product_attention call
 #   compile_triage   nsbridge triage bench/gpu_record/compile_model.py (torch.compile)
 #   cudagraph_triage nsbridge triage --nsys bench/gpu_record/cudagraph_model.py (graph replay)
@@ -250,13 +250,13 @@ ncu_capture() {   # CASE (conv | attention): --set full on the kernels of one ca
     mkdir -p "$WORK/ncu"
     ncu --target-processes all --nvtx --nvtx-include "gpu_record_target/" --set full \
         --launch-count 4 -f -o "$rep" \
-        "$PY" "$ROOT/bench/gpu_record/kernels.py" --case "$case"
+        "$PY" "$ROOT/bench/gpu_record/ncu_cases.py" --case "$case"
     if [[ ! -s $rep.ncu-rep ]]; then
         echo "the NVTX filter profiled nothing: picking the kernel by name instead"
         if [[ $case == conv ]]; then pattern='regex:conv|fprop|implicit|xmma|cudnn|sm90'
         else pattern='regex:flash|fmha|attention|sdpa|mha'; fi
         ncu --target-processes all --kernel-name "$pattern" --launch-skip 3 --launch-count 1 \
-            --set full -f -o "$rep" "$PY" "$ROOT/bench/gpu_record/kernels.py" --case "$case"
+            --set full -f -o "$rep" "$PY" "$ROOT/bench/gpu_record/ncu_cases.py" --case "$case"
     fi
     [[ -s $rep.ncu-rep ]] || { echo "no $rep.ncu-rep"; return 3; }
     ncu --import "$rep.ncu-rep" --csv --page raw > "$rep.raw.csv" || return 4

@@ -4,7 +4,7 @@ Warm-up calls run first, outside any range (cuDNN picks its algorithm, caches fi
 ONE call runs inside the push/pop range ``gpu_record_target`` (default NVTX domain), so
 
     ncu --nvtx --nvtx-include "gpu_record_target/" --set full --launch-count 4 -o conv \\
-        python3 bench/gpu_record/kernels.py --case conv
+        python3 bench/gpu_record/ncu_cases.py --case conv
 
 profiles exactly the kernels of that call. Cases, both bf16 on a GPU:
 - conv: Conv2d 64 -> 128 channels, 3x3, on a 32x64x56x56 channels-last batch (cuDNN implicit GEMM)
