@@ -181,7 +181,7 @@ def _op_table(sa: _Side, sb: _Side, *, fail_above: float, min_share: float,
                 elif row["status"] in SPEED_UPS and (single_process or contended):
                     row.update(status="within noise",
                                why=f"{C.pct(row['_log'][0]):+.1f}%: "
-                                   f"{_same_work_cause(contended).replace('slowdown', 'speed-up')}")
+                                   f"{_same_work_cause(contended, 'speed-up')}")
             if row["gated"]:
                 judge_work(row, sa.work[name], sb.work[name],
                            est.ops[name][0] if name in est.ops else math.log(mb / ma),
@@ -215,12 +215,12 @@ def _judged(estimate: tuple[float, float, float], ma: float, mb: float, drift: f
             "_log": (point, low, high, None, 1)}
 
 
-def _same_work_cause(contended: list[str]) -> str:
-    """Why a slowdown of the same work cannot be put on the code: a contended machine,
-    or one process per side."""
+def _same_work_cause(contended: list[str], change: str = "slowdown") -> str:
+    """Why a ``change`` (slowdown or speed-up) of the same work cannot be put on the code:
+    a contended machine, or one process per side."""
     where = (f"on a contended machine (run {' and '.join(contended)})" if contended
              else "with one process per side")
-    return (f"{where} a slowdown of the same work cannot be told from the way single ops "
+    return (f"{where} a {change} of the same work cannot be told from the way single ops "
             "vary between processes")
 
 

@@ -96,7 +96,7 @@ def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
         row["decides"] = row["op"] in decisive
     rows.sort(key=lambda r: not r["decides"])      # stable: the mode's order after them
     for row in rows + ([step] if step else []):
-        for key in ("_log", "_cause", "_p"):
+        for key in ("_log", "_cause", "_p", "_p_faster"):
             row.pop(key, None)
     return {"outcome": outcome, "exit_code": C.EXIT_CODES[outcome], "mode": mode,
             "reasons": reasons, "advice": advice if outcome == "inconclusive" else [],

@@ -188,10 +188,9 @@ def judge_time(rows: list[dict[str, Any]], step: Optional[dict[str, Any]],
             status = "inconclusive"
         row.update(status=status, p_value=_p_shown(row["_p"]),
                    significant_change=shown and point > 0)
-    family = [r for r in timed if r["gated"]] + ([step] if step is not None else [])
     return {"bound_pct": round(100.0 * budget.alpha, 3), "looks": budget.looks,
             "look_alpha": float(f"{level:.3g}"), "spent": float(f"{budget.spent_by(pairs):.3g}"),
-            "tests": len(family), "significant": sorted(changed)}
+            "tests": len(shares) + (step is not None), "significant": sorted(changed)}
 
 
 def _significant(timed: list[dict[str, Any]], step: Optional[dict[str, Any]], key: str,
