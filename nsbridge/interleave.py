@@ -31,6 +31,7 @@ from .run import is_ranked
 from .rundir import load_record
 from .trust import (check_checkout_script, check_manifest_script, manifest_env,
                     trusted_folders)
+from .contract.report import as_report
 
 SIDES = ("base", "new")
 # the pairs a gate may grow to while its answer is inconclusive (unless told otherwise)
@@ -170,7 +171,7 @@ def _ranked(run_dir: Path) -> bool:
         report = json.loads((run_dir / S.REPORT_JSON).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(report, dict) and is_ranked(report)
+    return isinstance(report, dict) and is_ranked(as_report(report))
 
 
 def judged_apart(sides: Mapping[str, GateSide], allow: Sequence[str]) -> Optional[str]:

@@ -109,7 +109,8 @@ def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
             except BaseException as exc:
                 why = f"the {step.name} pass cannot start here: {exc}"
                 if isinstance(exc, NsbridgeError):
-                    run.report["notes"].append(f"the {step.name} pass did not run: {exc}")
+                    run.report["notes"] = [*(run.report.get("notes") or []),
+                                  f"the {step.name} pass did not run: {exc}"]
                 raise
         for step in passes:
             try:
@@ -117,7 +118,8 @@ def run_passes(run: Run, passes: Sequence[Pass]) -> Run:
             except BaseException as exc:
                 why = f"the {step.name} pass could not be planned: {exc}"
                 if isinstance(exc, NsbridgeError):
-                    run.report["notes"].append(f"the {step.name} pass did not run: {exc}")
+                    run.report["notes"] = [*(run.report.get("notes") or []),
+                                  f"the {step.name} pass did not run: {exc}"]
                 raise
             planned += 1
             try:
@@ -162,6 +164,6 @@ def save(run: Run) -> None:
         run.write_files(data_files(run.report, trace))
     finally:
         run.write_records()
-        table = str(run.report["files"].get("key_averages") or "-")
+        table = str((run.report.get("files") or {}).get("key_averages") or "-")
         run.write_files(pages(run.report, table if (run.dir / table).is_file() else None,
                               summary_rows(run.manifest)))

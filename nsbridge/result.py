@@ -12,6 +12,7 @@ import pandas as pd
 from . import __version__
 from . import schema as S
 from .confine import readable
+from .contract.report import Report, empty_report
 from .report import frames
 from .report.document.escape import terminal
 from .report.document.failure import failure_paragraph
@@ -31,7 +32,7 @@ class RunResult:
     report/frames.py). Its repr is a few lines; it renders as a summary in Jupyter."""
 
     run_dir: Path
-    report: dict[str, Any]
+    report: Report
     ops: pd.DataFrame      # r.ops (report/frames.py)
     steps: pd.DataFrame    # r.steps: step, wall_ms, data/forward/backward/optimizer/other_ms
     exit_code: int         # 0, the script's own non-zero status, 124 timeout, 130 Ctrl-C
@@ -155,10 +156,11 @@ def result_of(run: Run, exit_code: Optional[int] = None) -> RunResult:
 def follower_result(run_dir: Path, rank: Any, code: int, command: str,
                     target: str) -> RunResult:
     """What a rank other than 0 returns: where its files are (rank 0 merges)."""
-    report = S.empty_report(command=command, target=target, version=__version__)
-    report.update(status=S.OK if code == 0 else S.FAILED, notes=[
+    report = empty_report(command=command, target=target, version=__version__)
+    report["status"] = S.OK if code == 0 else S.FAILED
+    report["notes"] = [
         f"rank {rank.rank} of {rank.world_size} on {rank.host}: its files are in "
-        f"{run_dir / rank.dir_name}; rank 0 writes the merged report in {run_dir}"])
+        f"{run_dir / rank.dir_name}; rank 0 writes the merged report in {run_dir}"]
     if code != 0:
         report["error"] = {"type": "RankStopped", "message": (
             f"rank {rank.rank} ended with exit status {code} (its messages are above; rank 0's "

@@ -30,6 +30,7 @@ from .profiles import Profile
 from .report.document.build import clean, conclusive
 from .rundir import json_text, new_run_dir, read_run, write_atomic, write_json
 from .contract.check import STRICT_REPORTS, report_problem, undeclared_problem
+from .contract.report import Error, Op, Report, as_document, as_report, empty_report
 from .script_check import Script
 
 MERGE_LIMIT = 64 * 1024 * 1024   # traces of more JSON than this (inflated) are not merged
@@ -103,7 +104,7 @@ def output_op_columns(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
 class Run:
     """A run directory with its manifest and report; passes are added one by one."""
 
-    def __init__(self, path: Path, manifest: dict[str, Any], report: dict[str, Any]) -> None:
+    def __init__(self, path: Path, manifest: dict[str, Any], report: Report) -> None:
         self.dir = path
         self.manifest = manifest
         self.report = report
@@ -123,7 +124,7 @@ class Run:
                     "platform": platform.platform(), "python": platform.python_version(),
                     "started_at": _now(), "status": "running", "pid": os.getpid(),
                     "passes": []}
-        report = S.empty_report(command=command, target=" ".join([target, *args]),
+        report = empty_report(command=command, target=" ".join([target, *args]),
                                 version=__version__)
         return cls(new_run_dir(out, label, shared=shared, manifest=manifest), manifest, report)
 
@@ -147,13 +148,13 @@ class Run:
         """
         path = Path(path)
         manifest, report = read_run(path, report_problem)
-        return cls(path, manifest, report)
+        return cls(path, manifest, as_report(report))
 
     def add(self, output: PassOutput) -> None:
         """Record a pass: manifest entry, status, section, per-op columns (in memory)."""
         self.manifest["passes"].append({"name": output.name, "status": output.status,
                                         "exit_code": output.exit_code, **output.manifest})
-        report = self.report
+        report = as_document(self.report)   # sections merged by name
         if output.core is not None:
             kept = {k: v for k, v in report.items() if k not in S.REPORT_KEYS and v}
             report.update({k: v for k, v in output.core.items()
@@ -184,7 +185,7 @@ class Run:
 
     def fail(self, name: str, exc: BaseException) -> None:
         """Record a pass that raised (a tool missing or failing): the run failed there."""
-        error = {"type": type(exc).__name__, "message": str(exc), "pass": name}
+        error: Error = {"type": type(exc).__name__, "message": str(exc), "pass": name}
         self.manifest["passes"].append({"name": name, "status": "failed", "exit_code": 1,
                                         "error": error})
         if self.report["status"] in ("running", "ok"):
@@ -200,17 +201,17 @@ class Run:
         if self.report["status"] == S.RUNNING:   # no pass said how it went
             self.report["status"] = self.manifest["status"] = S.FAILED
         if not conclusive(self.report):
-            self.report.update(verdict=None, recommendations=[])
-        files = self.report["files"]
+            self.report["verdict"], self.report["recommendations"] = None, []
+        files = self.report["files"] = self.report.get("files") or {}
         trace = readable(self.dir / str(files.get("trace") or files.get("trace_input") or "-"))
         size = json_size(trace) if trace.is_file() else None
         merge = size is not None and size <= MERGE_LIMIT
         if merge:
             files["merged_trace"] = S.MERGED_TRACE
         elif size is not None:
-            self.report["notes"].append(
+            self.report["notes"] = [*(self.report.get("notes") or []), (
                 f"no merged.json.gz: the trace is {size >> 20} MiB of JSON, more than "
-                "nsbridge loads whole to annotate it")
+                "nsbridge loads whole to annotate it")]
         self.report = clean(self.report)
         return trace if merge else None
 
@@ -224,7 +225,8 @@ class Run:
             problem = undeclared_problem(self.report)
             if problem:
                 raise AssertionError(f"report.json does not match its types: {problem}")
-        self.write_files([(S.MANIFEST_JSON, self.manifest), (S.REPORT_JSON, self.report)])
+        self.write_files([(S.MANIFEST_JSON, self.manifest),
+                          (S.REPORT_JSON, as_document(self.report))])
 
     def write_files(self, files: Iterable[tuple[str, FileData]]) -> None:
         """Write each (name, data) of ``files`` as the run's file ``name``, in order, whole
@@ -249,7 +251,7 @@ class Run:
             write_atomic(self.dir / name, json_text(data) if isinstance(data, dict) else data)
         except RunDirError as exc:
             error = {"type": "WriteError", "message": str(exc)}
-            for record in (self.report, self.manifest):
+            for record in (as_document(self.report), self.manifest):
                 record.update(status="failed", error=error)
             if not any(p.get("name") == SAVE_STEP for p in self.manifest["passes"]):
                 self.manifest["passes"].append({"name": SAVE_STEP, "status": "failed",
@@ -257,7 +259,7 @@ class Run:
             # the manifest first: it is small, and read_run trusts its failure over a
             # report.json left from before that cannot be rewritten
             for record_name, record in ((S.MANIFEST_JSON, self.manifest),
-                                        (S.REPORT_JSON, self.report)):
+                                        (S.REPORT_JSON, as_document(self.report))):
                 try:
                     write_json(self.dir / record_name, record)
                 except RunDirError:
@@ -283,12 +285,12 @@ class Run:
         return [op["name"] for op in self.report.get("ops", [])]
 
 
-def is_ranked(report: dict[str, Any]) -> bool:
+def is_ranked(report: Report) -> bool:
     """A run of several ranks: its report's distributed section lists them."""
     return bool((report.get(S.DISTRIBUTED_SECTION) or {}).get("ranks"))
 
 
-def merge_ops(rows: list[dict[str, Any]], key: str,
+def merge_ops(rows: list[Op], key: str,
               columns: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """ops[] with ``key`` set on every row from ``columns`` (None where the pass did not
     see the op); ops only that pass saw are appended with torch's fields null."""

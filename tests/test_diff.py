@@ -171,6 +171,19 @@ def test_new_calls_of_another_shape_are_priced_by_that_shape() -> None:
     assert mm["more_work"]["priced"] == "per input signature"
 
 
+def test_a_runs_op_work_carries_its_own_time_per_step() -> None:
+    """The signatures' prices are scaled to the row's measure by each run's recorded time
+    per step (more_work): a single report's op must carry it (it read a key ops[] lacks,
+    so diff priced signatures unscaled)."""
+    from nsbridge.model.comparing.diff import _Side
+
+    report = _report(BASE, STEPS)
+    side = _Side(report, "cpu_self_us", False)
+    mm = next(op for op in report["ops"] if op["name"] == "aten::mm")
+    assert side.work["aten::mm"].us == pytest.approx(mm["cpu_self_us"] / len(STEPS))
+    assert side.work["aten::mm"].calls == pytest.approx(mm["calls"] / len(STEPS))
+
+
 NOISY_MM = {**BASE, "aten::mm": [60.0, 300.0, 90.0, 160.0]}   # mean +50%, all over the place
 
 

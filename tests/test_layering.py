@@ -2,7 +2,8 @@
 every module under nsbridge/, and the weight of the public entry points in a fresh interpreter.
 
 Part one reads every module's source (ast; relative imports resolved; imports inside
-functions counted and marked lazy) into one graph, and checks on it:
+functions, and those under ``if TYPE_CHECKING:``, counted and marked lazy) into one graph,
+and checks on it:
 
 - nothing imports upward (``LAYERS``), following every edge, lazy ones included;
 - what each package must never reach, transitively (``NEVER_REACH``), or import itself
@@ -193,7 +194,7 @@ def _edges_of(module: str, path: Path) -> list[Edge]:
     def visit(node: ast.AST, lazy: bool) -> None:
         for child in ast.iter_child_nodes(node):
             inner = lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                               ast.Lambda))
+                                               ast.Lambda)) or _for_the_type_checker(child)
             if isinstance(child, (ast.Import, ast.ImportFrom)) and not (
                     isinstance(child, ast.ImportFrom) and child.module == "__future__"):
                 edges.extend(Edge(module, t, inner, child.lineno)
@@ -209,6 +210,12 @@ def _edges_of(module: str, path: Path) -> list[Edge]:
                 edges.extend(Edge(module, f"nsbridge.{v}", True, node.lineno)
                              for v in sorted(values))
     return edges
+
+
+def _for_the_type_checker(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:``: imports that never run (counted lazy, still layered)."""
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+            and node.test.id == "TYPE_CHECKING")
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,7 +13,7 @@ import pytest
 
 from nsbridge.contract.check import report_problem, undeclared_keys, undeclared_problem
 from nsbridge.contract.introspect import declared_paths, hints
-from nsbridge.contract.report import Report
+from nsbridge.contract.report import Report, empty_report
 from nsbridge.schema import report as S
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +67,7 @@ def test_the_skeleton_and_the_passes_sections_are_the_declared_top_level_keys() 
     sections = {S.TIMELINE_SECTION, S.NCU_SECTION, S.DISTRIBUTED_SECTION,
                 S.TENSOR_CORES_SECTION, S.MEMORY_SECTION, S.OP_GROUPS_SECTION}
     assert set(S.REPORT_KEYS) | sections == set(hints(Report))
-    assert tuple(S.empty_report(command="triage", target="x.py", version="0")) == S.REPORT_KEYS
+    assert tuple(empty_report(command="triage", target="x.py", version="0")) == S.REPORT_KEYS
 
 
 def test_the_golden_report_matches_the_types_with_nothing_undeclared() -> None:

@@ -46,7 +46,7 @@ def _work(entries: list[tuple[str, str, str, int]], calls: int | None = None) ->
     shape_work = [{"shape": s, "dtypes": d, "layout": lay, "calls": c, "us": 10.0 * c}
                   for s, d, lay, c in entries]
     total = calls if calls is not None else sum(e[3] for e in entries)
-    return OpWork({"calls": total, "shape_work": shape_work}, 1)
+    return OpWork(total, sum(e["us"] for e in shape_work), shape_work, 1)
 
 
 def test_signature_changes_name_the_kind_and_both_sides() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from .. import schema as S
 from ..errors import NsbridgeError
 from ..schema.exit_codes import EXIT_CODES
+from ..contract.report import Report, Steps
 
 ANSWER_VERSION = 1
 TOP_OPS = 10          # rows of each list in the headline; the files hold every row
@@ -80,11 +81,11 @@ def comparison_answer(command: str, result: dict[str, Any], code: int) -> dict[s
     return {**result, **_head(command, str(result.get("outcome")), code)}
 
 
-def headline(report: dict[str, Any], top: int = TOP_OPS) -> dict[str, Any]:
+def headline(report: Report, top: int = TOP_OPS) -> dict[str, Any]:
     """What a reader looks at first, as report.json holds it."""
     verdict = report.get("verdict")
     ranked_by = report.get("ranked_by") or "cpu_self_us"
-    steps = report.get("steps") or {}
+    steps: Steps = report.get("steps") or {"count": 0}
     return {
         "verdict": None if not verdict else {
             k: verdict.get(k) for k in ("label", "confidence", "evidence", "cannot_conclude",
@@ -114,7 +115,7 @@ def _head(command: str, status: str, code: int, script_failed: bool = False) -> 
             "exit_code": code, "exit_meaning": exit_meaning(code, script_failed)}
 
 
-def _files(run_dir: Path, report: dict[str, Any]) -> dict[str, str]:
+def _files(run_dir: Path, report: Report) -> dict[str, str]:
     found = {"report_json": S.REPORT_JSON, "report_md": S.REPORT_MD,
              "report_html": S.REPORT_HTML, "ops_csv": S.OPS_CSV, "manifest": S.MANIFEST_JSON}
     named = {k: v for k, v in (report.get("files") or {}).items() if isinstance(v, str)}

@@ -11,6 +11,7 @@ from .. import schema as S
 from ..confine import readable
 from ..errors import DiffInputError, DiffRefusedError
 from ..report.document.escape import terminal
+from ..contract.report import Report
 
 
 def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 10.0,
@@ -75,7 +76,7 @@ def check_allow(allow: Sequence[str]) -> None:
                                       f"be accepted are {', '.join(ALLOWABLE)}."))
 
 
-def check_gated_ops(ops: Sequence[str], reports: Sequence[dict[str, Any]]) -> None:
+def check_gated_ops(ops: Sequence[str], reports: Sequence[Report]) -> None:
     """DiffInputError for an ``--op`` no report has: the gate would check nothing."""
     known = {op["name"] for report in reports for op in report.get("ops") or []}
     unknown = [op for op in ops if op not in known]

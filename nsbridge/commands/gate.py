@@ -19,6 +19,7 @@ from ..rundir import load_record
 from ..script_check import checked_script
 from .diff import check_allow, check_gated_ops, check_thresholds, read_report
 from .measure import ProfileArg, profiled
+from ..contract.report import Report
 
 
 def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = None,
@@ -98,7 +99,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     folder = new_run_dir(Path(out) if out else None, f"gate-{checked[-1].label}")
     scripts = dict(zip(sides, checked))
 
-    def run_one(side: Any, run_dir: Path) -> dict[str, Any]:
+    def run_one(side: Any, run_dir: Path) -> Report:
         result = profiled(scripts[side.name], prof, out=run_dir, timeout=timeout,
                           threads=threads, environ={**environ, **side.env})
         if result.status == "interrupted":     # Ctrl-C: the whole gate stops, as asked
@@ -198,7 +199,7 @@ def rejudge(folder: Union[str, Path], *, fail_above: float = 10.0,
     return result
 
 
-def judge_pairs(pairs: list[tuple[dict[str, Any], dict[str, Any]]], *, fail_above: float,
+def judge_pairs(pairs: list[tuple[Report, Report]], *, fail_above: float,
                  ops: Sequence[str], min_step_share: float, allow: Sequence[str],
                  budget: Any = None) -> dict[str, Any]:
     """The gate's answer on its pairs of reports: paired from two pairs on (at ``budget``,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import typing
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import msgspec
 
@@ -47,12 +47,12 @@ def report_problem(report: Any, schema_version: int = SCHEMA_VERSION) -> Optiona
     return status_problem(report) or shape_problem(report)
 
 
-def status_problem(report: dict[str, Any]) -> Optional[str]:
+def status_problem(report: Mapping[str, Any]) -> Optional[str]:
     """The first of ``status`` and ``error`` that is wrong, or None."""
     return _problem(report, ReportStatus)
 
 
-def shape_problem(report: dict[str, Any]) -> Optional[str]:
+def shape_problem(report: Mapping[str, Any]) -> Optional[str]:
     """The first field of ``report`` not of its declared type, or a key a finished report
     lacks; None when all are right."""
     problem = _problem(report, Report)
@@ -61,7 +61,7 @@ def shape_problem(report: dict[str, Any]) -> Optional[str]:
     return next((f"{key} is missing" for key in FINISHED_KEYS if report.get(key) is None), None)
 
 
-def _problem(value: dict[str, Any], declared: Any) -> Optional[str]:
+def _problem(value: Mapping[str, Any], declared: Any) -> Optional[str]:
     try:
         msgspec.convert(value, declared)
     except msgspec.ValidationError as error:
@@ -69,7 +69,7 @@ def _problem(value: dict[str, Any], declared: Any) -> Optional[str]:
     return None
 
 
-def _in_words(message: str, report: dict[str, Any], declared: Any) -> str:
+def _in_words(message: str, report: Mapping[str, Any], declared: Any) -> str:
     """msgspec's 'Expected `float`, got `str` - at `$.ops[3].calls`' as 'ops[3].calls is
     "x", not a number'."""
     at = _AT.search(message)
@@ -96,7 +96,7 @@ def _follow(value: Any, kind: Any, path: str) -> tuple[Any, Any]:
     return value, kind
 
 
-def undeclared_problem(report: dict[str, Any]) -> Optional[str]:
+def undeclared_problem(report: Mapping[str, Any]) -> Optional[str]:
     """Why ``report``, about to be written, does not match contract.report: a field of the
     wrong type or a key they do not declare; None when it matches."""
     extra = undeclared_keys(report)
@@ -104,7 +104,7 @@ def undeclared_problem(report: dict[str, Any]) -> Optional[str]:
         f"{', '.join(extra[:5])} not declared in nsbridge/contract/report.py" if extra else None)
 
 
-def undeclared_keys(report: dict[str, Any]) -> list[str]:
+def undeclared_keys(report: Mapping[str, Any]) -> list[str]:
     """The paths of keys in ``report`` that contract.report does not declare
     ('timeline.ranks[0].nvtx'), first seen first."""
     found: list[str] = []

@@ -22,10 +22,11 @@ types with its undeclared keys refused (``NSBRIDGE_STRICT_REPORTS``, set by test
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any, Literal, Optional, TypedDict
+from typing import Annotated, Any, Literal, Mapping, Optional, TypedDict, cast
 
 import msgspec
 
+from ..schema.report import RUNNING, SCHEMA_VERSION
 from ..schema.shape import HUGE
 
 if sys.version_info >= (3, 11):
@@ -743,3 +744,48 @@ class ReportStatus(TypedDict, total=False):
 
     status: Required[str]
     error: Optional[Error]
+
+
+def empty_report(*, command: str, target: str, version: str, status: str = RUNNING,
+                 error: Optional[Error] = None) -> Report:
+    """The skeleton every report starts as (the run before any pass, Run.create, and the
+    torch.profiler pass's report, build_report): every top-level key present, nothing
+    measured, device fields null (never 0), lists empty, ``verdict`` null."""
+    return {"schema_version": SCHEMA_VERSION, "nsbridge_version": version, "command": command,
+            "target": target, "status": status, "error": error,
+            "verdict": None, "ranked_by": None, "window": None, "ops": [], "steps": None,
+            "device": None, "sync_points": [], "recommendations": [], "collectives": [],
+            "overhead": None, "machine": None, "environment": None,
+            "files": {}, "notes": [], "sources": {}}
+
+
+def as_report(document: Mapping[str, Any]) -> Report:
+    """A report assembled or read as a plain JSON object, as the type checker reads it.
+    Nothing is checked here: every report is checked against these types where it is
+    written and where it is read back (contract.check.report_problem)."""
+    return cast(Report, document)
+
+
+def as_document(report: Report) -> dict[str, Any]:
+    """The report as a plain JSON object, for the code that merges sections by name
+    (run.Run.add: each pass's section under its own key)."""
+    return cast(dict[str, Any], report)
+
+
+def verdict_label(report: Report) -> Optional[str]:
+    """The verdict's label ('cpu-bound', ...), None for a report without a verdict."""
+    verdict = report.get("verdict")
+    return verdict["label"] if verdict else None
+
+
+def per_step_of(report: Report) -> list[StepsPerStep]:
+    """A report's measured steps ([] without a steps section)."""
+    steps = report.get("steps")
+    return (steps.get("per_step") if steps else None) or []
+
+
+def pass_numbers(op: Op, key: str) -> dict[str, Any]:
+    """An op's numbers from the pass ``key`` names (``nsys``, ``ncu``, a view's own key),
+    {} where that pass did not see the op: passes add their keys by name."""
+    value = cast(Mapping[str, Any], op).get(key)
+    return value if isinstance(value, dict) else {}

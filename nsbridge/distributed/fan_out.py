@@ -202,7 +202,8 @@ def _drive(share: RankShare, run: Run, spec: dict[str, Any], planned: RankPlan,
             outputs = wait_outputs(kind, run.dir, spec["ranks"], limit, spec["pass_id"])
         missing = f"none within {limit:.0f} s (the rank died or still runs)"
         retire_word(run.dir, kind, nonce, range(1, rank.world_size), 0.0)
-    hosts = {r["rank"]: r.get("host") for r in run.report[S.DISTRIBUTED_SECTION]["ranks"]}
+    ranks = (run.report.get(S.DISTRIBUTED_SECTION) or {}).get("ranks") or []
+    hosts = {number: r.get("host") for r in ranks if (number := r.get("rank")) is not None}
     shown = planned.shown if planned.shown is not None else spec["ranks"][0]
     return reduce_outputs(share, outputs, shown, planned.reasons, hosts, missing)
 

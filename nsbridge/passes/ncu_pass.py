@@ -29,6 +29,7 @@ from ..report.document.build import clean
 from ..rundir import free_stem
 from ..run import PassOutput, Run, output_op_columns
 from ..script_check import Script
+from ..contract.report import Report, verdict_label
 
 KERNEL_COLUMNS = ["launch", "kernel", "op", "nvtx_range", "module", "step", "attribution", "duration_ns",
                   "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct", "l2_hit_pct",
@@ -103,7 +104,7 @@ class DeepPass:
         report = run.report
         return capture_deep(run.dir, plan=the_plan, target=s.target, args=s.args,
                             module=s.module, deep=self.deep, cwd=s.cwd, timeout=self.timeout,
-                            verdict=(report.get("verdict") or {}).get("label"),
+                            verdict=verdict_label(report),
                             op_shapes=op_shapes(report), environ=self.environ)
 
 
@@ -121,7 +122,7 @@ class NcuFilesPass:
 
     def run(self, run: Run, plan: None) -> PassOutput:
         return ncu_from_files(self.files, self.deep,
-                              (run.report.get("verdict") or {}).get("label"),
+                              verdict_label(run.report),
                               op_shapes(run.report), run_dir=run.dir, environ=self.environ)
 
 
@@ -150,7 +151,7 @@ class DeepOnRanks:
             DeepError: nothing to profile, a rank the job lacks.
         """
         report = run.report
-        dist = report[S.DISTRIBUTED_SECTION]
+        dist = report.get(S.DISTRIBUTED_SECTION) or {}
         compute_ops = [op for op in report.get("ops", [])
                        if not COMMUNICATION_OP.search(op["name"])]
         plan = plan_for_run(report, run.manifest, self.deep, kernels=self.kernels,
@@ -170,7 +171,7 @@ class DeepOnRanks:
         return RankPlan(ranks=chosen, reasons={p["rank"]: p["reason"] for p in picks},
                         shown=shown, timeout=self.timeout or self.deep.timeout_s,
                         extra={"plan": plan, "op_shapes": op_shapes(report),
-                               "verdict": (report.get("verdict") or {}).get("label")})
+                               "verdict": verdict_label(report)})
 
     def check(self, run: Optional[Run], environ: Mapping[str, str]) -> None:
         """On rank 0 before anything runs: no communication op and, given the run, only
@@ -219,7 +220,7 @@ class DeepOnRanks:
                 "group's timeout), or profile fewer launches (deep.max_launches).")
 
 
-def op_shapes(report: dict[str, Any]) -> dict[str, list[str]]:
+def op_shapes(report: Report) -> dict[str, list[str]]:
     """Each op's recorded input shapes (for the Tensor Core findings)."""
     return {op["name"]: op.get("shapes") or [] for op in report.get("ops", [])}
 

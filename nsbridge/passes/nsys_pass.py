@@ -90,7 +90,7 @@ class TimelineOnRanks:
         Raises:
             LaunchError: no rank was profiled, so there is no window to join to.
         """
-        dist = run.report[S.DISTRIBUTED_SECTION]
+        dist = run.report.get(S.DISTRIBUTED_SECTION) or {}
         ranks = list(dist.get("profiled") or [])
         if not ranks:
             raise LaunchError("No rank to run Nsight Systems on: the torch.profiler pass "

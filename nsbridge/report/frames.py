@@ -326,7 +326,7 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -336,6 +336,7 @@ from .document.escape import terminal
 from .views.timeline_view import NSYS_OP_DTYPES
 from .views import catalog
 from .document.head import shown_verdict, trouble_lines, verdict_title
+from ..contract.report import DeviceWork, Op, Report, per_step_of
 
 # each frame's columns and dtypes, as the module docstring's tables give them
 # (tests/test_load.py checks the two against the frames of real runs)
@@ -387,7 +388,7 @@ NCU_RANK_OP = {"duration_ns": "float64", "sm_pct": "float64", "memory_pct": "flo
                "achieved_occupancy_pct": "float64", "tensor_pct": "float64", "bound": "str"}
 
 
-def ops(report: dict[str, Any]) -> pd.DataFrame:
+def ops(report: Report) -> pd.DataFrame:
     """The ``r.ops`` frame (module docstring): torch.profiler's columns with shapes parsed
     from torch's text, then each other pass's scalars as ``KEY_name`` columns (``nsys_*``
     after the nsys pass, ``ncu_*`` after the ncu pass; lists such as ncu findings stay in
@@ -407,14 +408,15 @@ def ops(report: dict[str, Any]) -> pd.DataFrame:
     return _frame(rows, columns)
 
 
-def _op_row(op: dict[str, Any]) -> dict[str, Any]:
+def _op_row(op: Op) -> dict[str, Any]:
     row = {c: op.get(c) for c in S.OP_COLUMNS}
     row[S.SPREAD_PCT] = op.get(S.SPREAD_PCT)
     row[S.SHAPES] = [_shape(s) for s in op.get(S.SHAPES) or []]
     row[S.SHAPE_WORK] = [{**w, "shape": _shape(w.get("shape"))}
                          for w in op.get(S.SHAPE_WORK) or []]
-    for col in (S.KERNELS, S.COPIES, S.PER_STEP_US):
-        row[col] = list(op.get(col) or [])
+    row[S.KERNELS] = list(op.get(S.KERNELS) or [])
+    row[S.COPIES] = list(op.get(S.COPIES) or [])
+    row[S.PER_STEP_US] = list(op.get(S.PER_STEP_US) or [])
     for key, values in op.items():    # each other pass's numbers: nsys, ncu, tensor_cores
         if key in S.OP_COLUMNS or not isinstance(values, dict):
             continue
@@ -435,7 +437,7 @@ def _shape(text: Any) -> Any:
         return text
 
 
-def kernels(report: dict[str, Any]) -> pd.DataFrame:
+def kernels(report: Report) -> pd.DataFrame:
     """The ``r.kernels`` frame (module docstring): every kernel, copy and memset of the
     window, attributed or not. A report from before ``device.work`` gives the kernels and
     copies of ``ops[]`` (attribution unknown there)."""
@@ -451,18 +453,18 @@ def kernels(report: dict[str, Any]) -> pd.DataFrame:
     return _frame(rows, KERNELS)
 
 
-def op_shapes(report: dict[str, Any]) -> pd.DataFrame:
+def op_shapes(report: Report) -> pd.DataFrame:
     """The ``r.op_shapes`` frame (module docstring): shapes parsed from torch's text."""
     rows = (report.get(S.OP_GROUPS_SECTION) or {}).get("by_shape") or []
     return _frame([{**r, "shape": _shape(r.get("shape"))} for r in rows], OP_SHAPES)
 
 
-def op_sources(report: dict[str, Any]) -> pd.DataFrame:
+def op_sources(report: Report) -> pd.DataFrame:
     """The ``r.op_sources`` frame (module docstring)."""
     return _frame((report.get(S.OP_GROUPS_SECTION) or {}).get("by_source") or [], OP_SOURCES)
 
 
-def memory(report: dict[str, Any]) -> pd.DataFrame:
+def memory(report: Report) -> pd.DataFrame:
     """The ``r.memory`` frame (module docstring): no rows without memory events."""
     points = (report.get(S.MEMORY_SECTION) or {}).get("points") or {}
     times = points.get("t_ms") or []
@@ -471,43 +473,44 @@ def memory(report: dict[str, Any]) -> pd.DataFrame:
                    zip(times, points.get("allocated_mib") or [], reserved)], MEMORY)
 
 
-def steps(report: dict[str, Any]) -> pd.DataFrame:
+def steps(report: Report) -> pd.DataFrame:
     """The ``r.steps`` frame (module docstring); ``run`` only after ``--runs``."""
-    rows = (report.get("steps") or {}).get("per_step") or []
+    rows = per_step_of(report)
     pooled = any("run" in row for row in rows)
     return _frame(rows, {**STEPS, **(STEPS_RUNS if pooled else {})})
 
 
-def sync_points(report: dict[str, Any]) -> pd.DataFrame:
+def sync_points(report: Report) -> pd.DataFrame:
     """The ``r.sync_points`` frame (module docstring)."""
     return _frame(report.get("sync_points") or [], SYNC_POINTS)
 
 
-def gaps(report: dict[str, Any]) -> pd.DataFrame:
+def gaps(report: Report) -> pd.DataFrame:
     """The ``r.gaps`` frame (module docstring): GPU idle gaps from the torch trace, no rows
     without a device."""
     return _frame((report.get("device") or {}).get("idle_gaps") or [], GAPS)
 
 
-def timeline_ops(report: dict[str, Any]) -> Optional[pd.DataFrame]:
+def timeline_ops(report: Report) -> Optional[pd.DataFrame]:
     """The ``r.timeline_ops`` frame (module docstring); None without the nsys pass."""
     timeline = report.get(S.TIMELINE_SECTION)
     return _frame(timeline.get("ops") or [], TIMELINE_OPS) if timeline else None
 
 
-def timeline_gaps(report: dict[str, Any]) -> Optional[pd.DataFrame]:
+def timeline_gaps(report: Report) -> Optional[pd.DataFrame]:
     """The ``r.timeline_gaps`` frame (module docstring); None without the nsys pass."""
     timeline = report.get(S.TIMELINE_SECTION)
     return _frame(timeline.get("idle_gaps") or [], TIMELINE_GAPS) if timeline else None
 
 
-def ncu_kernels(report: dict[str, Any]) -> Optional[pd.DataFrame]:
+def ncu_kernels(report: Report) -> Optional[pd.DataFrame]:
     """The ``r.ncu`` frame (module docstring); None without the ncu pass."""
     ncu = report.get(S.NCU_SECTION)
     return _frame(ncu.get("kernels") or [], NCU_KERNELS) if ncu else None
 
 
-def pass_ranks(report: dict[str, Any], section: str) -> Optional[pd.DataFrame]:
+def pass_ranks(report: Report, section: Literal["timeline", "ncu"]
+               ) -> Optional[pd.DataFrame]:
     """One row per rank of a pass run on several ranks (``section``: "timeline" gives
     ``r.timeline_ranks``, "ncu" ``r.ncu_ranks``, module docstring; ncu's per-op numbers
     flattened to ``OP.metric`` columns); None without one."""
@@ -527,7 +530,7 @@ def pass_ranks(report: dict[str, Any], section: str) -> Optional[pd.DataFrame]:
     return _frame(flat, columns)
 
 
-def _frame(rows: list[dict[str, Any]], columns: Mapping[str, str]) -> pd.DataFrame:
+def _frame(rows: Sequence[Mapping[str, Any]], columns: Mapping[str, str]) -> pd.DataFrame:
     """A frame with exactly ``columns`` (name -> dtype as the docstring's tables spell it;
     "" lets pandas infer), in that order, from report rows; a key a row lacks is missing."""
     return pd.DataFrame({col: _column([row.get(col) for row in rows], dtype)
@@ -558,7 +561,7 @@ def _column(values: list[Any], dtype: str) -> pd.Series:
         return raw
 
 
-def summary_html(report: dict[str, Any], run_dir: str, top: int = 10) -> str:
+def summary_html(report: Report, run_dir: str, top: int = 10) -> str:
     """A notebook cell's view: status, error, verdict, evidence and the top ops (every
     string escaped, control characters shown as escapes)."""
     e = lambda s: html.escape(terminal(s))  # noqa: E731

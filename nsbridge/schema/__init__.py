@@ -2,7 +2,7 @@
 (_bootstrap) may import it too. ``from nsbridge import schema as S`` gives all of them:
 
 - schema.columns  column names of the frames (EVENTS, OPS) and of ops[] per pass
-- schema.report   report.json's top-level keys and its skeleton (``empty_report``); its
+- schema.report   report.json's top-level keys and section names; its skeleton,
                   typed shape and check are nsbridge.contract's (msgspec)
 - schema.files    the file names of a run directory
 - schema.exit_codes  every exit code and its meaning (RECORD_NOT_WRITTEN, TIMEOUT,

@@ -1,13 +1,11 @@
-"""report.json's top-level keys and its one skeleton (documented in docs/reference/report-json.md).
-
-Every report nsbridge writes starts as ``empty_report``: the run before any pass
-(nsbridge.run.Run.create) and the torch.profiler pass's report (report.document.build.build_report)
-alike, so both have every key, device fields null.
+"""report.json's top-level keys and section names (documented in docs/reference/report-json.md;
+its typed shape and skeleton are nsbridge.contract.report's). The section names are
+``Final`` so that the type checker takes ``report[S.TIMELINE_SECTION]`` as the literal key.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Final
 
 SCHEMA_VERSION = 1
 
@@ -19,26 +17,15 @@ REPORT_KEYS = ("schema_version", "nsbridge_version", "command", "target", "statu
 # the keys other passes add as their own sections (any key not in REPORT_KEYS is one):
 # nsys "timeline", ncu "ncu", the ranks of a job "distributed"; "tensor_cores" (the count
 # of each Tensor Core mark; each matmul/conv/attention op's own is its ops[].tensor_cores)
-TIMELINE_SECTION, NCU_SECTION, DISTRIBUTED_SECTION = "timeline", "ncu", "distributed"
-TENSOR_CORES_SECTION = "tensor_cores"
-MEMORY_SECTION = "memory"   # model.device.memory.memory_over_window: the curve and its peak
-OP_GROUPS_SECTION = "op_groups"   # model.host.op_groups: ops by input shape and by source line
+TIMELINE_SECTION: Final = "timeline"
+NCU_SECTION: Final = "ncu"
+DISTRIBUTED_SECTION: Final = "distributed"
+TENSOR_CORES_SECTION: Final = "tensor_cores"
+MEMORY_SECTION: Final = "memory"   # model.device.memory.memory_over_window: the curve and its peak
+OP_GROUPS_SECTION: Final = "op_groups"   # model.host.op_groups: ops by input shape and source line
 # the keys whose values every pass adds to rather than replaces
 ACCUMULATED_KEYS = ("notes", "files", "sources")
 
 # report["status"] (and the manifest's): "running" until a pass says how it went
 RUNNING, OK, FAILED = "running", "ok", "failed"
 
-
-def empty_report(*, command: str, target: str, version: str, status: str = RUNNING,
-                 error: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """A report with every key present and nothing measured: device fields null (never 0),
-    lists empty, ``verdict`` null."""
-    report: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION, "nsbridge_version": version, "command": command,
-        "target": target, "status": status, "error": error,
-        "verdict": None, "ranked_by": None, "window": None, "ops": [], "steps": None,
-        "device": None, "sync_points": [], "recommendations": [], "collectives": [],
-        "overhead": None, "machine": None, "environment": None,
-        "files": {}, "notes": [], "sources": {}}
-    return report

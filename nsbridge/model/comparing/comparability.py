@@ -26,6 +26,7 @@ from typing import Any, Iterable, NamedTuple, Optional
 from ... import schema as S
 from ...contract.check import shape_problem, status_problem
 from ...schema.shape import describe
+from ...contract.report import Report, as_report
 
 ALLOWABLE = ("target", "args", "torch", "gpu", "threads", "cores")
 SIDES = ("base", "new")
@@ -70,7 +71,7 @@ def no_report(side: str, label: str) -> str:
                    [f"Wait for it to finish, or rerun the {side} side."])
 
 
-def problems(a: dict[str, Any], b: dict[str, Any],
+def problems(a: Report, b: Report,
              allow: Iterable[str] = ()) -> list[dict[str, str]]:
     """[{kind, text}] of what makes A and B not comparable (``allow``ed kinds left out)."""
     found = [{"kind": "status", "text": f"{which} {p.text}"}
@@ -110,21 +111,21 @@ def _unusable(report: Any, schema_version: int) -> Optional[_Problem]:
                         f"{schema_version}", "Make both runs with the same nsbridge version.")
     bad = status_problem(report)
     if not bad:
-        stopped = _stopped(report)
+        stopped = _stopped(as_report(report))
         if stopped:
             return stopped             # a run that stopped early need not have the rest
-        bad = shape_problem(report) or _mismatched(report)
+        bad = shape_problem(report) or _mismatched(as_report(report))
     if bad:
         return _Problem(f"has a report.json of another shape: {bad}", again)
-    return _empty(report)
+    return _empty(as_report(report))
 
 
-def _unfinished(report: dict[str, Any]) -> Optional[_Problem]:
+def _unfinished(report: Report) -> Optional[_Problem]:
     """Why a run's numbers are not a measurement of its script, or None."""
     return _stopped(report) or _empty(report)
 
 
-def _stopped(report: dict[str, Any]) -> Optional[_Problem]:
+def _stopped(report: Report) -> Optional[_Problem]:
     """Why a run did not finish cleanly (any status but ok), or None."""
     status = report.get("status")
     if status == "running":
@@ -138,7 +139,7 @@ def _stopped(report: dict[str, Any]) -> Optional[_Problem]:
     return None
 
 
-def _empty(report: dict[str, Any]) -> Optional[_Problem]:
+def _empty(report: Report) -> Optional[_Problem]:
     """Why a finished run has nothing to compare, or None."""
     key = report.get("ranked_by")
     if not report.get("ops"):
@@ -151,7 +152,8 @@ def _empty(report: dict[str, Any]) -> Optional[_Problem]:
     if not any(op.get(key) for op in report["ops"]):
         return _Problem(f"measured no time in any op (every {key} is 0 or null)",
                         "Rerun the {side} side; {account} says what it recorded.")
-    if not (report.get("steps") or {}).get("count"):
+    steps = report.get("steps")
+    if not (steps and steps.get("count")):
         return _Problem("has no measured steps", "Rerun the {side} side with steps to "
                         "measure (a profile with schedule.active: 10).")
     window = report.get("window") or {}
@@ -163,7 +165,7 @@ def _empty(report: dict[str, Any]) -> Optional[_Problem]:
     return None
 
 
-def _timed_apart(a: dict[str, Any], b: dict[str, Any]) -> Optional[_Problem]:
+def _timed_apart(a: Report, b: Report) -> Optional[_Problem]:
     """Why two runs' op times are different quantities, or None."""
     if (a.get("ranked_by") == S.DEVICE_SELF_US) == (b.get("ranked_by") == S.DEVICE_SELF_US):
         return None
@@ -172,7 +174,7 @@ def _timed_apart(a: dict[str, Any], b: dict[str, Any]) -> Optional[_Problem]:
                     "same kind of machine (both with a GPU, or both without).")
 
 
-def _other_target(a: dict[str, Any], b: dict[str, Any]) -> Optional[_Problem]:
+def _other_target(a: Report, b: Report) -> Optional[_Problem]:
     """Why two runs profiled different scripts, or None."""
     script_a, script_b = (_split(r.get("target"))[0] for r in (a, b))
     if script_a is None or script_b is None or PurePath(script_a) == PurePath(script_b):
@@ -187,10 +189,12 @@ def _fix(text: str, side: str, label: str) -> str:
     return text.format(side=side, account=account)
 
 
-def _mismatched(report: dict[str, Any]) -> Optional[str]:
+def _mismatched(report: Report) -> Optional[str]:
     """Lists diff pairs up whose lengths differ, as 'FIELD has N entries for M ...'; None
     when they match."""
-    steps = report.get("steps") or {}
+    steps = report.get("steps")
+    if not steps:
+        return None
     runs, walls = steps.get("unprofiled_runs"), steps.get("unprofiled_ms") or []
     if runs and len(runs) != len(walls):
         return (f"steps.unprofiled_runs has {len(runs)} entries for {len(walls)} "
@@ -211,16 +215,16 @@ def _split(target: Optional[str]) -> tuple[Optional[str], Optional[tuple[str, ..
     return (parts[0], tuple(parts[1:])) if parts else (None, None)
 
 
-def _env(report: dict[str, Any], key: str) -> Any:
+def _env(report: Report, key: str) -> Any:
     value = (report.get("environment") or {}).get(key)
     return tuple(value) if isinstance(value, list) else value
 
 
-def _threads(report: dict[str, Any]) -> Optional[int]:
+def _threads(report: Report) -> Optional[float]:
     return ((report.get("machine") or {}).get("threads") or {}).get("intra_op")
 
 
-def _cores(report: dict[str, Any]) -> Optional[int]:
+def _cores(report: Report) -> Optional[float]:
     return ((report.get("machine") or {}).get("cores") or {}).get("usable")
 
 

@@ -59,22 +59,24 @@ from .comparability import problems
 from .gate_answer import answer, judge_work, same_work_reason, show_ci
 from .paired import processes_needed
 from ..stats import LEVEL, resample_indices
-from .steady import intra_op_threads, step_length_ms, step_weights, unprofiled_samples
+from .steady import (intra_op_threads, step_length_ms, step_weights,
+                     unprofiled_samples)
 from .work import OpWork, calls_changed, signature_changes
+from ...contract.report import RankedBy, Report, Steps, per_step_of
 
 WITNESS_CAP = 0.25
 MIN_STEP_SAMPLES = 3
 ENOUGH_MEASURED_STEPS = 10   # then the step time is judged on them (model.comparing.steady says why)
 
 
-def compare(a: dict[str, Any], b: dict[str, Any], *, fail_above: float = 10.0,
+def compare(a: Report, b: Report, *, fail_above: float = 10.0,
             ops: Sequence[str] = (), min_share: float = 0.01, min_step_share: float = 0.02,
             allow: Iterable[str] = ()) -> dict[str, Any]:
     """B against A (A is the base): outcome, exit_code, reasons, advice, comparability,
     step, ops[], regressions[], inconclusive[] and the noise figures (module docstring;
     docs/how-to/ci-perf-gate.md)."""
     device = _has_device(a) and _has_device(b)
-    key = S.DEVICE_SELF_US if device else S.CPU_SELF_US
+    key: RankedBy = S.DEVICE_SELF_US if device else S.CPU_SELF_US
     blockers = problems(a, b, allow)
     side_a, side_b = _Side(a, key, device), _Side(b, key, device)
     single = min(side_a.runs, side_b.runs) < 2
@@ -98,8 +100,8 @@ class _Side:
     """One run's per-step samples of the gate's time, op by op (model.comparing.steady.step_weights:
     waited steps left out, or all scaled by their running share)."""
 
-    def __init__(self, report: dict[str, Any], key: str, device: bool) -> None:
-        steps = report.get("steps") or {}
+    def __init__(self, report: Report, key: RankedBy, device: bool) -> None:
+        steps: Steps = report.get("steps") or {"count": 0}
         per_step = steps.get("per_step") or []
         n = len(per_step) or int(steps.get("count") or 1)
         threads = intra_op_threads(report)
@@ -109,7 +111,7 @@ class _Side:
         scale = self.weights.scale if per_step else np.ones(n)
         self.n = len(index)
         self.steps_count = n
-        groups = [int(s.get("run", 1)) for s in per_step] or [1] * n
+        groups = [int(s.get("run") or 1) for s in per_step] or [1] * n
         self.groups = [groups[i] for i in index]
         self.runs = len(set(self.groups))
         spread_ok = report.get("ranked_by") == key
@@ -121,13 +123,15 @@ class _Side:
             value = op.get(key)
             if value is None or not op.get("name"):
                 continue
-            self.work[op["name"]] = OpWork(op, n)
+            total = float(value)
+            self.work[op["name"]] = OpWork(op.get("calls") or 0, total,
+                                           op.get("shape_work") or [], n)
             samples = op.get(S.PER_STEP_US) or []
             known = spread_ok and len(samples) == n and n > 0
             self.ops[op["name"]] = (np.asarray(samples, dtype=np.float64)[index] * scale
-                                    if known else np.full(self.n, float(value) / n))
+                                    if known else np.full(self.n, total / n))
             self.spread[op["name"]] = known
-            self.total[op["name"]] = float(value)
+            self.total[op["name"]] = total
         self.grand_total = sum(self.total.values()) or 1.0
         walls = (np.asarray([step_length_ms(s) for s in per_step], dtype=np.float64)[index]
                  * scale
@@ -327,13 +331,12 @@ def _weighted_median(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.where(exact, (v[idx, cols] + v[upper, cols]) / 2.0, v[idx, cols])
 
 
-def _step_change(a: dict[str, Any], b: dict[str, Any], side_a: _Side, side_b: _Side,
+def _step_change(a: Report, b: Report, side_a: _Side, side_b: _Side,
                  fail_above: float, single_process: bool, contended: bool,
                  drift: float = 0.0) -> Optional[dict[str, Any]]:
     """Median step time of each side (measured or unprofiled steps: module docstring), its
     change and 95% interval, and the status."""
-    sa, sb = a.get("steps") or {}, b.get("steps") or {}
-    measured = min(len(sa.get("per_step") or []), len(sb.get("per_step") or []))
+    measured = min(len(per_step_of(a)), len(per_step_of(b)))
     if (min(len(side_a.bare_ms), len(side_b.bare_ms)) >= MIN_STEP_SAMPLES
             and measured < ENOUGH_MEASURED_STEPS):
         what = "unprofiled steps (nsbridge's step timer)"
@@ -396,7 +399,7 @@ def _run_medians(values: np.ndarray, groups: list[int]) -> np.ndarray:
 
 
 def _advice(blockers: list[dict[str, str]], single: bool, contended: list[str],
-            a: dict[str, Any], noise: dict[str, Any], fail_above: float) -> list[str]:
+            a: Report, noise: dict[str, Any], fail_above: float) -> list[str]:
     """What would settle an inconclusive answer (the gate keeps it only then)."""
     advice = []
     kinds = {p["kind"] for p in blockers}
@@ -412,7 +415,7 @@ def _advice(blockers: list[dict[str, str]], single: bool, contended: list[str],
                   "... in one session, so machine drift hits both alike)"
                   + (f"; at the {spread:.0f}% between-process op noise seen here, about "
                      f"{pairs} processes per side" if pairs and single else ""))
-    steps = int((a.get("steps") or {}).get("count") or 0)
+    steps = int(steps_of.get("count") or 0) if (steps_of := a.get("steps")) else 0
     if steps < 10:
         advice.append(f"measure more steps: {steps} measured step(s) here (nsbridge triage "
                       "--steps 25 on both sides; the gate's runs measure 25)")
@@ -424,9 +427,9 @@ def _advice(blockers: list[dict[str, str]], single: bool, contended: list[str],
     return advice
 
 
-def _contended(report: dict[str, Any]) -> bool:
+def _contended(report: Report) -> bool:
     return bool(((report.get("machine") or {}).get("contention") or {}).get("contended"))
 
 
-def _has_device(report: dict[str, Any]) -> bool:
+def _has_device(report: Report) -> bool:
     return report.get("ranked_by") == S.DEVICE_SELF_US

@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence
 
 from . import change as C
 from .work import OpWork, describe_change, more_work, signature_changes
+from ...contract.report import Report, SyncPoint, verdict_label
 
 NAMED_OPS = 3   # ops one reason names; the table marks the rest (row["decides"])
 SOURCES = {True: "torch.profiler self device time", False: "torch.profiler self CPU time"}
@@ -42,7 +43,7 @@ def judge_work(row: dict[str, Any], a: Optional[OpWork], b: Optional[OpWork], po
                         f"{more['added_us'] / 1e3:+.3f} ms per step")
 
 
-def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
+def answer(a: Report, b: Report, *, rows: list[dict[str, Any]],
            step: Optional[dict[str, Any]], blockers: list[dict[str, str]], fail_above: float,
            min_step_share: float, ops: Sequence[str], device: bool, mode: str,
            samples: dict[str, Any], advice: list[str], reasons: list[str],
@@ -103,8 +104,8 @@ def answer(a: dict[str, Any], b: dict[str, Any], *, rows: list[dict[str, Any]],
             "comparability": blockers, "source": source, "fail_above_pct": fail_above,
             "min_step_share_pct": round(100.0 * min_step_share, 3), "samples": samples,
             **noise, "detectable_pct": detectable, "step": step,
-            "verdict": {"a": (a.get("verdict") or {}).get("label"),
-                        "b": (b.get("verdict") or {}).get("label")},
+            "verdict": {"a": verdict_label(a),
+                        "b": verdict_label(b)},
             "machine": {"a": a.get("machine"), "b": b.get("machine")},
             "syncs": syncs(a, b), "ops": rows, "regressions": regressions,
             "inconclusive": [r["op"] for r in unsure],
@@ -167,7 +168,7 @@ def unsure_reason(row: dict[str, Any], fail_above: float) -> str:
             f"could be no change or a +{fail_above:g}% slowdown: its interval holds both")
 
 
-def syncs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[str]]:
+def syncs(a: Report, b: Report) -> dict[str, list[str]]:
     """Sync points only the new run has, those it no longer has, and those whose line moved.
 
     A site is its code where the profiled process recorded it (kind, file, function and
@@ -182,9 +183,9 @@ def syncs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[str]]:
                             if sa[k].get("line") != sb[k].get("line"))}
 
 
-def _sites(report: dict[str, Any]) -> dict[tuple[Any, ...], dict[str, Any]]:
+def _sites(report: Report) -> dict[tuple[Any, ...], SyncPoint]:
     """Each sync point of a report by its identity (syncs), the first of each."""
-    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    out: dict[tuple[Any, ...], SyncPoint] = {}
     for p in report.get("sync_points", []):
         if not p.get("file"):
             key: tuple[Any, ...] = (p["kind"], p.get("op"))
@@ -196,7 +197,7 @@ def _sites(report: dict[str, Any]) -> dict[tuple[Any, ...], dict[str, Any]]:
     return out
 
 
-def _shown(point: dict[str, Any]) -> str:
+def _shown(point: SyncPoint) -> str:
     return (f"{point['kind']} at {point['file']}:{point['line']}" if point.get("file")
             else f"{point['kind']} in {point.get('op') or 'no op'}")
 

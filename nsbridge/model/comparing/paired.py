@@ -35,6 +35,7 @@ from .gate_answer import answer, judge_work
 from .steady import (AT_SPEED, STATISTICS, STATISTICS_AT_SPEED, Steady, process_steady,
                      with_speed)
 from .work import pooled_work
+from ...contract.report import Report
 
 _MEDIAN = "median"
 # a speed probe this much slower or faster on one side, this surely, is the code's doing
@@ -45,7 +46,7 @@ PROBE_SHIFT, PROBE_P = 0.05, 0.001
 MIN_TIME_PAIRS = 3
 
 
-def compare_pairs(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]], *,
+def compare_pairs(pairs: Sequence[tuple[Report, Report]], *,
                   fail_above: float = 10.0, ops: Sequence[str] = (), min_share: float = 0.01,
                   min_step_share: float = 0.02, allow: Iterable[str] = (),
                   budget: E.Budget = E.Budget()) -> dict[str, Any]:
@@ -273,7 +274,7 @@ def _step_source(statistic: str) -> str:
         else "")
 
 
-def _blockers(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+def _blockers(pairs: Sequence[tuple[Report, Report]],
               allow: list[str]) -> list[dict[str, str]]:
     """What makes any pair not comparable, each text once."""
     found: dict[str, dict[str, str]] = {}
@@ -283,15 +284,16 @@ def _blockers(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
     return list(found.values())
 
 
-def _shares(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, float]:
+def _shares(base: list[Report], new: list[Report]) -> dict[str, float]:
     """Each op's largest share of a side's op time (either side), over its processes."""
-    def side(reports: list[dict[str, Any]]) -> dict[str, float]:
+    def side(reports: list[Report]) -> dict[str, float]:
         totals: dict[str, float] = {}
         for report in reports:
             key = report.get("ranked_by") or S.CPU_SELF_US
             for op in report.get("ops") or []:
-                if op.get(key) is not None and op.get("name"):
-                    totals[op["name"]] = totals.get(op["name"], 0.0) + float(op[key])
+                time = op.get(key)
+                if time is not None and op.get("name"):
+                    totals[op["name"]] = totals.get(op["name"], 0.0) + float(time)
         grand = sum(totals.values()) or 1.0
         return {n: t / grand for n, t in totals.items()}
     sa, sb = side(base), side(new)
@@ -305,8 +307,8 @@ def _samples(side: list[Steady]) -> dict[str, Any]:
             "scaled_processes": sum(s.scaled for s in side)}
 
 
-def _contended(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
-    def any_contended(side: list[dict[str, Any]]) -> bool:
+def _contended(base: list[Report], new: list[Report]) -> list[str]:
+    def any_contended(side: list[Report]) -> bool:
         return any(((r.get("machine") or {}).get("contention") or {}).get("contended")
                    for r in side)
     return [w for w, side in (("A", base), ("B", new)) if any_contended(side)]

@@ -49,6 +49,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ... import schema as S
+from ...contract.report import Report, Steps, StepsPerStep, per_step_of
 
 WAIT_LIMIT = 0.01      # a step waited for a CPU longer than this share of its CPU time
 LOW_QUANTILE = 10      # percent: the "nothing slowed it" statistic
@@ -95,7 +96,7 @@ def statistics(values: np.ndarray) -> dict[str, float]:
             "p10": float(np.percentile(values, LOW_QUANTILE))}
 
 
-def step_weights(per_step: list[dict[str, Any]], threads: int, device: bool) -> StepWeights:
+def step_weights(per_step: list[StepsPerStep], threads: int, device: bool) -> StepWeights:
     """The steps a process's times come from (module docstring, 1); a step without a
     known wait counts as one that did not wait."""
     n = len(per_step)
@@ -112,7 +113,7 @@ def step_weights(per_step: list[dict[str, Any]], threads: int, device: bool) -> 
     return StepWeights(np.arange(n), np.clip(running, MIN_RUNNING_SHARE, 1.0), int(waited.sum()))
 
 
-def unprofiled_samples(steps: dict[str, Any], threads: int,
+def unprofiled_samples(steps: Steps, threads: int,
                        device: bool) -> tuple[np.ndarray, list[int]]:
     """A report's unprofiled step times (ms) by the same rule as the measured ones
     (step_weights), with the process (run) of each; a step's CPU time is not recorded
@@ -120,7 +121,7 @@ def unprofiled_samples(steps: dict[str, Any], threads: int,
     walls = [float(v) for v in steps.get("unprofiled_ms") or []]
     waits = steps.get("unprofiled_wait_ms") or []
     runs = steps.get("unprofiled_runs") or [1] * len(walls)
-    records = [{"wall_ms": w, "cpu_ms": w,
+    records: list[StepsPerStep] = [{"wall_ms": w, "cpu_ms": w,
                 "wait_ms": float(waits[i] or 0.0) if i < len(waits) else 0.0}
                for i, w in enumerate(walls)]
     weights = step_weights(records, threads, device)
@@ -128,9 +129,9 @@ def unprofiled_samples(steps: dict[str, Any], threads: int,
     return values, [int(runs[i]) for i in weights.index]
 
 
-def process_steady(report: dict[str, Any]) -> Steady:
+def process_steady(report: Report) -> Steady:
     """The steady times of the one process a report measured."""
-    per_step = (report.get("steps") or {}).get("per_step") or []
+    per_step = per_step_of(report)
     device = report.get("ranked_by") == S.DEVICE_SELF_US
     key = S.DEVICE_SELF_US if device else S.CPU_SELF_US
     weights = step_weights(per_step, intra_op_threads(report), device)
@@ -158,7 +159,7 @@ def process_steady(report: dict[str, Any]) -> Steady:
                   if per_probe is not None and used else None)
 
 
-def _probes(per_step: list[dict[str, Any]]) -> Optional[np.ndarray]:
+def _probes(per_step: list[StepsPerStep]) -> Optional[np.ndarray]:
     """Each measured step's speed probe (ms), or None unless every step timed one."""
     probes = [s.get("probe_ms") for s in per_step]
     if not probes or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -188,7 +189,7 @@ def with_speed(steady: Steady, reference_ms: float) -> Steady:
         if steady.step and steady.step_per_probe else None)
 
 
-def step_length_ms(step: dict[str, Any]) -> float:
+def step_length_ms(step: StepsPerStep) -> float:
     """A step's length for comparisons: the slower of the host's loop (its wall time) and
     the GPU (``gpu_done_ms``, how long after the previous step's work the GPU finished
     this step's). A GPU that runs behind makes the host's steps short and the last one, or
@@ -198,7 +199,10 @@ def step_length_ms(step: dict[str, Any]) -> float:
     return max(wall, float(done)) if isinstance(done, (int, float)) and done == done else wall
 
 
-def intra_op_threads(report: dict[str, Any]) -> int:
+
+
+
+def intra_op_threads(report: Report) -> int:
     """torch's intra-op threads in the run's process (1 when not recorded)."""
     threads = ((report.get("machine") or {}).get("threads") or {}).get("intra_op")
     return int(threads) if isinstance(threads, int) and threads > 0 else 1

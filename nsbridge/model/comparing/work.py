@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from typing import Any, Optional
+from ...contract.report import Report, WorkSignature
 
 # torch's "Input type" spellings -> dtype
 DTYPES = {"float": "float32", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
@@ -100,11 +101,12 @@ class OpWork:
     trace has it) per step and, per signature, (calls, µs) per step; ``complete`` when
     its signatures cover every call (``shape_work`` keeps the most called few)."""
 
-    def __init__(self, op: dict[str, Any], steps: int) -> None:
-        self.calls = float(op.get("calls") or 0) / steps
-        self.us = float(op.get("us") or 0.0) / steps
+    def __init__(self, calls: float, us: float, shape_work: list[WorkSignature],
+                 steps: int) -> None:
+        self.calls = float(calls) / steps
+        self.us = float(us) / steps
         self.by_signature: dict[Signature, tuple[float, float]] = {}
-        for entry in op.get("shape_work") or []:
+        for entry in shape_work:
             key = signature(entry)
             calls, us = self.by_signature.get(key, (0.0, 0.0))
             self.by_signature[key] = (calls + entry["calls"] / steps, us + entry["us"] / steps)
@@ -112,7 +114,7 @@ class OpWork:
         self.complete = bool(self.by_signature) and abs(covered - self.calls) < 0.5 / steps
 
 
-def signature(entry: dict[str, Any]) -> Signature:
+def signature(entry: WorkSignature) -> Signature:
     """A ``shape_work`` entry's signature."""
     return (str(entry.get("shape") or ""), str(entry.get("dtypes") or ""),
             str(entry.get("layout") or ""))
@@ -144,21 +146,23 @@ def _costliest(signatures: list[Signature], work: OpWork) -> str:
     return max(signatures, key=lambda s: work.by_signature[s][1])[0]
 
 
-def pooled_work(reports: list[dict[str, Any]]) -> dict[str, OpWork]:
-    """Each op's work over several processes of one side (their calls and signatures
-    summed, per step of all their measured steps)."""
-    steps = sum(int((r.get("steps") or {}).get("count") or 0) for r in reports) or 1
-    merged: dict[str, dict[str, Any]] = {}
+def pooled_work(reports: list[Report]) -> dict[str, OpWork]:
+    """Each op's work over several processes of one side (their calls, self times and
+    signatures summed, per step of all their measured steps)."""
+    steps = sum(int(steps.get("count") or 0) for r in reports if (steps := r.get("steps"))) or 1
+    calls: dict[str, float] = {}
+    us: dict[str, float] = {}
+    signatures: dict[str, list[WorkSignature]] = {}
     for report in reports:
         key = report.get("ranked_by") or "cpu_self_us"
         for op in report.get("ops") or []:
-            if not op.get("name"):
+            name = op.get("name")
+            if not name:
                 continue
-            into = merged.setdefault(op["name"], {"calls": 0, "us": 0.0, "shape_work": []})
-            into["calls"] += op.get("calls") or 0
-            into["us"] += float(op.get(key) or 0.0)
-            into["shape_work"] += op.get("shape_work") or []
-    return {name: OpWork(op, steps) for name, op in merged.items()}
+            calls[name] = calls.get(name, 0.0) + (op.get("calls") or 0)
+            us[name] = us.get(name, 0.0) + (op.get(key) or 0.0)
+            signatures.setdefault(name, []).extend(op.get("shape_work") or [])
+    return {name: OpWork(calls[name], us[name], signatures[name], steps) for name in calls}
 
 
 def more_work(a: Optional[OpWork], b: Optional[OpWork], a_us: Optional[float],

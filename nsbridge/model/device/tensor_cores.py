@@ -23,6 +23,7 @@ import pandas as pd
 
 from ..judging.rules import MATMUL_OP
 from ..strings import value_codes
+from ...contract.report import Op
 
 ATTENTION_OP = re.compile(r"aten::(_scaled_dot_product|scaled_dot_product|_flash_attention|"
                           r"_efficient_attention|_cudnn_attention)")
@@ -194,7 +195,7 @@ def summary(marks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
                                                  NOT_ELIGIBLE)}}
 
 
-def settle_with_ncu(ops: list[dict[str, Any]], on_pct: float = 1.0) -> None:
+def settle_with_ncu(ops: list[Op], on_pct: float = 1.0) -> None:
     """Where the deep pass measured an op's tensor pipe, its counters decide the op's mark
     (``ops[].tensor_cores``, in place) over names and dtypes; a mark they contradict is
     kept as ``triage_status`` and reported as an ncu finding."""

@@ -12,6 +12,7 @@ from typing import Any, Optional, Sequence
 from ... import schema as S
 from ...errors import DeepError
 from .ncu import short_family
+from ...contract.report import Op, Report
 
 
 def check_ops(wanted: Sequence[str], known: Sequence[str]) -> None:
@@ -29,20 +30,20 @@ def check_ops(wanted: Sequence[str], known: Sequence[str]) -> None:
                     "report's ops table spells it (--kernel aten::addmm), or use --top N.")
 
 
-def choose(ops: list[dict[str, Any]], *, kernels: Sequence[str] = (), top: Optional[int] = None,
+def choose(ops: list[Op], *, kernels: Sequence[str] = (), top: Optional[int] = None,
            min_kernel_us: float = 0.0) -> list[dict[str, Any]]:
     """The ops to profile, each {op, reason}: the named ones, or the ``top`` with the most
     device self time whose kernels average at least ``min_kernel_us`` per launch."""
     if kernels:
         check_ops(kernels, [op["name"] for op in ops])
         return [{"op": op, "reason": "asked for with --kernel"} for op in kernels]
-    ranked = sorted((op for op in ops if op.get(S.DEVICE_SELF_US)),
-                    key=lambda op: -op[S.DEVICE_SELF_US])
-    total = sum(op[S.DEVICE_SELF_US] for op in ranked) or 1.0
+    timed = [(op, device_us) for op in ops if (device_us := op.get(S.DEVICE_SELF_US))]
+    ranked = sorted(timed, key=lambda pair: -pair[1])
+    total = sum(device_us for _, device_us in ranked) or 1.0
     chosen, skipped = [], []
-    for rank, op in enumerate(ranked, 1):
-        launches = sum(k["calls"] for k in op.get("kernels") or [])
-        kernel_us = sum(k["device_us"] for k in op.get("kernels") or [])
+    for rank, (op, device_us) in enumerate(ranked, 1):
+        launches = sum(k.get("calls") or 0 for k in op.get("kernels") or [])
+        kernel_us = sum(k.get("device_us") or 0.0 for k in op.get("kernels") or [])
         if not launches:
             skipped.append(op["name"])  # copies and memsets only: nothing for ncu
             continue
@@ -51,8 +52,8 @@ def choose(ops: list[dict[str, Any]], *, kernels: Sequence[str] = (), top: Optio
             skipped.append(op["name"])
             continue
         chosen.append({"op": op["name"],
-                       "reason": f"#{rank} by device time: {op['device_self_us'] / 1e3:.3f} ms "
-                                 f"({100 * op['device_self_us'] / total:.0f}% of GPU time), "
+                       "reason": f"#{rank} by device time: {device_us / 1e3:.3f} ms "
+                                 f"({100 * device_us / total:.0f}% of GPU time), "
                                  f"{launches} kernel launches averaging {mean:.1f} µs"})
         if top is not None and len(chosen) >= top:
             break
@@ -64,7 +65,7 @@ def choose(ops: list[dict[str, Any]], *, kernels: Sequence[str] = (), top: Optio
     return chosen
 
 
-def plan(chosen: list[dict[str, Any]], ops: list[dict[str, Any]], steps: int,
+def plan(chosen: list[dict[str, Any]], ops: list[Op], steps: int,
          deep: Any, script_s: Optional[float]) -> dict[str, Any]:
     """Launch skip/count and the time estimate. Per op: expected kernels (names), launches
     per measured step from the triage (None when the triage had no GPU) and ``ranges``, the
@@ -81,12 +82,13 @@ def plan(chosen: list[dict[str, Any]], ops: list[dict[str, Any]], steps: int,
     rows, known = [], True
     kernel_s = 0.0
     for choice in chosen:
-        op = by_name.get(choice["op"], {})
+        op: Op = by_name.get(choice["op"]) or {"name": choice["op"]}
         kernels = op.get("kernels") or []
-        launches = sum(k["calls"] for k in kernels)
+        launches = sum(k.get("calls") or 0 for k in kernels)
         per_step = launches / steps if launches else None
         known = known and per_step is not None
-        mean_us = sum(k["device_us"] for k in kernels) / launches if launches else 0.0
+        mean_us = (sum(k.get("device_us") or 0.0 for k in kernels) / launches if launches
+                   else 0.0)
         kernel_s += (per_step or 0.0) * deep.profile_steps * mean_us / 1e6
         rows.append({**choice, "kernels": [k["name"] for k in kernels[:5]],
                      "launches_per_step": per_step, "ranges": nvtx_ranges(choice["op"], op),
@@ -113,13 +115,13 @@ def plan(chosen: list[dict[str, Any]], ops: list[dict[str, Any]], steps: int,
             "launch_counts_known": known}
 
 
-def _window(ranges: list[str], ops: list[dict[str, Any]], steps: int, deep: Any, cap: int,
+def _window(ranges: list[str], ops: list[Op], steps: int, deep: Any, cap: int,
             known: bool) -> dict[str, Any]:
     """One ncu run's filter and launch window: ``skip_steps`` steps' worth of the launches
     the ranges match skipped, ``profile_steps`` steps' worth profiled, at most ``cap``."""
     ranges = list(dict.fromkeys(ranges))
     wanted = set(ranges)
-    per_step = sum(k["calls"] for op in ops for k in op.get("kernels") or []
+    per_step = sum(k.get("calls") or 0 for op in ops for k in op.get("kernels") or []
                    if wanted & {op["name"], *(k.get("within") or ())}) / steps
     if known:
         skip = int(round(per_step * deep.skip_steps))
@@ -130,7 +132,7 @@ def _window(ranges: list[str], ops: list[dict[str, Any]], steps: int, deep: Any,
             "capped": count > cap}
 
 
-def nvtx_ranges(name: str, op: dict[str, Any]) -> list[str]:
+def nvtx_ranges(name: str, op: Op) -> list[str]:
     """The op ranges the op's kernels run within in nsbridge's NVTX passes: its own name,
     then the ops enclosing it in the trace (its kernels' ``within``, innermost first). The
     passes range only the ops a dispatch mode sees, so a nested op's kernels
@@ -174,9 +176,9 @@ def describe(p: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plan_for_run(report: dict[str, Any], manifest: dict[str, Any], deep: Any, *,
+def plan_for_run(report: Report, manifest: dict[str, Any], deep: Any, *,
                  kernels: Sequence[str] = (), top: Optional[int] = None,
-                 candidates: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+                 candidates: Optional[list[Op]] = None) -> dict[str, Any]:
     """The deep pass's plan for a run (its report and manifest): the chosen ops (from
     ``candidates``, default every op: ``kernels``, else the ``top`` ones, by default the
     deep profile's top) and their launches, timed by the torch.profiler pass. One planner
@@ -185,13 +187,14 @@ def plan_for_run(report: dict[str, Any], manifest: dict[str, Any], deep: Any, *,
     Raises:
         DeepError: nothing to profile (see choose).
     """
-    ops = report.get("ops", [])
+    ops = report.get("ops") or []
     if not kernels and top is None:
         top = deep.top
     chosen = choose(ops if candidates is None else candidates, kernels=kernels, top=top,
                     min_kernel_us=deep.min_kernel_us)
     torch_pass: dict[str, Any] = next((p for p in manifest.get("passes", [])
                                        if p["name"].startswith("torch.profiler")), {})
-    return plan(chosen, ops, (report.get("steps") or {}).get("count", 1), deep,
+    steps = report.get("steps")
+    return plan(chosen, ops, int(steps.get("count") or 1) if steps else 1, deep,
                 torch_pass.get("wall_s"))
 

@@ -13,9 +13,10 @@ from typing import Any, Optional, Sequence
 
 from ...errors import DeepError
 from .collectives import COMMUNICATION_OP
+from ...contract.report import Distributed, DistributedRank
 
 
-def pick_ranks(distributed: dict[str, Any],
+def pick_ranks(distributed: Distributed,
                asked: Optional[Sequence[int]] = None) -> list[dict[str, Any]]:
     """[{rank, role, reason}]: the ranks named in ``asked`` (role "asked"), else the
     slowest and the median of the ranks that were profiled and ended well.
@@ -23,7 +24,7 @@ def pick_ranks(distributed: dict[str, Any],
     Raises:
         DeepError: an asked-for rank the run does not have, or no rank to profile.
     """
-    rows = {r["rank"]: r for r in distributed.get("ranks") or []}
+    rows = {rank: r for r in distributed.get("ranks") or [] if (rank := r.get("rank")) is not None}
     usable = {rank: r for rank, r in rows.items()
               if r.get("status") == "ok" and r.get("profiled") and r.get("step_ms") is not None}
     if asked:
@@ -39,8 +40,7 @@ def pick_ranks(distributed: dict[str, Any],
     metric = (distributed.get("straggler") or {}).get("metric") or "step_ms"
     what = ("works outside collectives" if metric == "work_ms_per_step"
             else "takes per step")
-    value = {rank: float(r.get(metric) if r.get(metric) is not None else r["step_ms"])
-             for rank, r in usable.items()}
+    value = {rank: _metric(r, metric) for rank, r in usable.items()}
     ordered = sorted(value, key=lambda rank: (value[rank], rank))
     slowest = ordered[-1]
     median = ordered[(len(ordered) - 1) // 2]
@@ -67,3 +67,10 @@ def refuse_communication_ops(ops: Sequence[str]) -> None:
             "pass on several ranks profiles compute ops; see communication in the timeline "
             "pass (--nsys: NCCL kernels and their overlap with compute) and in the cross-rank "
             "report's collectives.")
+
+
+def _metric(rank: DistributedRank, metric: str) -> float:
+    """The rank's number the straggler was judged by (``work_ms_per_step``, else or
+    without it ``step_ms``; usable ranks have one)."""
+    work = rank.get("work_ms_per_step") if metric == "work_ms_per_step" else None
+    return float(work if work is not None else rank.get("step_ms") or 0.0)

@@ -11,6 +11,7 @@ from ... import schema as S
 from ...model.device import tensor_cores
 from ...model.analysis import TraceAnalysis, mean_step
 from ...model.stats import mean_half_widths_pct, summary
+from ...contract.report import Error, Op, Report, StepsPerStep, as_document, as_report, empty_report
 
 SCHEMA_VERSION = S.SCHEMA_VERSION   # re-exported: diff and the readers check it
 # statuses of a run stopped from outside: what it measured before it stopped still stands
@@ -30,10 +31,12 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     (``measured_anything``) or the run concludes nothing (``conclusive``).
 
     ``machine``: model.judging.contention.machine_facts; ``child_steps``: every step the profiled
-    process timed (its unprofiled ones give ``steps.unprofiled``)."""
-    report = S.empty_report(command=command, target=target, version=version, status=status,
-                            error=error)
-    report.update(overhead=overhead, machine=machine,
+    process timed (its unprofiled ones give ``steps.unprofiled``). The sections come as
+    the analysis made them, plain JSON objects: the whole is checked against the report's
+    types where it is written (run.Run.write_records)."""
+    report = as_document(empty_report(command=command, target=target, version=version,
+                                      status=status))
+    report.update(error=error, overhead=overhead, machine=machine,
                   environment=environment, files=files, notes=list(notes))
     if analysis is None:
         return clean(report)
@@ -71,7 +74,7 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     report["collectives"] = analysis.collectives
     report["sources"] = _sources(has_device, has_memory, step_source is not None,
                                  overhead is not None)
-    if not (measured_anything(report) and conclusive(report)):
+    if not (measured_anything(as_report(report)) and conclusive(as_report(report))):
         report["verdict"], report["recommendations"] = None, []
     return clean(report)
 
@@ -96,7 +99,7 @@ def _tensor_core_marks(ops: list[dict[str, Any]], analysis: TraceAnalysis,
     return marks
 
 
-def conclusive(report: dict[str, Any]) -> bool:
+def conclusive(report: Report) -> bool:
     """Whether a report's verdict and recommendations stand: the run ended ok, or was
     stopped from outside (``STOPPED``) after at least one complete measured step (a
     partial run). A run that failed, recorded no trace, or was stopped before its first
@@ -105,13 +108,13 @@ def conclusive(report: dict[str, Any]) -> bool:
     return status == "ok" or (status in STOPPED and measured_steps(report) > 0)
 
 
-def measured_anything(report: dict[str, Any]) -> bool:
+def measured_anything(report: Report) -> bool:
     """Whether the report's window holds an op or any GPU work (a trace of kernels alone
     still shows how busy the device was)."""
     return bool(report.get("ops") or (report.get("device") or {}).get("work"))
 
 
-def measured_steps(report: dict[str, Any]) -> int:
+def measured_steps(report: Report) -> int:
     """The complete steps the report's window holds (0 for a window without steps)."""
     window = report.get("window") or {}
     return int(window.get("steps") or 0) if window.get("kind") == "steps" else 0

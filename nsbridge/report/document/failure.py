@@ -9,15 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from .escape import terminal
+from ...contract.report import Report
 
 
-def failure_paragraph(report: dict[str, Any], run_dir: Any) -> str:
+def failure_paragraph(report: Report, run_dir: Any) -> str:
     """One paragraph on a run that did not finish: what happened, what was kept (control
     characters in the script's own message shown escaped)."""
     return terminal(_failure_text(report, run_dir))
 
 
-def _failure_text(report: dict[str, Any], run_dir: Any) -> str:
+def _failure_text(report: Report, run_dir: Any) -> str:
     status, err = report["status"], report.get("error") or {}
     kept = (f"What was recorded is kept in {run_dir} (report.json has status '{status}'"
             + (", the partial trace is there" if (report.get("files") or {}).get("trace") else "")

@@ -39,8 +39,9 @@ def pct(share: float) -> str:
     """A share as a whole percentage ('12%'), never '-0%'."""
     return f"{fixed(100 * share, 0)}%"
 
-def count(n: int, noun: str) -> str:
-    """'no op', '1 op', '41 ops', '2 kernel launches'."""
+def count(n: Optional[int], noun: str) -> str:
+    """'no op', '1 op', '41 ops', '2 kernel launches' (None, not counted: 'no op')."""
+    n = n or 0
     plural = "es" if noun.endswith(("ch", "sh", "s", "x")) else "s"
     return f"no {noun}" if n == 0 else f"{n} {noun}" + ("" if n == 1 else plural)
 
@@ -55,7 +56,7 @@ def is_number(cell: str) -> bool:
         return False
     return True
 
-def int_text(value: Optional[int]) -> str:
+def int_text(value: Optional[float]) -> str:
     return "-" if value is None else str(value)
 
 def cell(value: Any, kind: str) -> str:

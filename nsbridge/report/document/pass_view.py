@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from .document import Section
+from ...contract.report import Report
 
-SectionBuilder = Callable[[dict[str, Any], Optional[int]], Optional[Section]]
+SectionBuilder = Callable[[Report, Optional[int]], Optional[Section]]
 # report -> its charts: each {"id", "title", "kind" ("bar" or "roofline"), and the kind's
 # data: "labels", "series" ({name: values}), "unit" or "range" ({"min", "max"}) for a bar}
-ChartBuilder = Callable[[dict[str, Any]], list[dict[str, Any]]]
+ChartBuilder = Callable[[Report], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)

@@ -9,17 +9,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from .wording import model_ops, shown_recommendations, span_text
+from ...contract.report import DeviceWork, Op, Recommendation, Report
 
 
 @dataclass(frozen=True)
 class Shown:
-    ops: list[dict[str, Any]]               # wording.model_ops, in the report's order
+    ops: list[Op]                           # wording.model_ops, in the report's order
     span: str                               # wording.span_text: 'over the 3 measured steps'
-    recommendations: list[dict[str, Any]]   # wording.shown_recommendations
-    kernels: list[dict[str, Any]]           # the window's kernels (not copies), costliest first
+    recommendations: list[Recommendation]   # wording.shown_recommendations
+    kernels: list[DeviceWork]               # the window's kernels (not copies), costliest first
 
 
-def shown_of(report: dict[str, Any]) -> Shown:
+def shown_of(report: Report) -> Shown:
     """The choices every view of ``report`` shares."""
     return Shown(ops=model_ops(report.get("ops") or []), span=span_text(report),
                  recommendations=shown_recommendations(report),

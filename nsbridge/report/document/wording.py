@@ -6,15 +6,16 @@ escaping (each renderer escapes where it places the text)."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Union
 
 from ... import schema as S
 from .build import conclusive
+from ...contract.report import Device, DeviceAttribution, Op, Recommendation, Report, SyncPoint, TimelineAttribution, TimelineIdleGap
 
 _BACKWARD_NODE = re.compile(r"^[A-Z]\w*Backward\d*$")
 
 
-def where(point: dict[str, Any]) -> str:
+def where(point: SyncPoint) -> str:
     if point.get("file"):
         text = f"{point['file']}:{point['line']}"
         if point.get("function") and point.get("placement") == "outside":
@@ -22,13 +23,13 @@ def where(point: dict[str, Any]) -> str:
         return text + (f" (via {point['via']})" if point.get("via") else "")
     return f"in {point['op']}" if point.get("op") else "(no Python line in the trace)"
 
-def per_step_cell(point: dict[str, Any]) -> str:
+def per_step_cell(point: SyncPoint) -> str:
     """A sync site's rate for a table cell: per step, per second, or '-' (outside)."""
     if point.get("per_step") is not None:
         return f"{point['per_step']:g}"
     return f"{point['per_s']:g}/s" if point.get("per_s") is not None else "-"
 
-def counted_over(point: dict[str, Any]) -> str:
+def counted_over(point: SyncPoint) -> str:
     """What a sync site's count covers: 'measured steps', 'whole run', or 'outside the
     training steps' for a site only outside them (evaluation, logging)."""
     return ("outside the training steps" if point.get("placement") == "outside"
@@ -41,12 +42,12 @@ def is_autograd_wrapper(name: str) -> bool:
     return (name.startswith("autograd::engine::evaluate_function:")
             or name == "torch::autograd::AccumulateGrad" or bool(_BACKWARD_NODE.match(name)))
 
-def model_ops(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def model_ops(ops: list[Op]) -> list[Op]:
     """The ops the tables and charts show: autograd's wrappers left out (an op that
     launched kernels itself is always kept)."""
     return [op for op in ops if op.get(S.KERNELS) or not is_autograd_wrapper(op[S.NAME])]
 
-def span_text(report: dict[str, Any]) -> str:
+def span_text(report: Report) -> str:
     """What a total covers, said the same way everywhere: 'over the 3 measured steps', or
     'over the 0.087 s window' without steps."""
     window = report.get("window") or {}
@@ -58,11 +59,13 @@ def span_text(report: dict[str, Any]) -> str:
     pooled = f" of {runs} processes" if runs > 1 else ""
     if window.get("kind") == "trace":
         return f"over the {window['seconds']:.3f} s window{pooled}{summed}"
-    steps = int(window.get("steps") or (report.get("steps") or {}).get("count") or 0)
+    steps_section = report.get("steps")
+    steps = int(window.get("steps") or (steps_section.get("count") if steps_section else 0)
+                or 0)
     return (f"over the {steps} measured steps" if steps != 1
             else "over the 1 measured step") + pooled + summed
 
-def shown_recommendations(report: dict[str, Any]) -> list[dict[str, Any]]:
+def shown_recommendations(report: Report) -> list[Recommendation]:
     """The recommendations the outputs show (none where the verdict is not shown)."""
     return list(report.get("recommendations") or []) if conclusive(report) else []
 
@@ -71,20 +74,20 @@ def counts(by_kind: dict[str, Any]) -> str:
     parts = [f"{n} {kind}" for kind, n in by_kind.items() if isinstance(n, int) and n]
     return ", ".join(parts) or "none"
 
-def attribution(by_rule: dict[str, Any]) -> str:
+def attribution(by_rule: Union[DeviceAttribution, TimelineAttribution]) -> str:
     """'nvtx_push_pop: 12 kernels, 3 copies; no_launch_in_capture: 5 kernels'."""
     if not by_rule:
         return "n/a (no GPU activity)"
     return "; ".join(f"{rule}: {counts(v) if isinstance(v, dict) else v}"
                      for rule, v in by_rule.items())
 
-def kernel_rate(dev: dict[str, Any]) -> str:
+def kernel_rate(dev: Device) -> str:
     """'120 per step', or per second without steps."""
     if dev.get("kernels_per_step") is not None:
         return f"{dev['kernels_per_step']:g} per step"
     return f"{dev.get('kernels_per_s') or 0:g} per second"
 
-def gap_host(g: dict[str, Any]) -> str:
+def gap_host(g: TimelineIdleGap) -> str:
     """Where the host was (nsbridge's op, module and step ranges) during a GPU idle gap."""
     parts = [str(g[k]) if str(g[k]).startswith(f"{k} ") else f"{k} {g[k]}"   # 'step 4'
              for k in ("op", "module", "step") if g.get(k)]

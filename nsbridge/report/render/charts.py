@@ -5,31 +5,32 @@ hands them to the page."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from ... import schema as S
 from ..document.escape import terminal
 from ..views.memory_view import level_text
 from ..document.shown import Shown
 from ..views import catalog
+from ...contract.report import Distributed, Op, Report, StepsPerStep, pass_numbers, per_step_of
 
 TOP_CHART = 15
 
 
-def step_label(step: dict[str, Any]) -> str:
+def step_label(step: StepsPerStep) -> str:
     """A step's bar label: 'step 3', 'run 2 step 3', or 'whole window' (no steps)."""
     name = "whole window" if step["step"] is None else f"step {step['step']}"
     return f"run {step['run']} {name}" if "run" in step else name
 
 
-def chart_data(report: dict[str, Any], shown: Shown) -> dict[str, Any]:
+def chart_data(report: Report, shown: Shown) -> dict[str, Any]:
     """What the charts draw (only what the report has; ``shown``: the ops and kernels
     the tables show, report.document.shown)."""
     out: dict[str, Any] = {}
     ranks = ranks_data(report.get(S.DISTRIBUTED_SECTION) or {})
     if ranks:
         out["ranks"] = ranks
-    per_step = (report.get("steps") or {}).get("per_step") or []
+    per_step = per_step_of(report)
     if per_step:
         out["steps"] = {"labels": [step_label(s) for s in per_step],
                         "phases": {p[:-3]: [s[p] for s in per_step] for p in
@@ -37,13 +38,13 @@ def chart_data(report: dict[str, Any], shown: Shown) -> dict[str, Any]:
                                     "other_ms")}}
     ops = [op for op in shown.ops if op.get(S.CPU_SELF_US) is not None][:TOP_CHART]
     if ops:
-        series = {"torch.profiler self CPU ms": [op[S.CPU_SELF_US] / 1e3 for op in ops]}
+        series = {"torch.profiler self CPU ms": [(op.get(S.CPU_SELF_US) or 0.0) / 1e3 for op in ops]}
         if report.get("device"):
             series["torch.profiler self device ms"] = [(op[S.DEVICE_SELF_US] or 0) / 1e3
                                                       for op in ops]
         for key, view in catalog.views_by_op_key().items():   # each pass's own time columns
             for column in (c for c in view.op_columns if c.chart):
-                values = [(op.get(key) or {}).get(column.key) for op in ops]
+                values = [pass_numbers(op, key).get(column.key) for op in ops]
                 if any(v is not None for v in values):
                     series[column.header] = [(v or 0) / 1e3 for v in values]
         out["ops"] = {"labels": _labels(ops), "series": series}
@@ -53,33 +54,35 @@ def chart_data(report: dict[str, Any], shown: Shown) -> dict[str, Any]:
                              "gross": [op[S.MEM_MIB] for op in memory],
                              "net": [op.get(S.MEM_NET_MIB) for op in memory]}
     curve = (report.get(S.MEMORY_SECTION) or {})
-    if curve.get("points"):
-        points = curve["points"]
+    points = curve.get("points")
+    if points:
+        times, reserved, peak_ops = points.get("t_ms") or [], points.get("reserved_mib"), \
+            curve.get("peak_ops")
         out["memory_curve"] = {
-            "allocated": _xy(points["t_ms"], points["allocated_mib"]),
-            "reserved": _xy(points["t_ms"], points["reserved_mib"])
-            if points.get("reserved_mib") else None,
-            "peak": {"x": curve["peak_at_ms"], "y": curve["peak_mib"],
-                     "label": terminal(f"peak {level_text(curve, curve['peak_mib'])} MiB"
-                                       + (f" in {curve['peak_ops'][-1]}"
-                                          if curve.get("peak_ops") else ""))},
-            "device": curve["device"] + (", since the window's start" if curve["relative"]
-                                         else "")}
+            "allocated": _xy(times, points.get("allocated_mib") or []),
+            "reserved": _xy(times, reserved) if reserved else None,
+            "peak": {"x": curve.get("peak_at_ms"), "y": curve.get("peak_mib"),
+                     "label": terminal(f"peak {level_text(curve, curve.get('peak_mib') or 0.0)}"
+                                       " MiB" + (f" in {peak_ops[-1]}" if peak_ops else ""))},
+            "device": (curve.get("device") or "") + (", since the window's start"
+                                                      if curve.get("relative") else "")}
     device = report.get("device")
-    if device and device.get("idle_gaps"):
-        steps = report.get("steps") or {}
-        window = (steps.get("mean") or {}).get("wall_ms", 0) * (steps.get("count") or 0)
-        out["gaps"] = {"window_ms": window, "busy_pct": device["busy_pct"],
-                       "labels": [terminal(f"{g['dur_us'] / 1e3:.2f} ms idle, host in "
-                                           f"{g['host_op'] or 'Python between ops'}")
-                                  for g in device["idle_gaps"]],
-                       "spans": [[g["start_us"] / 1e3, (g["start_us"] + g["dur_us"]) / 1e3]
-                                 for g in device["idle_gaps"]]}
+    gaps = [(g, g.get("start_us") or 0.0, g.get("dur_us") or 0.0)
+            for g in (device.get("idle_gaps") if device else None) or []]
+    if device and gaps:
+        steps = report.get("steps")
+        mean = (steps.get("mean") if steps else None) or {}
+        window = (mean.get("wall_ms") or 0.0) * ((steps.get("count") if steps else 0) or 0)
+        out["gaps"] = {"window_ms": window, "busy_pct": device.get("busy_pct"),
+                       "labels": [terminal(f"{dur / 1e3:.2f} ms idle, host in "
+                                           f"{g.get('host_op') or 'Python between ops'}")
+                                  for g, _, dur in gaps],
+                       "spans": [[start / 1e3, (start + dur) / 1e3] for _, start, dur in gaps]}
     kernels = shown.kernels[:TOP_CHART]
     if kernels:
         out["kernels"] = {"labels": [terminal(f"{w['name']} ({w['op'] or 'no op'})")
                                      for w in kernels],
-                          "series": {"GPU ms": [w["device_us"] / 1e3 for w in kernels]}}
+                          "series": {"GPU ms": [(w.get("device_us") or 0.0) / 1e3 for w in kernels]}}
     charts = [chart for view in catalog.VIEWS if view.charts
               for chart in view.charts(report)]
     if charts:
@@ -87,28 +90,35 @@ def chart_data(report: dict[str, Any], shown: Shown) -> dict[str, Any]:
     return out
 
 
-def ranks_data(dist: dict[str, Any]) -> Optional[dict[str, Any]]:
+def ranks_data(dist: Distributed) -> Optional[dict[str, Any]]:
     """Per rank, its median step split into compute, collectives (exposed and overlapped)
     and GPU idle (model.ranks.cross_rank.step_breakdown); the straggler marked."""
-    ranks = [r for r in dist.get("ranks") or [] if r.get("breakdown_ms")]
+    ranks = [(r, breakdown) for r in dist.get("ranks") or []
+             if (breakdown := r.get("breakdown_ms"))]
     if len(ranks) < 2:
         return None
     straggler = dist.get("straggler") or {}
     marked = straggler.get("rank") if straggler.get("verdict") == "straggler" else None
-    parts = {"compute": "compute", "overlap": "collectives overlapped with compute",
-             "communication": "collectives (exposed)", "idle": "GPU idle"}
-    series = {label: [r["breakdown_ms"].get(key) for r in ranks] for key, label in parts.items()
-              if any(r["breakdown_ms"].get(key) is not None for r in ranks)}
-    return {"labels": [f"rank {r['rank']}" + (" (straggler)" if r["rank"] == marked else "")
-                       for r in ranks],
-            "series": series, "straggler": [r["rank"] == marked for r in ranks]}
+    parts: dict[BreakdownPart, str] = {
+        "compute": "compute", "overlap": "collectives overlapped with compute",
+        "communication": "collectives (exposed)", "idle": "GPU idle"}
+    columns: dict[str, list[Any]] = {
+        label: [b.get(key) for _, b in ranks] for key, label in parts.items()}
+    series = {label: values for label, values in columns.items()
+              if any(v is not None for v in values)}
+    return {"labels": [f"rank {r.get('rank')}" + (" (straggler)" if r.get("rank") == marked
+                                                  else "") for r, _ in ranks],
+            "series": series, "straggler": [r.get("rank") == marked for r, _ in ranks]}
+
+
+BreakdownPart = Literal["compute", "overlap", "communication", "idle"]
 
 
 def _xy(xs: list[float], ys: list[float]) -> list[dict[str, float]]:
     return [{"x": x, "y": y} for x, y in zip(xs, ys)]
 
 
-def _labels(ops: list[dict[str, Any]]) -> list[str]:
+def _labels(ops: list[Op]) -> list[str]:
     """Op names for the charts, control characters shown as escapes."""
     return [terminal(op["name"]) for op in ops]
 

@@ -14,6 +14,7 @@ from ..document.head import (context_lines, shown_verdict, trouble_lines, verdic
                    verdict_lines, verdict_title)
 from .sections import sections
 from ..document.shown import shown_of
+from ...contract.report import Report
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Composed:
     chart_titles: dict[str, str] = field(default_factory=dict)  # charts.chart_titles
 
 
-def compose(report: dict[str, Any], limit: Optional[int] = None,
+def compose(report: Report, limit: Optional[int] = None,
             charts: bool = False) -> Composed:
     """The head and every section of ``report``; tables keep at most ``limit`` rows;
     ``charts``: report.html's chart data and titles too."""
@@ -56,7 +57,7 @@ def compose(report: dict[str, Any], limit: Optional[int] = None,
     return Composed(head, built, chart_data(report, shown), chart_titles(shown.span))
 
 
-def _trace(report: dict[str, Any]) -> Optional[str]:
+def _trace(report: Report) -> Optional[str]:
     files = report.get("files") or {}
     trace = files.get("merged_trace") or files.get("trace")
     return str(trace) if trace else None

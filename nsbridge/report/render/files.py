@@ -16,9 +16,10 @@ from .html import html_page
 from .markdown import markdown
 from .merged_trace import merged_trace_json
 from .ops_csv import ops_csv
+from ...contract.report import Report
 
 
-def data_files(report: dict[str, Any], trace: Optional[Path]) -> Iterator[tuple[str, bytes]]:
+def data_files(report: Report, trace: Optional[Path]) -> Iterator[tuple[str, bytes]]:
     """ops.csv (when the report has ops) and merged.json.gz (``trace``: the torch trace to
     annotate; None: none), gzipped at level 1 (a merged trace is rewritten on every run)."""
     if report.get("ops"):
@@ -28,7 +29,7 @@ def data_files(report: dict[str, Any], trace: Optional[Path]) -> Iterator[tuple[
         yield S.MERGED_TRACE, gzip.compress(merged, compresslevel=1)
 
 
-def pages(report: dict[str, Any], key_averages: Optional[str],
+def pages(report: Report, key_averages: Optional[str],
           top: int) -> Iterator[tuple[str, bytes]]:
     """report.md (``key_averages``: the file name of torch's own table, which it links, or
     None; ``top``: rows its tables keep, as the terminal summary) and report.html (every

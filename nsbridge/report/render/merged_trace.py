@@ -26,6 +26,7 @@ from ...model.host.syncs import BLOCKING_CALL
 from ...parse._event_columns import fields_as_read, readable_event, readable_events
 from ...parse._quotes import repair_quotes
 from ..views import catalog
+from ...contract.report import Report
 
 PID = 2_000_000_000          # a pid no real process has: nsbridge's own tracks
 TRACKS = {"verdict": 1, "GPU idle gaps": 2, "sync points": 3}
@@ -33,7 +34,7 @@ _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")   # their blocking calls get mar
 _PER_OP_CATS = ("cpu_op", "kernel")               # they get the op's nsys and ncu numbers
 
 
-def merge_trace(trace: Any, report: dict[str, Any]) -> dict[str, Any]:
+def merge_trace(trace: Any, report: Report) -> dict[str, Any]:
     """The trace with the report's findings attached (the input is not changed)."""
     events = readable_events(trace)
     facts = _op_facts(report)
@@ -64,7 +65,7 @@ def merge_trace(trace: Any, report: dict[str, Any]) -> dict[str, Any]:
     return {**(trace if isinstance(trace, dict) else {}), "traceEvents": events + added}
 
 
-def merged_trace_json(data: bytes, report: dict[str, Any]) -> bytes:
+def merged_trace_json(data: bytes, report: Report) -> bytes:
     """``merge_trace`` from JSON bytes to JSON bytes. An event ``merge_trace`` would hand
     back as it is keeps its own bytes: only the events it may change or reads to place its
     marks (every one the reader repairs, the blocking runtime calls, the step annotations,
@@ -98,7 +99,7 @@ class _EventView(msgspec.Struct, gc=False):
 
 
 
-def _merged_by_splice(data: bytes, report: dict[str, Any]) -> bytes:
+def _merged_by_splice(data: bytes, report: Report) -> bytes:
     """The top-level keys and the events as raw JSON, the events merge_trace reads decoded
     and merged, the rest spliced back as they were, in their order.
 
@@ -167,7 +168,7 @@ def _external_id(event: dict[str, Any]) -> Any:
     return ext if isinstance(ext, (int, float, str)) and not isinstance(ext, bool) else None
 
 
-def _op_facts(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _op_facts(report: Report) -> dict[str, dict[str, Any]]:
     """Per op name, each pass's numbers (its ops[] key's scalars, or those its view names)."""
     views = catalog.views_by_op_key()
     facts: dict[str, dict[str, Any]] = {}
@@ -188,7 +189,7 @@ def _op_facts(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return facts
 
 
-def _findings_tracks(report: dict[str, Any], lo: Any) -> list[dict[str, Any]]:
+def _findings_tracks(report: Report, lo: Any) -> list[dict[str, Any]]:
     if lo is None:
         return []
     out = [{"ph": "M", "name": "process_name", "pid": PID,
@@ -203,9 +204,9 @@ def _findings_tracks(report: dict[str, Any], lo: Any) -> list[dict[str, Any]]:
         out.append({"ph": "i", "s": "p", "pid": PID, "tid": TRACKS["verdict"], "ts": lo,
                     "name": f"verdict: {verdict['label']}",
                     "args": {"evidence": verdict.get("evidence") or [],
-                             "recommendations": [r["title"] for r in report.get(
-                                 "recommendations", [])[:3]]}})
-    for gap in (report.get("device") or {}).get("idle_gaps", []):
+                             "recommendations": [r.get("title") for r in (report.get(
+                                 "recommendations") or [])[:3]]}})
+    for gap in (report.get("device") or {}).get("idle_gaps") or []:
         out.append({"ph": "X", "pid": PID, "tid": TRACKS["GPU idle gaps"],
                     "ts": lo + gap["start_us"],
                     "dur": gap["dur_us"], "name": f"GPU {gap['device']} idle",

@@ -13,9 +13,10 @@ from typing import Any
 
 from ..document.escape import csv_cell
 from ..frames import ops as ops_frame
+from ...contract.report import Report
 
 
-def ops_csv(report: dict[str, Any]) -> str:
+def ops_csv(report: Report) -> str:
     """The report's ops as CSV text."""
     csv = ops_frame(report)
     for col in csv.columns:

@@ -26,9 +26,10 @@ from ..views.recommendations_view import recommendations_section
 from ..views.run_view import notes_section, overhead_section, sources_section
 from ..document.shown import Shown
 from ..views.syncs_view import syncs_section
+from ...contract.report import Report
 
 
-def sections(report: dict[str, Any], shown: Shown, limit: Optional[int] = None
+def sections(report: Report, shown: Shown, limit: Optional[int] = None
              ) -> list[Section]:
     """Every section the report has, in order (``shown``: what the views share, see
     report.document.shown); tables of ops, sync points and kernels keep at most ``limit`` rows

@@ -12,6 +12,7 @@ from .compose import Head, compose
 from ..document.document import TERMINAL, Items, Table, Text
 from ..document.escape import terminal
 from ..document.formats import is_number
+from ...contract.report import Report
 
 PERFETTO = "https://ui.perfetto.dev"
 NAME_WIDTH = 44
@@ -20,7 +21,7 @@ MIN_TEXT_WIDTH = 24   # other text columns (sites, paths) are cut in the middle 
 WIDTH = 120   # text lines wrap here (tables do not: their names are clipped instead)
 
 
-def terminal_summary(report: dict[str, Any], run_dir: Optional[str], top: int = 10) -> str:
+def terminal_summary(report: Report, run_dir: Optional[str], top: int = 10) -> str:
     """The summary, tables cut to ``top`` rows (fewer where a block says so)."""
     composed = compose(report, top)
     lines = _head(composed.head)

@@ -9,34 +9,42 @@ from ... import schema as S
 from ...model.device.memory import HOST_TOTALS
 from ..document.document import Block, Section, Text
 from ..document.pass_view import PassView
-from ..document.formats import fixed
+from ..document.formats import decimals, fixed
 from ..document.wording import is_autograd_wrapper
+from ...contract.report import Memory, Report
 
 GROWTH_MIB = 1.0   # step-end growth above this, in every step, is memory kept across steps
 
 
-def memory_line(memory: dict[str, Any]) -> str:
+def memory_line(memory: Memory) -> str:
     """One sentence: the peak (with its step and ops), the start and end levels."""
     level = "since the window's start" if memory["relative"] else "allocated"
     where = f" in step {memory['peak_step']}" if memory.get("peak_step") is not None else ""
     ops = [op for op in memory.get("peak_ops") or [] if not is_autograd_wrapper(op)]
     inside = f", inside {' › '.join(ops[-2:])}" if ops else ""
-    reserved = (f"; reserved peak {fixed(memory['reserved_peak_mib'], 1)} MiB"
+    reserved = (f"; reserved peak {_one(memory.get('reserved_peak_mib'))} MiB"
                 if memory.get("reserved_peak_mib") is not None else "")
-    levels = (f"{level_text(memory, memory['end_mib'])} MiB at its end" if memory["relative"]
-              else f"{fixed(memory['start_mib'], 1)} MiB at the window's start, "
-                   f"{fixed(memory['end_mib'], 1)} MiB at its end")
-    return (f"peak {level_text(memory, memory['peak_mib'])} MiB {level} on {memory['device']} at "
-            f"{fixed(memory['peak_at_ms'], 1)} ms{where}{inside}; {levels}{reserved}")
+    levels = (f"{level_text(memory, memory.get('end_mib'))} MiB at its end"
+              if memory["relative"]
+              else f"{_one(memory.get('start_mib'))} MiB at the window's start, "
+                   f"{_one(memory.get('end_mib'))} MiB at its end")
+    return (f"peak {level_text(memory, memory.get('peak_mib'))} MiB {level} on "
+            f"{memory.get('device')} at {_one(memory.get('peak_at_ms'))} ms{where}{inside}; "
+            f"{levels}{reserved}")
 
 
-def level_text(memory: dict[str, Any], mib: float) -> str:
-    """A level as shown: signed where it is a change since the window's start."""
-    text = fixed(mib, 1)
+def _one(value: Optional[float]) -> str:
+    return decimals(value, 1, 1) or "-"
+
+
+def level_text(memory: Memory, mib: Optional[float]) -> str:
+    """A level as shown: signed where it is a change since the window's start ('-' where
+    not measured)."""
+    text = _one(mib)
     return f"+{text}" if memory["relative"] and not text.startswith("-") else text
 
 
-def growth_line(memory: dict[str, Any]) -> Optional[str]:
+def growth_line(memory: Memory) -> Optional[str]:
     """Whether memory held at each step's end grows: a tensor kept across steps."""
     ends = memory.get("per_step_end_mib") or []
     if len(ends) < 2:
@@ -53,7 +61,7 @@ def growth_line(memory: dict[str, Any]) -> Optional[str]:
             "(no growth across the measured steps)")
 
 
-def memory_section(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
+def memory_section(report: Report, limit: Optional[int]) -> Optional[Section]:
     memory = report.get(S.MEMORY_SECTION)
     if not memory:
         return None

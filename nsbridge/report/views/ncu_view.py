@@ -11,6 +11,7 @@ from ..document.document import IN_FILES, TERMINAL, Items, Section, Table
 from ..document.escape import terminal
 from ..document.pass_view import OpColumn, PassView
 from ..document.formats import cell, count, us_from_ns
+from ...contract.report import Ncu, Report, pass_numbers
 
 TOP_FAMILIES = 15   # kernel families on the roofline chart
 NCU_RANK_HEADER = ["rank", "why this rank", "status", "launches", "per op: µs, SM %, "
@@ -19,7 +20,7 @@ LAUNCH_HEADER = ["launch", "op", "kernel", "µs", "SM %", "mem %", "occupancy %"
                  "L2 hit %"]
 
 
-def ncu_section(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
+def ncu_section(report: Report, limit: Optional[int]) -> Optional[Section]:
     """The deep profile: each op's findings, each rank's profile in a job of several, and
     every profiled launch (in the files)."""
     ncu = report.get(S.NCU_SECTION)
@@ -47,7 +48,7 @@ def ncu_section(report: dict[str, Any], limit: Optional[int]) -> Optional[Sectio
                  *(cell(k.get(key), "pct") for key in ("sm_pct", "memory_pct",
                                                        "achieved_occupancy_pct", "tensor_pct",
                                                        "l2_hit_pct"))]
-                for k in ncu.get("kernels", [])[:limit]]
+                for k in (ncu.get("kernels") or [])[:limit]]
     if launches:
         blocks.append(Table(LAUNCH_HEADER, launches, code=frozenset({1, 2}),
                             lead="Profiled launches:", folded=True, views=IN_FILES))
@@ -55,7 +56,7 @@ def ncu_section(report: dict[str, Any], limit: Optional[int]) -> Optional[Sectio
                    brief_title="Nsight Compute")
 
 
-def ncu_line(ncu: dict[str, Any]) -> str:
+def ncu_line(ncu: Ncu) -> str:
     """The profile in one sentence: version, source, launches and how they were tied to
     ops, the plan, and what this GPU or capture could not measure."""
     plan = ncu.get("plan") or {}
@@ -71,9 +72,9 @@ def ncu_line(ncu: dict[str, Any]) -> str:
     elif plan:
         text += (f"; plan: {len(plan['ops'])} op(s), skipped {plan['launch_skip']} warm-up "
                  f"launches, profiled {plan['launch_count']}")
-    if ncu.get("missing_quantities"):
-        text += ("; not measured on this GPU or in this capture: "
-                 + ", ".join(ncu["missing_quantities"]))
+    missing = ncu.get("missing_quantities")
+    if missing:
+        text += "; not measured on this GPU or in this capture: " + ", ".join(missing)
     return text
 
 
@@ -81,13 +82,12 @@ ROOFLINE_HEADER = ["kernel", "launches", "ms", "FLOP/s", "precision", "FLOP/byte
                    "binding roof", "% of roof", "DRAM GB/s"]
 
 
-def findings_rows(report: dict[str, Any]) -> list[list[str]]:
+def findings_rows(report: Report) -> list[list[str]]:
     """[op or kernel family, finding, numbers, fix]: every op with ncu numbers in op-table
     order, then every kernel family no op claims (all of them in a capture without
     NVTX ranges), the most GPU time first."""
     rows = [[op[S.NAME], f["title"], f["detail"], f.get("fix") or "-"]
-            for op in report["ops"] if op.get(S.NCU_KEY)
-            for f in op[S.NCU_KEY].get("findings", [])]
+            for op in report["ops"] for f in pass_numbers(op, S.NCU_KEY).get("findings") or []]
     families = (report.get(S.NCU_SECTION) or {}).get("families") or []
     return rows + [[fam["kernel"], f["title"], f["detail"], f.get("fix") or "-"]
                    for fam in families if not fam.get("ops") for f in fam.get("findings") or []]
@@ -110,7 +110,7 @@ def rate(value: Optional[float]) -> str:
     return "-" if value is None else si(value, "").rstrip()
 
 
-def rank_rows(ncu: dict[str, Any]) -> list[list[str]]:
+def rank_rows(ncu: Ncu) -> list[list[str]]:
     """One row per rank's ncu profile (a failed one with its error in the last column)."""
     def num(v: Any) -> str:
         return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
@@ -126,7 +126,7 @@ def rank_rows(ncu: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def ncu_charts(report: dict[str, Any]) -> list[dict[str, Any]]:
+def ncu_charts(report: Report) -> list[dict[str, Any]]:
     """report.html's Nsight Compute charts: its per-op percentages, and the roofline."""
     charts = []
     ops = [op for op in report.get("ops", []) if op.get(S.NCU_KEY)][:8]
@@ -137,7 +137,7 @@ def ncu_charts(report: dict[str, Any]) -> list[dict[str, Any]]:
         charts.append({"id": "ncu", "kind": "bar",
                        "title": "Nsight Compute per op (% of peak / hit rate)",
                        "labels": [terminal(op["name"]) for op in ops],
-                       "series": {label: [op[S.NCU_KEY].get(k) for op in ops]
+                       "series": {label: [pass_numbers(op, S.NCU_KEY).get(k) for op in ops]
                                   for label, k in keys.items()},
                        "range": {"min": 0, "max": 100}})
     roofline = roofline_data((report.get(S.NCU_SECTION) or {}).get("families") or [])

@@ -11,6 +11,7 @@ from ... import schema as S
 from ..document.document import HTML, MARKDOWN, TERMINAL, Block, Table, Text
 from ..document.pass_view import PassView
 from ..document.formats import int_text, ms
+from ...contract.report import OpGroupsByShape, RankedBy, Report
 
 TOP_OPS, SHAPES_PER_OP = 2, 2
 
@@ -28,12 +29,12 @@ def shape_text(shape: str) -> str:
     return json.dumps(dims, separators=(",", ":"))
 
 
-def _time_header(report: dict[str, Any]) -> tuple[str, str]:
-    key = report.get("ranked_by") or S.CPU_SELF_US
+def _time_header(report: Report) -> tuple[RankedBy, str]:
+    key: RankedBy = report.get("ranked_by") or S.CPU_SELF_US
     return key, ("self device ms" if key == S.DEVICE_SELF_US else "self CPU ms")
 
 
-def group_blocks(report: dict[str, Any], limit: Optional[int]) -> list[Block]:
+def group_blocks(report: Report, limit: Optional[int]) -> list[Block]:
     """The blocks the op section adds: the page's grouped tables (toggled with the op
     table) and the terminal's and report.md's top shapes of the top ops."""
     groups = report.get(S.OP_GROUPS_SECTION)
@@ -43,17 +44,17 @@ def group_blocks(report: dict[str, Any], limit: Optional[int]) -> list[Block]:
     runs = int((report.get("window") or {}).get("runs") or 1)
     whose = f" (run 1 of {runs} processes)" if runs > 1 else ""   # grouped from run 1's trace
     blocks: list[Block] = []
-    for rows_key, label, column in (("by_shape", "op and input shapes", "input shapes"),
-                                    ("by_source", "op and calling function", "called from")):
-        rows = groups.get(rows_key) or []
+    tables = (("by_shape", "op and input shapes", "input shapes",
+               [(r, shape_text(r.get("shape") or "")) for r in groups.get("by_shape") or []]),
+              ("by_source", "op and calling function", "called from",
+               [(r, str(r.get("source"))) for r in groups.get("by_source") or []]))
+    for rows_key, label, column, rows in tables:
         if not rows:
             continue
-        value = (lambda r: shape_text(r["shape"])) if rows_key == "by_shape" else (
-            lambda r: r["source"])
         blocks.append(Table(
             ["op", column, "calls", header, "total CPU ms"],
-            [[r[S.NAME], value(r), int_text(r[S.CALLS]), ms(r.get(key)), ms(r[S.CPU_TOTAL_US])]
-             for r in rows[:limit]], code=frozenset({0, 1}),
+            [[str(r.get(S.NAME)), value, int_text(r.get(S.CALLS)), ms(r.get(key)),
+              ms(r.get(S.CPU_TOTAL_US))] for r, value in rows[:limit]], code=frozenset({0, 1}),
             html_id=f"op-table-{rows_key.replace('_', '-')}", sortable=True, toggle=label + whose,
             views=frozenset({HTML})))
     top = _top_shapes(report, groups.get("by_shape") or [], key)
@@ -66,8 +67,8 @@ def group_blocks(report: dict[str, Any], limit: Optional[int]) -> list[Block]:
     return blocks
 
 
-def _top_shapes(report: dict[str, Any], by_shape: list[dict[str, Any]],
-                key: str) -> list[list[str]]:
+def _top_shapes(report: Report, by_shape: list[OpGroupsByShape],
+                key: RankedBy) -> list[list[str]]:
     """The costliest SHAPES_PER_OP shapes of each of the TOP_OPS top ops that have shapes."""
     rows: list[list[str]] = []
     shown = 0
@@ -75,7 +76,8 @@ def _top_shapes(report: dict[str, Any], by_shape: list[dict[str, Any]],
         mine = [r for r in by_shape if r[S.NAME] == op[S.NAME]][:SHAPES_PER_OP]
         if not mine:
             continue
-        rows += [[r[S.NAME], shape_text(r["shape"]), int_text(r[S.CALLS]), ms(r.get(key))]
+        rows += [[op[S.NAME], shape_text(r.get("shape") or ""), int_text(r.get(S.CALLS)),
+                  ms(r.get(key))]
                  for r in mine]
         shown += 1
         if shown == TOP_OPS:

@@ -4,7 +4,7 @@ report.md the top ops without autograd's wrappers (report.document.shown)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ... import schema as S
 from ..document.document import (HTML, MARKDOWN, TERMINAL, Section, Table, Text,
@@ -15,6 +15,7 @@ from .op_groups_view import group_blocks
 from ..document.shown import Shown
 from . import catalog
 from ..document.pass_view import OpColumn
+from ...contract.report import Op, OpCopy, OpKernel, Report, pass_numbers
 
 
 OP_HEADER = ["op", "calls", "self CPU ms", "total CPU ms", "self device ms", "total device ms",
@@ -27,7 +28,7 @@ MEMORY_NOTE = ("gross MiB: allocated inside the op itself, not its children (any
 TORCH_SOURCE = "torch.profiler"
 
 
-def op_table(report: dict[str, Any], ops: list[dict[str, Any]]
+def op_table(report: Report, ops: list[Op]
              ) -> tuple[list[str], list[list[str]], list[tuple[str, int]]]:
     """Header, rows and column groups (source, width) of the op table of ``ops``:
     torch.profiler's columns (no device columns without a device), then each other pass's
@@ -40,7 +41,7 @@ def op_table(report: dict[str, Any], ops: list[dict[str, Any]]
     if not _torch_measured(report):   # the ops come from other passes only (nsys, ncu)
         header, rows, groups = header[:1], [r[:1] for r in rows], [("", 1)]
     for key, source, columns in _op_column_groups(report["ops"]):
-        cells = [[cell((op.get(key) or {}).get(c.key), c.kind) for c in columns] for op in ops]
+        cells = [[cell(pass_numbers(op, key).get(c.key), c.kind) for c in columns] for op in ops]
         names, cells = without_empty_columns([c.header for c in columns], cells, keep=0)
         if not names:    # the pass measured none of its columns (nsys without a GPU)
             continue
@@ -51,24 +52,24 @@ def op_table(report: dict[str, Any], ops: list[dict[str, Any]]
     return header, rows, groups
 
 
-def _torch_measured(report: dict[str, Any]) -> bool:
+def _torch_measured(report: Report) -> bool:
     """Whether a torch.profiler pass ranked the report's ops (an ``analyze`` of nsys
     exports or ncu reports alone has ops only from those passes, and no ranking)."""
     return report.get("ranked_by") is not None
 
 
-def _torch_cells(op: dict[str, Any]) -> list[str]:
+def _torch_cells(op: Op) -> list[str]:
     copies = op.get(S.COPIES) or []
-    return [op[S.NAME], int_text(op[S.CALLS]), ms(op[S.CPU_SELF_US]), ms(op[S.CPU_TOTAL_US]),
+    return [op[S.NAME], int_text(op.get(S.CALLS)), ms(op[S.CPU_SELF_US]), ms(op[S.CPU_TOTAL_US]),
             ms(op[S.DEVICE_SELF_US]), ms(op[S.DEVICE_TOTAL_US]), mib(op[S.MEM_MIB]),
             mib(op.get(S.MEM_NET_MIB)),
             "-" if op[S.SELF_PCT] is None else f"{op[S.SELF_PCT]:.1f}",
             "-" if op.get(S.SPREAD_PCT) is None else f"±{op[S.SPREAD_PCT]:.0f}",
-            str(sum(k["calls"] for k in op.get(S.KERNELS) or [])),
-            str(sum(c["calls"] for c in copies))]
+            str(sum(k.get("calls") or 0 for k in op.get(S.KERNELS) or [])),
+            str(sum(c.get("calls") or 0 for c in copies))]
 
 
-def _op_column_groups(ops: list[dict[str, Any]]) -> list[tuple[str, str, list[OpColumn]]]:
+def _op_column_groups(ops: list[Op]) -> list[tuple[str, str, list[OpColumn]]]:
     """(ops[] key, source, columns) of each other pass with numbers for some op: a view's
     declared columns, or every scalar the pass gave (``KEY name``) for a key no view knows."""
     own = {*S.OP_COLUMNS, S.SPREAD_PCT}
@@ -81,13 +82,13 @@ def _op_column_groups(ops: list[dict[str, Any]]) -> list[tuple[str, str, list[Op
         if view is not None:
             groups.append((key, view.source or key, list(view.op_columns)))
             continue
-        names = dict.fromkeys(name for op in ops for name, v in (op.get(key) or {}).items()
+        names = dict.fromkeys(name for op in ops for name, v in pass_numbers(op, key).items()
                               if not isinstance(v, (list, dict)))
         groups.append((key, key, [OpColumn(f"{key} {name}", name, "text") for name in names]))
     return groups
 
 
-def ops_section(report: dict[str, Any], shown: Shown, limit: Optional[int]) -> Optional[Section]:
+def ops_section(report: Report, shown: Shown, limit: Optional[int]) -> Optional[Section]:
     """The op table: on the page every op (sortable, each row's kernels folded under it,
     grouped by shape or caller behind a toggle); in the terminal and report.md the top
     ops without autograd's wrappers, whose own time is the engine's, not the model's."""
@@ -99,7 +100,7 @@ def ops_section(report: dict[str, Any], shown: Shown, limit: Optional[int]) -> O
         op_table(report, listed) for listed in (ops, shown.ops[:limit]))
     launches = {(w["name"], w["op"]): w for w in (report.get("device") or {}).get("work") or []
                 if w.get("launch")}
-    details = [[f"{kind} {k['name']} x{k['calls']}, {k['device_us'] / 1e3:.3f} ms"
+    details = [[f"{kind} {k['name']} x{k.get('calls')}, {ms(k.get('device_us'))} ms"
                 + (f", {launch_cell(launches[k['name'], op[S.NAME]])}"
                    if (k["name"], op[S.NAME]) in launches else "")
                 + (f" (source {k['source']})" if k.get("source") else "")
@@ -125,14 +126,15 @@ def ops_section(report: dict[str, Any], shown: Shown, limit: Optional[int]) -> O
     return Section("ops", f"Top ops by {ranked} (totals {shown.span})", blocks)
 
 
-def _work(op: dict[str, Any], kernels: int, copies: int) -> list[tuple[str, dict[str, Any]]]:
+def _work(op: Op, kernels: int, copies: int) -> list[tuple[str, Union[OpKernel, OpCopy]]]:
     """An op's first ``kernels`` kernels and ``copies`` copies/memsets, with their kind
     ('graph kernel' for a CUDA graph replay's, 'Triton kernel' for torch.compile's)."""
-    return ([(_kernel_kind(k), k) for k in (op.get(S.KERNELS) or [])[:kernels]]
-            + [(c["kind"], c) for c in (op.get(S.COPIES) or [])[:copies]])
+    work: list[tuple[str, Union[OpKernel, OpCopy]]] = [
+        (_kernel_kind(k), k) for k in (op.get(S.KERNELS) or [])[:kernels]]
+    return work + [(str(c.get("kind")), c) for c in (op.get(S.COPIES) or [])[:copies]]
 
 
-def _kernel_kind(kernel: dict[str, Any]) -> str:
+def _kernel_kind(kernel: Union[OpKernel, OpCopy]) -> str:
     kind = "Triton kernel" if kernel.get("source") or str(kernel["name"]).startswith(
         S.TRITON_PREFIX) else "kernel"
     return f"graph {kind[0].lower()}{kind[1:]}" if kernel.get("via") == S.CUDA_GRAPH else kind

@@ -8,9 +8,10 @@ from typing import Any, Optional
 from ..document.build import STOPPED
 from ..document.document import Items, Section
 from ..document.shown import Shown
+from ...contract.report import Report
 
 
-def recommendations_section(report: dict[str, Any], shown: Shown) -> Optional[Section]:
+def recommendations_section(report: Report, shown: Shown) -> Optional[Section]:
     """What to do first, ranked (report.document.shown: none where the verdict is not shown)."""
     if not shown.recommendations:
         return None

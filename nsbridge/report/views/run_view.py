@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..document.document import EVERYWHERE, HTML, IN_FILES, Items, Section
+from ...contract.report import Report
 
 
-def overhead_section(report: dict[str, Any]) -> Optional[Section]:
+def overhead_section(report: Report) -> Optional[Section]:
     overhead = report.get("overhead")
     if not overhead:
         return None
@@ -16,12 +17,12 @@ def overhead_section(report: dict[str, Any]) -> Optional[Section]:
                    views=EVERYWHERE if overhead.get("ratio") else IN_FILES)
 
 
-def notes_section(report: dict[str, Any]) -> Optional[Section]:
+def notes_section(report: Report) -> Optional[Section]:
     notes = report.get("notes")
     return Section("notes", "Notes", [Items(list(notes))]) if notes else None
 
 
-def sources_section(report: dict[str, Any]) -> Optional[Section]:
+def sources_section(report: Report) -> Optional[Section]:
     sources = report.get("sources") or {}
     if not sources:
         return None

@@ -8,6 +8,7 @@ from typing import Any, Optional
 from ..document.document import IN_FILES, TERMINAL, Section, Table, without_empty_columns
 from ..document.formats import ms_or_dash
 from ..document.wording import counted_over, per_step_cell, where
+from ...contract.report import Report
 
 
 SYNC_HEADER = ["kind", "where", "op", "count", "counted over", "per step", "host ms",
@@ -20,7 +21,7 @@ CPU_REACH = ("shown are the script's read-backs (.item(), .cpu(), ...) and ops w
              "show only on a GPU run")
 
 
-def syncs_section(report: dict[str, Any]) -> Optional[Section]:
+def syncs_section(report: Report) -> Optional[Section]:
     """The sync points: where the host waited for the device, how often, and for how long
     (a CPU-only run: what would wait, most calls per step first, and what it cannot show)."""
     points = report["sync_points"]

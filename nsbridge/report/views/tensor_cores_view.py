@@ -8,19 +8,20 @@ from typing import Any, Optional
 from ... import schema as S
 from ..document.document import EVERYWHERE, IN_FILES, Section, Table
 from ..document.pass_view import OpColumn, PassView
+from ...contract.report import Report
 
 HEADER = ["op", "Tensor Cores", "dtype", "why (evidence)"]
 
 
-def tensor_cores_section(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
+def tensor_cores_section(report: Report, limit: Optional[int]) -> Optional[Section]:
     """One row per marked op, in op-table order; the lead counts each mark."""
     counts = report.get(S.TENSOR_CORES_SECTION)
     marked = [op for op in report["ops"] if op.get(S.TENSOR_CORES_SECTION)]
     if not counts or not marked:
         return None
-    rows = [[op[S.NAME], m["status"], m.get("dtype") or "-",
-             f"{m['reason']} ({m['evidence']})"]
-            for op in marked[:limit] for m in [op[S.TENSOR_CORES_SECTION]]]
+    rows = [[op[S.NAME], str(m.get("status")), m.get("dtype") or "-",
+             f"{m.get('reason')} ({m.get('evidence')})"]
+            for op in marked[:limit] if (m := op.get(S.TENSOR_CORES_SECTION))]
     lead = ", ".join(f"{n} {status}" for status, n in counts.items()
                      if status != "ops" and n) + " (from the triage; ncu's counters settle it)"
     # a CPU run's marks say what a GPU would do: in report.md and report.html, not among

@@ -10,6 +10,7 @@ from ..document.document import Items, Section, Table, without_empty_columns
 from ..document.pass_view import OpColumn, PassView
 from ..document.formats import int_text, ms
 from ..document.wording import attribution, gap_host
+from ...contract.report import Report, Timeline, TimelineOp, TimelineWindow
 
 TIMELINE_HEADER = ["op (nsys)", "ranges", "range ms", "kernels", "kernel ms", "copies",
                    "copy ms", "memsets", "launch lat µs", "idle before ms", "sync ms"]
@@ -17,19 +18,20 @@ TIMELINE_RANK_HEADER = ["rank", "host", "status", "GPU busy %", "kernels", "kern
                         "comm kernel ms", "sync calls", "nsys report"]
 
 
-def timeline_section(report: dict[str, Any], limit: Optional[int]) -> Optional[Section]:
+def timeline_section(report: Report, limit: Optional[int]) -> Optional[Section]:
     """What nsys recorded, per op (nsbridge's NVTX ranges), the longest GPU idle gaps with
     where the host was, and each rank's capture in a job of several."""
     t = report.get(S.TIMELINE_SECTION)
     if not t:
         return None
     blocks: list[Any] = []
-    if t.get("ops"):
-        header, rows = without_empty_columns(TIMELINE_HEADER, _rows(t["ops"][:limit]))
+    ops, gaps = t.get("ops"), t.get("idle_gaps")
+    if ops:
+        header, rows = without_empty_columns(TIMELINE_HEADER, _rows(ops[:limit]))
         blocks.append(Table(header, rows, code=frozenset({0})))
-    if t.get("idle_gaps"):
-        blocks.append(Items([f"GPU {g['device']} idle {g['dur_us'] / 1e3:.3f} ms while the host "
-                             f"was in {gap_host(g)}" for g in t["idle_gaps"]], brief=3))
+    if gaps:
+        blocks.append(Items([f"GPU {g.get('device')} idle {ms(g.get('dur_us'))} ms while the "
+                             f"host was in {gap_host(g)}" for g in gaps], brief=3))
     if t.get("ranks"):
         blocks.append(Table(TIMELINE_RANK_HEADER, rank_rows(t), code=frozenset({8}),
                             lead=f"Per rank (the tables above are rank "
@@ -40,11 +42,11 @@ def timeline_section(report: dict[str, Any], limit: Optional[int]) -> Optional[S
                    brief_title="Timeline")
 
 
-def _rows(ops: list[dict[str, Any]]) -> list[list[str]]:
+def _rows(ops: list[TimelineOp]) -> list[list[str]]:
     rows = []
     for op in ops:
         lat = op.get("launch_latency_us")
-        rows.append([op["op"], str(op["ranges"]), ms(op.get("range_us")),
+        rows.append([str(op.get("op")), str(op.get("ranges")), ms(op.get("range_us")),
                      int_text(op.get("kernels")), ms(op.get("kernel_us")),
                      int_text(op.get("copies")), ms(op.get("copy_us")),
                      int_text(op.get("memsets")), "-" if lat is None else f"{lat:.1f}",
@@ -52,29 +54,30 @@ def _rows(ops: list[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
-def timeline_line(t: dict[str, Any], with_torch: bool = True) -> str:
+def timeline_line(t: Timeline, with_torch: bool = True) -> str:
     """The capture in one sentence: version, ranges, GPU work, busy, attribution, window."""
     busy = "-" if t.get("gpu_busy_pct") is None else f"{t['gpu_busy_pct']:.1f}%"
     gpu = (f"{t['kernels']} kernels, {t['copies']} copies, {t.get('memsets', 0)} memsets, "
-           f"GPU busy {busy}; attribution {attribution(t['attribution'])}"
+           f"GPU busy {busy}; attribution {attribution(t.get('attribution') or {})}"
            if t.get("gpu_traced", True) else
            "no GPU activity traced (no CUDA in this capture: the GPU columns are not shown)")
+    nvtx = t.get("nvtx") or {}
     return (f"nsys {t.get('nsys_version') or '?'}: {t['op_ranges']} op ranges, "
             f"{t['module_ranges']} module ranges, {gpu}; NVTX ranges emitted "
-            f"{int_text(t['nvtx'].get('emitted'))}, recorded "
-            f"{int_text(t['nvtx'].get('recorded'))}; "
+            f"{int_text(nvtx.get('emitted'))}, recorded "
+            f"{int_text(nvtx.get('recorded'))}; "
             + _window(t.get("window") or {}, with_torch))
 
 
-def _window(window: dict[str, Any], with_torch: bool) -> str:
-    if window.get("kind") == "steps":
-        steps = window["steps"]
+def _window(window: TimelineWindow, with_torch: bool) -> str:
+    steps = window.get("steps")
+    if window.get("kind") == "steps" and steps:
         return (f"over the measured steps (nsbridge's step ranges {steps[0]}-{steps[-1]})"
                 + (", as the torch.profiler figures" if with_torch else ""))
     return "over the whole capture" + (f" ({window['why']})" if window.get("why") else "")
 
 
-def rank_rows(t: dict[str, Any]) -> list[list[str]]:
+def rank_rows(t: Timeline) -> list[list[str]]:
     """One row per rank's nsys capture (a failed one with its error in the last column)."""
     def num(v: Any) -> str:
         return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
