@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Mapping, Optional, Union
 
 from . import __version__
 from . import schema as S
@@ -61,7 +61,7 @@ class PassOutput:
     exit_code: int = 0
     error: Optional[dict[str, Any]] = None
     core: Optional[dict[str, Any]] = None       # top-level report keys (torch.profiler)
-    section: Optional[tuple[str, dict[str, Any]]] = None   # ("timeline", {...})
+    section: Optional[tuple[str, Mapping[str, Any]]] = None   # ("timeline", {...})
     op_key: Optional[str] = None                # "nsys" or "ncu"
     op_columns: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -72,7 +72,7 @@ class PassOutput:
     frames: dict[str, Any] = field(default_factory=dict)
 
 
-def section_op_columns(section: Optional[tuple[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+def section_op_columns(section: Optional[tuple[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
     """A pass's per-op columns as its section's ``ops`` rows give them (nsys: one row per
     op name, ``op`` its key); {} for a section without such rows."""
     rows = section[1].get("ops") if section else None

@@ -238,15 +238,16 @@ def reduce(run_dir: Path, summaries: list[dict[str, Any]], profile: Profile, tar
              "ranks": [p.name for p in rank_dirs(run_dir)]}
     core = build_report(command=command, target=target, status=status, analysis=analysis,
                         step_source=None, overhead=profiler_overhead(
-                            steps, bool(machine and machine["contention"]["contended"]),
+                            steps, bool(machine and (machine.get("contention") or {}).get("contended")),
                             ((machine or {}).get("threads") or {}).get("intra_op"))
                         if steps else None, files=files, notes=notes,
                         has_memory=has_memory(trace), error=error, version=__version__,
                         machine=machine, child_steps=steps,
                         environment=child.get("env"))
     recommendation = straggler.get("recommendation")
-    manifest = {"ranks": [{k: r[k] for k in ("rank", "host", "status", "exit_code")}
-                          for r in cross["ranks"]], "world_size": cross["world_size"]}
+    manifest = {"ranks": [{"rank": r.get("rank"), "host": r.get("host"), "status": r.get("status"),
+                           "exit_code": r.get("exit_code")} for r in cross.get("ranks") or []],
+                "world_size": cross.get("world_size")}
     return PassOutput(name="torch.profiler (ranks)", manifest=manifest, status=status,
                       exit_code=_exit_code(failed), error=error, core=core,
                       section=(S.DISTRIBUTED_SECTION, cross),
@@ -256,8 +257,8 @@ def reduce(run_dir: Path, summaries: list[dict[str, Any]], profile: Profile, tar
         analysis
 
 
-def _exit_code(failed: list[dict[str, Any]]) -> int:
-    for f in failed:
+def _exit_code(failed: Optional[list[Any]]) -> int:
+    for f in failed or []:
         if f.get("exit_code"):
             return int(f["exit_code"])
     return 1 if failed else 0

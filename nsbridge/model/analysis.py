@@ -10,7 +10,8 @@ import pandas as pd
 
 from .. import schema as S
 from ..profiles import Analysis as Thresholds
-from .device.attribution import LAUNCHED_BEFORE_WINDOW, attribute_gpu_events, linking_generation
+from .device.attribution import (LAUNCHED_BEFORE_WINDOW, attribute_gpu_events, attribution_counts,
+                                 linking_generation)
 from .ranks.collectives import collectives, comm_overlap, time_per_step
 from .device.activity import busy_by_device, copies, gpu_work, idle_gaps, launched_before_window
 from .device.kernel_origins import graph_launch_calls, kernel_origins
@@ -25,7 +26,8 @@ from .strings import name_mask, row_groups, starts_with
 from .host.syncs import (blocking_calls, gpu_idle_after, implicit_syncs, sync_cost,
                          sync_points)
 from .device.tensor_cores import common_input_types
-from .judging.verdict import decide, qualify
+from .judging.verdict import data_share_of, decide, qualify
+from ..contract.report import Collective, Device, DeviceIdleGap, Machine, Memory, OpGroups, Recommendation, SyncPoint, Verdict, Window
 
 
 WINDOWS = ("steps", "trace")
@@ -36,27 +38,27 @@ class TraceAnalysis:
     """Everything the report says about one trace."""
 
     ops: pd.DataFrame                  # OPS frame (schema.OP_COLUMNS)
-    window: dict[str, Any]             # what every figure covers: window_facts
+    window: Window                     # what every figure covers: window_facts
     steps: pd.DataFrame                # per step: step, wall_ms, data/forward/backward/optimizer/other_ms
     has_device: bool
-    device: dict[str, Any]             # busy, gaps, copies, attribution counts (GPU runs)
-    sync_points: list[dict[str, Any]]  # model.host.syncs.sync_points
-    verdict: dict[str, Any]
-    recommendations: list[dict[str, Any]]
-    collectives: list[dict[str, Any]]  # model.ranks.collectives.collectives (distributed runs)
+    device: Device                     # busy, gaps, copies, attribution counts (GPU runs)
+    sync_points: list[SyncPoint]       # model.host.syncs.sync_points
+    verdict: Verdict
+    recommendations: list[Recommendation]
+    collectives: list[Collective]      # model.ranks.collectives.collectives (distributed runs)
     facts: Optional[Facts] = None      # what the verdict and the rules read (model.comparing.pooled)
     comm_per_step_us: Optional[list[float]] = None   # collectives.time_per_step
     # per matmul/convolution/attention op: its most common "Input type" list (tensor_cores)
     input_types: dict[str, str] = field(default_factory=dict)
-    memory: Optional[dict[str, Any]] = None   # model.device.memory.memory_over_window
-    op_groups: Optional[dict[str, Any]] = None   # model.host.op_groups.op_groups
+    memory: Optional[Memory] = None   # model.device.memory.memory_over_window
+    op_groups: Optional[OpGroups] = None   # model.host.op_groups.op_groups
 
 
 def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
                    process_syncs: Optional[list[dict[str, Any]]] = None,
                    process_steps: Optional[int] = None,
                    script: Optional[str] = None,
-                   machine: Optional[dict[str, Any]] = None,
+                   machine: Optional[Machine] = None,
                    window: str = "steps", complete_steps: bool = False,
                    last_step_cut: bool = False) -> TraceAnalysis:
     """Analyse one EVENTS frame (see nsbridge.schema).
@@ -92,9 +94,9 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
     n_steps = len(windows)
     seconds = (hi - lo) / 1e6
     kernels = in_window[in_window["cat"] == S.KERNEL]
-    device: dict[str, Any] = {}
+    device: Device = {}
     busy = pd.DataFrame(columns=["device", "busy_us", "busy_pct", "kernels"])
-    gaps: list[dict[str, Any]] = []
+    gaps: list[DeviceIdleGap] = []
     if has_device and len(in_window):
         host_name_values = tree.name_values
         ends = (in_window["ts"] + in_window["dur"]).to_numpy(np.float64)
@@ -118,7 +120,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
             "kernels_per_s": round(len(kernels) / seconds, 1) if seconds > 0 else None,
             "median_kernel_us": round(float(kernels["dur"].median()), 3) if len(kernels) else None,
             "linking": linking_generation(events),
-            "attribution": {k: int(v) for k, v in in_window["rule"].value_counts().items()},
+            "attribution": attribution_counts(in_window),
             LAUNCHED_BEFORE_WINDOW: launched_before_window(in_window),
             "comm": comm_overlap(in_window, dlo, dhi),
             "work": gpu_work(in_window, host_name_values),
@@ -160,7 +162,7 @@ def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
         top_kernel = _top_kernel(kernels, float(in_window["dur"].sum()))
     facts = Facts(
         has_device=has_device, verdict=verdict["label"],
-        data_share=verdict["numbers"]["data_share"], dataloader_kind=loader_kind,
+        data_share=data_share_of(verdict), dataloader_kind=loader_kind,
         pageable_h2d=int(name_mask(in_window["name"].to_numpy(),
                                    lambda n: "HtoD" in n and "Pageable" in n).sum()),
         sync_points=points, sync_cost=cost, ops=ops,
@@ -229,7 +231,7 @@ def check_window(window: str) -> None:
 
 
 def window_facts(windows: pd.DataFrame, asked: str, seconds: float,
-                 notes: list[str]) -> dict[str, Any]:
+                 notes: list[str]) -> Window:
     """report.window: what the figures cover (docs/explanation/numbers.md)."""
     stepless = int(windows["step"].iloc[0]) < 0
     return {"kind": "trace" if stepless else "steps", "asked": asked,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
+from ..contract.report import Spread
 
 RESAMPLES = 2000
 LEVEL = 0.95
@@ -57,7 +58,7 @@ def interval(samples: Union[Sequence[float], np.ndarray], stat: Callable[..., An
 
 
 def summary(samples: Sequence[float], groups: Optional[Sequence[Any]] = None,
-            digits: int = 3) -> Optional[dict[str, Any]]:
+            digits: int = 3) -> Optional[Spread]:
     """{n, median, ci_low, ci_high, p10, p90, min, max, mean}: the median with its 95%
     interval, and how the samples spread."""
     values = np.asarray([v for v in samples if v is not None], dtype=np.float64)
@@ -65,10 +66,11 @@ def summary(samples: Sequence[float], groups: Optional[Sequence[Any]] = None,
         return None
     point, low, high = interval(values, np.median, groups)
     p10, p90 = np.percentile(values, [10, 90])
-    out = {"n": int(values.size), "median": point, "ci_low": low, "ci_high": high,
-           "p10": float(p10), "p90": float(p90), "min": float(values.min()),
-           "max": float(values.max()), "mean": float(values.mean())}
-    return {k: (round(v, digits) if isinstance(v, float) else v) for k, v in out.items()}
+    def r(value: Optional[float]) -> Optional[float]:
+        return None if value is None else round(value, digits)
+    return {"n": int(values.size), "median": r(point), "ci_low": r(low), "ci_high": r(high),
+            "p10": r(float(p10)), "p90": r(float(p90)), "min": r(float(values.min())),
+            "max": r(float(values.max())), "mean": r(float(values.mean()))}
 
 
 def half_width_pct(s: Optional[dict[str, Any]]) -> Optional[float]:

@@ -30,6 +30,7 @@ from ..run import PassOutput, Run
 from ..script_check import Script
 from ..rundir import read_run
 from .outcome import pass_status
+from ..contract.report import Machine, MachineCores
 
 
 def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: bool,
@@ -75,7 +76,7 @@ def pooled_steps(passes: Sequence[TorchPass]) -> list[dict[str, Any]]:
 
 def analyse_passes(run_dir: Path, passes: Sequence[TorchPass], *, target: str,
                    args: Sequence[str], profile: Profile, window: str,
-                   machine: dict[str, Any], status: str, exit_code: int,
+                   machine: Machine, status: str, exit_code: int,
                    error: Optional[dict[str, Any]], command: str = "triage",
                    files: Optional[dict[str, Any]] = None
                    ) -> tuple[PassOutput, Optional[TraceAnalysis]]:
@@ -126,7 +127,7 @@ def analyse_passes(run_dir: Path, passes: Sequence[TorchPass], *, target: str,
     if len(passes) > 1 and command == "triage":
         files["repeats"] = [str(tp.traces[0].relative_to(run_dir)) for tp in passes[1:]
                             if tp.traces]
-    contended = machine["contention"]["contended"]
+    contended = bool((machine.get("contention") or {}).get("contended"))
     core = build_report(command=command, target=" ".join([target, *args]), status=status,
                         analysis=analysis, step_source=child.get("step_source"),
                         overhead=profiler_overhead(steps, contended,
@@ -167,7 +168,7 @@ def analyse_run_dir(run_dir: Path, profile: Optional[Profile], window: str) -> P
     output, analysis = analyse_passes(
         run_dir, passes, target=str(manifest.get("target") or run_dir),
         args=list(manifest.get("args") or []), profile=profile, window=window,
-        machine=report.get("machine") or first.get("machine") or {},
+        machine=report.get("machine") or first.get("machine") or Machine(),
         status=str(report.get("status") or "ok"), exit_code=int(first.get("exit_code") or 0),
         error=report.get("error"), command="analyze",
         files={"trace": None, "inputs": [str(t) for t in traces],
@@ -302,7 +303,7 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
     notes.extend(note for t in traces for note in t.notes)
     traces.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, str(t.path)))
     analyses = [t.analysis for t in traces]
-    lead_index = slowest([a.verdict["numbers"] for a in analyses]) if len(analyses) > 1 else 0
+    lead_index = slowest([a.verdict.get("numbers") or {} for a in analyses]) if len(analyses) > 1 else 0
     lead, lead_path = analyses[lead_index], traces[lead_index].path
     section, recommendations = None, []
     if len(analyses) > 1:   # the ranks of one job: ops summed, the cross-rank report
@@ -333,10 +334,10 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
 
 
 def process_machine(around: dict[str, Any], child: dict[str, Any],
-                    profile: Profile) -> dict[str, Any]:
+                    profile: Profile) -> Machine:
     """The machine facts of one profiled process (``around``: collect.machine's snapshots
     taken by the process that started it)."""
-    return machine_facts(cores=around.get("cores") or {}, run=around,
+    return machine_facts(cores=around.get("cores") or MachineCores(), run=around,
                          process=child.get("machine"), steps=child.get("steps") or [],
                          wait_share=profile.analysis.contention_wait_share,
                          steal_share=profile.analysis.contention_steal_share)

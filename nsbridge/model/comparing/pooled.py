@@ -25,7 +25,8 @@ from ...profiles import Analysis
 from ..analysis import TraceAnalysis
 from ..host.ops import merge_shape_work
 from ..judging.rules import recommend
-from ..judging.verdict import decide, qualify
+from ..judging.verdict import data_share_of, decide, qualify
+from ...contract.report import Machine, Window
 
 
 
@@ -49,7 +50,7 @@ def pool_ops(tables: list[pd.DataFrame], steps_per_run: list[int],
 
 
 def pool_analyses(analyses: list[TraceAnalysis], thresholds: Analysis,
-                  machine: Optional[dict[str, Any]] = None) -> TraceAnalysis:
+                  machine: Optional[Machine] = None) -> TraceAnalysis:
     """One analysis of several runs of one script (see the module docstring)."""
     lead = analyses[0]
     if len(analyses) == 1 or lead.facts is None:
@@ -69,11 +70,11 @@ def pool_analyses(analyses: list[TraceAnalysis], thresholds: Analysis,
     contention = (machine or {}).get("contention")
     verdict = qualify(verdict, breakdown=steps, thresholds=thresholds, machine=machine)
     pooled_facts = dataclasses.replace(facts, verdict=verdict["label"], ops=ops,
-                                       data_share=verdict["numbers"]["data_share"],
+                                       data_share=data_share_of(verdict),
                                        contention=contention)
-    window = {**lead.window, "runs": len(analyses)}
-    if window["kind"] == "trace":
-        window["seconds"] = round(sum(a.window["seconds"] for a in analyses), 3)
+    window: Window = {**lead.window, "runs": len(analyses)}
+    if window.get("kind") == "trace":
+        window["seconds"] = round(sum(a.window.get("seconds") or 0.0 for a in analyses), 3)
     else:
         window["steps"] = len(steps)
     return dataclasses.replace(lead, ops=ops, steps=steps, verdict=verdict, window=window,

@@ -11,6 +11,7 @@ from ... import schema as S
 from .attribution import LAUNCHED_BEFORE_WINDOW
 from ..host.nesting import HostTree, clipped_union, longest_gaps
 from ..strings import first_and_distinct, per_value, row_groups
+from ...contract.report import DeviceCopy, DeviceIdleGap, DeviceLaunchedBeforeWindow, DeviceWork
 
 
 def busy_by_device(gpu: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
@@ -26,7 +27,7 @@ def busy_by_device(gpu: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
 
 
 def idle_gaps(gpu: pd.DataFrame, lo: float, hi: float, events: pd.DataFrame, tree: HostTree,
-              main_thread: int, top: int) -> list[dict[str, Any]]:
+              main_thread: int, top: int) -> list[DeviceIdleGap]:
     """The longest stretches in [lo, hi] with no GPU activity on a device, longest first.
 
     Each gap says what the training thread was doing at its midpoint: the innermost host
@@ -46,7 +47,7 @@ def idle_gaps(gpu: pd.DataFrame, lo: float, hi: float, events: pd.DataFrame, tre
     else:
         pid, tid = thread_key.split("/", 1)
         pos = tree.enclosing(pd.Series([pid] * len(mids)), pd.Series([tid] * len(mids)), mids)
-    out = []
+    out: list[DeviceIdleGap] = []
     for (n, a, device), p in zip(gaps, pos):
         top_pos = p
         while top_pos >= 0 and tree.parent[top_pos] >= 0 and not str(
@@ -59,7 +60,7 @@ def idle_gaps(gpu: pd.DataFrame, lo: float, hi: float, events: pd.DataFrame, tre
     return out
 
 
-def copies(gpu: pd.DataFrame) -> list[dict[str, Any]]:
+def copies(gpu: pd.DataFrame) -> list[DeviceCopy]:
     """Memcpy/memset totals by kind and direction (e.g. 'Memcpy HtoD (Pageable -> Device)')."""
     moves = gpu[gpu["cat"].isin([S.MEMCPY, S.MEMSET])]
     if moves.empty:
@@ -72,15 +73,15 @@ def copies(gpu: pd.DataFrame) -> list[dict[str, Any]]:
             for name, n, t, b in zip(agg["name"], agg["n"], agg["total_us"], agg["total_bytes"])]
 
 
-def launched_before_window(gpu: pd.DataFrame) -> dict[str, Any]:
+def launched_before_window(gpu: pd.DataFrame) -> DeviceLaunchedBeforeWindow:
     """GPU events in the window whose launch came before it: counts and GPU time by kind."""
     early = gpu[gpu["rule"] == LAUNCHED_BEFORE_WINDOW]
-    out: dict[str, Any] = {}
-    for kind, time_key, cat in (("kernels", "kernel_us", S.KERNEL), ("copies", "copy_us", S.MEMCPY),
-                                ("memsets", "memset_us", S.MEMSET)):
-        part = early[early["cat"] == cat]
-        out[kind] = int(len(part))
-        out[time_key] = round(float(part["dur"].sum()), 3)
+    kernels, copied, memsets = (early[early["cat"] == cat]
+                                for cat in (S.KERNEL, S.MEMCPY, S.MEMSET))
+    out: DeviceLaunchedBeforeWindow = {
+        "kernels": int(len(kernels)), "kernel_us": round(float(kernels["dur"].sum()), 3),
+        "copies": int(len(copied)), "copy_us": round(float(copied["dur"].sum()), 3),
+        "memsets": int(len(memsets)), "memset_us": round(float(memsets["dur"].sum()), 3)}
     out["explanation"] = (
         "launched before the measured window opened (no launch call in the trace): the GPU "
         "runs behind the host, so work queued in the previous step still runs inside the "
@@ -91,7 +92,7 @@ def launched_before_window(gpu: pd.DataFrame) -> dict[str, Any]:
 _KINDS = {S.KERNEL: "kernel", S.MEMCPY: "memcpy", S.MEMSET: "memset"}
 
 
-def gpu_work(gpu: pd.DataFrame, op_names: np.ndarray) -> list[dict[str, Any]]:
+def gpu_work(gpu: pd.DataFrame, op_names: np.ndarray) -> list[DeviceWork]:
     """Every kernel, copy and memset of the window by (name, op): kind, name, op (None when
     no op launched it), attribution (the rule: external_id, launch_containment,
     outside_ops, launched_before_window), via (cuda_graph or None), source (a Triton

@@ -24,7 +24,7 @@ for torch.compile (Triton) kernels, the generated source file the launching op c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final, Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -33,11 +33,15 @@ from ... import schema as S
 from ..host.nesting import HostTree, at_rows
 from ..keys import first_match
 from ..strings import is_in, starts_with, value_codes
+from ...contract.report import DeviceAttribution
 
-EXTERNAL_ID, LAUNCH_CONTAINMENT = "external_id", "launch_containment"
-LAUNCHED_BEFORE_WINDOW, OUTSIDE_OPS = "launched_before_window", "outside_ops"
+Rule = Literal["external_id", "launch_containment", "launched_before_window", "outside_ops"]
+EXTERNAL_ID: Final = "external_id"
+LAUNCH_CONTAINMENT: Final = "launch_containment"
+LAUNCHED_BEFORE_WINDOW: Final = "launched_before_window"
+OUTSIDE_OPS: Final = "outside_ops"
 GRAPH_LAUNCH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
-_RULES = (EXTERNAL_ID, LAUNCH_CONTAINMENT, LAUNCHED_BEFORE_WINDOW, OUTSIDE_OPS)
+_RULES: tuple[Rule, ...] = get_args(Rule)
 
 
 def linking_generation(events: pd.DataFrame) -> str:
@@ -130,3 +134,12 @@ def _as_text(column: pd.Series) -> Any:
     if isinstance(column.dtype, pd.CategoricalDtype):
         return column.array
     return column.astype(str).to_numpy()
+
+
+def attribution_counts(gpu: pd.DataFrame) -> DeviceAttribution:
+    """How many of the window's GPU events each rule attributed, the most first."""
+    rules: dict[str, Rule] = {rule: rule for rule in _RULES}
+    out: DeviceAttribution = {}
+    for rule, n in gpu["rule"].value_counts().items():
+        out[rules[str(rule)]] = int(n)
+    return out

@@ -18,12 +18,13 @@ import pandas as pd
 from ... import schema as S
 from .attribution import GRAPH_LAUNCH_CALLS
 from ..strings import is_in, starts_with
+from ...contract.report import Device
 
 TOP = 10
 
 
 def kernel_origins(gpu: pd.DataFrame, op_names: np.ndarray,
-                   graph_launches: int) -> dict[str, Any]:
+                   graph_launches: int) -> Device:
     """``cuda_graph`` and ``triton`` summaries of the window's kernels (keys only when the
     window has such kernels).
 
@@ -43,7 +44,7 @@ def kernel_origins(gpu: pd.DataFrame, op_names: np.ndarray,
                           "source": kernels["source"].fillna("").to_numpy(),
                           "graph": (kernels["via"] == S.CUDA_GRAPH).to_numpy(),
                           "dur": kernels["dur"].to_numpy(np.float64)}, copy=False)
-    out: dict[str, Any] = {}
+    out: Device = {}
     graph = frame[frame["graph"]]
     if len(graph):
         by_op = graph.groupby("op", sort=False)["dur"].agg(["size", "sum"]).reset_index()

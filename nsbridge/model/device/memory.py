@@ -25,6 +25,7 @@ from ... import schema as S
 from ..host.nesting import HostTree
 from ..host.ops import MIB
 from ..strings import starts_with
+from ...contract.report import Memory
 
 MAX_POINTS = 400     # at most: each time bucket's highest and lowest point, and the peak
 NO_TOTALS = "no totals"      # relative_why: the trace's memory events carry none
@@ -32,7 +33,7 @@ HOST_TOTALS = "host"         # relative_why: torch's CPU totals are not the proc
 
 
 def memory_over_window(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame,
-                       device_run: bool) -> Optional[dict[str, Any]]:
+                       device_run: bool) -> Optional[Memory]:
     """The window's memory curve and peak, or None without memory events in it.
 
     Returns device ("cuda:N" or "cpu"), events, relative (True: levels are bytes since the

@@ -4,7 +4,7 @@ TensorBoard's "group by input shape" and "by call stack" views."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -12,6 +12,7 @@ import pandas as pd
 from ... import schema as S
 from .nesting import HostTree
 from .python_lines import has_stacks, python_frames
+from ...contract.report import OpGroup, OpGroups, OpGroupsByShape, OpGroupsBySource
 
 TOP = 200   # rows kept per grouping, costliest first
 NO_STACKS = ("the trace has no Python stacks: record with --profile memory (with_stack) "
@@ -21,7 +22,7 @@ _NUMBERS = (S.CPU_SELF_US, S.CPU_TOTAL_US, S.DEVICE_SELF_US, S.DEVICE_TOTAL_US)
 
 
 def op_groups(events: pd.DataFrame, tree: HostTree, calls: pd.DataFrame,
-              has_device: bool) -> dict[str, Any]:
+              has_device: bool) -> OpGroups:
     """``by_shape`` and ``by_source`` rows ({name, shape or source, calls, cpu_self_us,
     cpu_total_us, device_self_us, device_total_us}, the TOP costliest by the op table's
     ranking column), and ``notes`` saying why a grouping is empty.
@@ -32,7 +33,7 @@ def op_groups(events: pd.DataFrame, tree: HostTree, calls: pd.DataFrame,
     shaped = calls[calls["shape"].notna()]
     if shaped.empty:
         notes.append(NO_SHAPES)
-    by_source: list[dict[str, Any]] = []
+    by_source: list[OpGroupsBySource] = []
     if has_stacks(events):
         pos = calls.index.to_numpy()
         rows = events.loc[tree.rows[pos]]
@@ -40,14 +41,19 @@ def op_groups(events: pd.DataFrame, tree: HostTree, calls: pd.DataFrame,
                                tree.start[pos])
         source = np.array([f"{f[2]} ({f[0]}:{f[1]})" if f else None for f in frames],
                           dtype=object)
-        by_source = _grouped(calls.assign(source=source), "source", rank, has_device)
+        by_source = [{**group, "source": value} for group, value in
+                     _grouped(calls.assign(source=source), "source", rank, has_device)]
     else:
         notes.append(NO_STACKS)
-    return {"by_shape": _grouped(shaped, "shape", rank, has_device),
-            "by_source": by_source, "notes": notes}
+    by_shape: list[OpGroupsByShape] = [{**group, "shape": value} for group, value in
+                                       _grouped(shaped, "shape", rank, has_device)]
+    return {"by_shape": by_shape, "by_source": by_source, "notes": notes}
 
 
-def _grouped(calls: pd.DataFrame, key: str, rank: str, has_device: bool) -> list[dict[str, Any]]:
+def _grouped(calls: pd.DataFrame, key: str, rank: str,
+             has_device: bool) -> list[tuple[OpGroup, str]]:
+    """The TOP costliest (op, ``key``) groups: each its calls and times, and its key's
+    value."""
     known = calls[calls[key].notna()]
     if known.empty:
         return []
@@ -56,6 +62,10 @@ def _grouped(calls: pd.DataFrame, key: str, rank: str, has_device: bool) -> list
     agg = agg.sort_values([rank, S.CPU_TOTAL_US], ascending=False, kind="stable").head(TOP)
     if not has_device:
         agg[[S.DEVICE_SELF_US, S.DEVICE_TOTAL_US]] = np.nan
-    return [{S.NAME: r[S.NAME], key: str(r[key]), S.CALLS: int(r[S.CALLS]),
-             **{c: None if np.isnan(r[c]) else round(float(r[c]), 3) for c in _NUMBERS}}
+    def time(value: float) -> Optional[float]:
+        return None if np.isnan(value) else round(float(value), 3)
+    return [({S.NAME: r[S.NAME], S.CALLS: int(r[S.CALLS]),
+              S.CPU_SELF_US: time(r[S.CPU_SELF_US]), S.CPU_TOTAL_US: time(r[S.CPU_TOTAL_US]),
+              S.DEVICE_SELF_US: time(r[S.DEVICE_SELF_US]),
+              S.DEVICE_TOTAL_US: time(r[S.DEVICE_TOTAL_US])}, str(r[key]))
             for r in agg.to_dict("records")]

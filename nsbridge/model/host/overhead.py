@@ -18,7 +18,7 @@ from ..stats import LEVEL, resample_indices
 
 
 def profiler_overhead(child_steps: list[dict[str, Any]], contended: bool = False,
-                      threads: Optional[int] = None) -> dict[str, Any]:
+                      threads: Optional[float] = None) -> dict[str, Any]:
     """{profiled_steps, unprofiled_steps, profiled_step_ms, unprofiled_step_ms, ratio,
     ratio_ci, kind, note}; kind: slower, not-measurable, faster, contended, too-few.
     ``threads``: torch's intra-op threads in the process (advice does not ask for one

@@ -40,6 +40,7 @@ from ... import schema as S
 from .nesting import HostTree
 from .python_lines import python_lines
 from ..strings import is_in, name_mask
+from ...contract.report import SyncPoint
 
 BLOCKING_CALL = re.compile(
     r"^(cuda|hip)(Stream|Device|Event)Synchronize|^cu(Stream|Ctx|Event)Synchronize"
@@ -134,7 +135,7 @@ def blocking_calls(events: pd.DataFrame, tree: HostTree, lo: float, hi: float) -
 
 
 def implicit_syncs(tree: HostTree, lo: float, hi: float, n_steps: int,
-                   seconds: Optional[float]) -> list[dict[str, Any]]:
+                   seconds: Optional[float]) -> list[SyncPoint]:
     """The sync points a GPU would add to a CPU-only run: ops in [lo, hi) whose output size
     is the data's (DATA_DEPENDENT, and REPEAT_INTERLEAVE where it reads a scalar), the
     outermost such op of each nest, none under an optimizer step or a DataLoader fetch.
@@ -223,7 +224,7 @@ def sync_points(*, calls: pd.DataFrame, idle_us: np.ndarray,
                 process_records: Optional[list[dict[str, Any]]], n_steps: int,
                 run_steps: Optional[int], device_run: bool,
                 seconds: Optional[float] = None,
-                implicit: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+                implicit: Sequence[SyncPoint] = ()) -> list[SyncPoint]:
     """The report's ``sync_points``: one dict per call site, costliest first (GPU runs:
     host blocked + GPU idle after; CPU-only runs: calls per step, then count).
 
@@ -253,7 +254,7 @@ def sync_points(*, calls: pd.DataFrame, idle_us: np.ndarray,
         if point is not None:
             point["run_count"] = rec["count"]
             point["function"], point["code"] = rec.get("function"), rec.get("code")
-            point["source"] += " + nsbridge (in-process)"
+            point["source"] = f"{point.get('source')} + nsbridge (in-process)"
             point["via"] = rec.get("via")
             continue
         steps = max(run_steps or rec["steps"], 1)
@@ -270,11 +271,13 @@ def sync_points(*, calls: pd.DataFrame, idle_us: np.ndarray,
                        "run_count": rec["count"], "library": bool(rec.get("library")),
                        "via": rec.get("via"), "source": "nsbridge (in-process)"})
     if device_run:
-        return sorted(points, key=lambda p: (p["placement"] != "steps",
-                                             -(p["host_ms"] + (p["gpu_idle_ms"] or 0.0)),
-                                             -p["count"]))
-    return sorted(points, key=lambda p: (p["placement"] != "steps", -(p["per_step"] or 0.0),
-                                         -(p["per_s"] or 0.0), -p["count"], -p["host_ms"]))
+        return sorted(points, key=lambda p: (p.get("placement") != "steps",
+                                             -((p.get("host_ms") or 0.0)
+                                               + (p.get("gpu_idle_ms") or 0.0)),
+                                             -(p.get("count") or 0)))
+    return sorted(points, key=lambda p: (p.get("placement") != "steps",
+                                         -(p.get("per_step") or 0.0), -(p.get("per_s") or 0.0),
+                                         -(p.get("count") or 0), -(p.get("host_ms") or 0.0)))
 
 
 def placement(record: dict[str, Any], run_steps: Optional[int]) -> tuple[str, str]:
@@ -298,7 +301,7 @@ def placement(record: dict[str, Any], run_steps: Optional[int]) -> tuple[str, st
     return "outside", f"in {seen} of {n} steps{calls}"
 
 
-def sync_cost(*, calls: pd.DataFrame, idle_us: np.ndarray, points: list[dict[str, Any]],
+def sync_cost(*, calls: pd.DataFrame, idle_us: np.ndarray, points: list[SyncPoint],
               n_steps: int, step_ms: float, device_run: bool) -> SyncCost:
     """Per measured step: calls, host time blocked and GPU idle after (GPU runs from the
     trace's blocking calls; CPU-only runs count the script's sync calls per step)."""
@@ -313,7 +316,7 @@ def sync_cost(*, calls: pd.DataFrame, idle_us: np.ndarray, points: list[dict[str
 
 
 def _trace_points(calls: pd.DataFrame, idle_us: np.ndarray, n_steps: int,
-                  seconds: Optional[float]) -> list[dict]:
+                  seconds: Optional[float]) -> list[SyncPoint]:
     if calls.empty:
         return []
     frame = calls.assign(dur=calls["end"] - calls["start"], idle=idle_us)

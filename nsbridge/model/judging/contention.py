@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..stats import summary
+from ...contract.report import Machine, MachineContention, MachineCores, MachineLoad, ProcessClock
 
 GPU_SLOWDOWNS = {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                  "hw_power_brake_slowdown"}
@@ -35,19 +36,19 @@ ELSEWHERE = ("profile on a quieter machine or with fewer co-located jobs; pool s
              "processes with nsbridge triage --runs 5")
 
 
-def fix(threads: Optional[int]) -> str:
+def fix(threads: Optional[float]) -> str:
     """What to do about contention: one thread first, unless torch already runs one."""
     return (ONE_THREAD if threads is None or threads > 1 else "") + ELSEWHERE
 
 
-def machine_facts(*, cores: dict[str, Any], run: dict[str, Any],
+def machine_facts(*, cores: MachineCores, run: dict[str, Any],
                   process: Optional[dict[str, Any]], steps: list[dict[str, Any]],
-                  wait_share: float = 0.10, steal_share: float = 0.05) -> dict[str, Any]:
+                  wait_share: float = 0.10, steal_share: float = 0.05) -> Machine:
     """The report's ``machine`` section with its ``contention`` finding."""
     process = process or {}
     measured = [s for s in steps if s.get("phase") == "active"] or steps
     bare = [s for s in steps if s.get("phase") == "unprofiled"]
-    facts: dict[str, Any] = {
+    facts: Machine = {
         "cores": cores, "threads": process.get("threads"),
         "load": {"before": run.get("load_before"), "at_start": process.get("load_at_start"),
                  "at_end": process.get("load_at_end"), "after": run.get("load_after")},
@@ -79,13 +80,13 @@ def combine_runs(arounds: list[dict[str, Any]]) -> dict[str, Any]:
             "seconds": round(seconds, 3), "cores": arounds[0].get("cores")}
 
 
-def step_laps(steps: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+def step_laps(steps: list[dict[str, Any]]) -> Optional[ProcessClock]:
     """Per-step wall time (median and spread) and, per step, CPU time, run-queue wait and
     involuntary context switches of the process's threads."""
     if not steps:
         return None
     wall = sum(s["wall_ms"] for s in steps)
-    out: dict[str, Any] = {"n": len(steps), "wall_ms": summary([s["wall_ms"] for s in steps])}
+    out: ProcessClock = {"n": len(steps), "wall_ms": summary([s["wall_ms"] for s in steps])}
     cpu = _every(steps, "cpu_ms")
     if cpu is not None:
         out["cpu_ms_per_step"] = round(sum(cpu) / len(steps), 3)
@@ -106,8 +107,8 @@ def _every(steps: list[dict[str, Any]], key: str) -> Optional[list[float]]:
     return values if len(values) == len(steps) else None
 
 
-def contention(facts: dict[str, Any], *, wall_s: Optional[float], wait_share: float,
-               steal_share: float) -> dict[str, Any]:
+def contention(facts: Machine, *, wall_s: Optional[float], wait_share: float,
+               steal_share: float) -> MachineContention:
     """{contended, reasons[], evidence, share, oversubscribed, fix}: the rule in the module
     docstring; ``share`` is how much of the step the contention took (the run-queue wait's
     or steal's share, at most 1; 0.5 when only a load average or the GPU tells)."""
@@ -116,10 +117,11 @@ def contention(facts: dict[str, Any], *, wall_s: Optional[float], wait_share: fl
     laps = facts.get("measured_steps") or {}
     reasons: list[str] = []
     busy = _load_text(load, usable)
-    if laps.get("wait_share") is not None and laps["wait_share"] >= wait_share:
+    waited = laps.get("wait_share")
+    if waited is not None and waited >= wait_share:
         reasons.append(
-            f"this process's threads waited for a CPU {laps['wait_ms_per_step']:.1f} ms per "
-            f"step on average ({laps['wait_share']:.0%} of the steps' wall time, summed over "
+            f"this process's threads waited for a CPU {laps.get('wait_ms_per_step') or 0.0:.1f}"
+            f" ms per step on average ({waited:.0%} of the steps' wall time, summed over "
             "its threads)"
             + (f", preempted {laps['nivcsw_per_step']:g} times per step"
                if laps.get("nivcsw_per_step") is not None else ""))
@@ -128,9 +130,10 @@ def contention(facts: dict[str, Any], *, wall_s: Optional[float], wait_share: fl
         reasons.append(f"the hypervisor gave {steal:.0%} of the CPU time to other guests "
                        "(steal)")
     throttled = facts.get("cgroup_throttling") or {}
-    if wall_s and throttled.get("throttled_ms", 0) >= wait_share * wall_s * 1e3:
-        reasons.append(f"the cgroup's CPU quota throttled the run {throttled['throttled']} "
-                       f"times ({throttled['throttled_ms'] / 1e3:.1f} s)")
+    throttled_ms = throttled.get("throttled_ms") or 0.0
+    if wall_s and throttled_ms >= wait_share * wall_s * 1e3:
+        reasons.append(f"the cgroup's CPU quota throttled the run {throttled.get('throttled')} "
+                       f"times ({throttled_ms / 1e3:.1f} s)")
     start = load.get("at_start") or load.get("before")
     if laps.get("wait_share") is None and usable and start and start[0] >= usable:
         reasons.append(f"the load average was {start[0]:.2f} on {usable} usable cores when "
@@ -158,7 +161,7 @@ def contention(facts: dict[str, Any], *, wall_s: Optional[float], wait_share: fl
             "oversubscribed": oversubscribed, "fix": fix(threads) if reasons else None}
 
 
-def _load_text(load: dict[str, Any], usable: Optional[int]) -> Optional[str]:
+def _load_text(load: MachineLoad, usable: Optional[float]) -> Optional[str]:
     """'load 4.10 on 2 usable cores' when the 1-minute load reached the usable cores (a
     lower one lags behind a short run and would only confuse the evidence)."""
     values = [v[0] for v in (load.get("before"), load.get("at_end"), load.get("after")) if v]

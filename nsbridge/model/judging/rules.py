@@ -17,6 +17,7 @@ import pandas as pd
 
 from ... import schema as S
 from ..host.syncs import IMPLICIT, SyncCost
+from ...contract.report import DeviceIdleGap, MachineContention, Recommendation, SyncPoint
 
 CONV_OP = re.compile(r"conv", re.IGNORECASE)
 MATMUL_OP = re.compile(r"aten::(addmm|mm|bmm|matmul|linear|baddbmm|_scaled_mm|conv|cudnn_conv"
@@ -32,18 +33,18 @@ class Facts:
     data_share: float
     dataloader_kind: Optional[str]      # "single-process", "multi-process" or None
     pageable_h2d: int                   # count of pageable host-to-device copies
-    sync_points: list[dict[str, Any]]
+    sync_points: list[SyncPoint]
     sync_cost: SyncCost
     ops: pd.DataFrame
     host_ops_per_step: Optional[float]   # None in a window without steps
     kernels_per_step: float
     median_kernel_us: Optional[float]
     busy_pct: Optional[float]
-    gaps: list[dict[str, Any]]
+    gaps: list[DeviceIdleGap]
     top_kernel: Optional[dict[str, Any]] = None   # {name, share}
     script: Optional[str] = None
     sync_recommend_per_step: float = 1.0   # rarer syncs are listed, never recommended away
-    contention: Optional[dict[str, Any]] = None   # model.judging.contention.contention
+    contention: Optional[MachineContention] = None   # model.judging.contention.contention
     host_ops_per_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -52,25 +53,26 @@ class Facts:
 class Rule:
     id: str
     url: str
-    match: Callable[[Facts], Optional[dict[str, Any]]]
+    match: Callable[[Facts], Optional[Recommendation]]
     addresses: frozenset[str]    # the verdicts whose bound this recommendation attacks
 
 
-def _rec(title: str, why: str, fix: str, impact: float) -> dict[str, Any]:
+def _rec(title: str, why: str, fix: str, impact: float) -> Recommendation:
     return {"title": title, "why": why, "fix": fix, "impact": round(min(max(impact, 0.0), 1.0), 3)}
 
 
-def _quiet_machine(f: Facts) -> Optional[dict[str, Any]]:
+def _quiet_machine(f: Facts) -> Optional[Recommendation]:
     contention = f.contention
     if contention is None or not contention.get("contended"):
         return None
-    rec = _rec("Measure on a machine that is not busy", contention["evidence"],
-               contention["fix"], contention.get("share", 0.5))
+    share = contention.get("share")
+    rec = _rec("Measure on a machine that is not busy", str(contention.get("evidence")),
+               str(contention.get("fix")), 0.5 if share is None else share)
     rec["addresses_verdict"] = True   # every number of this run carries the contention
     return rec
 
 
-def _dataloader_workers(f: Facts) -> Optional[dict[str, Any]]:
+def _dataloader_workers(f: Facts) -> Optional[Recommendation]:
     if f.data_share < 0.10 or f.dataloader_kind != "single-process":
         return None
     return _rec("Load data in worker processes",
@@ -81,7 +83,7 @@ def _dataloader_workers(f: Facts) -> Optional[dict[str, Any]]:
                 f.data_share)
 
 
-def _dataloader_prefetch(f: Facts) -> Optional[dict[str, Any]]:
+def _dataloader_prefetch(f: Facts) -> Optional[Recommendation]:
     if f.data_share < 0.10 or f.dataloader_kind != "multi-process":
         return None
     return _rec("Feed the DataLoader faster",
@@ -91,7 +93,7 @@ def _dataloader_prefetch(f: Facts) -> Optional[dict[str, Any]]:
                 f.data_share)
 
 
-def _pin_memory(f: Facts) -> Optional[dict[str, Any]]:
+def _pin_memory(f: Facts) -> Optional[Recommendation]:
     if not f.has_device or f.pageable_h2d == 0:
         return None
     return _rec("Pin host memory for input copies",
@@ -101,12 +103,12 @@ def _pin_memory(f: Facts) -> Optional[dict[str, Any]]:
                 min(0.05 + f.data_share, 0.5))
 
 
-def _remove_syncs(f: Facts) -> Optional[dict[str, Any]]:
+def _remove_syncs(f: Facts) -> Optional[Recommendation]:
     in_loop = [p for p in f.sync_points if p["placement"] == "steps"
                and (p["per_step"] or 0.0) >= f.sync_recommend_per_step]
     if not in_loop:
         return None  # an occasional sync (after the loop, once per epoch) is not worth a change
-    per_step = sum(p["per_step"] for p in in_loop)
+    per_step = sum(p.get("per_step") or 0.0 for p in in_loop)
     top = in_loop[0]
     where = (f"at {top['file']}:{top['line']}" if top.get("file")
              else f"in {top['op']}" if top.get("op") else "in the loop")
@@ -139,7 +141,7 @@ def compiled(ops: pd.DataFrame) -> bool:
     return not ops.empty and bool(ops[S.NAME].astype(str).str.startswith(COMPILED_MARKS).any())
 
 
-def _torch_compile(f: Facts) -> Optional[dict[str, Any]]:
+def _torch_compile(f: Facts) -> Optional[Recommendation]:
     rate = f.host_ops_per_step if f.host_ops_per_step is not None else f.host_ops_per_s
     if f.ops.empty or not rate:
         return None   # nothing measured: no op to fuse
@@ -171,7 +173,7 @@ def _torch_compile(f: Facts) -> Optional[dict[str, Any]]:
                 0.3 if launch_bound else 0.15)
 
 
-def _cuda_graphs(f: Facts) -> Optional[dict[str, Any]]:
+def _cuda_graphs(f: Facts) -> Optional[Recommendation]:
     if not (f.has_device and f.verdict == "cpu-bound" and f.median_kernel_us is not None
             and f.median_kernel_us < 20 and f.kernels_per_step >= 100):
         return None
@@ -188,7 +190,7 @@ _TENSOR_CORE_KERNEL = re.compile(r"bf16|fp16|f16f16|tf32|hmma|gmma|h884|h1688|h1
                                  r"|hgemm|bgemm", re.IGNORECASE)
 
 
-def _amp_tf32(f: Facts) -> Optional[dict[str, Any]]:
+def _amp_tf32(f: Facts) -> Optional[Recommendation]:
     """Lower precision, only where it can pay: matmul/conv at least PRECISION_SHARE of the
     ranking time, their costliest input shapes at least PRECISION_MIN_DIM wide in every
     matrix dimension, and on a GPU not already on Tensor Core kernels."""
@@ -241,20 +243,20 @@ def _wide_enough(matmul: pd.DataFrame, min_dim: int) -> bool:
     return True
 
 
-def _next_nsys(f: Facts) -> Optional[dict[str, Any]]:
+def _next_nsys(f: Facts) -> Optional[Recommendation]:
     if not f.has_device or f.busy_pct is None or f.busy_pct >= 90 or not f.gaps:
         return None
     gap = f.gaps[0]
     host = gap.get("host_op") or "Python code between ops"
     return _rec("Next: look at the timeline in Nsight Systems",
                 f"the GPU is idle {100 - f.busy_pct:.0f}% of the window; the longest gap is "
-                f"{gap['dur_us'] / 1e3:.2f} ms while the host was in {host}",
+                f"{(gap.get('dur_us') or 0.0) / 1e3:.2f} ms while the host was in {host}",
                 "nsys profile -t cuda,nvtx,osrt --cuda-graph-trace=node -o timeline python "
                 f"{f.script or 'script.py'}: see which host work leaves the GPU idle",
                 0.1)
 
 
-def _next_ncu(f: Facts) -> Optional[dict[str, Any]]:
+def _next_ncu(f: Facts) -> Optional[Recommendation]:
     if not f.has_device or f.verdict != "gpu-bound" or not f.top_kernel:
         return None
     k = f.top_kernel
@@ -299,13 +301,13 @@ RULES = [
 ]
 
 
-def recommend(facts: Facts) -> list[dict[str, Any]]:
+def recommend(facts: Facts) -> list[Recommendation]:
     """Every rule that fires; those addressing the verdict's bound first, then by impact.
     Each: id, url, title, why, fix, impact, addresses_verdict."""
-    out = []
+    out: list[Recommendation] = []
     for rule in RULES:
         rec = rule.match(facts)
         if rec is not None:
             addresses = rec.pop("addresses_verdict", facts.verdict in rule.addresses)
             out.append({"id": rule.id, **rec, "url": rule.url, "addresses_verdict": addresses})
-    return sorted(out, key=lambda r: (not r["addresses_verdict"], -r["impact"]))
+    return sorted(out, key=lambda r: (not r.get("addresses_verdict"), -(r.get("impact") or 0.0)))

@@ -41,6 +41,7 @@ from ... import schema as S
 from ...profiles import Analysis
 from ..stats import LEVEL, resample_indices
 from ..host.syncs import SyncCost
+from ...contract.report import Machine, SyncPoint, Verdict, VerdictAlternative, VerdictNumbers
 
 MIN_STEPS = 3
 
@@ -49,11 +50,11 @@ STEPS_ASKED_AWAY = "the trace has steps: leave --window trace off for per-step f
 
 
 def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost,
-           sync_points: list[dict[str, Any]], ops: pd.DataFrame, has_device: bool,
+           sync_points: list[SyncPoint], ops: pd.DataFrame, has_device: bool,
            kernels_per_step: float, median_kernel_us: Optional[float],
            thresholds: Analysis, seconds: Optional[float] = None,
            host_ops_per_step: Optional[float] = None,
-           steps_in_trace: bool = False) -> dict[str, Any]:
+           steps_in_trace: bool = False) -> Verdict:
     """Return {label, evidence: [str], numbers: {...}, cannot_conclude: [str]}.
 
     ``seconds``: the length of a window without steps (None when there are steps);
@@ -62,7 +63,7 @@ def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost
     wall = float(breakdown["wall_ms"].mean()) if len(breakdown) else 0.0
     data = float(breakdown["data_ms"].mean()) if len(breakdown) else 0.0
     data_share = data / wall if wall > 0 else 0.0
-    numbers = {"step_ms": round(wall, 3), "data_share": round(data_share, 4),
+    numbers: VerdictNumbers = {"step_ms": round(wall, 3), "data_share": round(data_share, 4),
                "sync_calls_per_step": round(cost.calls_per_step, 2),
                "sync_blocked_ms_per_step": _round(cost.blocked_ms),
                "sync_blocked_share": _round(cost.blocked_share, 4),
@@ -83,9 +84,9 @@ def decide(*, breakdown: pd.DataFrame, busy_pct: Optional[float], cost: SyncCost
     idle_share = sync_idle_share(cost.idle_share, busy)
     unit = "of the window" if stepless else "of each step"
     if seconds is not None:
-        numbers.update(sync_calls_per_step=None, sync_blocked_ms_per_step=None,
-                       sync_gpu_idle_ms_per_step=None, window_s=round(seconds, 3),
-                       sync_calls=round(cost.calls_per_step, 0))
+        numbers.update({"sync_calls_per_step": None, "sync_blocked_ms_per_step": None,
+                        "sync_gpu_idle_ms_per_step": None, "window_s": round(seconds, 3),
+                        "sync_calls": round(cost.calls_per_step, 0)})
 
     label = label_for(data_share=data_share, busy=busy, many_syncs=many_syncs,
                       idle_share=idle_share, thresholds=thresholds)
@@ -160,43 +161,46 @@ def label_for(*, data_share: float, busy: Optional[float], many_syncs: bool, idl
     return "cpu-bound"
 
 
-def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Analysis,
-            machine: Optional[dict[str, Any]] = None,
-            steps_in_trace: bool = False) -> dict[str, Any]:
+def qualify(verdict: Verdict, *, breakdown: pd.DataFrame, thresholds: Analysis,
+            machine: Optional[Machine] = None,
+            steps_in_trace: bool = False) -> Verdict:
     """The verdict with confidence, confidence_reasons, alternatives[], contention and
     settle (see the module docstring). ``breakdown`` may carry a ``run`` column (pooled
     processes); ``machine`` is model.judging.contention.machine_facts (None: not measured);
     ``steps_in_trace`` as for decide."""
-    numbers, label = verdict["numbers"], verdict["label"]
+    numbers: VerdictNumbers = verdict.get("numbers") or {}
+    label = verdict["label"]
     contention = (machine or {}).get("contention")
     wait_ms_per_step = ((machine or {}).get("measured_steps") or {}).get("wait_ms_per_step")
-    busy = numbers["device_busy_pct"]
-    ladder = {"busy": busy, "idle_share": sync_idle_share(numbers["sync_gpu_idle_share"], busy),
-              "many_syncs": bool(numbers.get("syncs_decide"))}
-    again = lambda share: label_for(data_share=share, thresholds=thresholds, **ladder)  # noqa: E731
+    busy = numbers.get("device_busy_pct")
+    idle_share = sync_idle_share(numbers.get("sync_gpu_idle_share"), busy)
+    many_syncs = bool(numbers.get("syncs_decide"))
+    again = lambda share: label_for(data_share=share, thresholds=thresholds,  # noqa: E731
+                                    busy=busy, idle_share=idle_share, many_syncs=many_syncs)
     n = len(breakdown)
     whole_run = n == 1 and int(breakdown["step"].iloc[0]) < 0
-    alternatives: list[dict[str, Any]] = []
+    alternatives: list[VerdictAlternative] = []
     reasons: list[str] = []
 
     def consider(share: float, why: str) -> None:
         other = again(share)
-        if other != label and other not in [a["label"] for a in alternatives]:
+        if other != label and other not in [a.get("label") for a in alternatives]:
             alternatives.append({"label": other, "why": why})
 
     low, high = data_share_interval(breakdown)
     if low is not None and high is not None:
         numbers["data_share_ci"] = [round(low, 4), round(high, 4)]
         for end in (low, high):
-            consider(end, f"data loading is {numbers['data_share']:.0%} of the step, 95% "
+            consider(end, f"data loading is {numbers.get('data_share') or 0.0:.0%} of the "
+                          "step, 95% "
                           f"interval {low:.0%}-{high:.0%} over {n} steps, and the "
                           f"{thresholds.input_bound_share:.0%} line that separates them lies "
                           "inside it")
     contended = bool(contention and contention.get("contended"))
     if contended:
         reasons.append("the machine was contended")
-        step = numbers["step_ms"]
-        data = numbers["data_share"] * step
+        step = numbers.get("step_ms") or 0.0
+        data = (numbers.get("data_share") or 0.0) * step
         threads = max(int(((machine or {}).get("threads") or {}).get("intra_op") or 1), 1)
         if wait_ms_per_step and step > 0:   # summed over threads: about 1/threads of it on
             unwaited = max(step - wait_ms_per_step / threads, data, 1e-9)   # the clock
@@ -205,7 +209,7 @@ def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Ana
                                       f"be {min(data / unwaited, 1.0):.0%} of the step")
     if alternatives:
         reasons.append("the data cannot tell " + " from ".join(
-            [label, *(a["label"] for a in alternatives)]))
+            [label, *(str(a.get("label")) for a in alternatives)]))
     if whole_run:
         reasons.append("no training steps: one window without per-step spread")
     elif n < MIN_STEPS:
@@ -225,9 +229,10 @@ def qualify(verdict: dict[str, Any], *, breakdown: pd.DataFrame, thresholds: Ana
             settle.append("a quieter machine" + ("" if intra_op == 1 else
                                                  ", or one thread on this one (nsbridge "
                                                  "triage --threads 1)"))
-    verdict.update(confidence=confidence, confidence_reasons=reasons, alternatives=alternatives,
-                   contention=(contention or {}).get("evidence") if contended else None,
-                   settle=settle)
+    verdict.update({"confidence": confidence, "confidence_reasons": reasons,
+                    "alternatives": alternatives,
+                    "contention": (contention or {}).get("evidence") if contended else None,
+                    "settle": settle})
     return verdict
 
 
@@ -269,7 +274,7 @@ def _per_step(count: float) -> str:
     return f"{count:.0f}" if count >= 10 else f"{float(f'{count:.2g}'):g}"
 
 
-def _describe(point: dict[str, Any]) -> str:
+def _describe(point: SyncPoint) -> str:
     where = (f"at {point['file']}:{point['line']}" if point.get("file")
              else f"in {point['op']}" if point.get("op") else "outside any op")
     text = f"{point['kind']} {where}, " + rate(point)
@@ -282,7 +287,7 @@ def _describe(point: dict[str, Any]) -> str:
     return text
 
 
-def rate(point: dict[str, Any]) -> str:
+def rate(point: SyncPoint) -> str:
     """How often a sync site runs, in the unit its window has."""
     if point.get("per_step") is not None:
         return f"{point['per_step']:g} per step"
@@ -304,3 +309,8 @@ def _top_ops_line(ops: pd.DataFrame, col: str, what: str) -> list[str]:
 
 def _round(value: Optional[float], digits: int = 3) -> Optional[float]:
     return None if value is None else round(float(value), digits)
+
+
+def data_share_of(verdict: Verdict) -> float:
+    """The share of the step spent loading data, as the verdict measured it."""
+    return (verdict.get("numbers") or {}).get("data_share") or 0.0

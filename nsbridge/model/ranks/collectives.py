@@ -37,6 +37,7 @@ import pandas as pd
 from ... import schema as S
 from ..host.nesting import HostTree, clipped_union, covered_within, merge_intervals
 from ..strings import is_in, name_mask, value_codes
+from ...contract.report import Collective, DeviceComm
 
 _BACKENDS = "nccl|gloo|mpi|ucc|xccl"
 _BACKEND = re.compile(rf"^(?:{_BACKENDS}):(?P<op>\S+)")
@@ -97,7 +98,7 @@ def _normalise(op: str) -> str:
 
 
 def collectives(events: pd.DataFrame, tree: HostTree, gpu: Optional[pd.DataFrame],
-                lo: float, hi: float, n_steps: int) -> list[dict[str, Any]]:
+                lo: float, hi: float, n_steps: int) -> list[Collective]:
     """Per kind, the calls that start on the host in [lo, hi) (see the module docstring).
 
     ``tree`` is ``build_host_tree(events)``; ``gpu`` is ``attribute_gpu_events(events,
@@ -160,7 +161,7 @@ def collectives(events: pd.DataFrame, tree: HostTree, gpu: Optional[pd.DataFrame
                                                events[S.INPUT_TYPES].take(rows_at).to_numpy())]},
         copy=False)
     steps = max(n_steps, 1)
-    rows = []
+    rows: list[Collective] = []
     for (kind, source), group in frame.groupby(["kind", "source"], sort=True):
         known = group["bytes"].dropna()
         by_source = group["time_source"].value_counts().reindex(_TIME_SOURCES).dropna()
@@ -257,7 +258,7 @@ def time_per_step(events: pd.DataFrame, windows: pd.DataFrame) -> list[float]:
             for lo, hi in windows[["start", "end"]].itertuples(index=False)]
 
 
-def comm_overlap(gpu: pd.DataFrame, lo: float, hi: float) -> Optional[dict[str, Any]]:
+def comm_overlap(gpu: pd.DataFrame, lo: float, hi: float) -> Optional[DeviceComm]:
     """GPU traces: time in NCCL kernels and the share of it that overlaps other kernels."""
     if gpu.empty:
         return None

@@ -19,7 +19,7 @@ so instead of naming ops whose differences are a small part of it.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,18 +27,19 @@ import pandas as pd
 from ... import schema as S
 from ..host.ops import merge_shape_work
 from ..stats import LEVEL, resample_indices
+from ...contract.report import Distributed, DistributedRank, DistributedRanksBreakdownMs, DistributedSkew, DistributedStraggler
 
 OP_SHARE = 0.10     # an op is named when it holds at least this share of the excess
 
 
 def cross_rank(summaries: Iterable[dict[str, Any]], straggler_pct: float = 10.0,
-               top: int = 10, straggler_min_ms: float = 1.0) -> dict[str, Any]:
+               top: int = 10, straggler_min_ms: float = 1.0) -> Distributed:
     """{world_size, ranks[], step, skew[], collectives[], straggler, failed[] (the likely
     cause first: _cause_first)}."""
     rows = sorted(summaries, key=lambda s: s["rank"])
     measured = [s for s in rows if s.get("profiled") and s.get("step_ms")]
     per_rank = [rank_row(s) for s in rows]
-    out: dict[str, Any] = {
+    out: Distributed = {
         "world_size": max((s.get("world_size") or 0 for s in rows), default=len(rows)),
         "ranks": per_rank, "profiled": [s["rank"] for s in measured],
         "failed": [{"rank": s["rank"], "host": s.get("host"), "status": s["status"],
@@ -48,22 +49,32 @@ def cross_rank(summaries: Iterable[dict[str, Any]], straggler_pct: float = 10.0,
     if not measured:
         return out
     profiled = {s["rank"] for s in measured}   # a summary may hold steps yet say not profiled
-    medians = {r["rank"]: r for r in per_rank if r["step_ms"] is not None
-               and r["rank"] in profiled}
-    steps = [r["step_ms"] for r in medians.values()]
-    slowest_row = max(medians.values(), key=lambda r: r["step_ms"])
+    medians = {rank: _Timed(step, r.get("collective_ms_per_step") or 0.0,
+                            r.get("work_ms_per_step") or 0.0)
+               for r in per_rank if (step := r.get("step_ms")) is not None
+               and (rank := r.get("rank")) is not None and rank in profiled}
+    steps = [t.step_ms for t in medians.values()]
+    slowest = max(medians, key=lambda rank: medians[rank].step_ms)
     mid = statistics.median(steps)
     out["step"] = {"min_ms": min(steps), "median_ms": round(mid, 3), "max_ms": max(steps),
-                   "slowest_rank": slowest_row["rank"],
-                   "slowest_over_median_pct": round(100 * (slowest_row["step_ms"] - mid) / mid, 1)
-                   if mid else None}
-    out["skew"] = _skew(measured, top)
+                   "slowest_rank": slowest,
+                   "slowest_over_median_pct": round(100 * (medians[slowest].step_ms - mid) / mid,
+                                                    1) if mid else None}
+    skew = out["skew"] = _skew(measured, top)
     out["collectives"] = [{**c, "rank": s["rank"]} for s in measured
                           for c in s.get("collectives") or []]
     out["straggler"] = _straggler(medians, {s["rank"]: _work_per_step(s) for s in measured},
                                   {s["rank"]: list(s["step_ms"]) for s in measured},
-                                  straggler_pct, straggler_min_ms, out["skew"])
+                                  straggler_pct, straggler_min_ms, skew)
     return out
+
+
+class _Timed(NamedTuple):
+    """A measured rank's medians per step (ms): its step, its collectives, its work
+    outside them."""
+    step_ms: float
+    collective_ms: float
+    work_ms: float
 
 
 def _collective_per_step(s: dict[str, Any]) -> list[float]:
@@ -86,7 +97,7 @@ def _work_per_step(s: dict[str, Any]) -> list[float]:
     return [max(w - c, 0.0) for w, c in zip(s.get("step_ms") or [], _collective_per_step(s))]
 
 
-def rank_row(s: dict[str, Any]) -> dict[str, Any]:
+def rank_row(s: dict[str, Any]) -> DistributedRank:
     """The one row of a rank in report.json's ``distributed.ranks``, from its summary
     (job.summary): status, step times (median, min, max; collectives and the work
     outside them per step), verdict, device figures; ``file`` (its trace: the path given to
@@ -112,7 +123,7 @@ def rank_row(s: dict[str, Any]) -> dict[str, Any]:
 
 
 def step_breakdown(step: Optional[float], work: Optional[float], busy_pct: Optional[float],
-                   overlap_pct: Optional[float]) -> Optional[dict[str, Optional[float]]]:
+                   overlap_pct: Optional[float]) -> Optional[DistributedRanksBreakdownMs]:
     """A rank's median step split into parts that add up to it (ms), from its median work
     outside collectives per step (``work_ms_per_step``, the same number the rank table
     shows): ``idle`` (the GPU idle: step x (1 - busy)), ``overlap`` (collectives running
@@ -159,7 +170,7 @@ def tool_rank_row(tool: str, rank: int, out: Optional[dict[str, Any]], *,
     return {**row, **numbers(out["section"][1], out, folder)}
 
 
-def _skew(measured: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
+def _skew(measured: list[dict[str, Any]], top: int) -> list[DistributedSkew]:
     """Ops whose time per step differs most across ranks (device time when every rank had
     a GPU, else CPU time)."""
     device = all(s.get("has_device") for s in measured)
@@ -170,7 +181,7 @@ def _skew(measured: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
         for op in s.get("ops") or []:
             if op.get(key) is not None:
                 times.setdefault(op["name"], {})[s["rank"]] = op[key] / n
-    rows: list[dict[str, Any]] = []
+    rows: list[DistributedSkew] = []
     for name, by_rank in times.items():
         if len(by_rank) < 2:
             continue
@@ -182,23 +193,23 @@ def _skew(measured: list[dict[str, Any]], top: int) -> list[dict[str, Any]]:
                      "max_us": round(max(values), 3), "max_rank": worst,
                      "excess_us": round(by_rank[worst] - mid, 3),
                      "skew_pct": round(100 * (by_rank[worst] - mid) / mid, 1) if mid else None})
-    return sorted(rows, key=lambda r: -r["excess_us"])[:top]
+    return sorted(rows, key=lambda r: -(r.get("excess_us") or 0.0))[:top]
 
 
-def _straggler(ranks: dict[int, dict[str, Any]], work: dict[int, list[float]],
+def _straggler(ranks: dict[int, _Timed], work: dict[int, list[float]],
                steps: dict[int, list[float]], threshold: float, min_ms: float,
-               skew: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+               skew: list[DistributedSkew]) -> Optional[DistributedStraggler]:
     if len(ranks) < 2:
         return None
-    with_coll = any(r["collective_ms_per_step"] for r in ranks.values())
+    with_coll = any(t.collective_ms for t in ranks.values())
     metric = "work_ms_per_step" if with_coll else "step_ms"
     what = "works outside collectives" if with_coll else "takes per step"
     series = {rank: (work if with_coll else steps)[rank] for rank in ranks}
-    values = {rank: r[metric] for rank, r in ranks.items()}
+    values = {rank: t.work_ms if with_coll else t.step_ms for rank, t in ranks.items()}
     worst = max(values, key=values.__getitem__)
     others = [rank for rank in ranks if rank != worst]
     mid = statistics.median(values[rank] for rank in others)
-    step = statistics.median(r["step_ms"] for r in ranks.values())
+    step = statistics.median(t.step_ms for t in ranks.values())
     excess_ms = values[worst] - mid
     excess = 100 * excess_ms / step if step else 0.0
     low, high = _excess_interval(series, worst, others)
@@ -213,8 +224,8 @@ def _straggler(ranks: dict[int, dict[str, Any]], work: dict[int, list[float]],
     if not called:
         evidence.append(_why_balanced(excess, excess_ms, low, threshold, min_ms, spread))
     if with_coll and called:
-        waits = {rank: r["collective_ms_per_step"] - ranks[worst]["collective_ms_per_step"]
-                 for rank, r in ranks.items() if rank != worst}
+        waits = {rank: t.collective_ms - ranks[worst].collective_ms
+                 for rank, t in ranks.items() if rank != worst}
         waiting = [kv for kv in sorted(waits.items(), key=lambda kv: -kv[1])[:3] if kv[1] > 0]
         if waiting:
             evidence.append("the other ranks wait for it inside collectives: " + ", ".join(
@@ -276,21 +287,21 @@ def _why_balanced(excess: float, excess_ms: float, low: Optional[float], thresho
             f"under the floor of {max(min_ms, spread):.2f} ms and {threshold:g}% of the step")
 
 
-def _where_excess(worst: int, excess_ms: float, skew: list[dict[str, Any]]) -> str:
+def _where_excess(worst: int, excess_ms: float, skew: list[DistributedSkew]) -> str:
     """Which ops hold the straggler's excess, or that it lies outside any op."""
-    mine = [s for s in skew if s["max_rank"] == worst]
-    in_ops = sum(s["excess_us"] for s in mine) / 1e3
-    named = [s for s in mine if s["excess_us"] / 1e3 >= OP_SHARE * excess_ms][:3]
+    mine = [(str(s.get("op")), (s.get("excess_us") or 0.0) / 1e3) for s in skew
+            if s.get("max_rank") == worst]
+    in_ops = sum(ms for _, ms in mine)
+    named = [(op, ms) for op, ms in mine if ms >= OP_SHARE * excess_ms][:3]
     outside = max(excess_ms - in_ops, 0.0)
     if not named or outside >= 0.5 * excess_ms:
         text = (f"{outside:.2f} of rank {worst}'s {excess_ms:.2f} ms per step lies outside any "
                 "op torch.profiler recorded: Python code, sleeps, data loading or I/O")
         if named:
-            text += "; of the ops, " + ", ".join(f"{s['op']} +{s['excess_us'] / 1e3:.2f} ms"
-                                                  for s in named)
+            text += "; of the ops, " + ", ".join(f"{op} +{ms:.2f} ms" for op, ms in named)
         return text
     return (f"rank {worst}'s ops that take longest against the median rank: "
-            + ", ".join(f"{s['op']} +{s['excess_us'] / 1e3:.2f} ms per step" for s in named))
+            + ", ".join(f"{op} +{ms:.2f} ms per step" for op, ms in named))
 
 
 def combine_ops(tables: list[pd.DataFrame], has_device: bool) -> pd.DataFrame:
@@ -313,7 +324,7 @@ def combine_ops(tables: list[pd.DataFrame], has_device: bool) -> pd.DataFrame:
     return table[S.OP_COLUMNS].reset_index(drop=True)
 
 
-def slowest(summaries: list[dict[str, Any]]) -> int:
+def slowest(summaries: Sequence[Mapping[str, Any]]) -> int:
     """Index of the rank with the longest mean step: it sets the job's pace."""
     walls = [s.get("step_ms") or 0.0 for s in summaries]
     return int(np.argmax(walls)) if walls else 0

@@ -11,7 +11,7 @@ from ... import schema as S
 from ...model.device import tensor_cores
 from ...model.analysis import TraceAnalysis, mean_step
 from ...model.stats import mean_half_widths_pct, summary
-from ...contract.report import Error, Op, Report, StepsPerStep, as_document, as_report, empty_report
+from ...contract.report import Error, Machine, Memory, Op, Report, StepsPerStep, as_document, as_report, empty_report
 
 SCHEMA_VERSION = S.SCHEMA_VERSION   # re-exported: diff and the readers check it
 # statuses of a run stopped from outside: what it measured before it stopped still stands
@@ -23,7 +23,7 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
                  step_source: Optional[str], overhead: Optional[dict[str, Any]],
                  files: dict[str, Any], notes: list[str], has_memory: bool,
                  error: Optional[dict[str, Any]] = None, version: str = "",
-                 machine: Optional[dict[str, Any]] = None,
+                 machine: Optional[Machine] = None,
                  child_steps: Optional[list[dict[str, Any]]] = None,
                  environment: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """Assemble the report dict. Device fields are None (null), never 0, without a device;
@@ -148,8 +148,8 @@ def _with_clock(per_step: list[dict[str, Any]],
             for step, clock in zip(per_step, measured)]
 
 
-def _renumbered(memory: dict[str, Any], steps: pd.DataFrame,
-                per_step: list[dict[str, Any]]) -> dict[str, Any]:
+def _renumbered(memory: Memory, steps: pd.DataFrame,
+                per_step: list[dict[str, Any]]) -> Memory:
     """The memory section with its peak's step in the report's numbering (per_step)."""
     numbers = dict(zip(steps["step"].tolist(), (s["step"] for s in per_step)))
     peak = memory.get("peak_step")
