@@ -7,6 +7,9 @@ per command under nsbridge.commands.
 - ``analyze``: the passes' readers on files captured elsewhere
 - ``diff``, ``gate``, ``rejudge``: two runs judged; both sides measured again
 - ``load``, ``doctor``: a run read back; the machine's checks
+
+What they return is typed: ``Report`` (report.json, contract.report) in a RunResult, and
+``Comparison`` (what ``diff``, ``gate`` and ``rejudge`` answer, contract.comparison).
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from .commands.diff import diff
 from .commands.gate import gate, rejudge
 from .commands.timeline import timeline
 from .commands.triage import triage
+from .contract.comparison import Comparison
+from .contract.report import Report
 from .result import RunResult, result_of
 from .run import Run
 
-__all__ = ["RunResult", "triage", "timeline", "deep", "analyze", "diff", "gate", "rejudge",
+__all__ = ["Comparison", "Report", "RunResult", "triage", "timeline", "deep", "analyze", "diff", "gate", "rejudge",
            "load", "doctor"]
 
 

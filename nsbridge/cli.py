@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Iterator, Literal, NoReturn, Optional, overload
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, NoReturn, Optional, overload
 
 import click
 
@@ -25,6 +25,9 @@ from ._options import (DEEP_PROFILE, FORMAT, GATE_OPTIONS, OUT, PROFILE, RUN_PRO
                        SCRIPT_COMMAND, THREADS, TIMEOUT, TOP, TRUST, WINDOW, Bounded,
                        ScriptCommand, script_options)
 from .errors import NsbridgeError, Stopped
+
+if TYPE_CHECKING:
+    from .api import Comparison
 
 TRIAGE_EPILOG = """\b
 Examples:
@@ -572,7 +575,7 @@ def _stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def _gate_exit(command: str, result: dict[str, Any], fmt: str,
+def _gate_exit(command: str, result: Comparison, fmt: str,
                when_inconclusive: str) -> None:
     """Print a comparison and exit with its code (4 mapped by --inconclusive); as json, the
     comparison with the answer's head (agent/answer.py) in front."""

@@ -29,7 +29,7 @@ from .errors import RunDirError, ScriptError
 from .profiles import Profile
 from .report.document.build import clean, conclusive
 from .rundir import json_text, new_run_dir, read_run, write_atomic, write_json
-from .contract.check import STRICT_REPORTS, report_problem, undeclared_problem
+from .contract.check import held_to_types, report_problem
 from .contract.report import Error, Op, Report, as_document, as_report, empty_report
 from .script_check import Script
 
@@ -221,10 +221,7 @@ class Run:
         Raises:
             RunDirError: a file cannot be written (the run is then marked failed).
         """
-        if os.environ.get(STRICT_REPORTS) == str(os.getpid()):
-            problem = undeclared_problem(self.report)
-            if problem:
-                raise AssertionError(f"report.json does not match its types: {problem}")
+        held_to_types(self.report, Report, "report.json")
         self.write_files([(S.MANIFEST_JSON, self.manifest),
                           (S.REPORT_JSON, as_document(self.report))])
 

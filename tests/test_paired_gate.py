@@ -335,3 +335,35 @@ def test_more_calls_are_priced_in_the_same_microseconds_as_the_ops_row() -> None
     assert row["basis"] == "calls" and row["status"] == "regressed"
     priced = row["more_work"]["added_us"]
     assert 0.7 * row["added_us"] <= priced <= 1.05 * row["added_us"], (priced, row["added_us"])
+
+
+def test_the_answer_is_held_to_its_declared_types(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the gate answers is declared once (contract.comparison): an answer with a row
+    key the types do not declare, or a value of another type, fails where it is built in
+    the test suite's process, and a real answer's keys are all declared and of their type
+    (the working values, ``_``-prefixed, gone)."""
+    import msgspec
+
+    from nsbridge.contract.check import undeclared_keys
+    from nsbridge.contract.comparison import Comparison
+    from nsbridge.model.comparing import gate_answer
+
+    result = compare_pairs(pairs(3, scale={"aten::mm": 1.3}))
+    assert undeclared_keys(result, Comparison) == []
+    msgspec.convert(result, Comparison)
+    assert not [k for r in result["ops"] + [result["step"]] for k in r if k.startswith("_")]
+    assert result["step"]["source"] and len(result["step"]["samples"]) == 2
+
+    def judged_with(extra: dict) -> object:
+        real = gate_answer.judge_work
+
+        def with_extra(row: dict, *args: object) -> None:
+            real(row, *args)  # type: ignore[arg-type]
+            row.update(extra)
+        monkeypatch.setattr("nsbridge.model.comparing.paired.judge_work", with_extra)
+        return compare_pairs(pairs(3))
+
+    with pytest.raises(AssertionError, match=r"ops\[\d+\]\.speed_up_pct not declared"):
+        judged_with({"speed_up_pct": 1.0})
+    with pytest.raises(AssertionError, match=r"ops\[\d+\]\.work is 7, not a string"):
+        judged_with({"work": 7})

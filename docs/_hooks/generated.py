@@ -88,6 +88,20 @@ def report_keys() -> str:
     return "\n".join(rows)
 
 
+def comparison_keys() -> str:
+    """docs/reference/answer-json.md: every key contract/comparison.py declares for what
+    `diff` and `gate` answer (a side's machine is report.json's, not repeated; the judging's
+    working values, ``_``-prefixed, never leave)."""
+    from nsbridge.contract.comparison import Comparison
+    from nsbridge.contract.introspect import declared_paths, described
+
+    rows = ["| key | type |", "|---|---|"]
+    rows += [f"| `{path}` | {described(kind)} |"
+             for path, kind in sorted(declared_paths(Comparison))
+             if not re.search(r"(^|\.)_", path) and not re.match(r"machine\.[ab]\.", path)]
+    return "\n".join(rows)
+
+
 def answer_schema() -> str:
     """docs/reference/answer-json.md: the top-level fields, then the schema as shipped."""
     import json
@@ -222,6 +236,7 @@ GENERATORS: dict[str, Callable[[], str]] = {"exit-codes": exit_codes,
                                             "profile-keys": profile_keys,
                                             "frames": frames, "report-keys": report_keys,
                                             "answer-schema": answer_schema,
+                                            "comparison-keys": comparison_keys,
                                             "cli": cli, "api": api}
 
 

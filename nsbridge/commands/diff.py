@@ -11,12 +11,13 @@ from .. import schema as S
 from ..confine import readable
 from ..errors import DiffInputError, DiffRefusedError
 from ..report.document.escape import terminal
+from ..contract.comparison import Comparison
 from ..contract.report import Report
 
 
 def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 10.0,
          ops: Sequence[str] = (), min_step_share: float = 0.02,
-         allow: Sequence[str] = ()) -> dict[str, Any]:
+         allow: Sequence[str] = ()) -> Comparison:
     """Compare two runs (directories or report.json files) and gate on the result.
 
     Returns model.comparing.diff.compare's dict: ``outcome`` (pass, regression, inconclusive) with its

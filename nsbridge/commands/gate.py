@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union, cast
 
 from .. import schema as S
 from ..collect.ncu import gpu_names
@@ -19,7 +19,12 @@ from ..rundir import load_record
 from ..script_check import checked_script
 from .diff import check_allow, check_gated_ops, check_thresholds, read_report
 from .measure import ProfileArg, profiled
+from ..contract.check import held_to_types
+from ..contract.comparison import Comparison, Look
 from ..contract.report import Report
+
+if TYPE_CHECKING:
+    from ..model.comparing.evidence import Budget
 
 
 def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = None,
@@ -32,7 +37,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
          new_env: Optional[Mapping[str, str]] = None, profile: ProfileArg = "gate",
          on_progress: Optional[Callable[[str], None]] = None,
          trust: Optional[Sequence[Union[str, Path]]] = None,
-         environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+         environ: Mapping[str, str] = os.environ) -> Comparison:
     """Measure BASE and NEW again, interleaved, and judge them: ``processes`` pairs of
     processes (A B, B A, ...; nsbridge.interleave), each a triage with the ``profile``
     (``steps`` measured steps) into one gate folder, judged on paired changes
@@ -118,7 +123,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     looks = Budget(first=processes, most=most)
     started = time.monotonic()
     reports = run_pairs(sides, processes, folder, run_one, on_progress, most=most)
-    history: list[dict[str, Any]] = []
+    history: list[Look] = []
     while True:
         pairs = list(zip(reports["base"], reports["new"]))
         result = judge_pairs(pairs, fail_above=fail_above, ops=ops,
@@ -147,6 +152,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
                          "env_from": {k: f for k, (_, f) in applied_env(s, threads).items()}}
                   for name, s in sides.items()},
         "notes": [note for s in sides.values() for note in s.notes]}
+    held_to_types(result, Comparison, "gate.json")
     write_json(folder / S.GATE_JSON, result)
     (folder / S.GATE_MD).write_text(render_diff(result, "md") + "\n", encoding="utf-8")
     return result
@@ -154,7 +160,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
 
 def rejudge(folder: Union[str, Path], *, fail_above: float = 10.0,
             min_step_share: float = 0.02, ops: Sequence[str] = (),
-            allow: Sequence[str] = ()) -> dict[str, Any]:
+            allow: Sequence[str] = ()) -> Comparison:
     """Judge the processes of an earlier gate folder again (other thresholds, other ops):
     its base-NN and new-NN run directories, paired by NN; nothing runs. Returns what
     ``gate`` returns, with ``gate.rejudged`` true; the folder is not written to.
@@ -201,7 +207,7 @@ def rejudge(folder: Union[str, Path], *, fail_above: float = 10.0,
 
 def judge_pairs(pairs: list[tuple[Report, Report]], *, fail_above: float,
                  ops: Sequence[str], min_step_share: float, allow: Sequence[str],
-                 budget: Any = None) -> dict[str, Any]:
+                 budget: Optional[Budget] = None) -> Comparison:
     """The gate's answer on its pairs of reports: paired from two pairs on (at ``budget``,
     model.comparing.evidence.Budget: one look by default), as `diff` judges two runs with
     one."""
@@ -218,7 +224,7 @@ def judge_pairs(pairs: list[tuple[Report, Report]], *, fail_above: float,
                    allow=allow)
 
 
-def _look(result: dict[str, Any]) -> dict[str, Any]:
+def _look(result: Comparison) -> Look:
     """One look of a growing gate, as gate.json keeps it: the pairs, the answer, the step
     time's change and interval."""
     step = result.get("step") or {}
@@ -226,7 +232,7 @@ def _look(result: dict[str, Any]) -> dict[str, Any]:
             "step_change_pct": step.get("change_pct"), "step_ci_pct": step.get("ci_pct")}
 
 
-def stop_reason(result: dict[str, Any], pairs: int, most: int, elapsed_s: float,
+def stop_reason(result: Comparison, pairs: int, most: int, elapsed_s: float,
                  budget_s: Optional[float]) -> Optional[str]:
     """Why a growing gate stops after this look (None: run one more pair): it decided
     (a regression, or a pass that leaves no gated op undecided that ``most`` pairs could
@@ -248,7 +254,7 @@ def stop_reason(result: dict[str, Any], pairs: int, most: int, elapsed_s: float,
     return None
 
 
-def _budget_of(earlier: dict[str, Any]) -> Any:
+def _budget_of(earlier: Comparison) -> Budget:
     """The false-alarm budget an earlier gate spent over its looks (one look when its
     gate.json does not say)."""
     from ..model.comparing.evidence import Budget
@@ -260,7 +266,7 @@ def _budget_of(earlier: dict[str, Any]) -> Any:
     return Budget()
 
 
-def _read_gate(folder: Path) -> dict[str, Any]:
+def _read_gate(folder: Path) -> Comparison:
     """The earlier gate's gate.json ({} when there is none).
 
     Raises:
@@ -269,6 +275,7 @@ def _read_gate(folder: Path) -> dict[str, Any]:
     if not (folder / S.GATE_JSON).is_file():
         return {}
     try:
-        return load_record(readable(folder / S.GATE_JSON), S.GATE_SHAPE)
+        # the keys rejudge reads are checked against their shape (schema.records)
+        return cast(Comparison, load_record(readable(folder / S.GATE_JSON), S.GATE_SHAPE))
     except RunDirError as exc:
         raise DiffInputError(terminal(str(exc))) from None

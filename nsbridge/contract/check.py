@@ -4,12 +4,15 @@ report.json is untrusted input (edited by hand, cut off, written by another vers
 every reader (``load``, ``diff``, ``gate``, ``analyze RUN_DIR``, the agent) checks it here
 before using a field.
 
-``undeclared_keys`` is the other direction, for nsbridge's own reports: the keys a report
-holds that the types do not declare (a field added in one place only).
+``undeclared_keys`` is the other direction, for nsbridge's own reports and answers: the
+keys a report (or a comparison, contract.comparison) holds that the types do not declare
+(a field added in one place only); ``held_to_types`` raises on either, where the test
+suite asks for it (``STRICT_REPORTS``).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import typing
 from typing import Any, Mapping, Optional
@@ -21,12 +24,13 @@ from ..schema.shape import describe
 from .introspect import bare, expected, hints, is_typed_dict, member
 from .report import FINISHED_KEYS, Report, ReportStatus
 
-__all__ = ["STRICT_REPORTS", "report_problem", "shape_problem", "status_problem",
-           "undeclared_keys", "undeclared_problem"]
+__all__ = ["STRICT_REPORTS", "held_to_types", "report_problem", "shape_problem",
+           "status_problem", "undeclared_keys", "undeclared_problem"]
 
-# set in the environment to a process id, every report.json that process writes is checked
-# against contract.report first, undeclared keys included: how the test suite holds the passes
-# it runs in its own process to the types (processes it starts inherit it and are not held)
+# set in the environment to a process id, every report.json that process writes, and every
+# comparison it answers, is checked against its types first, undeclared keys included: how
+# the test suite holds what it runs in its own process to the types (processes it starts
+# inherit it and are not held)
 STRICT_REPORTS = "NSBRIDGE_STRICT_REPORTS"
 
 
@@ -104,12 +108,29 @@ def undeclared_problem(report: Mapping[str, Any]) -> Optional[str]:
         f"{', '.join(extra[:5])} not declared in nsbridge/contract/report.py" if extra else None)
 
 
-def undeclared_keys(report: Mapping[str, Any]) -> list[str]:
-    """The paths of keys in ``report`` that contract.report does not declare
-    ('timeline.ranks[0].nvtx'), first seen first."""
+def undeclared_keys(value: Mapping[str, Any], declared: Any = Report) -> list[str]:
+    """The paths of keys in ``value`` that its ``declared`` type (a report by default) does
+    not declare ('timeline.ranks[0].nvtx'), first seen first."""
     found: list[str] = []
-    _undeclared(report, Report, "", found)
+    _undeclared(value, declared, "", found)
     return found
+
+
+def held_to_types(value: Mapping[str, Any], declared: Any, what: str) -> None:
+    """In a process the test suite holds to the types (``STRICT_REPORTS``): raise when
+    ``value`` has a field of another type than ``declared`` says, or a key it does not
+    declare. Elsewhere nothing is checked.
+
+    Raises:
+        AssertionError: ``value`` does not match (a key added in one place only).
+    """
+    if os.environ.get(STRICT_REPORTS) != str(os.getpid()):
+        return
+    problem = (report_problem(value) if declared is Report else _problem(value, declared))
+    extra = undeclared_keys(value, declared)
+    if problem or extra:
+        raise AssertionError(f"{what} does not match its types: "
+                             f"{problem or ', '.join(extra[:5]) + ' not declared'}")
 
 
 def _undeclared(value: Any, kind: Any, path: str, found: list[str]) -> None:

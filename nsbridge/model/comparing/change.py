@@ -29,6 +29,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ...contract.comparison import Blocker, ComparedRow, Outcome, Regression
 from ...schema import exit_codes as X
 
 Z = 1.96
@@ -112,7 +113,7 @@ def half_width_pct(low: Optional[float], high: Optional[float]) -> Optional[floa
     return round(100.0 * math.expm1((high - low) / 2.0), 2)
 
 
-def detectable(rows: list[dict[str, Any]]) -> Optional[float]:
+def detectable(rows: list[ComparedRow]) -> Optional[float]:
     """The change the comparison could see in most of the judged time: the base-time-
     weighted median of the judged rows' interval half-widths (percent)."""
     ok = [(r["half_width_pct"], r["a_us"]) for r in rows
@@ -139,8 +140,8 @@ def rounded(value: Optional[float], digits: int = 3) -> Optional[float]:
     return None if value is None else round(float(value), digits)
 
 
-def outcome(blockers: list[dict[str, str]], regressions: list[dict[str, Any]],
-            reasons: list[str]) -> str:
+def outcome(blockers: list[Blocker], regressions: list[Regression],
+            reasons: list[str]) -> Outcome:
     """pass, regression or inconclusive: not comparable first, then any regression, then
     anything that keeps the data from deciding."""
     if blockers:

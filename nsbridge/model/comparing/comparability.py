@@ -25,6 +25,7 @@ from typing import Any, Iterable, NamedTuple, Optional
 
 from ... import schema as S
 from ...contract.check import shape_problem, status_problem
+from ...contract.comparison import Blocker
 from ...schema.shape import describe
 from ...contract.report import Report, as_report
 
@@ -72,9 +73,9 @@ def no_report(side: str, label: str) -> str:
 
 
 def problems(a: Report, b: Report,
-             allow: Iterable[str] = ()) -> list[dict[str, str]]:
+             allow: Iterable[str] = ()) -> list[Blocker]:
     """[{kind, text}] of what makes A and B not comparable (``allow``ed kinds left out)."""
-    found = [{"kind": "status", "text": f"{which} {p.text}"}
+    found: list[Blocker] = [{"kind": "status", "text": f"{which} {p.text}"}
              for which, report in (("base run A", a), ("new run B", b))
              if (p := _unfinished(report))]
     if found:

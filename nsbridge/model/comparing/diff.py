@@ -62,6 +62,7 @@ from ..stats import LEVEL, resample_indices
 from .steady import (intra_op_threads, step_length_ms, step_weights,
                      unprofiled_samples)
 from .work import OpWork, calls_changed, signature_changes
+from ...contract.comparison import Blocker, ComparedRow, ComparedStep, Comparison, Noise, SideSamples
 from ...contract.report import RankedBy, Report, Steps, per_step_of
 
 WITNESS_CAP = 0.25
@@ -71,7 +72,7 @@ ENOUGH_MEASURED_STEPS = 10   # then the step time is judged on them (model.compa
 
 def compare(a: Report, b: Report, *, fail_above: float = 10.0,
             ops: Sequence[str] = (), min_share: float = 0.01, min_step_share: float = 0.02,
-            allow: Iterable[str] = ()) -> dict[str, Any]:
+            allow: Iterable[str] = ()) -> Comparison:
     """B against A (A is the base): outcome, exit_code, reasons, advice, comparability,
     step, ops[], regressions[], inconclusive[] and the noise figures (module docstring;
     docs/how-to/ci-perf-gate.md)."""
@@ -85,7 +86,7 @@ def compare(a: Report, b: Report, *, fail_above: float = 10.0,
                              min_step_share=min_step_share, single_process=single,
                              gate=set(ops), contended=contended)
     step = _step_change(a, b, side_a, side_b, fail_above, single, bool(contended),
-                        math.log1p(noise["drift_pct"] / 100.0))
+                        math.log1p((noise.get("drift_pct") or 0.0) / 100.0))
     if step and step["status"] == "inconclusive" and step.get("significant") and any(
             r["gated"] and r["status"] == "regressed" for r in table):
         step["status"], step["why"] = "regressed", None    # corroborated by the ops
@@ -139,7 +140,7 @@ class _Side:
         self.mean_step_us = float(walls.mean()) if len(walls) else None
         self.walls_ms = walls / 1e3
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> SideSamples:
         return {"steps": self.steps_count, "runs": self.runs, "used_steps": self.n,
                 "waited_steps": self.weights.waited,
                 "scaled_processes": int(self.weights.scaled)}
@@ -147,7 +148,7 @@ class _Side:
 
 def _op_table(sa: _Side, sb: _Side, *, fail_above: float, min_share: float,
               min_step_share: float, single_process: bool, gate: set[str],
-              contended: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+              contended: list[str]) -> tuple[list[ComparedRow], Noise]:
     names = sorted(set(sa.ops) | set(sb.ops))
     share = {n: max(sa.total.get(n, 0.0) / sa.grand_total, sb.total.get(n, 0.0) / sb.grand_total)
              for n in names}
@@ -161,18 +162,18 @@ def _op_table(sa: _Side, sb: _Side, *, fail_above: float, min_share: float,
     for name in names:
         ma = float(sa.ops[name].mean()) if name in sa.ops else None
         mb = float(sb.ops[name].mean()) if name in sb.ops else None
-        row: dict[str, Any] = {"op": name, "a_us": C.rounded(ma), "b_us": C.rounded(mb),
+        row: ComparedRow = {"op": name, "a_us": C.rounded(ma), "b_us": C.rounded(mb),
                                "statistic": "mean", "share": round(share[name], 4),
                                "new": ma is None, "basis": "time",
                                "gated": (not gate or name in gate) and share[name] >= min_share,
                                "spread_known": bool(sa.spread.get(name)
                                                     and sb.spread.get(name))}
         if ma is None and mb is not None:
-            row.update(added_us=C.rounded(mb), basis="new",
-                       status="regressed" if floor and mb >= floor else "new")
+            row.update({"added_us": C.rounded(mb), "basis": "new",
+                        "status": "regressed" if floor and mb >= floor else "new"})
             row["gated"] = not gate or name in gate
         elif mb is None and ma is not None:
-            row.update(added_us=C.rounded(-ma), status="vanished")
+            row.update({"added_us": C.rounded(-ma), "status": "vanished"})
         elif ma is not None and mb is not None:
             row["raw_pct"] = C.pct(math.log(mb / ma)) if ma > 0 and mb > 0 else None
             row["status"] = "not gated"
@@ -180,12 +181,12 @@ def _op_table(sa: _Side, sb: _Side, *, fail_above: float, min_share: float,
                 row.update(_judged(est.ops[name], ma, mb, est.drift, fail_above, floor))
                 if row["status"] == "regressed" and (single_process or contended):
                     cause = _same_work_cause(contended)
-                    row.update(status="inconclusive", significant=True, _cause=cause,
-                               why=same_work_reason([row], cause))
+                    row.update({"status": "inconclusive", "significant": True, "_cause": cause,
+                                "why": same_work_reason([row], cause)})
                 elif row["status"] in SPEED_UPS and (single_process or contended):
-                    row.update(status="within noise",
-                               why=f"{C.pct(row['_log'][0]):+.1f}%: "
-                                   f"{_same_work_cause(contended, 'speed-up')}")
+                    row.update({"status": "within noise",
+                                "why": f"{C.pct(row['_log'][0]):+.1f}%: "
+                                       f"{_same_work_cause(contended, 'speed-up')}"})
             if row["gated"]:
                 judge_work(row, sa.work[name], sb.work[name],
                            est.ops[name][0] if name in est.ops else math.log(mb / ma),
@@ -199,14 +200,14 @@ def _op_table(sa: _Side, sb: _Side, *, fail_above: float, min_share: float,
 SPEED_UPS = ("faster", "improved")
 
 
-def _table_order(row: dict[str, Any]) -> float:
+def _table_order(row: ComparedRow) -> float:
     """The largest ops first (their time per step on either side): a reader meets what
     matters, not the noise of small ops (gate_answer.answer puts the deciding ones first)."""
     return -max(row.get("a_us") or 0.0, row.get("b_us") or 0.0)
 
 
 def _judged(estimate: tuple[float, float, float], ma: float, mb: float, drift: float,
-            fail_above: float, floor: float) -> dict[str, Any]:
+            fail_above: float, floor: float) -> ComparedRow:
     """An op's change beyond the drift, its interval, what it added and its status."""
     point, low, high = estimate
     expected = ma * math.exp(drift)            # the base op on the new run's machine
@@ -333,7 +334,7 @@ def _weighted_median(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 def _step_change(a: Report, b: Report, side_a: _Side, side_b: _Side,
                  fail_above: float, single_process: bool, contended: bool,
-                 drift: float = 0.0) -> Optional[dict[str, Any]]:
+                 drift: float = 0.0) -> Optional[ComparedStep]:
     """Median step time of each side (measured or unprofiled steps: module docstring), its
     change and 95% interval, and the status."""
     measured = min(len(per_step_of(a)), len(per_step_of(b)))
@@ -368,7 +369,7 @@ def _step_change(a: Report, b: Report, side_a: _Side, side_b: _Side,
 
 def _judged_step(what: str, va: np.ndarray, vb: np.ndarray, low: float, high: float,
                  fail_above: float, single_process: bool, contended: bool,
-                 drift: float) -> dict[str, Any]:
+                 drift: float) -> ComparedStep:
     """The step-time row from both sides' samples and the interval of its change."""
     point = math.log(np.median(vb) / np.median(va))
     a_us, b_us = 1e3 * float(np.median(va)), 1e3 * float(np.median(vb))
@@ -398,8 +399,8 @@ def _run_medians(values: np.ndarray, groups: list[int]) -> np.ndarray:
     return np.array([np.median(values[labels == g]) for g in np.unique(labels)])
 
 
-def _advice(blockers: list[dict[str, str]], single: bool, contended: list[str],
-            a: Report, noise: dict[str, Any], fail_above: float) -> list[str]:
+def _advice(blockers: list[Blocker], single: bool, contended: list[str],
+            a: Report, noise: Noise, fail_above: float) -> list[str]:
     """What would settle an inconclusive answer (the gate keeps it only then)."""
     advice = []
     kinds = {p["kind"] for p in blockers}

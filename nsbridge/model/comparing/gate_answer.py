@@ -9,13 +9,16 @@ from typing import Any, Optional, Sequence
 
 from . import change as C
 from .work import OpWork, describe_change, more_work, signature_changes
+from ...contract.check import held_to_types
+from ...contract.comparison import (Blocker, ComparedRow, ComparedStep, Comparison, Noise, Regression,
+                                    SamplesPair, Syncs)
 from ...contract.report import Report, SyncPoint, verdict_label
 
 NAMED_OPS = 3   # ops one reason names; the table marks the rest (row["decides"])
 SOURCES = {True: "torch.profiler self device time", False: "torch.profiler self CPU time"}
 
 
-def judge_work(row: dict[str, Any], a: Optional[OpWork], b: Optional[OpWork], point: float,
+def judge_work(row: ComparedRow, a: Optional[OpWork], b: Optional[OpWork], point: float,
                fail_above: float, floor_us: float) -> None:
     """Judge what an op computes before how long it took (in place): another dtype,
     layout or input shapes makes it different work (model.comparing.change.different_work, on the
@@ -27,27 +30,28 @@ def judge_work(row: dict[str, Any], a: Optional[OpWork], b: Optional[OpWork], po
     if kinds:
         kind = next(k for k in ("dtype", "layout", "shapes") if k in kinds)
         before, after = kinds[kind]
-        per_call = (row["b_us"] / b.calls) / (row["a_us"] / a.calls) \
-            if a.calls and b.calls and row.get("a_us") and row.get("b_us") else None
-        row.update(basis=kind, work=describe_change(kind, before, after),
-                   per_call_ratio=C.rounded(per_call, 3),
-                   status=C.different_work(point, fail_above, row.get("added_us") or 0.0,
-                                           floor_us))
+        a_us, b_us = row.get("a_us"), row.get("b_us")
+        per_call = (b_us / b.calls) / (a_us / a.calls) \
+            if a.calls and b.calls and a_us and b_us else None
+        row.update({"basis": kind, "work": describe_change(kind, before, after),
+                    "per_call_ratio": C.rounded(per_call, 3),
+                    "status": C.different_work(point, fail_above, row.get("added_us") or 0.0,
+                                               floor_us)})
     more = more_work(a, b, row.get("a_us"), row.get("b_us"))
     if more and row["status"] != "regressed" and (
             more["pct"] > fail_above and more["added_us"] >= floor_us
             and more["added_us"] > fail_above / 100.0 * (row.get("a_us") or 0.0)):
-        row.update(status="regressed", basis="calls", more_work=more,
-                   work=f"runs {more['calls_b']:g} calls per step instead of "
-                        f"{more['calls_a']:g}, priced {more['priced']}: about "
-                        f"{more['added_us'] / 1e3:+.3f} ms per step")
+        row.update({"status": "regressed", "basis": "calls", "more_work": more,
+                    "work": f"runs {more['calls_b']:g} calls per step instead of "
+                            f"{more['calls_a']:g}, priced {more['priced']}: about "
+                            f"{more['added_us'] / 1e3:+.3f} ms per step"})
 
 
-def answer(a: Report, b: Report, *, rows: list[dict[str, Any]],
-           step: Optional[dict[str, Any]], blockers: list[dict[str, str]], fail_above: float,
+def answer(a: Report, b: Report, *, rows: list[ComparedRow],
+           step: Optional[ComparedStep], blockers: list[Blocker], fail_above: float,
            min_step_share: float, ops: Sequence[str], device: bool, mode: str,
-           samples: dict[str, Any], advice: list[str], reasons: list[str],
-           noise: dict[str, Any]) -> dict[str, Any]:
+           samples: SamplesPair, advice: list[str], reasons: list[str],
+           noise: Noise) -> Comparison:
     """The result dict of a comparison (docs/how-to/ci-perf-gate.md): ``a`` and ``b`` are
     the first report of each side (their verdicts, machines and sync points are shown).
 
@@ -64,8 +68,7 @@ def answer(a: Report, b: Report, *, rows: list[dict[str, Any]],
     regressions = [named(r, source) for r in rows if r["gated"] and r["status"] == "regressed"]
     deciding = step if step is not None and not ops else None
     if deciding is not None and deciding["status"] == "regressed":
-        regressions.insert(0, named({**deciding, "op": "step time", "basis": "time"},
-                                    deciding["source"]))
+        regressions.insert(0, named(as_op(deciding, basis="time"), deciding["source"]))
     unsure = [r for r in rows if r["gated"] and r["status"] == "inconclusive"]
     reasons = [f"not comparable: {p['text']}" for p in blockers] + reasons
     if deciding is not None:
@@ -75,7 +78,7 @@ def answer(a: Report, b: Report, *, rows: list[dict[str, Any]],
                                         fail_above)
         if deciding["status"] == "inconclusive":
             reasons.append(deciding.get("why")
-                           or unsure_reason({**deciding, "op": "step time"}, fail_above))
+                           or unsure_reason(as_op(deciding), fail_above))
         detectable = deciding.get("half_width_pct")
         what = "the step time's 95% interval is"
     else:
@@ -97,34 +100,52 @@ def answer(a: Report, b: Report, *, rows: list[dict[str, Any]],
         row["decides"] = row["op"] in decisive
     rows.sort(key=lambda r: not r["decides"])      # stable: the mode's order after them
     for row in rows + ([step] if step else []):
-        for key in ("_log", "_cause", "_p", "_p_faster"):
-            row.pop(key, None)
-    return {"outcome": outcome, "exit_code": C.EXIT_CODES[outcome], "mode": mode,
-            "reasons": reasons, "advice": advice if outcome == "inconclusive" else [],
-            "comparability": blockers, "source": source, "fail_above_pct": fail_above,
-            "min_step_share_pct": round(100.0 * min_step_share, 3), "samples": samples,
-            **noise, "detectable_pct": detectable, "step": step,
-            "verdict": {"a": verdict_label(a),
-                        "b": verdict_label(b)},
-            "machine": {"a": a.get("machine"), "b": b.get("machine")},
-            "syncs": syncs(a, b), "ops": rows, "regressions": regressions,
-            "inconclusive": [r["op"] for r in unsure],
-            "undecided": [_why(r, fail_above) for r in unsure
-                          if deciding is not None and not r.get("significant")]}
+        working_values_dropped(row)
+    result: Comparison = {
+        "outcome": outcome, "exit_code": C.EXIT_CODES[outcome], "mode": mode,
+        "reasons": reasons, "advice": advice if outcome == "inconclusive" else [],
+        "comparability": blockers, "source": source, "fail_above_pct": fail_above,
+        "min_step_share_pct": round(100.0 * min_step_share, 3), "samples": samples,
+        **noise, "detectable_pct": detectable, "step": step,
+        "verdict": {"a": verdict_label(a), "b": verdict_label(b)},
+        "machine": {"a": a.get("machine"), "b": b.get("machine")},
+        "syncs": syncs(a, b), "ops": rows, "regressions": regressions,
+        "inconclusive": [r["op"] for r in unsure],
+        "undecided": [_why(r, fail_above) for r in unsure
+                      if deciding is not None and not r.get("significant")]}
+    held_to_types(result, Comparison, "the comparison")
+    return result
 
 
-def _significant_reasons(rows: list[dict[str, Any]], fail_above: float) -> list[str]:
+def as_op(step: ComparedStep, basis: Optional[str] = None) -> ComparedStep:
+    """The step time as a row named like an op ('step time'), for the words ops get."""
+    row: ComparedStep = {**step, "op": "step time"}
+    if basis:
+        row["basis"] = basis
+    return row
+
+
+def working_values_dropped(row: ComparedRow) -> None:
+    """The judging's working values (contract.comparison: keys starting with ``_``) taken
+    out of a row before the answer leaves."""
+    row.pop("_log", None)
+    row.pop("_cause", None)
+    row.pop("_p", None)
+    row.pop("_p_faster", None)
+
+
+def _significant_reasons(rows: list[ComparedRow], fail_above: float) -> list[str]:
     """One reason per cause: the ops whose slowdown the data shows but cannot put on the
     code for one cause (``_cause``: a contended machine, one process per side) are named
     together, so a contended run reads as one sentence, not one per op."""
-    by_cause: dict[Optional[str], list[dict[str, Any]]] = {}
+    by_cause: dict[Optional[str], list[ComparedRow]] = {}
     for row in rows:
         by_cause.setdefault(row.get("_cause"), []).append(row)
     return [same_work_reason(group, cause) if cause else _why(row, fail_above)
             for cause, group in by_cause.items() for row in (group if not cause else group[:1])]
 
 
-def same_work_reason(rows: list[dict[str, Any]], cause: str) -> str:
+def same_work_reason(rows: list[ComparedRow], cause: str) -> str:
     """'aten::mm +12.0% (95% interval +3.1%..+21.7%), ... beyond the drift with the same
     calls, shapes and dtypes in both runs: ``cause``': the first NAMED_OPS of ``rows``
     (the largest: table order) named, percents shown as the table shows them (show_pct)."""
@@ -136,39 +157,39 @@ def same_work_reason(rows: list[dict[str, Any]], cause: str) -> str:
             f"runs: {cause}")
 
 
-def _why(row: dict[str, Any], fail_above: float) -> str:
+def _why(row: ComparedRow, fail_above: float) -> str:
     return str(row.get("why") or unsure_reason(row, fail_above))
 
 
-def named(row: dict[str, Any], source: str) -> dict[str, Any]:
+def named(row: ComparedRow, source: str) -> Regression:
     """One regression as the gate names it: what, the value gated, its basis and source."""
     basis = row.get("basis", "time")
-    entry = {"what": row["op"], "basis": basis, "source": source,
+    entry: Regression = {"what": row["op"], "basis": basis, "source": source,
              "change_pct": row.get("change_pct"), "ci_pct": row.get("ci_pct"),
              "added_ms": _ms(row.get("added_us")), "detail": None}
     if basis == "calls":
         more = row["more_work"]
-        entry.update(source="torch.profiler call counts", change_pct=more["pct"], ci_pct=None,
-                     added_ms=_ms(more["added_us"]),
-                     detail=f"{more['calls_b']:g} calls per step instead of "
-                            f"{more['calls_a']:g}, priced {more['priced']}")
+        entry.update({"source": "torch.profiler call counts", "change_pct": more["pct"],
+                      "ci_pct": None, "added_ms": _ms(more["added_us"]),
+                      "detail": f"{more['calls_b']:g} calls per step instead of "
+                                f"{more['calls_a']:g}, priced {more['priced']}"})
     elif basis in ("dtype", "layout", "shapes"):
         ratio = row.get("per_call_ratio")
         entry["source"] = f"torch.profiler input {'types' if basis == 'dtype' else basis} " \
                           f"and {source.split('torch.profiler ')[-1]}"
         entry["detail"] = row["work"] + (f": x{ratio:.2f} time per call" if ratio else "")
     elif basis == "new":
-        entry.update(change_pct=None, ci_pct=None, detail="only the new run has it")
+        entry.update({"change_pct": None, "ci_pct": None, "detail": "only the new run has it"})
     return entry
 
 
-def unsure_reason(row: dict[str, Any], fail_above: float) -> str:
+def unsure_reason(row: ComparedRow, fail_above: float) -> str:
     """Why a change cannot be decided: its interval holds no change and the threshold."""
     return (f"{row['op']} {show_pct(row['change_pct'])} (95% interval {show_ci(row['ci_pct'])}) "
             f"could be no change or a +{fail_above:g}% slowdown: its interval holds both")
 
 
-def syncs(a: Report, b: Report) -> dict[str, list[str]]:
+def syncs(a: Report, b: Report) -> Syncs:
     """Sync points only the new run has, those it no longer has, and those whose line moved.
 
     A site is its code where the profiled process recorded it (kind, file, function and

@@ -23,7 +23,7 @@ the floor.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -31,10 +31,12 @@ from ... import schema as S
 from . import change as C
 from . import evidence as E
 from .comparability import problems
-from .gate_answer import answer, judge_work
+from .gate_answer import answer, as_op, judge_work
 from .steady import (AT_SPEED, STATISTICS, STATISTICS_AT_SPEED, Steady, process_steady,
                      with_speed)
 from .work import pooled_work
+from ...contract.comparison import (Blocker, ComparedRow, ComparedStep, Comparison, FalseAlarm,
+                                    SideSamples, Speed)
 from ...contract.report import Report
 
 _MEDIAN = "median"
@@ -49,7 +51,7 @@ MIN_TIME_PAIRS = 3
 def compare_pairs(pairs: Sequence[tuple[Report, Report]], *,
                   fail_above: float = 10.0, ops: Sequence[str] = (), min_share: float = 0.01,
                   min_step_share: float = 0.02, allow: Iterable[str] = (),
-                  budget: E.Budget = E.Budget()) -> dict[str, Any]:
+                  budget: E.Budget = E.Budget()) -> Comparison:
     """The gate's answer on K >= 2 pairs of one-process reports (base, new), in the order
     they ran: the same keys as model.comparing.diff.compare, ``mode`` "interleaved", and
     ``false_alarm`` (the budget this look spent and what it found significant).
@@ -74,7 +76,7 @@ def compare_pairs(pairs: Sequence[tuple[Report, Report]], *,
             continue   # no time in any step on either side (a 0 µs op): nothing to judge
         in_a = all(name in s.ops for s in steady_a)
         in_b = all(name in s.ops for s in steady_b)
-        row: dict[str, Any] = {"op": name, "share": round(shares[name], 4),
+        row: ComparedRow = {"op": name, "share": round(shares[name], 4),
                                "gated": (not gate or name in gate) and shares[name] >= min_share}
         if in_a and in_b:
             row.update(paired_change([s.ops[name] for s in steady_a],
@@ -85,14 +87,15 @@ def compare_pairs(pairs: Sequence[tuple[Report, Report]], *,
                            fail_above, floor)
         elif in_b:
             b_us = float(np.mean([s.ops[name][_MEDIAN] for s in steady_b]))
-            row.update(a_us=None, b_us=C.rounded(b_us), added_us=C.rounded(b_us), new=True,
-                       status="regressed" if floor and b_us >= floor else "new", basis="new")
+            row.update({"a_us": None, "b_us": C.rounded(b_us), "added_us": C.rounded(b_us),
+                        "new": True, "basis": "new",
+                        "status": "regressed" if floor and b_us >= floor else "new"})
             row["gated"] = not gate or name in gate
         else:
             a_us = float(np.mean([s.ops[name][_MEDIAN] for s in steady_a
                                   if name in s.ops] or [0.0]))
-            row.update(a_us=C.rounded(a_us), b_us=None, added_us=C.rounded(-a_us),
-                       status="vanished", basis="time")
+            row.update({"a_us": C.rounded(a_us), "b_us": None, "added_us": C.rounded(-a_us),
+                        "status": "vanished", "basis": "time"})
         rows.append(row)
     step = _step(steady_a, steady_b, candidates)
     if step is not None:
@@ -100,8 +103,8 @@ def compare_pairs(pairs: Sequence[tuple[Report, Report]], *,
         step["samples"] = [sum(s.steps_used for s in side) for side in (steady_a, steady_b)]
     if step is not None and speed is not None and speed["scaled"]:
         unscaled = _step(raw_a, raw_b, STATISTICS)
-        step["unscaled"] = {k: unscaled[k] for k in ("change_pct", "ci_pct")} \
-            if unscaled else None
+        step["unscaled"] = {"change_pct": unscaled.get("change_pct"),
+                            "ci_pct": unscaled.get("ci_pct")} if unscaled else None
     false_alarm = judge_time(rows, step, fail_above, floor, budget)
     for row in rows:
         if row.get("status") == "inconclusive" and row.get("_log"):
@@ -119,7 +122,7 @@ def compare_pairs(pairs: Sequence[tuple[Report, Report]], *,
 
 
 def _at_one_speed(sa: list[Steady], sb: list[Steady]
-                  ) -> tuple[list[Steady], list[Steady], Optional[dict[str, Any]]]:
+                  ) -> tuple[list[Steady], list[Steady], Optional[Speed]]:
     """Every process's times also at one machine speed, where each timed its speed probe
     (model.comparing.steady, 3): each step's times over its own probe, times the probes'
     geometric mean, so a process (or a stretch of steps) the machine ran 10% slower is not
@@ -146,7 +149,7 @@ def _at_one_speed(sa: list[Steady], sb: list[Steady]
                 E.slowdown_p(-point, float(shift.std(ddof=1)) if len(shift) > 1 else 0.0,
                              len(shift)))
     moved = len(shift) > 1 and p < PROBE_P and abs(point) > math.log1p(PROBE_SHIFT)
-    speed: dict[str, Any] = {"reference_ms": round(reference, 4),
+    speed: Speed = {"reference_ms": round(reference, 4),
              "a_ms": [round(float(s.speed_ms or 0.0), 4) for s in sa],
              "b_ms": [round(float(s.speed_ms or 0.0), 4) for s in sb],
              "spread_pct": round(100.0 * float(logs.std(ddof=1)), 2) if len(logs) > 1
@@ -162,8 +165,8 @@ def _at_one_speed(sa: list[Steady], sb: list[Steady]
     return scaled(sa), scaled(sb), speed
 
 
-def judge_time(rows: list[dict[str, Any]], step: Optional[dict[str, Any]],
-               fail_above: float, floor_us: float, budget: E.Budget) -> dict[str, Any]:
+def judge_time(rows: list[ComparedRow], step: Optional[ComparedStep],
+               fail_above: float, floor_us: float, budget: E.Budget) -> FalseAlarm:
     """Give every time-judged row and the step its status (in place): which of them
     changed at all is decided together, Holm over the step and the gated ops at this
     look's share of the budget, the step weighted as all the ops together and each op by
@@ -175,33 +178,38 @@ def judge_time(rows: list[dict[str, Any]], step: Optional[dict[str, Any]],
     pairs = max((row["_log"][4] for row in judged), default=0)
     level = budget.at(pairs)
     shares = {r["op"]: float(r.get("share") or 0.0) for r in timed if r["gated"]}
-    changed, faster = (_significant(timed, step, key, budget, pairs, shares)
-                       for key in ("_p", "_p_faster"))
+    changed, faster = (_significant(timed, step, speed_up, budget, pairs, shares)
+                       for speed_up in (False, True))
     for row in judged:
         name = "step time" if row is step else row["op"]
         point, _, high, _, k = row["_log"]
-        key, found = ("_p", changed) if point > 0 else ("_p_faster", faster)
-        shown = name in found if (row is step or row["gated"]) else row[key] <= level
+        found = changed if point > 0 else faster
+        shown = name in found if (row is step or row["gated"]) else _p_of(row, point <= 0) <= level
         floor = 0.0 if row is step else floor_us
         status = C.judge_evidence(point, high, shown, fail_above,
                                   row["added_us"] or 0.0, row["added_ci_us"][1] or 0.0, floor)
         if status == "regressed" and k < MIN_TIME_PAIRS:
             status = "inconclusive"
-        row.update(status=status, p_value=_p_shown(row["_p"]),
-                   significant_change=shown and point > 0)
+        row.update({"status": status, "p_value": _p_shown(row["_p"]),
+                    "significant_change": shown and point > 0})
     return {"bound_pct": round(100.0 * budget.alpha, 3), "looks": budget.looks,
             "look_alpha": float(f"{level:.3g}"), "spent": float(f"{budget.spent_by(pairs):.3g}"),
             "tests": len(shares) + (step is not None), "significant": sorted(changed)}
 
 
-def _significant(timed: list[dict[str, Any]], step: Optional[dict[str, Any]], key: str,
+def _significant(timed: list[ComparedRow], step: Optional[ComparedRow], speed_up: bool,
                  budget: E.Budget, pairs: int, shares: dict[str, float]) -> set[str]:
-    """The gated ops and the step whose p-value under ``key`` (``_p``: a slowdown,
-    ``_p_faster``: a speed-up) Holm finds significant at this look."""
-    family = {r["op"]: r[key] for r in timed if r["gated"]}
+    """The gated ops and the step whose p-value of a slowdown (of a speed-up with
+    ``speed_up``) Holm finds significant at this look."""
+    family = {r["op"]: _p_of(r, speed_up) for r in timed if r["gated"]}
     if step is not None:
-        family["step time"] = step[key]
+        family["step time"] = _p_of(step, speed_up)
     return E.significant(family, budget, pairs, primary="step time", shares=shares)
+
+
+def _p_of(row: ComparedRow, speed_up: bool) -> float:
+    """A row's one-sided p-value of a slowdown, or with ``speed_up`` of a speed-up."""
+    return row["_p_faster"] if speed_up else row["_p"]
 
 
 def _p_shown(p: float) -> float:
@@ -210,7 +218,7 @@ def _p_shown(p: float) -> float:
 
 
 def paired_change(a: list[dict[str, float]], b: list[dict[str, float]], scale: float,
-                  statistics: Sequence[str] = STATISTICS) -> dict[str, Any]:
+                  statistics: Sequence[str] = STATISTICS) -> ComparedRow:
     """One quantity's paired comparison: values per process (``scale`` turns them into
     µs), the statistic chosen from ``statistics``, each side's geometric mean, the change,
     its 95% interval, the µs added per step, ``_p``, the one-sided p-value of a slowdown,
@@ -256,13 +264,13 @@ def choose_statistic(a: list[dict[str, float]], b: list[dict[str, float]],
 
 
 def _step(sa: list[Steady], sb: list[Steady], statistics: Sequence[str] = STATISTICS
-          ) -> Optional[dict[str, Any]]:
+          ) -> Optional[ComparedStep]:
     """The step time's paired change (None when a process has no steady step)."""
     steps_a = [s.step for s in sa if s.step is not None]
     steps_b = [s.step for s in sb if s.step is not None]
     if len(steps_a) < len(sa) or len(steps_b) < len(sb):
         return None
-    return paired_change(steps_a, steps_b, scale=1e3, statistics=statistics)
+    return {**paired_change(steps_a, steps_b, scale=1e3, statistics=statistics)}
 
 
 def _step_source(statistic: str) -> str:
@@ -275,9 +283,9 @@ def _step_source(statistic: str) -> str:
 
 
 def _blockers(pairs: Sequence[tuple[Report, Report]],
-              allow: list[str]) -> list[dict[str, str]]:
+              allow: list[str]) -> list[Blocker]:
     """What makes any pair not comparable, each text once."""
-    found: dict[str, dict[str, str]] = {}
+    found: dict[str, Blocker] = {}
     for a, b in pairs:
         for problem in problems(a, b, allow):
             found.setdefault(problem["text"], problem)
@@ -300,7 +308,7 @@ def _shares(base: list[Report], new: list[Report]) -> dict[str, float]:
     return {n: max(sa.get(n, 0.0), sb.get(n, 0.0)) for n in set(sa) | set(sb)}
 
 
-def _samples(side: list[Steady]) -> dict[str, Any]:
+def _samples(side: list[Steady]) -> SideSamples:
     return {"runs": len(side), "steps": sum(s.steps_measured for s in side),
             "used_steps": sum(s.steps_used for s in side),
             "waited_steps": sum(s.waited_steps for s in side),
@@ -314,10 +322,10 @@ def _contended(base: list[Report], new: list[Report]) -> list[str]:
     return [w for w, side in (("A", base), ("B", new)) if any_contended(side)]
 
 
-def pairs_to_decide(row: dict[str, Any], fail_above: float) -> Optional[int]:
+def pairs_to_decide(row: ComparedRow, fail_above: float) -> Optional[int]:
     """About how many pairs an inconclusive quantity's interval needs to leave out no
     change or +T, near its change so far, at its pairs' spread (None: more than 50)."""
-    point, spread = row["_log"][0], row["_log"][3]
+    point, spread = row["_log"][0], row["_log"][3] or 0.0
     threshold = math.log1p(fail_above / 100.0)
     return processes_needed(spread, max(threshold - point, point))
 
@@ -331,13 +339,13 @@ def processes_needed(spread: float, target: float, limit: int = 50) -> Optional[
     return None
 
 
-def _advice(rows: list[dict[str, Any]], step: Optional[dict[str, Any]], sa: list[Steady],
+def _advice(rows: list[ComparedRow], step: Optional[ComparedStep], sa: list[Steady],
             sb: list[Steady], fail_above: float, only_ops: bool) -> list[str]:
     """What would settle an inconclusive answer (the step time, or with ``only_ops`` or
     no step the gated ops: what decides), estimated from the pairs' own spread."""
     if step is not None and not only_ops:
         wide = (step["half_width_pct"] or 0.0) > fail_above
-        unsure = [{**step, "op": "step time"}] if step["status"] == "inconclusive" or wide \
+        unsure: list[ComparedRow] = [as_op(step)] if step["status"] == "inconclusive" or wide \
             else []
     else:
         unsure = [r for r in rows if r.get("gated") and r.get("status") == "inconclusive"]
@@ -345,8 +353,8 @@ def _advice(rows: list[dict[str, Any]], step: Optional[dict[str, Any]], sa: list
         return []
     k = len(sa)
     threshold = math.log1p(fail_above / 100.0)
-    worst = max(unsure, key=lambda r: r["_log"][3])
-    point, spread = worst["_log"][0], worst["_log"][3]
+    worst = max(unsure, key=lambda r: r["_log"][3] or 0.0)
+    point, spread = worst["_log"][0], worst["_log"][3] or 0.0
     anyway = processes_needed(spread, threshold / 2.0)   # decides wherever the change is
     likely = pairs_to_decide(worst, fail_above)
     advice = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from typing import Any, Optional
+from ...contract.comparison import MoreWork
 from ...contract.report import Report, WorkSignature
 
 # torch's "Input type" spellings -> dtype
@@ -166,7 +167,7 @@ def pooled_work(reports: list[Report]) -> dict[str, OpWork]:
 
 
 def more_work(a: Optional[OpWork], b: Optional[OpWork], a_us: Optional[float],
-              b_us: Optional[float]) -> Optional[dict[str, Any]]:
+              b_us: Optional[float]) -> Optional[MoreWork]:
     """{calls_a, calls_b, pct, added_us, priced}: the op's calls per step rose, and what
     the change in calls costs: per signature, each one's extra (or fewer) calls priced at
     the cheaper of the two runs' time per call of that signature (one only a run has, at

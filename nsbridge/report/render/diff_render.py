@@ -18,12 +18,13 @@ from ...model.comparing.gate_answer import show_ci, show_pct
 from ..document.escape import md_cell, terminal
 from ..document.head import machine_line
 from ..document.wording import is_autograd_wrapper
+from ...contract.comparison import ComparedRow, Comparison, Regression, SideSamples
 
 HEADER = ["op", "judged on", "A ms/step", "B ms/step", "change", "95% interval",
           "added ms/step (95%)", "status"]
 
 
-def render_diff(result: dict[str, Any], fmt: str = "text", top: int = 15) -> str:
+def render_diff(result: Comparison, fmt: str = "text", top: int = 15) -> str:
     """The comparison of two runs (or of a gate's pairs) in ``fmt`` (text, md or json)."""
     if fmt == "json":
         return json.dumps(result, indent=2)
@@ -41,8 +42,9 @@ def render_diff(result: dict[str, Any], fmt: str = "text", top: int = 15) -> str
             lines.append(f"Machine {side.upper()}: {esc(text)}")
     lines.append(_samples_line(result))
     step = result.get("step")
-    if step and step.get("change_pct") is not None:
-        lines.append(f"Step time: {step['a_us'] / 1e3:.2f} -> {step['b_us'] / 1e3:.2f} ms "
+    a_us, b_us = (step.get("a_us"), step.get("b_us")) if step else (None, None)
+    if step and step.get("change_pct") is not None and a_us is not None and b_us is not None:
+        lines.append(f"Step time: {a_us / 1e3:.2f} -> {b_us / 1e3:.2f} ms "
                      f"({show_pct(step['change_pct'])}, 95% interval "
                      f"{show_ci(step['ci_pct'])}): {step['status']}")
         lines.append(f"  measured as the {step['source']}")
@@ -70,7 +72,7 @@ def render_diff(result: dict[str, Any], fmt: str = "text", top: int = 15) -> str
     return "\n".join(lines)
 
 
-def _unscaled(result: dict[str, Any]) -> str:
+def _unscaled(result: Comparison) -> str:
     """The step's change as the clock read it, before the machine's speed was taken out,
     and how far the speed moved between the processes."""
     speed, unscaled = result.get("speed"), (result.get("step") or {}).get("unscaled")
@@ -84,7 +86,7 @@ def _unscaled(result: dict[str, Any]) -> str:
             "between processes")
 
 
-def _outcome_line(result: dict[str, Any]) -> str:
+def _outcome_line(result: Comparison) -> str:
     outcome = result["outcome"]
     if outcome == "pass":
         seen = result.get("detectable_pct")
@@ -105,7 +107,7 @@ def _outcome_line(result: dict[str, Any]) -> str:
             "inconclusive": "Outcome: INCONCLUSIVE (exit 4): the data cannot decide"}[outcome]
 
 
-def _machine_caveat(result: dict[str, Any]) -> str:
+def _machine_caveat(result: Comparison) -> str:
     """What a contended side means for a change in speed: part of it may be the machine's."""
     contended = result.get("contended") or []
     if not contended:
@@ -114,9 +116,9 @@ def _machine_caveat(result: dict[str, Any]) -> str:
             "difference may be the machine's, not the code's")
 
 
-def _samples_line(result: dict[str, Any]) -> str:
+def _samples_line(result: Comparison) -> str:
     a, b = result["samples"]["a"], result["samples"]["b"]
-    def side(s: dict[str, Any]) -> str:
+    def side(s: SideSamples) -> str:
         used, scaled = s.get("used_steps"), s.get("scaled_processes")
         waited = []
         if used is not None and used < s["steps"]:
@@ -132,7 +134,7 @@ def _samples_line(result: dict[str, Any]) -> str:
     return f"Samples: A {side(a)}, B {side(b)}"
 
 
-def _growth(result: dict[str, Any]) -> str:
+def _growth(result: Comparison) -> str:
     """How a growing gate reached its pairs: ', after 3 inconclusive looks (3, 4, 5 pairs)'
     and why it stopped when it did not decide."""
     gate = result.get("gate") or {}
@@ -147,7 +149,7 @@ def _growth(result: dict[str, Any]) -> str:
     return grown + why
 
 
-def _method_line(result: dict[str, Any]) -> str:
+def _method_line(result: Comparison) -> str:
     gate = (f"Gate: a slowdown whose 95% interval lies above no change and reaches "
             f"+{result['fail_above_pct']:g}%, adding at least {result['min_step_share_pct']:g}% "
             "of the base step; other dtypes, layouts, shapes or more calls are judged as "
@@ -164,27 +166,28 @@ def _method_line(result: dict[str, Any]) -> str:
             f"whose work did not change), each op judged beyond it{noise}. {gate}")
 
 
-def _evidence_line(result: dict[str, Any]) -> str:
+def _evidence_line(result: Comparison) -> str:
     """The interleaved gate's rule, with the false-alarm budget this answer spent."""
-    spent = result.get("false_alarm") or {}
+    spent = result.get("false_alarm")
+    bound = spent["bound_pct"] if spent else 1
     threshold = f"+{result['fail_above_pct']:g}%"
     budget = (f" (Holm over {spent['tests']} time test(s), {spent['looks']} look(s) "
               f"budgeted)" if spent else "")
     return (f"Gate: a slowdown fails when it is significant, with unchanged code called "
-            f"slower in at most {spent.get('bound_pct', 1):g}% of gates{budget}, when its "
+            f"slower in at most {bound:g}% of gates{budget}, when its "
             f"estimate is at least half of {threshold} and its 95% interval reaches "
             f"{threshold}, adding at least {result['min_step_share_pct']:g}% of the base "
             "step; other dtypes, layouts, shapes or more calls are judged as different "
             "work, whatever the noise")
 
 
-def _row(r: dict[str, Any], esc: Callable[[str], str]) -> list[str]:
+def _row(r: ComparedRow, esc: Callable[[str], str]) -> list[str]:
     added = _ms(r.get("added_us"))
     band = r.get("added_ci_us")
     added_text = "-" if added is None else f"{added:+.3f}" + (
         f" ({_ms(band[0]):+.3f}..{_ms(band[1]):+.3f})"
         if band and band[0] is not None else "")
-    status = r["status"] + ("" if r["gated"] or r["status"] in ("not gated", "vanished")
+    status = (r.get("status") or "-") + ("" if r["gated"] or r["status"] in ("not gated", "vanished")
                             else " (not gated)")
     if r["status"] == "within noise" and (r.get("change_pct") or 0.0) < 0 and r.get("why"):
         status += " (a speed-up these runs cannot confirm: see why)"
@@ -192,14 +195,14 @@ def _row(r: dict[str, Any], esc: Callable[[str], str]) -> list[str]:
             show_pct(r.get("change_pct")), show_ci(r.get("ci_pct")), added_text, status]
 
 
-def _basis(r: dict[str, Any]) -> str:
+def _basis(r: ComparedRow) -> str:
     basis = r.get("basis") or "time"
     if basis == "time":
         return f"time ({r.get('statistic', 'mean')})" if r.get("ci_pct") else "time"
     return basis
 
 
-def _conclusion(result: dict[str, Any], esc: Callable[[str], str]) -> str:
+def _conclusion(result: Comparison, esc: Callable[[str], str]) -> str:
     if result["outcome"] == "regression":
         return "REGRESSED: " + esc("; ".join(_regression(r) for r in result["regressions"]))
     if result["outcome"] == "inconclusive":
@@ -213,7 +216,7 @@ def _conclusion(result: dict[str, Any], esc: Callable[[str], str]) -> str:
             "work that costs time")
 
 
-def _regression(r: dict[str, Any]) -> str:
+def _regression(r: Regression) -> str:
     added = f"{r['added_ms']:+.3f} ms per step" if r.get("added_ms") is not None else ""
     if r["basis"] == "new":
         return f"{r['what']} (new, {added}, {r['source']})"
@@ -227,7 +230,7 @@ def _regression(r: dict[str, Any]) -> str:
             f"{added}; {r['source']})")
 
 
-def _verdict_line(result: dict[str, Any], esc: Callable[[str], str]) -> str:
+def _verdict_line(result: Comparison, esc: Callable[[str], str]) -> str:
     a, b = result["verdict"]["a"], result["verdict"]["b"]
     return (f"Verdict: {esc(a or 'none')} -> {esc(b or 'none')}"
             + ("" if a == b else " (changed)"))
