@@ -151,10 +151,12 @@ def read_run(path: Path, report_problem: Callable[[dict[str, Any]], Optional[str
     return manifest, report
 
 
-def load_record(path: Path, shape: dict[str, Any]) -> dict[str, Any]:
+def load_record(path: Path, shape: Union[dict[str, Any], Callable[[Any], Optional[str]]]
+                ) -> dict[str, Any]:
     """A record nsbridge wrote (manifest.json, child.json, summary.json, ...), read back
-    and checked against its declared ``shape`` (schema.records): a file of that folder is
-    untrusted, whoever wrote it.
+    and checked against its declared ``shape`` (schema.records), or by ``shape`` itself when
+    it is a check (what is wrong, or None: gate.json against contract.comparison): a file
+    of that folder is untrusted, whoever wrote it.
 
     Raises:
         RunDirError: it cannot be read, is larger than RECORD_LIMIT, is not JSON, or a field
@@ -170,7 +172,7 @@ def load_record(path: Path, shape: dict[str, Any]) -> dict[str, Any]:
     except (ValueError, RecursionError):
         raise RunDirError(_not_a_record(path, "it is not JSON (cut off, or nested too "
                                               "deep)")) from None
-    problem = record_problem(value, shape)
+    problem = shape(value) if callable(shape) else record_problem(value, shape)
     if problem:
         raise RunDirError(_not_a_record(path, problem))
     return dict(value)

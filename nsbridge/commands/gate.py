@@ -19,7 +19,7 @@ from ..rundir import load_record
 from ..script_check import checked_script
 from .diff import check_allow, check_gated_ops, check_thresholds, read_report
 from .measure import ProfileArg, profiled
-from ..contract.check import held_to_types
+from ..contract.check import held_to_types, typed_problem
 from ..contract.comparison import Comparison, Look
 from ..contract.report import Report
 
@@ -270,12 +270,12 @@ def _read_gate(folder: Path) -> Comparison:
     """The earlier gate's gate.json ({} when there is none).
 
     Raises:
-        DiffInputError: it is not of its declared shape (schema.records.GATE_SHAPE).
+        DiffInputError: it is not of its declared types (contract.comparison.Comparison).
     """
     if not (folder / S.GATE_JSON).is_file():
         return {}
     try:
-        # the keys rejudge reads are checked against their shape (schema.records)
-        return cast(Comparison, load_record(readable(folder / S.GATE_JSON), S.GATE_SHAPE))
+        return cast(Comparison, load_record(readable(folder / S.GATE_JSON),
+                                            lambda value: typed_problem(value, Comparison)))
     except RunDirError as exc:
         raise DiffInputError(terminal(str(exc))) from None

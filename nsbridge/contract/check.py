@@ -25,7 +25,7 @@ from .introspect import bare, expected, hints, is_typed_dict, member
 from .report import FINISHED_KEYS, Report, ReportStatus
 
 __all__ = ["STRICT_REPORTS", "held_to_types", "report_problem", "shape_problem",
-           "status_problem", "undeclared_keys", "undeclared_problem"]
+           "status_problem", "typed_problem", "undeclared_keys", "undeclared_problem"]
 
 # set in the environment to a process id, every report.json that process writes, and every
 # comparison it answers, is checked against its types first, undeclared keys included: how
@@ -63,6 +63,14 @@ def shape_problem(report: Mapping[str, Any]) -> Optional[str]:
     if problem or report.get("status") != OK:
         return problem
     return next((f"{key} is missing" for key in FINISHED_KEYS if report.get(key) is None), None)
+
+
+def typed_problem(value: Any, declared: Any) -> Optional[str]:
+    """Why ``value`` is not of the TypedDict ``declared`` (the first wrong field, in
+    words), or None."""
+    if not isinstance(value, dict):
+        return f"it is {describe(value)}, not an object"
+    return _problem(value, declared)
 
 
 def _problem(value: Mapping[str, Any], declared: Any) -> Optional[str]:

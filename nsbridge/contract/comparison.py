@@ -11,9 +11,16 @@ docs/how-to/ci-perf-gate.md. Keys starting with ``_`` are the judging's working 
 
 from __future__ import annotations
 
-from typing import Literal, Optional, TypedDict
+from typing import Annotated, Literal, Optional, TypedDict
 
+import msgspec
+
+from ..limits import MAX_PROCESSES
 from .report import Machine
+
+# a count of pairs read back from gate.json (rejudge budgets its looks by it): in the
+# command line's range, so no loop runs to a number read from a file
+Pairs = Annotated[int, msgspec.Meta(ge=1, le=int(MAX_PROCESSES.high))]
 
 Outcome = Literal["pass", "regression", "inconclusive"]
 Interval = list[Optional[float]]        # [low, high] as percent changes
@@ -142,7 +149,7 @@ class Look(TypedDict):
     step_ci_pct: Optional[Interval]
 
 
-class GateSide(TypedDict):
+class GateSide(TypedDict, total=False):
     """What one side of a gate ran."""
     given: str
     target: str
@@ -156,9 +163,9 @@ class GateSide(TypedDict):
 class GateRun(TypedDict, total=False):
     """How a gate ran (``gate``): its folder, pairs, looks, why it stopped, threads."""
     dir: str
-    processes: int
-    first_look: int
-    max_processes: int
+    processes: Pairs
+    first_look: Pairs
+    max_processes: Pairs
     budget_s: Optional[float]
     looks: list[Look]
     stopped: Optional[str]

@@ -9,7 +9,7 @@
                   INTERRUPTED and TERMINATED, the ones a pass reports, are also S.*)
 - schema.shape    the small records' shapes as plain values and their check (stdlib)
 - schema.records  the shapes of the records nsbridge writes and reads back (manifest.json,
-                  child.json, summary.json, the job mailbox, gate.json; ``record_problem``)
+                  child.json, summary.json, the job mailbox; ``record_problem``)
 
 Column names:
 

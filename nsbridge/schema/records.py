@@ -1,6 +1,6 @@
 """The shapes of the records nsbridge writes and reads back: a run's manifest.json, a
-profiled process's child.json, a rank's summary.json, the job mailbox's files and a gate's
-gate.json. Each is untrusted when read back (edited by hand, damaged, written by another
+profiled process's child.json, a rank's summary.json and the job mailbox's files (a gate's
+gate.json is checked against its types, contract.comparison). Each is untrusted when read back (edited by hand, damaged, written by another
 version, planted in a folder): the one reader of each checks it here, with schema.shape's
 checker, and refuses it naming the file and the first field that is wrong.
 
@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from .shape import _ANY, _FLAG, _NUMBER, _SIGNED, _TEXT, _Atom, _Required, misshapen
 
-__all__ = ["ACK_SHAPE", "CHILD_SHAPE", "GATE_SHAPE", "MANIFEST_SHAPE", "MAX_RANKS", "OUTPUT_SHAPE",
+__all__ = ["ACK_SHAPE", "CHILD_SHAPE", "MANIFEST_SHAPE", "MAX_RANKS", "OUTPUT_SHAPE",
            "SUMMARY_SHAPE", "WORD_SHAPE", "record_problem"]
 
 MAX_RANKS = 1 << 20   # more ranks than any job runs: a world_size above it is refused
@@ -105,16 +105,6 @@ OUTPUT_SHAPE = {"pass_id": _Required(_TEXT), "name": _Required(_TEXT),
                 "op_key": _TEXT, "op_columns": {}, "notes": _STRINGS, "sources": {},
                 "recommendations": [{}], "files": {}}
 ACK_SHAPE = {"nonce": _Required(_TEXT)}
-
-# gate.json: what `gate --rejudge` takes from an earlier gate
-GATE_SHAPE = {"a_label": _TEXT, "b_label": _TEXT,
-              "gate": {"dir": _TEXT, "processes": _NUMBER, "threads": _NUMBER,
-                       "steps": _NUMBER, "order": _STRINGS, "wall_s": _NUMBER,
-                       "threads_from": _TEXT, "sides": {}, "notes": _STRINGS,
-                       "first_look": _whole(1, 1000), "max_processes": _whole(1, 1000),
-                       "budget_s": _NUMBER, "stopped": _TEXT,
-                       "looks": [{"pairs": _NUMBER, "outcome": _TEXT}]}}
-
 
 def record_problem(record: Any, shape: dict[str, Any]) -> Optional[str]:
     """Why ``record`` does not have ``shape``, naming the first field that is wrong
