@@ -30,7 +30,8 @@ from .profiles import Profile
 from .report.document.build import clean, conclusive
 from .rundir import json_text, new_run_dir, read_run, write_atomic, write_json
 from .contract.check import held_to_types, report_problem
-from .contract.report import Error, Op, Report, as_document, as_report, empty_report
+from .contract.report import (Error, Files, Op, Recommendation, Report, as_document, as_report,
+                              empty_report)
 from .script_check import Script
 
 MERGE_LIMIT = 64 * 1024 * 1024   # traces of more JSON than this (inflated) are not merged
@@ -59,15 +60,15 @@ class PassOutput:
     manifest: dict[str, Any]                    # its entry in manifest["passes"]
     status: str = "ok"
     exit_code: int = 0
-    error: Optional[dict[str, Any]] = None
-    core: Optional[dict[str, Any]] = None       # top-level report keys (torch.profiler)
+    error: Optional[Error] = None
+    core: Optional[Report] = None               # top-level report keys (torch.profiler)
     section: Optional[tuple[str, Mapping[str, Any]]] = None   # ("timeline", {...})
     op_key: Optional[str] = None                # "nsys" or "ncu"
     op_columns: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
-    recommendations: list[dict[str, Any]] = field(default_factory=list)
-    files: dict[str, Any] = field(default_factory=dict)
+    recommendations: list[Recommendation] = field(default_factory=list)
+    files: Files = field(default_factory=dict)
     # in-memory results for the caller (RunResult): "analysis" (TraceAnalysis), "timeline"
     frames: dict[str, Any] = field(default_factory=dict)
 
@@ -164,11 +165,10 @@ class Run:
             report[output.section[0]] = output.section[1]
         if output.op_key is not None:
             report["ops"] = merge_ops(report.get("ops", []), output.op_key, output.op_columns)
-        report["notes"] = [*report.get("notes", []), *output.notes,
-                           *((output.core or {}).get("notes", []))]
-        report["files"] = {**report.get("files", {}), **(output.core or {}).get("files", {}),
-                           **output.files}
-        report["sources"] = {**report.get("sources", {}), **(output.core or {}).get("sources", {}),
+        core = as_document(output.core) if output.core is not None else {}
+        report["notes"] = [*report.get("notes", []), *output.notes, *core.get("notes", [])]
+        report["files"] = {**report.get("files", {}), **core.get("files", {}), **output.files}
+        report["sources"] = {**report.get("sources", {}), **core.get("sources", {}),
                              **output.sources}
         if output.recommendations:
             report["recommendations"] = rank(report.get("recommendations", [])
@@ -303,14 +303,15 @@ def merge_ops(rows: list[Op], key: str,
     return merged
 
 
-def rank(recommendations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rank(recommendations: list[Recommendation]) -> list[Recommendation]:
     """Those addressing the verdict first, then by impact; one per id (the stronger)."""
-    best: dict[str, dict[str, Any]] = {}
+    best: dict[Optional[str], Recommendation] = {}
     for rec in recommendations:
-        old = best.get(rec["id"])
-        if old is None or rec["impact"] > old["impact"]:
-            best[rec["id"]] = rec
-    return sorted(best.values(), key=lambda r: (not r.get("addresses_verdict"), -r["impact"]))
+        old = best.get(rec.get("id"))
+        if old is None or (rec.get("impact") or 0.0) > (old.get("impact") or 0.0):
+            best[rec.get("id")] = rec
+    return sorted(best.values(), key=lambda r: (not r.get("addresses_verdict"),
+                                                -(r.get("impact") or 0.0)))
 
 
 def _now() -> str:

@@ -152,7 +152,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
                          "env_from": {k: f for k, (_, f) in applied_env(s, threads).items()}}
                   for name, s in sides.items()},
         "notes": [note for s in sides.values() for note in s.notes]}
-    held_to_types(result, Comparison, "gate.json")
+    held_to_types(result, Comparison, "gate.json", copied=("machine",))
     write_json(folder / S.GATE_JSON, result)
     (folder / S.GATE_MD).write_text(render_diff(result, "md") + "\n", encoding="utf-8")
     return result

@@ -12,7 +12,7 @@ stopped early has only what it got to.
 
 Numbers: ``Amount`` finite and 0 or more, ``Positive`` above 0, ``Signed`` any finite
 number; each below ``HUGE``. Sections whose keys are open (ncu's quantities, named by the
-profile's metric set; ``files``; ``sources``) are ``dict[str, Any]``.
+profile's metric set) are ``dict[str, Any]``.
 
 docs/reference/report-json.md documents every key declared here (tests/test_report_types.py
 holds the two to each other), and every report a test writes is checked against these
@@ -22,7 +22,7 @@ types with its undeclared keys refused (``NSBRIDGE_STRICT_REPORTS``, set by test
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any, Literal, Mapping, Optional, TypedDict, cast
+from typing import Annotated, Any, Literal, Mapping, Optional, TypedDict, Union, cast
 
 import msgspec
 
@@ -38,6 +38,9 @@ Amount = Annotated[float, msgspec.Meta(ge=0, lt=HUGE)]
 Positive = Annotated[float, msgspec.Meta(gt=0, lt=HUGE)]
 Signed = Annotated[float, msgspec.Meta(gt=-HUGE, lt=HUGE)]
 RankedBy = Literal["cpu_self_us", "device_self_us"]
+# a run's files by kind: a name in the run directory (or a path given to analyze), several,
+# or null where the kind was not written
+Files = dict[str, Union[str, list[str], None]]
 
 # the top-level keys a finished report (status "ok") must have
 FINISHED_KEYS = ("target", "ops", "sync_points")
@@ -244,7 +247,8 @@ class Environment(TypedDict, total=False):
 # the script's or a pass's failure ("pass" is a keyword, hence the call form)
 Error = TypedDict("Error", {"type": Optional[str], "message": Optional[str],
                             "file": Optional[str], "line": Optional[int],
-                            "pass": Optional[str]}, total=False)
+                            "pass": Optional[str], "signal": Optional[int],
+                            "rank": Optional[int]}, total=False)
 
 
 class MachineCgroupThrottling(TypedDict, total=False):
@@ -538,8 +542,8 @@ class Steps(TypedDict, total=False):
     spread: Optional[Spread]
     unprofiled: Optional[Spread]
     unprofiled_ms: Optional[list[Positive]]
-    unprofiled_runs: Optional[list[Amount]]
-    unprofiled_wait_ms: Optional[list[Amount]]
+    unprofiled_runs: Optional[list[int]]
+    unprofiled_wait_ms: Optional[list[Optional[Amount]]]
 
 
 class SyncPoint(TypedDict, total=False):
@@ -638,7 +642,7 @@ class TimelineWindow(TypedDict, total=False):
 class Timeline(TypedDict, total=False):
     attribution: Optional[TimelineAttribution]
     copies: Optional[int]
-    files: Optional[dict[str, Any]]
+    files: Optional[Files]
     gpu_busy_pct: Optional[Signed]
     gpu_traced: Optional[bool]
     idle_gaps: Optional[list[TimelineIdleGap]]
@@ -716,7 +720,7 @@ class Report(TypedDict, total=False):
     distributed: Optional[Distributed]
     environment: Optional[Environment]
     error: Optional[Error]
-    files: Optional[dict[str, Any]]
+    files: Optional[Files]
     machine: Optional[Machine]
     memory: Optional[Memory]
     ncu: Optional[Ncu]
@@ -728,12 +732,12 @@ class Report(TypedDict, total=False):
     ranked_by: Optional[RankedBy]
     recommendations: Optional[list[Recommendation]]
     schema_version: Optional[int]
-    sources: Optional[dict[str, Any]]
+    sources: Optional[dict[str, str]]
     status: Required[str]
     steps: Optional[Steps]
     sync_points: list[SyncPoint]
     target: str
-    tensor_cores: Optional[dict[str, Any]]
+    tensor_cores: Optional[dict[str, int]]
     timeline: Optional[Timeline]
     verdict: Optional[Verdict]
     window: Optional[Window]

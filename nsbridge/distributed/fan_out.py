@@ -44,6 +44,7 @@ from ..pipeline import run_passes
 from ..result import RunResult, follower_result, result_of
 from ..run import PassOutput, Run, output_op_columns
 from ..rundir import write_json
+from ..contract.report import Error
 from .launch import check_one_node, fresh_store_env
 from .share import map_pass
 
@@ -231,8 +232,8 @@ def reduce_outputs(share: RankShare, outputs: Mapping[int, Optional[dict[str, An
         1 if failed else 0)
     lead = shown if shown in good else next(iter(sorted(good)), None)
     errors = [f"rank {row['rank']} ({share.tool}): {row['error']}" for row in failed]
-    error = {"type": "RankFailed", "rank": failed[0]["rank"], "message": errors[0]} \
-        if failed else None
+    error: Optional[Error] = {"type": "RankFailed", "rank": failed[0]["rank"],
+                              "message": errors[0]} if failed else None
     if lead is None:   # no section: nothing was measured; the ranks' errors say why
         return PassOutput(name=share.tool, manifest={"ranks": rows}, status="failed",
                           exit_code=exit_code, error=error, notes=errors)

@@ -35,6 +35,7 @@ from ..result import RunResult, follower_result, result_of
 from ..run import PassOutput, Run
 from ..rundir import load_record, new_run_dir
 from ..script_check import Script
+from ..contract.report import Error
 from .fan_out import OnRanks, follow
 from .launch import check_one_node, launcher_argv, one_node, profile_ranks
 
@@ -178,11 +179,13 @@ def analyze_ranks(source: Path, prof: Profile, out: Optional[Union[str, Path]]) 
         output.notes.append(f"{len(summaries)} of {world} ranks present in {source}: the other "
                             f"{world - len(summaries)} left no rank folder there; only the "
                             "ranks present are compared")
-    files = (output.core or {})["files"]     # reduce always builds the core report
-    if files.get("trace"):
-        files["trace_input"] = str(readable(source / files["trace"]).resolve())
-        files["trace"] = None
-    files["key_averages"] = None
+    files = output.core.get("files") if output.core else None   # reduce builds them
+    if files is not None:
+        trace = files.get("trace")
+        if isinstance(trace, str):
+            files["trace_input"] = str(readable(source / trace).resolve())
+            files["trace"] = None
+        files["key_averages"] = None
     run = Run.create(out=Path(out) if out else None, label=f"analyze-{source.name}",
                      command="analyze", target=str(source), args=[], profile=prof,
                      cwd=Path.cwd())
@@ -220,7 +223,7 @@ def reduce(run_dir: Path, summaries: list[dict[str, Any]], profile: Profile, tar
     failed = cross["failed"]
     status = "ok" if not failed else ("hung" if all(f["status"] == "hung" for f in failed)
                                       else "failed")
-    error = None
+    error: Optional[Error] = None
     if failed:
         first = failed[0]
         error = {"type": "RankFailed", "message": f"rank {first['rank']} ended with status "

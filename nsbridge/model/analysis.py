@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,7 @@ from .host.syncs import (blocking_calls, gpu_idle_after, implicit_syncs, sync_co
                          sync_points)
 from .device.tensor_cores import common_input_types
 from .judging.verdict import data_share_of, decide, qualify
-from ..contract.report import Collective, Device, DeviceIdleGap, Machine, Memory, OpGroups, Recommendation, SyncPoint, Verdict, Window
+from ..contract.report import Collective, Device, DeviceIdleGap, Machine, Memory, OpGroups, Recommendation, StepsMean, SyncPoint, Verdict, Window
 
 
 WINDOWS = ("steps", "trace")
@@ -241,7 +241,7 @@ def window_facts(windows: pd.DataFrame, asked: str, seconds: float,
             "per": "second" if stepless else "step", "notes": notes}
 
 
-def mean_step(steps: pd.DataFrame) -> dict[str, Any]:
+def mean_step(steps: pd.DataFrame) -> StepsMean:
     """Mean of each phase over the steps, with shares of the mean wall time."""
     if steps.empty:
         return {}
@@ -249,4 +249,4 @@ def mean_step(steps: pd.DataFrame) -> dict[str, Any]:
                              for col in ["wall_ms", *PHASES]}
     wall = means["wall_ms"]
     means["shares"] = {col[:-3]: round(means[col] / wall, 4) if wall else 0.0 for col in PHASES}
-    return means
+    return cast(StepsMean, means)     # keys: wall_ms and PHASES, as StepsMean declares

@@ -29,7 +29,7 @@ from ..report.document.build import clean
 from ..rundir import free_stem
 from ..run import PassOutput, Run, output_op_columns
 from ..script_check import Script
-from ..contract.report import Report, verdict_label
+from ..contract.report import Recommendation, Report, verdict_label
 
 KERNEL_COLUMNS = ["launch", "kernel", "op", "nvtx_range", "module", "step", "attribution", "duration_ns",
                   "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct", "l2_hit_pct",
@@ -390,41 +390,48 @@ def _by_family(families: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def recommend(per_op: dict[str, dict[str, Any]], kernels: pd.DataFrame,
-              verdict: Optional[str]) -> list[dict[str, Any]]:
+              verdict: Optional[str]) -> list[Recommendation]:
     """Recommendations from the findings of each op (or, in a capture without ops, each
     kernel family), each naming it and its numbers."""
     total = sum(s.get("duration_ns") or 0.0 for s in per_op.values())
-    out = []
+    out: list[Recommendation] = []
     for op, s in per_op.items():
         share = (s.get("duration_ns") or 0.0) / total if total else 0.0
         for finding in s["findings"]:
-            rec = _rec_for(op, finding, s)
-            if rec is not None:
-                weight = rec.pop("weight")   # the finding's worth, not a report field
+            made = _rec_for(op, finding, s)
+            if made is not None:
+                rec, weight = made
                 out.append({**rec, "impact": round(min(max(share * weight, 0.0), 1.0), 3),
                             "addresses_verdict": verdict == "gpu-bound", "source": "ncu"})
     return out
 
 
-def _rec_for(op: str, finding: dict[str, Any], s: dict[str, Any]) -> Optional[dict[str, Any]]:
+def _rec_for(op: str, finding: dict[str, Any], s: dict[str, Any]
+             ) -> Optional[tuple[Recommendation, float]]:
+    """The recommendation one finding makes, and its worth (its impact is the op's share
+    of the GPU time times that)."""
+    rec: Recommendation
     if finding["id"] == "no-tensor-cores":
-        return {"id": "tensor-cores", "title": "Put the matmuls on Tensor Cores",
-                "why": f"{op}: {finding['detail']} (ncu)",
-                "fix": finding.get("fix") or "torch.set_float32_matmul_precision('high') "
-                       "(TF32) or torch.autocast('cuda', dtype=torch.bfloat16)",
-                "url": "https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
-                "weight": 0.6}
+        rec = {"id": "tensor-cores", "title": "Put the matmuls on Tensor Cores",
+               "why": f"{op}: {finding['detail']} (ncu)",
+               "fix": finding.get("fix") or "torch.set_float32_matmul_precision('high') "
+                      "(TF32) or torch.autocast('cuda', dtype=torch.bfloat16)",
+               "url": "https://pytorch.org/docs/stable/notes/cuda.html"
+                      "#tensorfloat-32-tf32-on-ampere-and-later-devices"}
+        return rec, 0.6
     if finding["id"] == "low-occupancy" and s.get("bound") == "latency":
-        return {"id": "occupancy", "title": "Give the GPU more parallel work",
-                "why": f"{op}: {finding['detail']}, latency-bound (ncu)",
-                "fix": "raise the batch size, or torch.compile(mode='max-autotune') to pick "
-                       "kernels with other tile sizes and fewer registers",
-                "url": "https://docs.nvidia.com/nsight-compute/ProfilingGuide/index.html#occupancy",
-                "weight": 0.3}
+        rec = {"id": "occupancy", "title": "Give the GPU more parallel work",
+               "why": f"{op}: {finding['detail']}, latency-bound (ncu)",
+               "fix": "raise the batch size, or torch.compile(mode='max-autotune') to pick "
+                      "kernels with other tile sizes and fewer registers",
+               "url": "https://docs.nvidia.com/nsight-compute/ProfilingGuide/index.html"
+                      "#occupancy"}
+        return rec, 0.3
     if finding["id"] == "memory-bound" and not MATMUL_OP.match(op):
-        return {"id": "fuse-memory-bound", "title": "Fuse memory-bound ops",
-                "why": f"{op}: {finding['detail']} (ncu)",
-                "fix": "torch.compile(model) fuses elementwise and reduction ops so data makes "
-                       "one trip through DRAM",
-                "url": "https://pytorch.org/docs/stable/torch.compiler.html", "weight": 0.4}
+        rec = {"id": "fuse-memory-bound", "title": "Fuse memory-bound ops",
+               "why": f"{op}: {finding['detail']} (ncu)",
+               "fix": "torch.compile(model) fuses elementwise and reduction ops so data makes "
+                      "one trip through DRAM",
+               "url": "https://pytorch.org/docs/stable/torch.compiler.html"}
+        return rec, 0.4
     return None

@@ -21,6 +21,7 @@ from ..report.document.build import clean
 from ..run import PassOutput, Run, section_op_columns
 from ..rundir import load_record
 from ..script_check import Script
+from ..contract.report import Error
 from .outcome import pass_status
 
 
@@ -247,7 +248,7 @@ def timeline_section(timeline: Timeline, nvtx: dict[str, Any],
 
 
 def _output(section: dict[str, Any], joined: Timeline, manifest: dict[str, Any], status: str,
-            exit_code: int, error: Optional[dict[str, Any]], notes: list[str]) -> PassOutput:
+            exit_code: int, error: Optional[Error], notes: list[str]) -> PassOutput:
     columns = section_op_columns(("timeline", section))
     source = (f"Nsight Systems {section.get('nsys_version') or ''} export: NVTX op ranges, "
               "kernels, copies and memsets joined to ops by correlationId and the innermost "

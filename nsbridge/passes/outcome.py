@@ -13,10 +13,11 @@ from typing import Any, Optional
 from .. import schema as S
 from ..collect._process import ChildOutcome
 from ..printable import printable
+from ..contract.report import Error
 
 
 def pass_status(outcome: ChildOutcome, child: Optional[dict[str, Any]],
-                doing: Optional[str] = None) -> tuple[str, int, Optional[dict[str, Any]]]:
+                doing: Optional[str] = None) -> tuple[str, int, Optional[Error]]:
     """(status, exit code, error) of a pass from how its process ended and its own record.
 
     A record that says the script ended by itself (ok or failed) is the truth even when the
@@ -48,7 +49,7 @@ def pass_status(outcome: ChildOutcome, child: Optional[dict[str, Any]],
     return child["status"], int(child["exit_code"]), child.get("error")
 
 
-def killed_by(signum: int, doing: Optional[str] = None) -> dict[str, Any]:
+def killed_by(signum: int, doing: Optional[str] = None) -> Error:
     """The error of a profiled process ended by signal ``signum`` (``doing``: what
     nsbridge's profiler was doing at that moment, when it was in a stop or start)."""
     try:

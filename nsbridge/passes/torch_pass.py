@@ -30,7 +30,7 @@ from ..run import PassOutput, Run
 from ..script_check import Script
 from ..rundir import read_run
 from .outcome import pass_status
-from ..contract.report import Machine, MachineCores
+from ..contract.report import Error, Machine, MachineCores
 
 
 def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: bool,
@@ -77,7 +77,7 @@ def pooled_steps(passes: Sequence[TorchPass]) -> list[dict[str, Any]]:
 def analyse_passes(run_dir: Path, passes: Sequence[TorchPass], *, target: str,
                    args: Sequence[str], profile: Profile, window: str,
                    machine: Machine, status: str, exit_code: int,
-                   error: Optional[dict[str, Any]], command: str = "triage",
+                   error: Optional[Error], command: str = "triage",
                    files: Optional[dict[str, Any]] = None
                    ) -> tuple[PassOutput, Optional[TraceAnalysis]]:
     """The report of profiled processes' records (``passes``: what each left in

@@ -78,7 +78,8 @@ OP_SUMMED_COLUMNS = [CALLS, CPU_SELF_US, CPU_TOTAL_US, DEVICE_SELF_US, DEVICE_TO
 # the list-valued OPS columns (an op only another pass saw gets [] there, not None)
 OP_LIST_COLUMNS = [SHAPES, KERNELS, COPIES, SHAPE_WORK]
 # what ops[] is ranked by (report["ranked_by"]): device time with a device, else CPU time
-RANKED_BY_DEVICE, RANKED_BY_HOST = DEVICE_SELF_US, CPU_SELF_US
+RANKED_BY_DEVICE: Final = DEVICE_SELF_US
+RANKED_BY_HOST: Final = CPU_SELF_US
 
 # Per-pass columns of ops[]: every other pass's per-op numbers sit under its own key
 NSYS_KEY: Final = "nsys"

@@ -113,7 +113,7 @@ def answer(a: Report, b: Report, *, rows: list[ComparedRow],
         "inconclusive": [r["op"] for r in unsure],
         "undecided": [_why(r, fail_above) for r in unsure
                       if deciding is not None and not r.get("significant")]}
-    held_to_types(result, Comparison, "the comparison")
+    held_to_types(result, Comparison, "the comparison", copied=("machine",))
     return result
 
 

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..judging.rules import MATMUL_OP
 from ..strings import value_codes
-from ...contract.report import Op
+from ...contract.report import Op, TensorCoreMark
 
 ATTENTION_OP = re.compile(r"aten::(_scaled_dot_product|scaled_dot_product|_flash_attention|"
                           r"_efficient_attention|_cudnn_attention)")
@@ -80,7 +80,7 @@ def common_input_types(names: Sequence[str], types: Sequence[Any]) -> dict[str, 
 
 
 def mark(op: Mapping[str, Any], input_types: Optional[str], math: Mapping[str, Any],
-         gpu_run: bool) -> Optional[dict[str, Any]]:
+         gpu_run: bool) -> Optional[TensorCoreMark]:
     """{status, reason, dtype, evidence} for one op row of the report (name, shapes,
     kernels); ``math``: the settings the script ended with (``matmul_allow_tf32``,
     ``cudnn_allow_tf32``, ``float32_matmul_precision``), empty when unknown. None when
@@ -187,7 +187,7 @@ def _short(names: Sequence[str]) -> str:
     return "; ".join(dict.fromkeys(n[:60] for n in names[:2]))
 
 
-def summary(marks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def summary(marks: Mapping[str, TensorCoreMark]) -> dict[str, int]:
     """report["tensor_cores"]: how many ops got each mark (the marks are in ops[])."""
     counts = Counter(m["status"] for m in marks.values())
     return {"ops": len(marks), **{status: counts.get(status, 0)

@@ -15,17 +15,18 @@ from typing import Any, Optional
 import numpy as np
 
 from ..stats import LEVEL, resample_indices
+from ...contract.report import Overhead
 
 
 def profiler_overhead(child_steps: list[dict[str, Any]], contended: bool = False,
-                      threads: Optional[float] = None) -> dict[str, Any]:
+                      threads: Optional[float] = None) -> Overhead:
     """{profiled_steps, unprofiled_steps, profiled_step_ms, unprofiled_step_ms, ratio,
     ratio_ci, kind, note}; kind: slower, not-measurable, faster, contended, too-few.
     ``threads``: torch's intra-op threads in the process (advice does not ask for one
     thread when it ran with one)."""
     profiled = np.asarray([s["wall_ms"] for s in child_steps if s["phase"] == "active"])
     bare = np.asarray([s["wall_ms"] for s in child_steps if s["phase"] == "unprofiled"])
-    result: dict[str, Any] = {"profiled_steps": int(profiled.size),
+    result: Overhead = {"profiled_steps": int(profiled.size),
                               "unprofiled_steps": int(bare.size), "profiled_step_ms": None,
                               "unprofiled_step_ms": None, "ratio": None, "ratio_ci": None,
                               "kind": "too-few", "note": None}
@@ -39,7 +40,7 @@ def profiler_overhead(child_steps: list[dict[str, Any]], contended: bool = False
         return result
     ratio = float(np.median(profiled) / np.median(bare))
     low, high = _ratio_interval(profiled, bare)
-    result.update(ratio=round(ratio, 3), ratio_ci=[round(low, 3), round(high, 3)])
+    result.update({"ratio": round(ratio, 3), "ratio_ci": [round(low, 3), round(high, 3)]})
     span = (f"{ratio:.2f}x the unprofiled ones (95% interval {low:.2f}-{high:.2f}x; "
             f"{profiled.size} measured, {bare.size} unprofiled steps)")
     if contended:

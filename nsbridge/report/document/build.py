@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import pandas as pd
 
@@ -11,7 +11,9 @@ from ... import schema as S
 from ...model.device import tensor_cores
 from ...model.analysis import TraceAnalysis, mean_step
 from ...model.stats import mean_half_widths_pct, summary
-from ...contract.report import Error, Machine, Memory, Op, Report, StepsPerStep, as_document, as_report, empty_report
+from ...contract.report import (Environment, Error, Files, Machine, Memory, Op, Overhead,
+                                Report, Steps, StepsPerStep, TensorCoreMark, as_report,
+                                empty_report)
 
 SCHEMA_VERSION = S.SCHEMA_VERSION   # re-exported: diff and the readers check it
 # statuses of a run stopped from outside: what it measured before it stopped still stands
@@ -20,39 +22,39 @@ STOPPED = {"timeout": "stopped by --timeout", "interrupted": "interrupted (Ctrl-
 
 
 def build_report(*, command: str, target: str, status: str, analysis: Optional[TraceAnalysis],
-                 step_source: Optional[str], overhead: Optional[dict[str, Any]],
-                 files: dict[str, Any], notes: list[str], has_memory: bool,
-                 error: Optional[dict[str, Any]] = None, version: str = "",
+                 step_source: Optional[str], overhead: Optional[Overhead],
+                 files: Files, notes: list[str], has_memory: bool,
+                 error: Optional[Error] = None, version: str = "",
                  machine: Optional[Machine] = None,
                  child_steps: Optional[list[dict[str, Any]]] = None,
-                 environment: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+                 environment: Optional[Environment] = None) -> Report:
     """Assemble the report dict. Device fields are None (null), never 0, without a device;
     ``verdict`` is None and ``recommendations`` empty when nothing was measured
     (``measured_anything``) or the run concludes nothing (``conclusive``).
 
     ``machine``: model.judging.contention.machine_facts; ``child_steps``: every step the profiled
-    process timed (its unprofiled ones give ``steps.unprofiled``). The sections come as
-    the analysis made them, plain JSON objects: the whole is checked against the report's
-    types where it is written (run.Run.write_records)."""
-    report = as_document(empty_report(command=command, target=target, version=version,
-                                      status=status))
-    report.update(error=error, overhead=overhead, machine=machine,
-                  environment=environment, files=files, notes=list(notes))
+    process timed (its unprofiled ones give ``steps.unprofiled``). The whole is checked
+    against the report's types where it is written (run.Run.write_records)."""
+    report = empty_report(command=command, target=target, version=version, status=status)
+    report.update({"error": error, "overhead": overhead, "machine": machine,
+                   "environment": environment, "files": files, "notes": list(notes)})
     if analysis is None:
-        return clean(report)
+        return cleaned(report)
     has_device = analysis.has_device
     report["verdict"] = analysis.verdict
     report["window"] = analysis.window
     report["ranked_by"] = S.RANKED_BY_DEVICE if has_device else S.RANKED_BY_HOST
-    report["ops"] = _with_spread(_records(analysis.ops), _runs(analysis.steps))
-    marks = _tensor_core_marks(report["ops"], analysis, (environment or {}).get("math") or {})
+    report["ops"] = _with_spread(_op_rows(analysis.ops), _runs(analysis.steps))
+    marks = _tensor_core_marks(report["ops"], analysis,
+                               dict((environment or {}).get("math") or {}))
     if marks:
         report[S.TENSOR_CORES_SECTION] = tensor_cores.summary(marks)
     bare_ms, bare_runs, bare_wait = _unprofiled(child_steps)
-    report["steps"] = {
+    per_step = _with_clock(_numbered(_step_rows(analysis.steps.round(3))), child_steps)
+    steps: Steps = {
         "detected_by": step_source or _step_source(analysis.steps),
         "count": int(len(analysis.steps)),
-        "per_step": _with_clock(_numbered(_records(analysis.steps.round(3))), child_steps),
+        "per_step": per_step,
         "mean": mean_step(analysis.steps),
         "spread": summary(analysis.steps["wall_ms"], _runs(analysis.steps)),
         "unprofiled": summary(bare_ms, bare_runs),
@@ -62,11 +64,11 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     }
     if "gpu_done_ms" in analysis.steps:
         done = analysis.steps["gpu_done_ms"].dropna()
-        report["steps"]["gpu_done"] = summary(done.tolist(), _runs(analysis.steps.loc[done.index]))
+        steps["gpu_done"] = summary(done.tolist(), _runs(analysis.steps.loc[done.index]))
+    report["steps"] = steps
     report["device"] = analysis.device if has_device else None
     if analysis.memory:
-        report[S.MEMORY_SECTION] = _renumbered(analysis.memory, analysis.steps,
-                                               report["steps"]["per_step"])
+        report[S.MEMORY_SECTION] = _renumbered(analysis.memory, analysis.steps, per_step)
     if analysis.op_groups and (analysis.op_groups["by_shape"] or analysis.op_groups["by_source"]):
         report[S.OP_GROUPS_SECTION] = analysis.op_groups
     report["sync_points"] = analysis.sync_points
@@ -74,13 +76,19 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
     report["collectives"] = analysis.collectives
     report["sources"] = _sources(has_device, has_memory, step_source is not None,
                                  overhead is not None)
-    if not (measured_anything(as_report(report)) and conclusive(as_report(report))):
+    if not (measured_anything(report) and conclusive(report)):
         report["verdict"], report["recommendations"] = None, []
-    return clean(report)
+    return cleaned(report)
 
 
-def _tensor_core_marks(ops: list[dict[str, Any]], analysis: TraceAnalysis,
-                       settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def cleaned(report: Report) -> Report:
+    """The report as written: NaN as null, numpy numbers as Python's, floats rounded
+    (clean)."""
+    return as_report(clean(report))
+
+
+def _tensor_core_marks(ops: list[Op], analysis: TraceAnalysis,
+                       settings: dict[str, Any]) -> dict[str, TensorCoreMark]:
     """Mark each matmul, convolution and attention op (``ops[].tensor_cores``, set here)
     with its Tensor Core eligibility, once per chain of calls: on a GPU run the ops that
     launched kernels themselves, on a CPU run those that did most of their work
@@ -120,19 +128,19 @@ def measured_steps(report: Report) -> int:
     return int(window.get("steps") or 0) if window.get("kind") == "steps" else 0
 
 
-def _with_spread(ops: list[dict[str, Any]], groups: Optional[list[Any]]) -> list[dict[str, Any]]:
+def _with_spread(ops: list[Op], groups: Optional[list[Any]]) -> list[Op]:
     """Each op with ``spread_pct``: half the 95% interval of its time per step, in percent
     of it (None when the steps do not line up, or fewer than two)."""
     width = max((len(op.get(S.PER_STEP_US) or []) for op in ops), default=0)
     aligned = [op for op in ops if len(op.get(S.PER_STEP_US) or []) == width]
     spreads = dict(zip((op["name"] for op in aligned), mean_half_widths_pct(
-        [op[S.PER_STEP_US] for op in aligned], groups if groups and len(groups) == width
+        [op.get(S.PER_STEP_US) or [] for op in aligned], groups if groups and len(groups) == width
         else None)))
     return [{**op, S.SPREAD_PCT: spreads.get(op[S.NAME])} for op in ops]
 
 
-def _with_clock(per_step: list[dict[str, Any]],
-                child_steps: Optional[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _with_clock(per_step: list[StepsPerStep],
+                child_steps: Optional[list[dict[str, Any]]]) -> list[StepsPerStep]:
     """Each measured step with the profiled process's own clock of it: ``cpu_ms`` (CPU
     time of all its threads), ``wait_ms`` (time its threads waited for a CPU) and, where the
     profile asked for it, ``probe_ms`` (the speed probe run as it began), when the
@@ -142,14 +150,19 @@ def _with_clock(per_step: list[dict[str, Any]],
     measured = [s for s in child_steps or [] if s.get("phase") == "active"]
     if len(measured) != len(per_step):
         return per_step
-    return [{**step, "step": clock.get("index", step["step"]) if step["step"] is not None
-             else None, "cpu_ms": clock.get("cpu_ms"), "wait_ms": clock.get("wait_ms"),
-             **({"probe_ms": clock["probe_ms"]} if "probe_ms" in clock else {})}
-            for step, clock in zip(per_step, measured)]
+    clocked = []
+    for step, clock in zip(per_step, measured):
+        row: StepsPerStep = {**step, "cpu_ms": clock.get("cpu_ms"),
+                             "wait_ms": clock.get("wait_ms")}
+        row["step"] = clock.get("index", step["step"]) if step.get("step") is not None else None
+        if "probe_ms" in clock:
+            row["probe_ms"] = clock["probe_ms"]
+        clocked.append(row)
+    return clocked
 
 
 def _renumbered(memory: Memory, steps: pd.DataFrame,
-                per_step: list[dict[str, Any]]) -> Memory:
+                per_step: list[StepsPerStep]) -> Memory:
     """The memory section with its peak's step in the report's numbering (per_step)."""
     numbers = dict(zip(steps["step"].tolist(), (s["step"] for s in per_step)))
     peak = memory.get("peak_step")
@@ -165,10 +178,10 @@ def _unprofiled(child_steps: Optional[list[dict[str, Any]]]
             [s.get("wait_ms") for s in bare])
 
 
-def _numbered(per_step: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _numbered(per_step: list[StepsPerStep]) -> list[StepsPerStep]:
     """The steps as the report shows them: a window without steps is one row whose
     ``step`` is null (the analysis numbers it -1 internally; no step has that number)."""
-    return [{**row, "step": None} if row["step"] < 0 else row for row in per_step]
+    return [{**row, "step": None} if (row.get("step") or 0) < 0 else row for row in per_step]
 
 
 def _runs(steps: pd.DataFrame) -> Optional[list[Any]]:
@@ -213,8 +226,14 @@ def _sources(has_device: bool, has_memory: bool, in_process: bool,
     }
 
 
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return frame.to_dict("records")
+def _op_rows(ops: pd.DataFrame) -> list[Op]:
+    """The analysis's op table as ops[] rows (its columns are schema.OP_COLUMNS)."""
+    return cast(list[Op], ops.to_dict("records"))
+
+
+def _step_rows(steps: pd.DataFrame) -> list[StepsPerStep]:
+    """The analysis's step table as steps.per_step rows (its columns, StepsPerStep's)."""
+    return cast(list[StepsPerStep], steps.to_dict("records"))
 
 
 def clean(value: Any) -> Any:
