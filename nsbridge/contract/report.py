@@ -10,8 +10,8 @@ declaration (``msgspec.convert``) without building a second copy of it. Every ke
 missing or null unless declared ``Required`` or not Optional: a report from a run that
 stopped early has only what it got to.
 
-Numbers: ``Amount`` finite and 0 or more, ``Positive`` above 0, ``Signed`` any finite
-number; each below ``HUGE``. Sections whose keys are open (ncu's quantities, named by the
+Numbers: ``Amount`` finite and 0 or more (``Count``: a whole one), ``Positive`` above 0,
+``Signed`` any finite number; each below ``HUGE``. Sections whose keys are open (ncu's quantities, named by the
 profile's metric set) are ``dict[str, Any]``.
 
 docs/reference/report-json.md documents every key declared here (tests/test_report_types.py
@@ -37,6 +37,7 @@ else:
 Amount = Annotated[float, msgspec.Meta(ge=0, lt=HUGE)]
 Positive = Annotated[float, msgspec.Meta(gt=0, lt=HUGE)]
 Signed = Annotated[float, msgspec.Meta(gt=-HUGE, lt=HUGE)]
+Count = Annotated[int, msgspec.Meta(ge=0, lt=int(HUGE))]
 RankedBy = Literal["cpu_self_us", "device_self_us"]
 # a run's files by kind: a name in the run directory (or a path given to analyze), several,
 # or null where the kind was not written
@@ -364,6 +365,52 @@ class Memory(TypedDict, total=False):
     start_mib: Optional[Signed]
 
 
+class NcuChosenOp(TypedDict, total=False):
+    """An op the deep pass profiles, and why it was chosen."""
+    op: Required[str]
+    reason: Optional[str]
+
+
+class NcuPlannedOp(NcuChosenOp, total=False):
+    """A chosen op with what the triage expects of it: its kernels (names, at most five),
+    launches per measured step (null without a GPU triage), the NVTX op ranges its kernels
+    can run within, and their kernel families."""
+    kernels: Optional[list[str]]
+    launches_per_step: Optional[Amount]
+    ranges: Optional[list[str]]
+    kernel_families: Optional[list[str]]
+
+
+class NcuCapture(TypedDict, total=False):
+    """One ncu run of the plan: its ops, filter ranges, launches skipped and profiled."""
+    ops: Optional[list[str]]
+    ranges: Optional[list[str]]
+    launch_skip: Optional[Count]
+    launch_count: Optional[Count]
+    capped: Optional[bool]
+
+
+class PickedRank(TypedDict, total=False):
+    """A rank the deep pass profiles: its role (asked, slowest, median) and why."""
+    rank: Required[int]
+    role: Optional[str]
+    reason: Optional[str]
+
+
+class NcuPlan(TypedDict, total=False):
+    """What the deep pass set out to profile (model.nsight.deep_plan.plan)."""
+    ops: Optional[list[NcuPlannedOp]]
+    captures: Optional[list[NcuCapture]]
+    launch_skip: Optional[Count]
+    launch_count: Optional[Count]
+    capped: Optional[bool]
+    passes_per_kernel: Optional[Amount]
+    estimate_s: Optional[Amount]
+    estimate_note: Optional[str]
+    launch_counts_known: Optional[bool]
+    ranks: Optional[list[PickedRank]]
+
+
 class Ncu(TypedDict, total=False):
     attribution: Optional[dict[str, Any]]
     families: Optional[list[dict[str, Any]]]
@@ -373,7 +420,7 @@ class Ncu(TypedDict, total=False):
     missing_quantities: Optional[list[str]]
     ncu_version: Optional[str]
     notes: Optional[list[Any]]
-    plan: Optional[dict[str, Any]]
+    plan: Optional[NcuPlan]
     ranks: Optional[list[dict[str, Any]]]
     shown_rank: Optional[int]
     source: Optional[str]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
 import pandas as pd
 
@@ -29,7 +29,7 @@ from ..report.document.build import clean
 from ..rundir import free_stem
 from ..run import PassOutput, Run, output_op_columns
 from ..script_check import Script
-from ..contract.report import Recommendation, Report, verdict_label
+from ..contract.report import NcuPlan, NcuPlannedOp, Recommendation, Report, verdict_label
 
 KERNEL_COLUMNS = ["launch", "kernel", "op", "nvtx_range", "module", "step", "attribution", "duration_ns",
                   "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct", "l2_hit_pct",
@@ -83,7 +83,7 @@ class DeepPass:
         require_gpu(self.environ)
         find_ncu(self.environ)
 
-    def plan(self, run: Run) -> tuple[dict[str, Any], Script]:
+    def plan(self, run: Run) -> tuple[NcuPlan, Script]:
         """(the plan, the script): the launches chosen (``check`` checked the ops).
 
         Raises:
@@ -99,7 +99,7 @@ class DeepPass:
             self.on_plan(describe(the_plan))
         return the_plan, self.script or run.script()
 
-    def run(self, run: Run, plan: tuple[dict[str, Any], Script]) -> PassOutput:
+    def run(self, run: Run, plan: tuple[NcuPlan, Script]) -> PassOutput:
         the_plan, s = plan
         report = run.report
         return capture_deep(run.dir, plan=the_plan, target=s.target, args=s.args,
@@ -168,7 +168,7 @@ class DeepOnRanks:
         shown = dist.get("shown_rank")
         if shown not in chosen:
             shown = next((p["rank"] for p in picks if p["role"] == "slowest"), chosen[0])
-        return RankPlan(ranks=chosen, reasons={p["rank"]: p["reason"] for p in picks},
+        return RankPlan(ranks=chosen, reasons={p["rank"]: p.get("reason") or "" for p in picks},
                         shown=shown, timeout=self.timeout or self.deep.timeout_s,
                         extra={"plan": plan, "op_shapes": op_shapes(report),
                                "verdict": verdict_label(report)})
@@ -225,7 +225,7 @@ def op_shapes(report: Report) -> dict[str, list[str]]:
     return {op["name"]: op.get("shapes") or [] for op in report.get("ops", [])}
 
 
-def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequence[str],
+def capture_deep(run_dir: Path, *, plan: NcuPlan, target: str, args: Sequence[str],
                  module: bool, deep: Deep, cwd: Path, timeout: Optional[float],
                  verdict: Optional[str], op_shapes: Mapping[str, list[str]],
                  environ: Mapping[str, str] = os.environ) -> PassOutput:
@@ -241,26 +241,23 @@ def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequ
     child_argv = bootstrap_argv(run_dir, S.NCU_CHILD_CONFIG, target=target,
                                 is_module=module, args=args,
                                 extra={"pass": "nvtx", "record": S.NCU_CHILD_JSON})
-    runs = plan.get("captures") or [{"ops": [row["op"] for row in plan["ops"]],
-                                     "ranges": [row["op"] for row in plan["ops"]],
-                                     "launch_skip": plan["launch_skip"],
-                                     "launch_count": plan["launch_count"]}]
+    runs = ncu_runs(plan)
     parts, reports, logs, walls, argvs = [], [], [], [], []
     for number, window in enumerate(runs, 1):
         stem = free_stem(run_dir, "deep", (".ncu-rep",))
         report = (run_dir / f"{stem}.ncu-rep").resolve()
-        argv = profile_argv(ncu, ops=window["ranges"], launch_skip=window["launch_skip"],
-                            launch_count=window["launch_count"], sections=deep.sections,
+        argv = profile_argv(ncu, ops=window.ranges, launch_skip=window.launch_skip,
+                            launch_count=window.launch_count, sections=deep.sections,
                             metrics=[*metric_names(deep.quantities), *deep.metrics],
                             replay_mode=deep.replay_mode, clock_control=deep.clock_control,
                             cache_control=deep.cache_control, output=report.with_suffix(""),
                             child_argv=child_argv)
-        which = f" for {window['ops'][0]} ({number} of {len(runs)})" if len(runs) > 1 else ""
+        which = f" for {window.ops[0]} ({number} of {len(runs)})" if len(runs) > 1 else ""
         with progress.step(f"running {target} under Nsight Compute{which} "
-                           f"({window['launch_count']} launches to replay)", script_output=True):
+                           f"({window.launch_count} launches to replay)", script_output=True):
             result = capture(argv, report=report, cwd=cwd, env=environ,
                              timeout=timeout or deep.timeout_s,
-                             log=run_dir / f"{stem}.ncu.log", ops=window["ranges"])
+                             log=run_dir / f"{stem}.ncu.log", ops=window.ranges)
         with progress.step(f"reading {report.name}"):
             parts.append(read_given_ncu(result.report, run_dir, environ)[0])
         reports.append(report.name)
@@ -270,7 +267,8 @@ def capture_deep(run_dir: Path, *, plan: dict[str, Any], target: str, args: Sequ
     one = len(runs) == 1
     manifest = {"wall_s": round(sum(walls), 3), "ncu_version": version, "ncu": ncu,
                 "argv": argvs[0] if one else argvs}
-    return ncu_output(concat_ncu(parts), deep, targets=plan["ops"], plan=plan, version=version,
+    return ncu_output(concat_ncu(parts), deep, targets=plan.get("ops") or [], plan=plan,
+                      version=version,
                       verdict=verdict, op_shapes=op_shapes, manifest=manifest,
                       files={"ncu_rep": reports[0] if one else reports,
                              "ncu_log": logs[0] if one else logs})
@@ -351,8 +349,28 @@ def read_given_ncu(path: Path, run_dir: Path,
     return read_ncu(export), export.name
 
 
-def ncu_output(data: NcuData, deep: Deep, *, targets: Optional[Sequence[dict[str, Any]]],
-               plan: Optional[dict[str, Any]], version: Optional[str], verdict: Optional[str],
+class NcuRun(NamedTuple):
+    """One ncu run of a plan: the ops it is for, the NVTX ranges it filters on, the
+    matching launches it skips and those it profiles."""
+
+    ops: list[str]
+    ranges: list[str]
+    launch_skip: int
+    launch_count: int
+
+
+def ncu_runs(plan: NcuPlan) -> list[NcuRun]:
+    """The plan's ncu runs: its captures, or (a plan without them) one run for all its ops."""
+    names = [row["op"] for row in plan.get("ops") or []]
+    captures = plan.get("captures") or [{"ops": names, "ranges": names,
+                                         "launch_skip": plan.get("launch_skip"),
+                                         "launch_count": plan.get("launch_count")}]
+    return [NcuRun(c.get("ops") or [], c.get("ranges") or [], int(c.get("launch_skip") or 0),
+                   int(c.get("launch_count") or 1)) for c in captures]
+
+
+def ncu_output(data: NcuData, deep: Deep, *, targets: Optional[Sequence[NcuPlannedOp]],
+               plan: Optional[NcuPlan], version: Optional[str], verdict: Optional[str],
                op_shapes: Mapping[str, list[str]], manifest: dict[str, Any],
                files: dict[str, Any], notes: Sequence[str] = ()) -> PassOutput:
     """The ncu section, ops[].ncu columns and recommendations from parsed ncu data."""

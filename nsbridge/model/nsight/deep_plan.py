@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 from ... import schema as S
 from ...errors import DeepError
 from .ncu import short_family
-from ...contract.report import Op, Report
+from ...contract.report import NcuCapture, NcuChosenOp, NcuPlan, NcuPlannedOp, Op, Report
 
 
 def check_ops(wanted: Sequence[str], known: Sequence[str]) -> None:
@@ -31,7 +31,7 @@ def check_ops(wanted: Sequence[str], known: Sequence[str]) -> None:
 
 
 def choose(ops: list[Op], *, kernels: Sequence[str] = (), top: Optional[int] = None,
-           min_kernel_us: float = 0.0) -> list[dict[str, Any]]:
+           min_kernel_us: float = 0.0) -> list[NcuChosenOp]:
     """The ops to profile, each {op, reason}: the named ones, or the ``top`` with the most
     device self time whose kernels average at least ``min_kernel_us`` per launch."""
     if kernels:
@@ -40,7 +40,8 @@ def choose(ops: list[Op], *, kernels: Sequence[str] = (), top: Optional[int] = N
     timed = [(op, device_us) for op in ops if (device_us := op.get(S.DEVICE_SELF_US))]
     ranked = sorted(timed, key=lambda pair: -pair[1])
     total = sum(device_us for _, device_us in ranked) or 1.0
-    chosen, skipped = [], []
+    chosen: list[NcuChosenOp] = []
+    skipped: list[str] = []
     for rank, (op, device_us) in enumerate(ranked, 1):
         launches = sum(k.get("calls") or 0 for k in op.get("kernels") or [])
         kernel_us = sum(k.get("device_us") or 0.0 for k in op.get("kernels") or [])
@@ -65,8 +66,8 @@ def choose(ops: list[Op], *, kernels: Sequence[str] = (), top: Optional[int] = N
     return chosen
 
 
-def plan(chosen: list[dict[str, Any]], ops: list[Op], steps: int,
-         deep: Any, script_s: Optional[float]) -> dict[str, Any]:
+def plan(chosen: list[NcuChosenOp], ops: list[Op], steps: int,
+         deep: Any, script_s: Optional[float]) -> NcuPlan:
     """Launch skip/count and the time estimate. Per op: expected kernels (names), launches
     per measured step from the triage (None when the triage had no GPU) and ``ranges``, the
     NVTX op ranges its kernels can run within (see nvtx_ranges). Launch counts cover every
@@ -79,7 +80,8 @@ def plan(chosen: list[dict[str, Any]], ops: list[Op], steps: int,
     step would never reach the ops that run late in it (the backward's)."""
     by_name = {op["name"]: op for op in ops}
     steps = max(steps, 1)
-    rows, known = [], True
+    rows: list[NcuPlannedOp] = []
+    known = True
     kernel_s = 0.0
     for choice in chosen:
         op: Op = by_name.get(choice["op"]) or {"name": choice["op"]}
@@ -93,20 +95,21 @@ def plan(chosen: list[dict[str, Any]], ops: list[Op], steps: int,
         rows.append({**choice, "kernels": [k["name"] for k in kernels[:5]],
                      "launches_per_step": per_step, "ranges": nvtx_ranges(choice["op"], op),
                      "kernel_families": sorted({short_family(k["name"]) for k in kernels})})
-    every = [row["ranges"] for row in rows]
+    every = [row.get("ranges") or [] for row in rows]
     shared = _window([r for ranges in every for r in ranges], ops, steps, deep,
                      deep.max_launches, known)
     if shared["capped"] and len(rows) > 1:
         share = max(deep.max_launches // len(rows), 1)
-        captures = [{"ops": [row["op"]], **_window(row["ranges"], ops, steps, deep, share, known)}
-                    for row in rows]
+        captures: list[NcuCapture] = [
+            {"ops": [row["op"]], **_window(row.get("ranges") or [], ops, steps, deep, share,
+                                           known)} for row in rows]
     else:
         captures = [{"ops": [row["op"] for row in rows], **shared}]
-    count = sum(c["launch_count"] for c in captures)
+    count = sum(c.get("launch_count") or 0 for c in captures)
     replay_s = count * deep.passes_per_kernel * deep.seconds_per_pass + kernel_s * deep.passes_per_kernel
     return {"ops": rows, "captures": captures,
             "launch_skip": captures[0]["launch_skip"] if len(captures) == 1 else None,
-            "launch_count": count, "capped": any(c["capped"] for c in captures),
+            "launch_count": count, "capped": any(c.get("capped") for c in captures),
             "passes_per_kernel": deep.passes_per_kernel,
             "estimate_s": round(replay_s + (script_s or 0.0) * 1.5 * len(captures), 1),
             "estimate_note": ("replay passes x seconds per pass" + (
@@ -116,7 +119,7 @@ def plan(chosen: list[dict[str, Any]], ops: list[Op], steps: int,
 
 
 def _window(ranges: list[str], ops: list[Op], steps: int, deep: Any, cap: int,
-            known: bool) -> dict[str, Any]:
+            known: bool) -> NcuCapture:
     """One ncu run's filter and launch window: ``skip_steps`` steps' worth of the launches
     the ranges match skipped, ``profile_steps`` steps' worth profiled, at most ``cap``."""
     ranges = list(dict.fromkeys(ranges))
@@ -143,31 +146,34 @@ def nvtx_ranges(name: str, op: Op) -> list[str]:
     return out
 
 
-def describe(p: dict[str, Any]) -> str:
+def describe(p: NcuPlan) -> str:
     """The plan as printed before ncu starts."""
     runs = p.get("captures") or []
+    rows = p.get("ops") or []
     if len(runs) > 1:
-        head = (f"Deep pass plan: {len(p['ops'])} op(s), one ncu run each (a step's worth of "
+        head = (f"Deep pass plan: {len(rows)} op(s), one ncu run each (a step's worth of "
                 f"their launches together is over the cap), {p['launch_count']} launches in "
                 "all")
     else:
-        head = (f"Deep pass plan: {len(p['ops'])} op(s), skip {p['launch_skip']} matching "
+        head = (f"Deep pass plan: {len(rows)} op(s), skip {p['launch_skip']} matching "
                 f"launches (warm-up), profile {p['launch_count']}")
     lines = [f"{head}, about {p['passes_per_kernel']} replay passes per kernel, estimated "
              f"{p['estimate_s']:g} s"]
-    for row in p["ops"]:
-        per_step = row["launches_per_step"]
+    for row in rows:
+        per_step = row.get("launches_per_step")
         lines.append(f"  {row['op']}: {'unknown' if per_step is None else f'{per_step:g}'} "
                      f"launches per step; {row['reason']}")
         run = next((c for c in runs if len(runs) > 1 and c["ops"] == [row["op"]]), None)
         if run is not None:
             lines.append(f"    its ncu run: skip {run['launch_skip']} matching launches, "
                          f"profile {run['launch_count']}")
-        if len(row.get("ranges") or ()) > 1:
-            lines.append(f"    its kernels run within: {', '.join(row['ranges'][1:])} "
+        ranges = row.get("ranges") or []
+        if len(ranges) > 1:
+            lines.append(f"    its kernels run within: {', '.join(ranges[1:])} "
                          "(nested op: matched in those NVTX ranges too)")
-        if row["kernels"]:
-            lines.append(f"    expected kernels: {'; '.join(k[:70] for k in row['kernels'])}")
+        kernels = row.get("kernels") or []
+        if kernels:
+            lines.append(f"    expected kernels: {'; '.join(k[:70] for k in kernels)}")
     if p["capped"]:
         lines.append("  (launch count capped by the profile's max_launches)")
     if not p["launch_counts_known"]:
@@ -178,7 +184,7 @@ def describe(p: dict[str, Any]) -> str:
 
 def plan_for_run(report: Report, manifest: dict[str, Any], deep: Any, *,
                  kernels: Sequence[str] = (), top: Optional[int] = None,
-                 candidates: Optional[list[Op]] = None) -> dict[str, Any]:
+                 candidates: Optional[list[Op]] = None) -> NcuPlan:
     """The deep pass's plan for a run (its report and manifest): the chosen ops (from
     ``candidates``, default every op: ``kernels``, else the ``top`` ones, by default the
     deep profile's top) and their launches, timed by the torch.profiler pass. One planner

@@ -13,11 +13,11 @@ from typing import Any, Optional, Sequence
 
 from ...errors import DeepError
 from .collectives import COMMUNICATION_OP
-from ...contract.report import Distributed, DistributedRank
+from ...contract.report import Distributed, DistributedRank, PickedRank
 
 
 def pick_ranks(distributed: Distributed,
-               asked: Optional[Sequence[int]] = None) -> list[dict[str, Any]]:
+               asked: Optional[Sequence[int]] = None) -> list[PickedRank]:
     """[{rank, role, reason}]: the ranks named in ``asked`` (role "asked"), else the
     slowest and the median of the ranks that were profiled and ended well.
 
@@ -45,7 +45,7 @@ def pick_ranks(distributed: Distributed,
     slowest = ordered[-1]
     median = ordered[(len(ordered) - 1) // 2]
     straggler = (distributed.get("straggler") or {}).get("rank")
-    picks = [{"rank": slowest, "role": "slowest", "reason": (
+    picks: list[PickedRank] = [{"rank": slowest, "role": "slowest", "reason": (
         f"the slowest rank: {what} {value[slowest]:.2f} ms"
         + (", the straggler" if straggler == slowest else "")
         + f" (of {len(usable)} ranks)")}]

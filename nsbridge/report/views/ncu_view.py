@@ -66,11 +66,12 @@ def ncu_line(ncu: Ncu) -> str:
     text = (f"ncu{version} ({ncu['source']}, {ncu['file']}): "
             f"{count(ncu['launches'], 'kernel launch')} ({tied})")
     runs = len(plan.get("captures") or ()) if plan else 0
+    planned = len(plan.get("ops") or ()) if plan else 0
     if runs > 1:
-        text += (f"; plan: {len(plan['ops'])} op(s), one ncu run each, "
+        text += (f"; plan: {planned} op(s), one ncu run each, "
                  f"profiled {plan['launch_count']} launches in all")
     elif plan:
-        text += (f"; plan: {len(plan['ops'])} op(s), skipped {plan['launch_skip']} warm-up "
+        text += (f"; plan: {planned} op(s), skipped {plan['launch_skip']} warm-up "
                  f"launches, profiled {plan['launch_count']}")
     missing = ncu.get("missing_quantities")
     if missing:
