@@ -488,3 +488,17 @@ def test_a_sync_point_is_matched_by_its_code_when_an_edit_moves_its_line() -> No
     assert syncs({"sync_points": [{"kind": "item", "file": "t.py", "line": 37}]},
                  {"sync_points": [{"kind": "item", "file": "t.py", "line": 35}]})["new"] == [
         "item at t.py:35"]
+
+
+def test_a_noisy_pass_on_a_contended_machine_says_whose_machine_was_busy() -> None:
+    """Unchanged code diffed beside two CPU hogs (one process per side, both contended)
+    read 'Step time ... -57.6%: improved' under a PASS line that only said how far up the
+    interval reached: the PASS line now says the machine was contended, so part of any
+    change is the machine's."""
+    noisy = [1.0, 1.3, 0.9, 1.2]
+    result = compare(_report(BASE, noisy, contended=True),
+                     _report(BASE, [s / 2 for s in noisy], contended=True))
+    text = render_diff({**result, "a_label": "a", "b_label": "b"})
+    outcome = next(line for line in text.splitlines() if line.startswith("Outcome:"))
+    assert result["outcome"] == "pass" and "no slowdown beyond" in outcome, outcome
+    assert "run A and B ran on a contended machine" in outcome

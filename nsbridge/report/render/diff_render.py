@@ -95,7 +95,8 @@ def _outcome_line(result: Comparison) -> str:
                 and top is not None:
             return (f"Outcome: PASS (exit 0): no slowdown beyond {top:+.1f}% (the top of the "
                     f"step time's 95% interval, ±{seen:.1f}% wide: under the +"
-                    f"{result['fail_above_pct']:g}% threshold however noisy)")
+                    f"{result['fail_above_pct']:g}% threshold however noisy)"
+                    + _machine_caveat(result))
         step = result.get("step") or {}
         if step.get("status") == "improved":
             return (f"Outcome: PASS (exit 0): step time {show_pct(step['change_pct'])} (95% "
