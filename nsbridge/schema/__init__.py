@@ -7,8 +7,10 @@
 - schema.files    the file names of a run directory
 - schema.exit_codes  every exit code and its meaning (RECORD_NOT_WRITTEN, TIMEOUT,
                   INTERRUPTED and TERMINATED, the ones a pass reports, are also S.*)
-- schema.shape    the small records' shapes as plain values and their check (stdlib)
-- schema.records  the shapes of the records nsbridge writes and reads back (manifest.json,
+- schema.shape    the small records' shapes as plain values, derived from their TypedDicts,
+                  and their check (stdlib)
+- schema.records  the records nsbridge writes and reads back, declared as TypedDicts, and
+                  their shapes (manifest.json,
                   child.json, summary.json, the job mailbox; ``record_problem``)
 
 Column names:

@@ -1,8 +1,13 @@
-"""The shapes of the records nsbridge writes and reads back: a run's manifest.json, a
-profiled process's child.json, a rank's summary.json and the job mailbox's files (a gate's
-gate.json is checked against its types, contract.comparison). Each is untrusted when read back (edited by hand, damaged, written by another
-version, planted in a folder): the one reader of each checks it here, with schema.shape's
-checker, and refuses it naming the file and the first field that is wrong.
+"""The records nsbridge writes and reads back, each declared once as a TypedDict: a run's
+manifest.json (``Manifest``), a profiled process's child.json (``ChildRecord``), a rank's
+summary.json (``RankSummary``) and the job mailbox's files (``Word``, ``Output``, ``Ack``);
+a gate's gate.json is checked against its types, contract.comparison. The type checker
+reads the declarations where a record is built or read; each record is untrusted when read
+back (edited by hand, damaged, written by another version, planted in a folder), so its one
+reader checks it against the shape derived from the same declaration (``*_SHAPE``,
+schema.shape.shape_of) and refuses it naming the file and the first field that is wrong.
+Stdlib only (typing_extensions before Python 3.11, as torch installs it): the profiled
+process builds child.json with these types.
 
 Numbers are finite and bounded (shape.HUGE); ranks and world sizes are whole numbers
 below ``MAX_RANKS``; file names a record points to are bare names in its own folder.
@@ -10,12 +15,20 @@ below ``MAX_RANKS``; file names a record points to are bare names in its own fol
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import sys
+from typing import Annotated, Any, Optional, TypedDict
 
-from .shape import _ANY, _FLAG, _NUMBER, _SIGNED, _TEXT, _Atom, _Required, misshapen
+from .shape import _SIGNED, _TEXT, _Atom, misshapen, shape_of
+
+if sys.version_info >= (3, 11):
+    from typing import Required
+else:
+    from typing_extensions import Required
 
 __all__ = ["ACK_SHAPE", "CHILD_SHAPE", "MANIFEST_SHAPE", "MAX_RANKS", "OUTPUT_SHAPE",
-           "SUMMARY_SHAPE", "WORD_SHAPE", "record_problem"]
+           "SUMMARY_SHAPE", "WORD_SHAPE", "Ack", "ChildRecord", "ChildStep", "Environment",
+           "GitState", "Manifest", "ManifestPass", "Output", "ProcessMachine", "RankSummary",
+           "RecordError", "SyncRecord", "Window", "Word", "record_problem"]
 
 MAX_RANKS = 1 << 20   # more ranks than any job runs: a world_size above it is refused
 
@@ -35,76 +48,290 @@ _RANK = _whole(0, MAX_RANKS - 1)
 _WORLD = _whole(1, MAX_RANKS)
 _EXIT = _whole(-(1 << 31), (1 << 31) - 1)
 _FILE = _Atom("a file name in the record's folder", _is_file_name)
-_STRINGS = [_TEXT]
 _VARIABLES = _Atom("an object of strings", lambda v: isinstance(v, dict) and all(
     isinstance(k, str) and isinstance(x, str) for k, x in v.items()))
-_ERROR = {"type": _TEXT, "message": _TEXT, "at": _SIGNED, "rank": _RANK}
-# the profiled process's environment (child.json's env; a manifest's environment)
-_ENV = {"python": _TEXT, "torch": _TEXT, "cuda": _TEXT, "cuda_available": _FLAG,
-        "host": _TEXT, "platform": _TEXT, "gpus": [_ANY],
-        "math": {"matmul_allow_tf32": _FLAG, "cudnn_allow_tf32": _FLAG,
-                 "float32_matmul_precision": _TEXT}}
+_SECTION = _Atom("a [name, object] pair", lambda v: isinstance(v, list) and len(v) == 2
+                 and isinstance(v[0], str) and isinstance(v[1], dict))
 
 # manifest.json: what `analyze RUN`, `deep --run`, `timeline --run`, `gate` and `load` use
-_PASS = {"name": _TEXT, "status": _TEXT, "exit_code": _EXIT, "wall_s": _NUMBER,
-         "runs": _NUMBER, "steps_seen": _NUMBER, "machine": {}, "environment": _ENV,
-         "error": _ERROR}
-MANIFEST_SHAPE = {"command": _Required(_TEXT), "status": _Required(_TEXT),
-                  "target": _Required(_TEXT), "args": _STRINGS, "module": _FLAG, "cwd": _TEXT,
-                  "argv": _STRINGS, "threads": _whole(1, 1 << 16), "env": _VARIABLES,
-                  "git": {"commit": _TEXT},
-                  "profile": {}, "host": _TEXT, "pid": _EXIT, "launcher": _STRINGS,
-                  "passes": [_PASS], "error": _ERROR, "environment": _ENV}
+class RecordError(TypedDict, total=False):
+    """Why a process, pass or rank failed: its kind, message, when, and where."""
+
+    type: str
+    message: str
+    at: Annotated[float, _SIGNED]
+    rank: Annotated[int, _RANK]
+    file: Optional[str]
+    line: Optional[int]
+    signal: Optional[int]
+
+
+class MathSettings(TypedDict, total=False):
+    """Whether fp32 matmuls and convolutions may run on Tensor Cores as TF32."""
+
+    matmul_allow_tf32: bool
+    cudnn_allow_tf32: bool
+    float32_matmul_precision: str
+
+
+class Environment(TypedDict, total=False):
+    """The profiled process's environment (child.json's env; a manifest's environment)."""
+
+    python: str
+    torch: str
+    cuda: Optional[str]
+    cuda_available: bool
+    host: str
+    platform: str
+    gpus: list[Any]
+    math: MathSettings
+
+
+class GitState(TypedDict, total=False):
+    """The git checkout holding the script: its commit, and whether it had changes."""
+
+    commit: str
+    dirty: bool
+
+
+class ManifestPass(TypedDict, total=False):
+    """One pass of a run in manifest.json."""
+
+    name: str
+    status: str
+    exit_code: Annotated[int, _EXIT]
+    wall_s: float
+    runs: float
+    steps_seen: float
+    machine: dict[str, Any]
+    environment: Environment
+    error: Optional[RecordError]
+
+
+class Manifest(TypedDict, total=False):
+    """manifest.json: what ran, how, and each pass."""
+
+    command: Required[str]
+    status: Required[str]
+    target: Required[str]
+    args: list[str]
+    module: bool
+    cwd: str
+    argv: list[str]
+    threads: Annotated[Optional[int], _whole(1, 1 << 16)]
+    env: Annotated[dict[str, str], _VARIABLES]
+    git: Optional[GitState]
+    profile: dict[str, Any]
+    host: str
+    pid: Annotated[int, _EXIT]
+    launcher: list[str]
+    passes: list[ManifestPass]
+    error: Optional[RecordError]
+    environment: Environment
+
 
 # child.json (and its nsys/ncu siblings): the profiled process's record
-_STEP = {"index": _Required(_SIGNED), "wall_ms": _Required(_NUMBER), "cpu_ms": _NUMBER,
-         "wait_ms": _NUMBER, "nivcsw": _NUMBER, "phase": _Required(_TEXT), "compile_ms": _NUMBER,
-         "probe_ms": _NUMBER}
-_SYNC = {"kind": _Required(_TEXT), "op": _TEXT, "device": _Required(_TEXT),
-         "file": _Required(_TEXT), "line": _Required(_SIGNED), "function": _TEXT, "code": _TEXT,
-         "library": _FLAG, "via": _TEXT, "count": _Required(_NUMBER),
-         "cost_ms": _Required(_NUMBER), "steps": _Required(_NUMBER), "first_step": _SIGNED,
-         "last_step": _SIGNED, "max_in_one_step": _NUMBER}
-_PROCESS = {"threads": {"intra_op": _NUMBER, "inter_op": _NUMBER, "env": {}}, "load_at_start": [_NUMBER], "load_at_end": [_NUMBER],
-            "run_wait_measured": _FLAG, "gpu": _ANY}
-_WINDOW = {"kind": _TEXT, "stopped_by": _TEXT, "seconds": _NUMBER, "grew_mib": _NUMBER,
-           "wait_for_step_s": _NUMBER, "after_steps": _NUMBER, "budget_error": _TEXT}
-CHILD_SHAPE = {"status": _Required(_TEXT), "exit_code": _Required(_EXIT), "error": _ERROR,
-               "step_source": _TEXT, "step_count": _NUMBER, "mode": _TEXT,
-               "steps": [_STEP], "steps_seen": _NUMBER,
-               "steps_sampling": {"exact": _Required(_NUMBER), "later": _Required(_NUMBER),
-                                  "sampled": _Required(_NUMBER)},
-               "traces": [_FILE], "table": _FILE, "schedule_note": _TEXT, "use_cuda": _FLAG,
-               "syncs": [_SYNC], "machine": _PROCESS, "window": _WINDOW,
-               "compile_wait_s": _NUMBER, "env": _ENV, "wall_s": _NUMBER,
-               "nvtx": {"total": _NUMBER}}
+class ChildStep(TypedDict, total=False):
+    """One step's clock: wall, CPU and run-queue wait time, and its phase."""
+
+    index: Required[Annotated[int, _SIGNED]]
+    wall_ms: Required[float]
+    cpu_ms: float
+    wait_ms: Optional[float]
+    nivcsw: float
+    phase: Required[str]
+    compile_ms: float
+    probe_ms: float
+    nsbridge_ms: float
+
+
+class SyncRecord(TypedDict, total=False):
+    """One call site that made the host wait for the device, over the run."""
+
+    kind: Required[str]
+    op: str
+    device: Required[str]
+    file: Required[str]
+    line: Required[Annotated[int, _SIGNED]]
+    function: str
+    code: Optional[str]
+    library: bool
+    via: Optional[str]
+    count: Required[int]
+    cost_ms: Required[float]
+    steps: Required[int]
+    first_step: Annotated[int, _SIGNED]
+    last_step: Annotated[int, _SIGNED]
+    max_in_one_step: int
+
+
+class Threads(TypedDict, total=False):
+    """torch's thread pools and the environment variables that size them."""
+
+    intra_op: int
+    inter_op: int
+    env: dict[str, str]
+
+
+class ProcessMachine(TypedDict, total=False):
+    """What the profiled process saw of its machine: threads, load, the GPU."""
+
+    threads: Threads
+    load_at_start: Optional[list[float]]
+    load_at_end: Optional[list[float]]
+    run_wait_measured: Optional[bool]
+    gpu: Any
+
+
+class Window(TypedDict, total=False):
+    """What the recording covers and what stopped it."""
+
+    kind: str
+    stopped_by: Optional[str]
+    seconds: float
+    grew_mib: float
+    limit_mib: float
+    wait_for_step_s: Optional[float]
+    window_s: Optional[float]
+    after_steps: int
+    budget_error: str
+
+
+class StepsSampling(TypedDict):
+    """How the step records were thinned: ``exact`` kept, ``sampled`` of ``later``."""
+
+    exact: int
+    later: int
+    sampled: int
+
+
+class NvtxSummary(TypedDict, total=False):
+    """The NVTX ranges the timeline pass's process emitted, by kind."""
+
+    domain: str
+    emitted: dict[str, int]
+    total: int
+
+
+class ChildRecord(TypedDict, total=False):
+    """child.json: how the profiled process ended and what it recorded."""
+
+    status: Required[str]
+    exit_code: Required[Annotated[int, _EXIT]]
+    error: Optional[RecordError]
+    step_source: Optional[str]
+    step_count: int
+    mode: str
+    steps: list[ChildStep]
+    steps_seen: int
+    steps_sampling: Optional[StepsSampling]
+    traces: list[Annotated[str, _FILE]]
+    table: Annotated[Optional[str], _FILE]
+    schedule_note: Optional[str]
+    use_cuda: bool
+    syncs: list[SyncRecord]
+    machine: ProcessMachine
+    window: Window
+    compile_wait_s: float
+    env: Environment
+    wall_s: float
+    nvtx: NvtxSummary
+
 
 # rank-NN/summary.json: what the cross-rank merge (model.ranks.cross_rank) uses
-_COLLECTIVE = {"kind": _TEXT, "count": _NUMBER, "bytes": _NUMBER,
-               "time_us": _Required(_NUMBER), "per_step": _NUMBER,
-               "time_per_step_us": _NUMBER, "source": _TEXT}
-_RANK_OP = {"name": _Required(_TEXT), "calls": _NUMBER, "cpu_self_us": _NUMBER,
-            "device_self_us": _NUMBER}
-SUMMARY_SHAPE = {"rank": _Required(_RANK), "world_size": _Required(_WORLD),
-                 "status": _Required(_TEXT), "exit_code": _Required(_EXIT), "error": _ERROR,
-                 "host": _TEXT, "profiled": _FLAG, "trace": _FILE,
-                 "step_ms": [_NUMBER], "collective_ms": [_NUMBER], "verdict": _TEXT,
-                 "numbers": {"device_busy_pct": _NUMBER}, "has_device": _FLAG,
-                 "device_busy_pct": _NUMBER,
-                 "comm": {"comm_us": _NUMBER, "overlap_pct": _NUMBER},
-                 "collectives": [_COLLECTIVE], "ops": [_RANK_OP]}
+class RankCollective(TypedDict, total=False):
+    """One kind of collective on a rank, over the window."""
+
+    kind: str
+    count: float
+    bytes: float
+    time_us: Required[float]
+    per_step: float
+    time_per_step_us: float
+    source: str
+
+
+class RankOp(TypedDict, total=False):
+    """One op's totals on a rank."""
+
+    name: Required[str]
+    calls: float
+    cpu_self_us: float
+    device_self_us: float
+
+
+class RankNumbers(TypedDict, total=False):
+    device_busy_pct: Optional[float]
+
+
+class RankComm(TypedDict, total=False):
+    comm_us: Optional[float]
+    overlap_pct: Optional[float]
+
+
+class RankSummary(TypedDict, total=False):
+    """rank-NN/summary.json: one rank's analysis, small, for the merge."""
+
+    rank: Required[Annotated[int, _RANK]]
+    world_size: Required[Annotated[int, _WORLD]]
+    status: Required[str]
+    exit_code: Required[Annotated[int, _EXIT]]
+    error: Optional[RecordError]
+    host: Optional[str]
+    profiled: bool
+    trace: Annotated[Optional[str], _FILE]
+    step_ms: list[float]
+    collective_ms: list[float]
+    verdict: Optional[str]
+    numbers: RankNumbers
+    has_device: bool
+    device_busy_pct: Optional[float]
+    comm: RankComm
+    collectives: list[RankCollective]
+    ops: list[RankOp]
+
 
 # the job mailbox: rank 0's word (ranks-next.json) and a rank's output of a pass
-WORD_SHAPE = {"pass": _Required(_TEXT), "go": _Required(_FLAG), "job": _TEXT,
-              "nonce": _TEXT, "spec": {"ranks": [_RANK], "pass_id": _TEXT}, "why": _TEXT}
-_SECTION = _Atom("a [name, object] pair", lambda v: isinstance(v, list) and len(v) == 2
-                  and isinstance(v[0], str) and isinstance(v[1], dict))
-OUTPUT_SHAPE = {"pass_id": _Required(_TEXT), "name": _Required(_TEXT),
-                "status": _Required(_TEXT), "exit_code": _Required(_EXIT), "error": _ERROR,
-                "manifest": {"wall_s": _NUMBER}, "core": {}, "section": _SECTION,
-                "op_key": _TEXT, "op_columns": {}, "notes": _STRINGS, "sources": {},
-                "recommendations": [{}], "files": {}}
-ACK_SHAPE = {"nonce": _Required(_TEXT)}
+class WordSpec(TypedDict, total=False):
+    ranks: list[Annotated[int, _RANK]]
+    pass_id: str
+
+
+# ranks-next.json: rank 0's word to the others (go, or why not); "pass" is a keyword
+Word = TypedDict("Word", {"pass": Required[str], "go": Required[bool], "job": str,
+                          "nonce": str, "spec": Optional[WordSpec], "why": str}, total=False)
+
+
+class Output(TypedDict, total=False):
+    """A rank's output of a pass, for rank 0 to merge."""
+
+    pass_id: Required[str]
+    name: Required[str]
+    status: Required[str]
+    exit_code: Required[Annotated[int, _EXIT]]
+    error: Optional[RecordError]
+    manifest: ManifestPass
+    core: dict[str, Any]
+    section: Annotated[Optional[list[Any]], _SECTION]
+    op_key: Optional[str]
+    op_columns: dict[str, Any]
+    notes: list[str]
+    sources: dict[str, Any]
+    recommendations: list[dict[str, Any]]
+    files: dict[str, Any]
+
+
+class Ack(TypedDict):
+    nonce: str
+
+
+MANIFEST_SHAPE = shape_of(Manifest)
+CHILD_SHAPE = shape_of(ChildRecord)
+SUMMARY_SHAPE = shape_of(RankSummary)
+WORD_SHAPE = shape_of(Word)
+OUTPUT_SHAPE = shape_of(Output)
+ACK_SHAPE = shape_of(Ack)
+
 
 def record_problem(record: Any, shape: dict[str, Any]) -> Optional[str]:
     """Why ``record`` does not have ``shape``, naming the first field that is wrong

@@ -5,16 +5,22 @@ check what it reads. report.json has typed declarations of its own (nsbridge.con
 A shape is a dict (an object with those keys), a one-item list (a list of such items), or
 an atom (a leaf and its test); every field may be missing or null unless ``_Required``.
 Numbers must be finite, 0 or more, and below ``HUGE`` (a 401-digit integer is not a time).
+
+A record is declared once, as a TypedDict (schema.records); ``shape_of`` derives its shape
+from the declaration: a TypedDict is an object of its fields (``Required`` ones
+``_Required``, and all of a total one's), ``list[X]`` a list of X, ``Annotated[X, atom]`` that atom, and str, bool,
+int, float and Any the atoms of those (a number: finite, 0 or more).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, NamedTuple, Optional
+import typing
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 
-__all__ = ["HUGE", "describe", "misshapen"]
+__all__ = ["HUGE", "describe", "misshapen", "shape_of"]
 
 HUGE = 1e18   # above any count, byte size or microsecond total a run can hold
 
@@ -55,6 +61,50 @@ _TEXT = _Atom("a string", lambda v: isinstance(v, str))
 _FLAG = _Atom("true or false", lambda v: isinstance(v, bool))
 _NUMBER = _Atom("a number of 0 or more", _is_number)
 _SIGNED = _Atom("a finite number", _is_signed)
+
+
+_ATOMS = {str: _TEXT, bool: _FLAG, int: _NUMBER, float: _NUMBER, Any: _ANY, object: _ANY}
+
+
+def shape_of(declared: Any) -> Any:
+    """The shape of a declared type (see the module's docstring).
+
+    Raises:
+        TypeError: a type a record cannot hold (a bug in a declaration).
+    """
+    if isinstance(declared, type) and issubclass(declared, dict) and hasattr(declared,
+                                                                              "__total__"):
+        fields = typing.get_type_hints(declared, include_extras=True)
+        return {key: _Required(shape_of(kind)) if _required(kind, declared.__total__)
+                else shape_of(kind) for key, kind in fields.items()}
+    origin, args = typing.get_origin(declared), typing.get_args(declared)
+    if origin is typing.Annotated:
+        return next(m for m in args[1:] if isinstance(m, _Atom))
+    if _presence(declared):
+        return shape_of(args[0])
+    if origin is Union:
+        kinds = [k for k in args if k is not type(None)]
+        return shape_of(kinds[0]) if len(kinds) == 1 else _ANY
+    if origin is list:
+        return [shape_of(args[0])]
+    if origin is dict or declared is dict:
+        return {}
+    if declared in _ATOMS:
+        return _ATOMS[declared]
+    raise TypeError(f"a record cannot hold {declared!r}")
+
+
+def _required(kind: Any, total: bool) -> bool:
+    """Whether a field declared ``kind`` in a TypedDict of ``total`` must be present."""
+    mark = _presence(kind)
+    return mark == "Required" or (total and mark != "NotRequired")
+
+
+def _presence(kind: Any) -> str:
+    """'Required' or 'NotRequired' where ``kind`` is marked so (typing's or
+    typing_extensions'), else ''."""
+    name = str(typing.get_origin(kind))
+    return next((mark for mark in ("NotRequired", "Required") if name.endswith("." + mark)), "")
 
 
 def misshapen(record: dict[str, Any], shape: dict[str, Any]) -> Optional[str]:
