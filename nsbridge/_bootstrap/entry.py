@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from nsbridge import schema as S
+from nsbridge.schema.records import ChildRecord, Environment
 
 
 _BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
@@ -128,7 +129,7 @@ def main(config_path: str) -> int:
     _set_path0(config)   # before torch: the current folder must not shadow its imports
     run_dir = Path(config["run_dir"])
     started = time.perf_counter()
-    result: dict[str, Any] = {"status": "ok", "exit_code": 0, "error": None}
+    result: ChildRecord = {"status": "ok", "exit_code": 0, "error": None}
     signal.signal(signal.SIGTERM, _on_sigterm_at_start)
 
     import torch  # noqa: F401  (imported after the signal handler so a timeout is clean)
@@ -160,31 +161,33 @@ def main(config_path: str) -> int:
         result.update(_exit_status(exc.code))
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop cleanup
-        result.update(status="interrupted", exit_code=S.INTERRUPTED,
-                      error={"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"})
+        result.update({"status": "interrupted", "exit_code": S.INTERRUPTED,
+                       "error": {"type": "KeyboardInterrupt",
+                                 "message": "interrupted (Ctrl-C)"}})
     except _Terminated:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         result.update(_terminated("the script"))
     except SyntaxError as exc:
         _print_script_traceback(exc)
-        result.update(status="failed", exit_code=1,
-                      error={"type": "SyntaxError", "message": str(exc.msg),
-                             "file": exc.filename, "line": exc.lineno})
+        result.update({"status": "failed", "exit_code": 1,
+                       "error": {"type": "SyntaxError", "message": str(exc.msg),
+                                 "file": exc.filename, "line": exc.lineno}})
     except BaseException as exc:  # the script's own failure: report it, keep the trace
         _print_script_traceback(exc)
         file, line = _innermost_user_frame(exc)
-        result.update(status="failed", exit_code=1,
-                      error={"type": type(exc).__name__, "message": str(exc),
-                             "file": file, "line": line})
+        result.update({"status": "failed", "exit_code": 1,
+                       "error": {"type": type(exc).__name__, "message": str(exc),
+                                 "file": file, "line": line}})
     finally:
-        if result.get("error"):
-            result["error"]["at"] = time.time()   # when it ended: the first to fail is the cause
+        error = result.get("error")
+        if error:
+            error["at"] = time.time()   # when it ended: the first to fail is the cause
         steps.uninstall()
         if "syncs" in instruments:
             instruments["syncs"].uninstall()
         if "nvtx" in instruments:
             instruments["nvtx"].uninstall()
-    result.update(step_source=steps.source, step_count=steps.count)
+    result.update({"step_source": steps.source, "step_count": steps.count})
     if "session" in instruments:
         session = instruments["session"]
         try:
@@ -195,20 +198,20 @@ def main(config_path: str) -> int:
         except BaseException as exc:  # a failing export must not lose child.json
             note = f"the profiler could not write its trace: {type(exc).__name__}: {exc}"
         if session.write_error and result["status"] == "ok":
-            result.update(status="failed", exit_code=1,
-                          error={"type": "WriteError", "message": session.write_error})
-        result.update(mode=session.mode, steps=session.steps.records(),
-                      steps_seen=len(session.steps), steps_sampling=session.steps.sampling(),
-                      traces=session.traces,
-                      table=session.table, schedule_note=note, use_cuda=session.use_cuda,
-                      syncs=instruments["syncs"].records(), machine=session.machine,
-                      window=session.window,
-                      compile_wait_s=round(session.compile_wait_s, 3))
+            result.update({"status": "failed", "exit_code": 1,
+                           "error": {"type": "WriteError", "message": session.write_error}})
+        result.update({"mode": session.mode, "steps": session.steps.records(),
+                       "steps_seen": len(session.steps),
+                       "steps_sampling": session.steps.sampling(), "traces": session.traces,
+                       "table": session.table, "schedule_note": note,
+                       "use_cuda": session.use_cuda, "syncs": instruments["syncs"].records(),
+                       "machine": session.machine, "window": session.window,
+                       "compile_wait_s": round(session.compile_wait_s, 3)})
     if "nvtx" in instruments:
         result["nvtx"] = instruments["nvtx"].summary()
     sys.stdout.flush()
     sys.stderr.flush()
-    result.update(env=_environment(), wall_s=round(time.perf_counter() - started, 3))
+    result.update({"env": _environment(), "wall_s": round(time.perf_counter() - started, 3)})
     try:
         write_json(run_dir / (config.get("record")
                               or (S.NVTX_CHILD_JSON if pass_name == "nvtx" else S.CHILD_JSON)),
@@ -224,7 +227,7 @@ def main(config_path: str) -> int:
     return int(result["exit_code"])
 
 
-def _terminated(what: str) -> dict[str, Any]:
+def _terminated(what: str) -> ChildRecord:
     """The record of a process stopped by SIGTERM (128 + 15, as a shell reports it)."""
     return {"status": "terminated", "exit_code": S.TERMINATED,
             "error": {"type": "Terminated", "message": f"SIGTERM stopped {what} (nsbridge's "
@@ -241,7 +244,7 @@ def _rank(config: dict[str, Any]) -> Any:
 
 
 def _write_rank_summary(rank_dir: Path, config: dict[str, Any], rank: Any,
-                        result: dict[str, Any]) -> None:
+                        result: ChildRecord) -> None:
     """The map step, once the script is done: this rank's trace analysed here."""
     from nsbridge.job.summary import write_summary
     from nsbridge.profiles import Analysis
@@ -315,7 +318,7 @@ def _is_runner(frame: Any) -> bool:
             or frame.f_globals.get("__name__") == "runpy")
 
 
-def _exit_status(code: Any) -> dict[str, Any]:
+def _exit_status(code: Any) -> ChildRecord:
     if code is None or code == 0:
         return {"status": "ok", "exit_code": 0}
     if isinstance(code, int):
@@ -348,10 +351,10 @@ def _in_library(path: str) -> bool:
         part in ("site-packages", "dist-packages") for part in path.split(os.sep))
 
 
-def _environment() -> dict[str, Any]:
+def _environment() -> Environment:
     import torch
 
-    env: dict[str, Any] = {
+    env: Environment = {
         "python": platform.python_version(), "torch": torch.__version__,
         "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available(),
         "host": socket.gethostname(), "platform": platform.platform(), "gpus": [],

@@ -25,6 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from nsbridge.schema import NVTX_DOMAIN, NVTX_BACKWARD_SUFFIX
+from nsbridge.schema.records import NvtxSummary
 
 
 def _nvtx_api(domain: str) -> tuple[Callable[[str], Any], Callable[[Any], None], Callable[[], None]]:
@@ -89,7 +90,7 @@ class NvtxInstrumentation:
         self._tagged.clear()
         self._push_step()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> NvtxSummary:
         return {"domain": NVTX_DOMAIN, "emitted": dict(self.emitted),
                 "total": int(sum(self.emitted.values()))}
 

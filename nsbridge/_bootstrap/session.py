@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Optional, cast
+from typing import Any, Callable, Optional
 
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule
@@ -39,6 +39,7 @@ from nsbridge.collect.machine import ProcessClock, gpu_state, load_average
 from nsbridge.errors import RunDirError
 from nsbridge.rundir import atomic_path, write_atomic
 from nsbridge.schema import KEY_AVERAGES, OWN_SYNC_RANGE, PROFILER_DOING, trace_name
+from nsbridge.schema.records import ChildStep, ProcessMachine, StepLap, Threads, Window
 
 _PHASES = {ProfilerAction.NONE: "unprofiled", ProfilerAction.WARMUP: "warmup",
            ProfilerAction.RECORD: "active", ProfilerAction.RECORD_AND_SAVE: "active"}
@@ -69,8 +70,8 @@ class ProfilerSession:
         self.traces: list[str] = []
         self.table: Optional[str] = None
         self.write_error: Optional[str] = None   # a trace or table that could not be written
-        self.machine: dict[str, Any] = {}
-        self.window: dict[str, Any] = {"kind": "whole-run", "stopped_by": None}
+        self.machine: ProcessMachine = {}
+        self.window: Window = {"kind": "whole-run", "stopped_by": None}
         self._clock: Optional[ProcessClock] = None
         self._budget = RecordingBudget(memory_limit_bytes(float(sched.get("max_record_mib",
                                                                           512))),
@@ -78,7 +79,7 @@ class ProfilerSession:
         self._in_session = False
         self._recording_since = 0.0
         self._own_s = 0.0   # nsbridge's own work inside the current step (a budget stop)
-        self._kept: Optional[dict[str, Any]] = None   # a time window a late step may replace
+        self._kept: Optional[Window] = None   # a time window a late step may replace
         self._compile_since: Optional[float] = None   # a budget stop waiting for a compile
         self.compile_wait_s = 0.0   # how long budget stops waited for torch.compile, in all
         self._compiled_s = 0.0      # torch.compile's compile time so far (compile_seconds)
@@ -142,7 +143,7 @@ class ProfilerSession:
         try:
             lap = self._lap()
             if self.mode in ("whole-run", "time-window", "bounded"):
-                self.steps.append({"index": len(self.steps), **lap, "phase": "first"})
+                self.steps.append(_step(len(self.steps), lap, "first"))
                 self._start_schedule()
             else:
                 self._advance(lap)
@@ -156,13 +157,13 @@ class ProfilerSession:
         if reason is not None:
             self._over_budget(reason)
 
-    def _lap(self) -> dict[str, Any]:
+    def _lap(self) -> StepLap:
         """The step's clock lap, without the time nsbridge spent stopping a recording in it,
         with the time torch.compile compiled in it (``compile_ms``)."""
-        lap = self._clock.lap() if self._clock is not None else {}
+        lap: StepLap = self._clock.lap() if self._clock is not None else {}
         own, self._own_s = self._own_s * 1e3, 0.0
         if own and "wall_ms" in lap:
-            lap["wall_ms"] = max(cast(float, lap["wall_ms"]) - own, 0.0)   # always a number
+            lap["wall_ms"] = max(lap["wall_ms"] - own, 0.0)
             lap["nsbridge_ms"] = round(own, 3)
         compiled, self._compiled_s = self._compiled_s, compile_seconds()
         if self._compiled_s > compiled:
@@ -194,15 +195,15 @@ class ProfilerSession:
         self._budget.idle()
         self._watch_scheduled()
 
-    def _advance(self, lap: dict[str, Any]) -> None:
+    def _advance(self, lap: StepLap) -> None:
         if self.mode == "stopped" or self._prof is None:
-            self.steps.append({"index": len(self.steps), **lap, "phase": _bare(lap)})
+            self.steps.append(_step(len(self.steps), lap, _bare(lap)))
             return
         assert self._schedule is not None   # set with the scheduled profiler (_start_schedule)
         action = self._schedule(self._prof.step_num)
         phase = _PHASES[action]
-        self.steps.append({"index": len(self.steps), **lap,
-                           "phase": _bare(lap) if phase == "unprofiled" else phase})
+        self.steps.append(_step(len(self.steps), lap,
+                                _bare(lap) if phase == "unprofiled" else phase))
         if action == ProfilerAction.RECORD_AND_SAVE:
             if self.use_cuda and self.machine.get("gpu") is None:
                 self.machine["gpu"] = gpu_state((os.getpid(),))
@@ -262,9 +263,9 @@ class ProfilerSession:
             self._doing(None)
             if self.mode == "scheduled":
                 self.mode = "stopped"
-                self.window.update(stopped_by=reason, grew_mib=grew,
-                                   limit_mib=round(self._budget.memory_limit / MIB, 1),
-                                   after_steps=len(self.steps))
+                self.window.update({"stopped_by": reason, "grew_mib": grew,
+                                    "limit_mib": round(self._budget.memory_limit / MIB, 1),
+                                    "after_steps": len(self.steps)})
                 return
             self._keep(prof, stopped_by=reason, seconds=recorded_s, grew_mib=grew)
             self.mode = "bounded"
@@ -375,7 +376,12 @@ def compile_seconds() -> float:
         return 0.0
 
 
-def _bare(lap: dict[str, Any]) -> str:
+def _step(index: int, lap: StepLap, phase: str) -> ChildStep:
+    """A step's record: its index, its clock lap, its phase."""
+    return {"index": index, **lap, "phase": phase}   # type: ignore[typeddict-item]
+
+
+def _bare(lap: StepLap) -> str:
     """An unrecorded step's phase: ``compile`` when torch.compile compiled in it (its time
     is compile, not a step's: no baseline counts it), else ``unprofiled``."""
     return "compile" if lap.get("compile_ms") else "unprofiled"
@@ -413,7 +419,7 @@ def export_gzipped(prof: profile, path: Path) -> None:
         torch_tmp.unlink(missing_ok=True)
 
 
-def _threads() -> dict[str, Any]:
+def _threads() -> Threads:
     """torch's thread pools and the environment variables that size them."""
     return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
             "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 
 from nsbridge import _stepping
 from nsbridge.schema import CLOSURE_PREFIX
+from nsbridge.schema.records import ChildStep, StepsSampling
 
 
 EXACT_STEPS = 5000     # steps whose records are all kept
@@ -35,15 +36,15 @@ class StepLog:
     def __init__(self, exact: int = EXACT_STEPS, sampled: int = SAMPLED_STEPS) -> None:
         self._exact = exact
         self._size = sampled
-        self._first: list[dict[str, Any]] = []
-        self._sample: list[dict[str, Any]] = []
+        self._first: list[ChildStep] = []
+        self._sample: list[ChildStep] = []
         self._later = 0
         self._random = random.Random(0)   # the same run keeps the same sample
 
     def __len__(self) -> int:
         return len(self._first) + self._later
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: ChildStep) -> None:
         if len(self._first) < self._exact:
             self._first.append(record)
             return
@@ -55,11 +56,11 @@ class StepLog:
         if slot < self._size:
             self._sample[slot] = record
 
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[ChildStep]:
         """The records kept, in step order."""
         return self._first + sorted(self._sample, key=lambda r: r["index"])
 
-    def sampling(self) -> Optional[dict[str, int]]:
+    def sampling(self) -> Optional[StepsSampling]:
         """How the records were thinned (None when every step's record is kept): ``exact``
         steps kept one by one, then ``sampled`` of the ``later`` steps."""
         if self._later <= len(self._sample):

@@ -74,11 +74,12 @@ import time
 import warnings
 import weakref
 from types import FrameType
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 import torch
 
 from nsbridge.schema import SYNC_SITE_PREFIX
+from nsbridge.schema.records import SyncRecord
 
 _ITEM_OP = "aten::_local_scalar_dense"
 _COPY_OP = "aten::_to_copy"
@@ -144,13 +145,13 @@ class SyncRecorder:
                 setattr(owner, attr, own)
         self._originals.clear()
 
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[SyncRecord]:
         """One dict per call site: kind, op, device, file, line, function, code, library, via,
         count, cost_ms (host time in the calls), steps (distinct steps it ran in),
         first_step, last_step, max_in_one_step."""
         out = []
-        for rec in self._records.values():
-            row = {k: v for k, v in rec.items() if not k.startswith("_")}
+        for rec in self._records.values():   # the working record, less its private keys
+            row = cast(SyncRecord, {k: v for k, v in rec.items() if not k.startswith("_")})
             row["cost_ms"] = round(rec["cost_ms"], 4)
             out.append(row)
         return sorted(out, key=lambda r: -r["count"])

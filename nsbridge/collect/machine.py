@@ -16,7 +16,10 @@ import os
 import resource
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from ..schema.records import StepLap
 
 _PROC = Path("/proc")
 _CGROUP = Path("/sys/fs/cgroup")
@@ -152,7 +155,7 @@ class ProcessClock:
         self.has_wait = (self._task_dir / str(_tid()) / "schedstat").is_file()
         self._last = self._read()
 
-    def lap(self) -> dict[str, Optional[float]]:
+    def lap(self) -> StepLap:
         """Since the previous lap (or creation): wall_ms, cpu_ms, wait_ms, nivcsw."""
         now = self._read()
         last, self._last = self._last, now

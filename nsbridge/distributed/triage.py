@@ -36,6 +36,7 @@ from ..run import PassOutput, Run
 from ..rundir import load_record, new_run_dir
 from ..script_check import Script
 from ..contract.report import Error
+from ..schema.records import RankSummary
 from .fan_out import OnRanks, follow
 from .launch import check_one_node, launcher_argv, one_node, profile_ranks
 
@@ -194,7 +195,7 @@ def analyze_ranks(source: Path, prof: Profile, out: Optional[Union[str, Path]]) 
     return result_of(run_passes(run, [Given(output)]), 0)
 
 
-def reduce(run_dir: Path, summaries: list[dict[str, Any]], profile: Profile, target: str,
+def reduce(run_dir: Path, summaries: list[RankSummary], profile: Profile, target: str,
            command: str = "triage") -> tuple[PassOutput, Optional[TraceAnalysis]]:
     """The cross-rank section from the summaries, and the full report of one rank (the
     straggler, else the slowest): only that rank's trace is loaded."""
@@ -213,7 +214,7 @@ def reduce(run_dir: Path, summaries: list[dict[str, Any]], profile: Profile, tar
         steps = child.get("steps", [])
         machine = process_machine({"cores": usable_cores()}, child, profile) if child else None
         try:
-            trace = read_trace(readable(folder / summary["trace"]))
+            trace = read_trace(readable(folder / str(summary["trace"])))   # chosen for it
             analysis = analyze_events(trace.events, thresholds=profile.analysis,
                                       machine=machine)
         except TraceError as exc:

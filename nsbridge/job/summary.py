@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional, cast
 
 from .. import schema as S
 from ..errors import RunDirError
@@ -16,6 +16,7 @@ from ..model.analysis import TraceAnalysis, analyze_events
 from ..parse.torch_trace import read_trace
 from ..profiles import Analysis
 from ..rundir import load_record, write_json
+from ..schema.records import ChildRecord, RankCollective, RankSummary, RecordError
 from .identity import rank_dir_name, ranked_dirs
 from .mailbox import POLL_S
 
@@ -24,7 +25,7 @@ SUMMARY_WAIT_S = 600.0   # how long rank 0 waits for the other ranks' summaries 
 
 def summarize(analysis: TraceAnalysis, *, rank: int, host: Optional[str], world_size: int,
               status: str = "ok", exit_code: int = 0, trace: Optional[str] = None,
-              error: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+              error: Optional[RecordError] = None) -> RankSummary:
     """What the cross-rank report needs from one rank (no per-event data)."""
     device = analysis.device or {}
     return {"rank": rank, "host": host, "world_size": world_size, "status": status,
@@ -33,7 +34,9 @@ def summarize(analysis: TraceAnalysis, *, rank: int, host: Optional[str], world_
             "collective_ms": [round(u / 1e3, 3) for u in analysis.comm_per_step_us or []],
             "verdict": analysis.verdict["label"], "numbers": analysis.verdict["numbers"],
             "has_device": analysis.has_device, "device_busy_pct": device.get("busy_pct"),
-            "comm": device.get("comm"), "collectives": analysis.collectives,
+            "comm": device.get("comm"),
+            # the report's Collective, whose keys include the summary's
+            "collectives": cast(list[RankCollective], analysis.collectives),
             "ops": [{"name": r.name, "calls": int(r.calls), "cpu_self_us": float(r.cpu_self_us),
                      "device_self_us": None if r.device_self_us != r.device_self_us
                      else float(r.device_self_us)}
@@ -43,7 +46,7 @@ def summarize(analysis: TraceAnalysis, *, rank: int, host: Optional[str], world_
 
 def write_summary(rank_dir: Path, *, trace: Optional[Path], thresholds: Analysis, rank: int,
                   host: str, world_size: int, status: str, exit_code: int,
-                  error: Optional[dict[str, Any]]) -> dict[str, Any]:
+                  error: Optional[RecordError]) -> RankSummary:
     """Analyse this rank's trace (when there is one) and write summary.json."""
     if trace is not None and trace.is_file():
         analysis = analyze_events(read_trace(trace).events, thresholds=thresholds)
@@ -57,7 +60,7 @@ def write_summary(rank_dir: Path, *, trace: Optional[Path], thresholds: Analysis
 
 
 def wait_for(run_dir: Path, world_size: int, timeout_s: float,
-             since: float = 0.0) -> list[dict[str, Any]]:
+             since: float = 0.0) -> list[RankSummary]:
     """Every rank's summary written after ``since`` (epoch seconds); a rank whose summary
     does not come within ``timeout_s`` is reported as hung (what it wrote is kept)."""
     deadline = time.monotonic() + timeout_s
@@ -73,7 +76,7 @@ def wait_for(run_dir: Path, world_size: int, timeout_s: float,
     return [found[r] for r in sorted(found)]
 
 
-def read_summaries(run_dir: Path, since: float = 0.0) -> list[dict[str, Any]]:
+def read_summaries(run_dir: Path, since: float = 0.0) -> list[RankSummary]:
     """The rank summaries written so far, after ``since`` (a rank that died before writing
     one is left out: the caller reports it).
 
@@ -85,7 +88,7 @@ def read_summaries(run_dir: Path, since: float = 0.0) -> list[dict[str, Any]]:
     for rank, folder in ranked_dirs(run_dir):
         path = folder / S.SUMMARY_JSON
         if path.is_file() and path.stat().st_mtime >= since:   # written whole (write_json)
-            summary = load_record(readable(path), S.SUMMARY_SHAPE)
+            summary = cast(RankSummary, load_record(readable(path), S.SUMMARY_SHAPE))
             if summary["rank"] != rank:
                 raise RunDirError(f"{path} is not a record this nsbridge reads: it is the "
                                   f"summary of rank {summary['rank']}, in the folder of rank "
@@ -95,8 +98,8 @@ def read_summaries(run_dir: Path, since: float = 0.0) -> list[dict[str, Any]]:
     return out
 
 
-def missing_ranks(summaries: list[dict[str, Any]], ranks: Iterable[int], world_size: int,
-                  run_dir: Path) -> list[dict[str, Any]]:
+def missing_ranks(summaries: list[RankSummary], ranks: Iterable[int], world_size: int,
+                  run_dir: Path) -> list[RankSummary]:
     """Those of ``ranks`` that wrote no summary: failed before the end, with their child
     record (``ranks``: the ranks started, or the rank folders on disk; never a number
     read from a file)."""
@@ -106,7 +109,8 @@ def missing_ranks(summaries: list[dict[str, Any]], ranks: Iterable[int], world_s
         if rank in have:
             continue
         child = run_dir / rank_dir_name(rank) / S.CHILD_JSON
-        record = load_record(readable(child), S.CHILD_SHAPE) if child.is_file() else {}
+        record = cast(ChildRecord, load_record(readable(child), S.CHILD_SHAPE)
+                      if child.is_file() else {})
         out.append(unprofiled(rank, world_size, status=record.get("status", "failed"),
                               exit_code=record.get("exit_code"),
                               error=record.get("error") or {
@@ -116,7 +120,7 @@ def missing_ranks(summaries: list[dict[str, Any]], ranks: Iterable[int], world_s
 
 
 def unprofiled(rank: int, world_size: int, *, status: str, exit_code: Optional[int],
-               error: Optional[dict[str, Any]], host: Optional[str] = None) -> dict[str, Any]:
+               error: Optional[RecordError], host: Optional[str] = None) -> RankSummary:
     """The summary of a rank with nothing measured: not profiled, failed, or hung (the one
     shape rank 0 merges; its rows in the report are model.ranks.cross_rank.rank_row's)."""
     return {"rank": rank, "host": host, "world_size": world_size, "status": status,

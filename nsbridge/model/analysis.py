@@ -8,6 +8,7 @@ from typing import Any, Optional, cast
 import numpy as np
 import pandas as pd
 
+from ..schema.records import SyncRecord
 from .. import schema as S
 from ..profiles import Analysis as Thresholds
 from .device.attribution import (LAUNCHED_BEFORE_WINDOW, attribute_gpu_events, attribution_counts,
@@ -55,7 +56,7 @@ class TraceAnalysis:
 
 
 def analyze_events(events: pd.DataFrame, *, thresholds: Thresholds,
-                   process_syncs: Optional[list[dict[str, Any]]] = None,
+                   process_syncs: Optional[list[SyncRecord]] = None,
                    process_steps: Optional[int] = None,
                    script: Optional[str] = None,
                    machine: Optional[Machine] = None,

@@ -28,7 +28,7 @@ else:
 __all__ = ["ACK_SHAPE", "CHILD_SHAPE", "MANIFEST_SHAPE", "MAX_RANKS", "OUTPUT_SHAPE",
            "SUMMARY_SHAPE", "WORD_SHAPE", "Ack", "ChildRecord", "ChildStep", "Environment",
            "GitState", "Manifest", "ManifestPass", "Output", "ProcessMachine", "RankSummary",
-           "RecordError", "SyncRecord", "Window", "Word", "record_problem"]
+           "RecordError", "StepLap", "SyncRecord", "Window", "Word", "record_problem"]
 
 MAX_RANKS = 1 << 20   # more ranks than any job runs: a world_size above it is refused
 
@@ -131,6 +131,18 @@ class Manifest(TypedDict, total=False):
 
 
 # child.json (and its nsys/ncu siblings): the profiled process's record
+class StepLap(TypedDict, total=False):
+    """A step's clock lap (collect.machine.ProcessClock.lap and what the session adds)."""
+
+    wall_ms: float
+    cpu_ms: float
+    wait_ms: Optional[float]
+    nivcsw: float
+    compile_ms: float
+    probe_ms: float
+    nsbridge_ms: float
+
+
 class ChildStep(TypedDict, total=False):
     """One step's clock: wall, CPU and run-queue wait time, and its phase."""
 
@@ -243,8 +255,8 @@ class RankCollective(TypedDict, total=False):
     """One kind of collective on a rank, over the window."""
 
     kind: str
-    count: float
-    bytes: float
+    count: Optional[int]
+    bytes: Optional[int]
     time_us: Required[float]
     per_step: float
     time_per_step_us: float
@@ -257,7 +269,7 @@ class RankOp(TypedDict, total=False):
     name: Required[str]
     calls: float
     cpu_self_us: float
-    device_self_us: float
+    device_self_us: Optional[float]
 
 
 class RankNumbers(TypedDict, total=False):
@@ -275,7 +287,7 @@ class RankSummary(TypedDict, total=False):
     rank: Required[Annotated[int, _RANK]]
     world_size: Required[Annotated[int, _WORLD]]
     status: Required[str]
-    exit_code: Required[Annotated[int, _EXIT]]
+    exit_code: Required[Annotated[Optional[int], _EXIT]]   # None in memory: a hung rank
     error: Optional[RecordError]
     host: Optional[str]
     profiled: bool
@@ -283,10 +295,10 @@ class RankSummary(TypedDict, total=False):
     step_ms: list[float]
     collective_ms: list[float]
     verdict: Optional[str]
-    numbers: RankNumbers
+    numbers: Optional[RankNumbers]
     has_device: bool
     device_busy_pct: Optional[float]
-    comm: RankComm
+    comm: Optional[RankComm]
     collectives: list[RankCollective]
     ops: list[RankOp]
 

@@ -36,6 +36,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from ...schema.records import SyncRecord
 from ... import schema as S
 from .nesting import HostTree
 from .python_lines import python_lines
@@ -221,7 +222,7 @@ def gpu_idle_after(calls: pd.DataFrame, gpu: pd.DataFrame, hi: float) -> np.ndar
 
 
 def sync_points(*, calls: pd.DataFrame, idle_us: np.ndarray,
-                process_records: Optional[list[dict[str, Any]]], n_steps: int,
+                process_records: Optional[list[SyncRecord]], n_steps: int,
                 run_steps: Optional[int], device_run: bool,
                 seconds: Optional[float] = None,
                 implicit: Sequence[SyncPoint] = ()) -> list[SyncPoint]:
@@ -280,7 +281,7 @@ def sync_points(*, calls: pd.DataFrame, idle_us: np.ndarray,
                                          -(p.get("count") or 0), -(p.get("host_ms") or 0.0)))
 
 
-def placement(record: dict[str, Any], run_steps: Optional[int]) -> tuple[str, str]:
+def placement(record: SyncRecord, run_steps: Optional[int]) -> tuple[str, str]:
     """Whether a call site recorded in the profiled process runs in the training steps:
     ("steps" | "outside", why). A site runs in the steps when it ran in at least half of
     the steps the script ran; one that ran only after the last step, before the first, or

@@ -19,7 +19,7 @@ so instead of naming ops whose differences are a small part of it.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,12 +27,13 @@ import pandas as pd
 from ... import schema as S
 from ..host.ops import merge_shape_work
 from ..stats import LEVEL, resample_indices
+from ...schema.records import RankSummary
 from ...contract.report import Distributed, DistributedRank, DistributedRanksBreakdownMs, DistributedSkew, DistributedStraggler
 
 OP_SHARE = 0.10     # an op is named when it holds at least this share of the excess
 
 
-def cross_rank(summaries: Iterable[dict[str, Any]], straggler_pct: float = 10.0,
+def cross_rank(summaries: Iterable[RankSummary], straggler_pct: float = 10.0,
                top: int = 10, straggler_min_ms: float = 1.0) -> Distributed:
     """{world_size, ranks[], step, skew[], collectives[], straggler, failed[] (the likely
     cause first: _cause_first)}."""
@@ -77,7 +78,7 @@ class _Timed(NamedTuple):
     work_ms: float
 
 
-def _collective_per_step(s: dict[str, Any]) -> list[float]:
+def _collective_per_step(s: RankSummary) -> list[float]:
     """ms per step some collective was running: the summary's per-step union, else (older
     summaries, GPU traces) the summed time spread evenly, never above the step."""
     steps = s.get("step_ms") or []
@@ -92,12 +93,12 @@ def _collective_per_step(s: dict[str, Any]) -> list[float]:
     return [min(each, w) for w in steps]
 
 
-def _work_per_step(s: dict[str, Any]) -> list[float]:
+def _work_per_step(s: RankSummary) -> list[float]:
     """ms per step outside collectives."""
     return [max(w - c, 0.0) for w, c in zip(s.get("step_ms") or [], _collective_per_step(s))]
 
 
-def rank_row(s: dict[str, Any]) -> DistributedRank:
+def rank_row(s: RankSummary) -> DistributedRank:
     """The one row of a rank in report.json's ``distributed.ranks``, from its summary
     (job.summary): status, step times (median, min, max; collectives and the work
     outside them per step), verdict, device figures; ``file`` (its trace: the path given to
@@ -143,7 +144,7 @@ def step_breakdown(step: Optional[float], work: Optional[float], busy_pct: Optio
             "idle": round(idle, 3)}
 
 
-def _cause_first(summary: dict[str, Any]) -> tuple[bool, float, int]:
+def _cause_first(summary: RankSummary) -> tuple[bool, float, int]:
     """Failed ranks, the likely cause first: one that failed on its own before one a
     launcher stopped or that never answered, and among those the first to fail (the
     others' errors, such as "Connection closed by peer", follow from it)."""
@@ -170,17 +171,18 @@ def tool_rank_row(tool: str, rank: int, out: Optional[dict[str, Any]], *,
     return {**row, **numbers(out["section"][1], out, folder)}
 
 
-def _skew(measured: list[dict[str, Any]], top: int) -> list[DistributedSkew]:
+def _skew(measured: list[RankSummary], top: int) -> list[DistributedSkew]:
     """Ops whose time per step differs most across ranks (device time when every rank had
     a GPU, else CPU time)."""
     device = all(s.get("has_device") for s in measured)
-    key = S.DEVICE_SELF_US if device else S.CPU_SELF_US
+    key: Literal["device_self_us", "cpu_self_us"] = ("device_self_us" if device
+                                                     else "cpu_self_us")
     times: dict[str, dict[int, float]] = {}
     for s in measured:
         n = max(len(s["step_ms"]), 1)
         for op in s.get("ops") or []:
             if op.get(key) is not None:
-                times.setdefault(op["name"], {})[s["rank"]] = op[key] / n
+                times.setdefault(op["name"], {})[s["rank"]] = float(op[key] or 0) / n
     rows: list[DistributedSkew] = []
     for name, by_rank in times.items():
         if len(by_rank) < 2:
