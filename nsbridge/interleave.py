@@ -104,7 +104,7 @@ def resolve_side(name: str, given: str, script: Optional[str], args: Sequence[st
 def _from_run(name: str, given: str, manifest_path: Path, env: Mapping[str, str],
               trusted: list[Path], environ: Mapping[str, str]) -> GateSide:
     try:
-        manifest = load_record(readable(manifest_path), S.MANIFEST_SHAPE)
+        manifest = load_record(readable(manifest_path), S.Manifest)
     except RunDirError as exc:
         raise DiffInputError(f"{given}: {exc} The gate cannot run it again: triage that "
                              "side again, or give checkouts.") from None

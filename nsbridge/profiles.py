@@ -19,7 +19,7 @@ import reprlib
 import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 import yaml
 
@@ -205,11 +205,11 @@ def as_profile(profile: Union[str, Profile]) -> Profile:
     return profile if isinstance(profile, Profile) else load_profile(profile)
 
 
-def summary_rows(manifest: dict[str, Any]) -> int:
+def summary_rows(manifest: Mapping[str, object]) -> int:
     """The op rows a run's summaries show: the ``analysis.top_ops`` its manifest recorded
     (a run directory is untrusted: anything else gives the default)."""
-    analysis = (manifest.get("profile") or {}).get("analysis") if isinstance(
-        manifest.get("profile"), dict) else None
+    profile = manifest.get("profile")
+    analysis = profile.get("analysis") if isinstance(profile, dict) else None
     rows = analysis.get("top_ops") if isinstance(analysis, dict) else None
     if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1:
         return rows

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Union
+from typing import Any, Iterable, Mapping, Optional, Union, cast
 
 from . import __version__
 from . import schema as S
@@ -33,10 +33,11 @@ from .contract.check import held_to_types, report_problem
 from .contract.report import (Error, Files, Op, Recommendation, Report, as_document, as_report,
                               empty_report)
 from .script_check import Script
+from .schema.records import Manifest, ManifestPass, RunSource
 
 MERGE_LIMIT = 64 * 1024 * 1024   # traces of more JSON than this (inflated) are not merged
 SAVE_STEP = "save"               # the manifest's entry for writing the run's files, when it failed
-FileData = Union[str, bytes, dict[str, Any]]   # a file's text, bytes, or record (as JSON)
+FileData = Union[str, bytes, Mapping[str, object]]   # a file's text, bytes, or a record (JSON)
 
 
 def json_size(path: Path) -> int:
@@ -57,7 +58,7 @@ class PassOutput:
     """What one pass contributes to a run."""
 
     name: str                                   # "torch.profiler", "nsys", "ncu"
-    manifest: dict[str, Any]                    # its entry in manifest["passes"]
+    manifest: ManifestPass                      # its entry in manifest["passes"]
     status: str = "ok"
     exit_code: int = 0
     error: Optional[Error] = None
@@ -93,7 +94,7 @@ def output_record(output: PassOutput) -> dict[str, Any]:
     return record
 
 
-def output_op_columns(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def output_op_columns(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The per-op columns of a written output (``output_record``)."""
     if "op_columns" in record:
         return record["op_columns"] or {}
@@ -105,7 +106,7 @@ def output_op_columns(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
 class Run:
     """A run directory with its manifest and report; passes are added one by one."""
 
-    def __init__(self, path: Path, manifest: dict[str, Any], report: Report) -> None:
+    def __init__(self, path: Path, manifest: Manifest, report: Report) -> None:
         self.dir = path
         self.manifest = manifest
         self.report = report
@@ -114,24 +115,25 @@ class Run:
     @classmethod
     def create(cls, *, out: Optional[Path], label: str, command: str, target: str,
                args: list[str], profile: Profile, cwd: Path, module: bool = False,
-               shared: bool = False, source: Optional[dict[str, Any]] = None) -> "Run":
+               shared: bool = False, source: Optional[RunSource] = None) -> "Run":
         """A new run directory with its manifest and an empty report written (``shared``:
         the directory of a distributed job's ranks, which may exist already; ``source``:
         what a rerun needs besides the script, e.g. threads, env, git)."""
-        manifest = {"nsbridge_version": __version__, "command": command, "argv": sys.argv,
-                    "target": target, "module": module, "args": args, "cwd": str(cwd),
-                    **(source or {}),
-                    "profile": profile.to_dict(), "host": socket.gethostname(),
-                    "platform": platform.platform(), "python": platform.python_version(),
-                    "started_at": _now(), "status": "running", "pid": os.getpid(),
-                    "passes": []}
+        manifest: Manifest = {
+            "nsbridge_version": __version__, "command": command, "argv": sys.argv,
+            "target": target, "module": module, "args": args, "cwd": str(cwd),
+            "profile": profile.to_dict(), "host": socket.gethostname(),
+            "platform": platform.platform(), "python": platform.python_version(),
+            "started_at": _now(), "status": "running", "pid": os.getpid(), "passes": []}
+        if source:
+            manifest.update(source)
         report = empty_report(command=command, target=" ".join([target, *args]),
                                 version=__version__)
         return cls(new_run_dir(out, label, shared=shared, manifest=manifest), manifest, report)
 
     @classmethod
     def for_script(cls, script: Script, *, command: str, profile: Profile,
-                   out: Optional[Path], source: Optional[dict[str, Any]] = None) -> "Run":
+                   out: Optional[Path], source: Optional[RunSource] = None) -> "Run":
         """A new run directory for ``script`` under ``command``, named after it (a triage
         as the script, another command with its name in front)."""
         label = script.label if command == "triage" else f"{command}-{script.label}"
@@ -153,8 +155,10 @@ class Run:
 
     def add(self, output: PassOutput) -> None:
         """Record a pass: manifest entry, status, section, per-op columns (in memory)."""
-        self.manifest["passes"].append({"name": output.name, "status": output.status,
-                                        "exit_code": output.exit_code, **output.manifest})
+        entry: ManifestPass = {"name": output.name, "status": output.status,
+                               "exit_code": output.exit_code}
+        entry.update(output.manifest)
+        self.manifest["passes"].append(entry)
         report = as_document(self.report)   # sections merged by name
         if output.core is not None:
             kept = {k: v for k, v in report.items() if k not in S.REPORT_KEYS and v}
@@ -179,8 +183,8 @@ class Run:
             report["status"] = output.status
         self.manifest["status"] = report["status"]
         self.manifest["finished_at"] = _now()
-        if output.core is not None and "environment" in output.manifest:
-            self.manifest["environment"] = output.manifest["environment"]
+        if output.core is not None and (environment := output.manifest.get("environment")):
+            self.manifest["environment"] = environment
         self.frames.update(output.frames)
 
     def fail(self, name: str, exc: BaseException) -> None:
@@ -245,11 +249,12 @@ class Run:
             RunDirError: the write failed; its message names the file and the reason.
         """
         try:
-            write_atomic(self.dir / name, json_text(data) if isinstance(data, dict) else data)
+            write_atomic(self.dir / name, data if isinstance(data, (str, bytes))
+                         else json_text(data))
         except RunDirError as exc:
-            error = {"type": "WriteError", "message": str(exc)}
-            for record in (as_document(self.report), self.manifest):
-                record.update(status="failed", error=error)
+            error: Error = {"type": "WriteError", "message": str(exc)}
+            self.report["status"], self.report["error"] = "failed", error
+            self.manifest["status"], self.manifest["error"] = "failed", error
             if not any(p.get("name") == SAVE_STEP for p in self.manifest["passes"]):
                 self.manifest["passes"].append({"name": SAVE_STEP, "status": "failed",
                                                 "exit_code": 1, "error": error})

@@ -10,13 +10,15 @@ import time
 import unicodedata
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, TypeVar, Union, cast
 
 from . import schema as S
 from .confine import readable
 from .errors import RunDirError
 from .printable import printable
-from .schema.records import MANIFEST_SHAPE, record_problem
+from .schema.records import MANIFEST_SHAPE, Manifest, record_problem, shape_for
+
+RecordT = TypeVar("RecordT")
 
 DEFAULT_BASE = Path("nsbridge-runs")
 RECORD_LIMIT = 64 << 20   # bytes: a record nsbridge wrote is far smaller (summaries list ops)
@@ -39,7 +41,7 @@ def check_new_out(out: Optional[Path], base: Path = DEFAULT_BASE) -> None:
 
 
 def new_run_dir(out: Optional[Path], label: str, base: Path = DEFAULT_BASE,
-                shared: bool = False, manifest: Optional[dict[str, Any]] = None) -> Path:
+                shared: bool = False, manifest: Optional[Manifest] = None) -> Path:
     """Create and return a fresh run directory, with ``manifest`` written into it as
     manifest.json when given (a run's first record: status running).
 
@@ -101,7 +103,7 @@ def check_dir_name(path: Path) -> None:
 
 
 def read_run(path: Path, report_problem: Callable[[dict[str, Any]], Optional[str]]
-             ) -> tuple[dict[str, Any], dict[str, Any]]:
+             ) -> tuple[Manifest, dict[str, Any]]:
     """(manifest, report) of a finished run directory (its status may be failed), its
     report checked by ``report_problem`` (contract.check's: the contract is msgspec's, which
     the profiled process, a user of this module, does not import).
@@ -113,13 +115,14 @@ def read_run(path: Path, report_problem: Callable[[dict[str, Any]], Optional[str
             ``running`` and the nsbridge process that wrote it is gone).
     """
     path = Path(path)
-    manifest = _read_object(path / S.MANIFEST_JSON)
-    if manifest is None:
+    found = _read_object(path / S.MANIFEST_JSON)
+    if found is None:
         raise RunDirError(f"{path} is not an nsbridge run directory (no readable manifest.json "
                           "and report.json). Pass a directory that an nsbridge command wrote.")
-    problem = record_problem(manifest, MANIFEST_SHAPE)
+    problem = record_problem(found, MANIFEST_SHAPE)
     if problem:
         raise RunDirError(_not_a_record(path / S.MANIFEST_JSON, problem))
+    manifest = cast(Manifest, found)
     report = _read_object(path / S.REPORT_JSON)
     running = manifest.get("status") == "running" and (report is None or report.get(
         "status") in ("running", None))
@@ -151,12 +154,12 @@ def read_run(path: Path, report_problem: Callable[[dict[str, Any]], Optional[str
     return manifest, report
 
 
-def load_record(path: Path, shape: Union[dict[str, Any], Callable[[Any], Optional[str]]]
-                ) -> dict[str, Any]:
+def load_record(path: Path, kind: type[RecordT],
+                check: Optional[Callable[[object], Optional[str]]] = None) -> RecordT:
     """A record nsbridge wrote (manifest.json, child.json, summary.json, ...), read back
-    and checked against its declared ``shape`` (schema.records), or by ``shape`` itself when
-    it is a check (what is wrong, or None: gate.json against contract.comparison): a file
-    of that folder is untrusted, whoever wrote it.
+    as its declaration ``kind`` (a TypedDict of schema.records) and checked against the
+    shape derived from it, or by ``check`` when given (what is wrong, or None: gate.json
+    against contract.comparison): a file of that folder is untrusted, whoever wrote it.
 
     Raises:
         RunDirError: it cannot be read, is larger than RECORD_LIMIT, is not JSON, or a field
@@ -172,10 +175,10 @@ def load_record(path: Path, shape: Union[dict[str, Any], Callable[[Any], Optiona
     except (ValueError, RecursionError):
         raise RunDirError(_not_a_record(path, "it is not JSON (cut off, or nested too "
                                               "deep)")) from None
-    problem = shape(value) if callable(shape) else record_problem(value, shape)
+    problem = check(value) if check else record_problem(value, shape_for(kind))
     if problem:
         raise RunDirError(_not_a_record(path, problem))
-    return dict(value)
+    return cast(RecordT, value)
 
 
 def _not_a_record(path: Path, problem: str) -> str:

@@ -19,7 +19,7 @@ from nsbridge.api import load
 from nsbridge.errors import DeepError
 from nsbridge.model.ranks.rank_plan import pick_ranks, refuse_communication_ops
 from nsbridge.distributed.fan_out import reduce_outputs
-from nsbridge.distributed.share import map_pass
+from nsbridge.distributed.share import main as rank_main, map_pass
 from nsbridge.job.mailbox import (acknowledge, pass_spec, retire_word, tell_ranks,
                                   wait_for_word)
 from nsbridge.passes.nsys_pass import TimelineOnRanks
@@ -106,6 +106,14 @@ def test_merge_shows_one_rank_lists_all_and_names_the_failed_and_the_hung() -> N
     assert merged.error["message"] == "rank 2 (nsys): nsys left no report"
     assert "rank 3 (nsys): no nsys output: none within 30 s" in merged.notes
     assert merged.op_columns == {"aten::mm": {"kernels": 3}}
+    # the manifest says how each rank ended; its numbers are in the report only
+    assert merged.manifest["wall_s"] == 2.0 and merged.manifest["ranks"] == [
+        {"rank": 0, "host": "a", "status": "ok", "exit_code": 0, "error": None},
+        {"rank": 1, "host": "a", "status": "ok", "exit_code": 0, "error": None},
+        {"rank": 2, "host": "b", "status": "failed", "exit_code": 124,
+         "error": "nsys left no report"},
+        {"rank": 3, "host": "b", "status": "hung", "exit_code": None,
+         "error": "no nsys output: none within 30 s"}]
     # the shown rank has no section: another rank's timeline is shown instead
     fallback = reduce_outputs(TimelineOnRanks(), {0: _timeline_output(10), 2: failed}, shown=2,
                               reasons={}, hosts={}, missing="-")
@@ -118,7 +126,12 @@ def test_merge_shows_one_rank_lists_all_and_names_the_failed_and_the_hung() -> N
 
 
 def test_ranks_take_only_this_jobs_word_and_acknowledge_it(tmp_path: Path) -> None:
-    nonce = tell_ranks(tmp_path, "deep", True, job="job-7", spec={"ranks": [1], "pass_id": "p1"})
+    spec = pass_spec(target="train.py", args=[], module=False, cwd=tmp_path, timeout=None,
+                     profile_source="default", ranks=[1], pass_id="p1")
+    half_spec = {"ranks": [1], "pass_id": "p0"}                # no script: no rank can run it
+    tell_ranks(tmp_path, "deep", True, job="job-7", spec=half_spec)
+    assert wait_for_word(tmp_path, "deep", 0.6, job="job-7", since=0)["go"] is False
+    nonce = tell_ranks(tmp_path, "deep", True, job="job-7", spec=spec)
     assert nonce == "p1"
     other_job = wait_for_word(tmp_path, "deep", 1.0, job="job-8", since=0)
     assert other_job["go"] is False and "did not say within 1 s" in other_job["why"]
@@ -135,6 +148,21 @@ def test_ranks_take_only_this_jobs_word_and_acknowledge_it(tmp_path: Path) -> No
     tell_ranks(tmp_path, "deep", False, job="job-7", why="rank 0 could not plan it")
     assert wait_for_word(tmp_path, "deep", 5.0, job="job-7", since=0)["why"] == \
         "rank 0 could not plan it"
+
+
+def test_a_rank_refuses_a_spec_file_it_cannot_run_with_the_reason(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec_file = tmp_path / "spec.json"
+    spec = pass_spec(target="train.py", args=[], module=False, cwd=tmp_path, timeout=None,
+                     profile_source="default", ranks=[0], pass_id="p1")
+    for written, reason in (({"ranks": [0], "pass_id": "p1"}, "target is missing"),
+                            ({**spec, "kind": "perf", "run_dir": str(tmp_path)},
+                             "names no pass nsbridge runs on ranks"),
+                            ({**spec, "kind": "timeline"}, "or no run directory")):
+        spec_file.write_text(json.dumps(written))
+        assert rank_main(str(spec_file)) == 1
+        said = capsys.readouterr().err
+        assert said.startswith("nsbridge: ") and reason in said and "Traceback" not in said
 
 
 @pytest.mark.slow      # runs the script

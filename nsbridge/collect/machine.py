@@ -16,17 +16,17 @@ import os
 import resource
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
-if TYPE_CHECKING:
-    from ..schema.records import StepLap
+from ..schema.records import (Around, Cores, GpuProcess, GpuState, Snapshot, StepLap,
+                              Throttling)
 
 _PROC = Path("/proc")
 _CGROUP = Path("/sys/fs/cgroup")
 _STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
 
-def usable_cores() -> dict[str, Any]:
+def usable_cores() -> Cores:
     """{logical, affinity, cgroup_quota, usable}: cores this process may run on."""
     logical = os.cpu_count()
     try:
@@ -105,7 +105,7 @@ def cgroup_quota() -> Optional[float]:
     return None if quota_us <= 0 or period_us <= 0 else round(quota_us / period_us, 2)
 
 
-def cgroup_throttling() -> Optional[dict[str, float]]:
+def cgroup_throttling() -> Optional[Throttling]:
     """{periods, throttled, throttled_ms} of the cgroup's CPU controller so far."""
     folder = _cgroup_dir()
     if folder is None:
@@ -125,22 +125,22 @@ def cgroup_throttling() -> Optional[dict[str, float]]:
             "throttled": int(stat.get("nr_throttled", 0)), "throttled_ms": throttled_ms}
 
 
-def snapshot() -> dict[str, Any]:
+def snapshot() -> Snapshot:
     """Counters to difference later (``between``) and the load average now."""
     return {"at": time.time(), "load": load_average(), "cpu": cpu_times(),
             "cgroup": cgroup_throttling()}
 
 
-def between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+def between(before: Snapshot, after: Snapshot) -> Around:
     """What happened on the machine between two snapshots."""
-    throttled = None
-    if before.get("cgroup") and after.get("cgroup"):
-        b, a = before["cgroup"], after["cgroup"]
-        throttled = {"periods": a["periods"] - b["periods"],
-                     "throttled": a["throttled"] - b["throttled"],
-                     "throttled_ms": round(a["throttled_ms"] - b["throttled_ms"], 3)}
-    return {"load_before": before.get("load"), "load_after": after.get("load"),
-            "steal_share": steal_share(before.get("cpu"), after.get("cpu")),
+    throttled: Optional[Throttling] = None
+    b, a = before["cgroup"], after["cgroup"]
+    if b and a:
+        throttled = {"periods": (a["periods"] or 0) - (b["periods"] or 0),
+                     "throttled": (a["throttled"] or 0) - (b["throttled"] or 0),
+                     "throttled_ms": round((a["throttled_ms"] or 0) - (b["throttled_ms"] or 0), 3)}
+    return {"load_before": before["load"], "load_after": after["load"],
+            "steal_share": steal_share(before["cpu"], after["cpu"]),
             "cgroup_throttling": throttled,
             "seconds": round(after["at"] - before["at"], 3)}
 
@@ -204,7 +204,7 @@ def _tid() -> int:
     return getattr(os, "gettid", os.getpid)()
 
 
-def gpu_state(pids_of_run: tuple[int, ...] = ()) -> Optional[list[dict[str, Any]]]:
+def gpu_state(pids_of_run: tuple[int, ...] = ()) -> Optional[list[GpuState]]:
     """Per GPU through NVML (the optional nvidia-ml-py package): SM clock and its maximum,
     active throttle reasons, temperature, and compute processes other than ``pids_of_run``.
     None when NVML is not available (no package, no driver, no GPU)."""
@@ -239,12 +239,12 @@ def throttle_names(mask: int) -> list[str]:
     return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
 
 
-def _one_gpu(nvml: Any, index: int, ours: tuple[int, ...]) -> dict[str, Any]:
+def _one_gpu(nvml: Any, index: int, ours: tuple[int, ...]) -> GpuState:
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
     name = nvml.nvmlDeviceGetName(handle)
     reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
         nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-    others = [{"pid": int(p.pid), "used_mib": None if p.usedGpuMemory is None
+    others: list[GpuProcess] = [{"pid": int(p.pid), "used_mib": None if p.usedGpuMemory is None
                else round(p.usedGpuMemory / 2**20, 1)}
               for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
               if int(p.pid) not in ours]

@@ -23,7 +23,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from .. import schema as S
 from ..errors import ToolFailedError, ToolNotFoundError
@@ -89,7 +89,7 @@ class NsysPass:
 
     capture: Capture
     install: NsysInstall
-    child: Optional[dict[str, Any]]       # nvtx-child.json (status, NVTX ranges emitted)
+    child: Optional[S.ChildRecord]        # nvtx-child.json (status, NVTX ranges emitted)
     sqlite: Path
     log: Path
     version: Optional[str]
@@ -222,7 +222,7 @@ def run_nsys_pass(*, target: str, is_module: bool, args: Sequence[str], trace: S
     result = capture(install, trace=trace, output=(run_dir / stem).resolve(),
                      child_argv=child_argv, cwd=cwd, env=env, timeout=timeout, log=log)
     child_path = run_dir / S.NVTX_CHILD_JSON
-    child = load_record(child_path, S.CHILD_SHAPE) if child_path.is_file() else None
+    child = load_record(child_path, S.ChildRecord) if child_path.is_file() else None
     sqlite = export_sqlite(install.path, result.report, log, environ=environ)
     return NsysPass(capture=result, install=install, child=child, sqlite=sqlite, log=log,
                     version=version)

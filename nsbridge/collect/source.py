@@ -5,8 +5,9 @@ environment variables that change how torch runs. A run's manifest keeps both, s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
+from ..schema.records import GitState
 from ._process import run_captured
 
 # variables that size thread pools, pick allocators, devices and kernels, or configure
@@ -24,7 +25,7 @@ def recorded_env(environ: Mapping[str, str]) -> dict[str, str]:
             if k.startswith(RECORDED_PREFIXES) and k not in NOT_RECORDED}
 
 
-def git_state(folder: Path) -> Optional[dict[str, Any]]:
+def git_state(folder: Path) -> Optional[GitState]:
     """{commit, dirty} of the git checkout holding ``folder``; None outside one, or
     without git."""
     commit = _git(folder, "rev-parse", "HEAD")

@@ -22,10 +22,10 @@ class TorchPass:
     """What the torch.profiler pass left: the child's own record and how it ended."""
 
     outcome: ChildOutcome
-    child: Optional[dict[str, Any]]   # child.json, None when the child died before writing it
+    child: Optional[S.ChildRecord]    # child.json, None when the child died before writing it
     traces: list[Path]
     table: Optional[Path]
-    machine: dict[str, Any]           # machine.between() the run, and the usable cores
+    machine: machine.Around           # machine.between() the run, and the usable cores
     doing: Optional[str] = None       # what the profiler was doing when the process died
 
 
@@ -69,11 +69,12 @@ def run_torch_pass(*, target: str, is_module: bool, args: Sequence[str], profile
     before = machine.snapshot()
     outcome = run_passthrough(argv, cwd=cwd, env=env, timeout=timeout,
                               noise_log=run_dir / S.PROFILER_NOISE_LOG)
-    around = {**machine.between(before, machine.snapshot()), "cores": machine.usable_cores()}
+    around = machine.between(before, machine.snapshot())
+    around["cores"] = machine.usable_cores()
     return recorded_pass(run_dir, outcome, around)
 
 
-def recorded_pass(run_dir: Path, outcome: ChildOutcome, around: dict[str, Any]) -> TorchPass:
+def recorded_pass(run_dir: Path, outcome: ChildOutcome, around: machine.Around) -> TorchPass:
     """What a profiled process left in ``run_dir``: its record (child.json), its traces
     and torch's table.
 
@@ -81,13 +82,14 @@ def recorded_pass(run_dir: Path, outcome: ChildOutcome, around: dict[str, Any]) 
         RunDirError: child.json is not of its declared shape (schema.records.CHILD_SHAPE).
     """
     child_path = run_dir / S.CHILD_JSON
-    child = None
+    child: Optional[S.ChildRecord] = None
     if child_path.is_file():
-        child = load_record(readable(child_path), S.CHILD_SHAPE)
-    traces = [readable(run_dir / name) for name in (child or {}).get("traces", [])]
+        child = load_record(readable(child_path), S.ChildRecord)
+    traces = [readable(run_dir / name) for name in (child.get("traces", []) if child else [])]
     if child is None:  # killed before writing its record: keep any trace it managed to write
         traces = [readable(t) for t in sorted(run_dir.glob("trace*.json.gz"))]
-    table = readable(run_dir / child["table"]) if child and child.get("table") else None
+    table_name = child.get("table") if child else None
+    table = readable(run_dir / table_name) if table_name else None
     doing_path = run_dir / S.PROFILER_DOING
     doing = readable(doing_path).read_text(encoding="utf-8", errors="replace") if \
         doing_path.is_file() else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
 
 from .. import schema as S
 from ..collect.ncu import gpu_names
@@ -275,7 +275,7 @@ def _read_gate(folder: Path) -> Comparison:
     if not (folder / S.GATE_JSON).is_file():
         return {}
     try:
-        return cast(Comparison, load_record(readable(folder / S.GATE_JSON),
-                                            lambda value: typed_problem(value, Comparison)))
+        return load_record(readable(folder / S.GATE_JSON), Comparison,
+                           lambda value: typed_problem(value, Comparison))
     except RunDirError as exc:
         raise DiffInputError(terminal(str(exc))) from None

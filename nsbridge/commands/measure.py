@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 from ..collect.source import git_state, recorded_env
+from ..schema.records import RunSource
 from ..collect.torch_profiler import with_threads
 from ..passes.torch_pass import TorchProfilerPass
 from ..pipeline import Pass, preflight, run_passes
@@ -22,7 +23,7 @@ Following = Callable[[Mapping[str, str]], Sequence[Pass]]
 
 
 def rerun_source(script: Script, threads: Optional[int],
-                 environ: Mapping[str, str]) -> dict[str, object]:
+                 environ: Mapping[str, str]) -> RunSource:
     """What a rerun of the run needs besides the script: threads, checked variables, git."""
     return {"threads": threads, "env": recorded_env(environ), "git": git_state(script.cwd)}
 

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal, Mapping, Optional, TypedDict, Union,
 
 import msgspec
 
+from ..schema import records
 from ..schema.report import RUNNING, SCHEMA_VERSION
 from ..schema.shape import HUGE
 
@@ -228,28 +229,12 @@ class Distributed(TypedDict, total=False):
     world_size: Optional[int]
 
 
-class EnvironmentMath(TypedDict, total=False):
-    cudnn_allow_tf32: Optional[bool]
-    float32_matmul_precision: Optional[str]
-    matmul_allow_tf32: Optional[bool]
+# the profiled process's environment, as child.json declares it
+Environment = records.Environment
 
 
-class Environment(TypedDict, total=False):
-    cuda: Optional[str]
-    cuda_available: Optional[bool]
-    gpus: Optional[list[Any]]
-    host: Optional[str]
-    math: Optional[EnvironmentMath]
-    platform: Optional[str]
-    python: Optional[str]
-    torch: Optional[str]
-
-
-# the script's or a pass's failure ("pass" is a keyword, hence the call form)
-Error = TypedDict("Error", {"type": Optional[str], "message": Optional[str],
-                            "file": Optional[str], "line": Optional[int],
-                            "pass": Optional[str], "signal": Optional[int],
-                            "rank": Optional[int]}, total=False)
+# the script's or a pass's failure, as manifest.json declares it
+Error = records.PassError
 
 
 class MachineCgroupThrottling(TypedDict, total=False):
@@ -313,11 +298,8 @@ class ProcessClock(TypedDict, total=False):
     wall_ms: Optional[Spread]
 
 
-class MachineThreads(TypedDict, total=False):
-    env: Optional[dict[str, Any]]
-    inter_op: Optional[Amount]
-    intra_op: Optional[Amount]
-    requested: Optional[int]
+# torch's threads in the profiled process, as child.json declares them
+MachineThreads = records.Threads
 
 
 class MachineUnprofiledSteps(TypedDict, total=False):
@@ -411,8 +393,60 @@ class NcuPlan(TypedDict, total=False):
     ranks: Optional[list[PickedRank]]
 
 
+class ToolRank(TypedDict, total=False):
+    """A rank's row in a pass's ``ranks`` when the pass ran on several ranks
+    (model.ranks.cross_rank.tool_rank_row): how its tool ended, then the tool's numbers."""
+    rank: Required[int]
+    host: Optional[str]
+    reason: Optional[str]
+    status: Required[str]
+    error: Optional[str]
+    wall_s: Optional[Amount]
+    files: Optional[Files]
+
+
+class TimelineRankNumbers(TypedDict, total=False):
+    """The nsys pass's headline numbers of one rank (passes.nsys_pass rank_numbers)."""
+    gpu_busy_pct: Optional[Signed]
+    kernels: Optional[int]
+    copies: Optional[int]
+    memsets: Optional[int]
+    nsbridge_ranges: Optional[int]
+    sync_calls: Optional[Amount]
+    sync_us: Optional[Signed]
+    kernel_us: Optional[Signed]
+    comm_kernel_us: Optional[Signed]
+    files: Optional[Files]
+
+
+class TimelineRank(ToolRank, TimelineRankNumbers, total=False):
+    """``timeline.ranks[]``: a rank's status and its nsys numbers."""
+
+
+class NcuRankOp(TypedDict, total=False):
+    """One op's ncu numbers on one rank."""
+    duration_ns: Optional[Signed]
+    sm_pct: Optional[Signed]
+    memory_pct: Optional[Signed]
+    achieved_occupancy_pct: Optional[Signed]
+    tensor_pct: Optional[Signed]
+    bound: Optional[str]
+
+
+class NcuRankNumbers(TypedDict, total=False):
+    """The deep pass's headline numbers of one rank (passes.ncu_pass rank_numbers)."""
+    launches: Optional[int]
+    attribution: Optional[dict[str, int]]
+    ops: Optional[dict[str, NcuRankOp]]
+    files: Optional[Files]
+
+
+class NcuRank(ToolRank, NcuRankNumbers, total=False):
+    """``ncu.ranks[]``: a rank's status and its ncu numbers."""
+
+
 class Ncu(TypedDict, total=False):
-    attribution: Optional[dict[str, Any]]
+    attribution: Optional[dict[str, int]]
     families: Optional[list[dict[str, Any]]]
     file: Optional[str]
     kernels: Optional[list[dict[str, Any]]]
@@ -421,7 +455,7 @@ class Ncu(TypedDict, total=False):
     ncu_version: Optional[str]
     notes: Optional[list[Any]]
     plan: Optional[NcuPlan]
-    ranks: Optional[list[dict[str, Any]]]
+    ranks: Optional[list[NcuRank]]
     shown_rank: Optional[int]
     source: Optional[str]
 
@@ -623,10 +657,10 @@ class WorkCounts(TypedDict, total=False):
 
 
 class TimelineAttribution(TypedDict, total=False):
-    graph_node_capture: Optional[dict[str, Any]]
+    graph_node_capture: Optional[WorkCounts]
     no_launch_in_capture: Optional[WorkCounts]
     nvtx_push_pop: Optional[WorkCounts]
-    outside_op_ranges: Optional[dict[str, Any]]
+    outside_op_ranges: Optional[WorkCounts]
 
 
 class TimelineIdleGap(TypedDict, total=False):
@@ -697,6 +731,7 @@ class Timeline(TypedDict, total=False):
     memsets: Optional[int]
     module_ranges: Optional[int]
     no_launch: Optional[UnlaunchedWork]
+    note: Optional[str]
     nsbridge_ranges: Optional[int]
     nsys_version: Optional[str]
     nvtx: Optional[TimelineNvtx]
@@ -706,7 +741,7 @@ class Timeline(TypedDict, total=False):
     other_domains: Optional[list[Any]]
     outside_ops: Optional[UnlaunchedWork]
     ranges: Optional[int]
-    ranks: Optional[list[dict[str, Any]]]
+    ranks: Optional[list[TimelineRank]]
     runtime_calls: Optional[int]
     schema_version: Optional[str]
     shown_rank: Optional[int]

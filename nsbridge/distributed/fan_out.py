@@ -30,7 +30,7 @@ import time
 import uuid
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Protocol, Sequence
+from typing import Any, Mapping, Optional, Protocol, Sequence, cast
 
 from .. import progress
 from .. import schema as S
@@ -44,7 +44,8 @@ from ..pipeline import run_passes
 from ..result import RunResult, follower_result, result_of
 from ..run import PassOutput, Run, output_op_columns
 from ..rundir import write_json
-from ..contract.report import Error
+from ..contract.report import Error, Files, Recommendation
+from ..schema.records import Output, PassRank, PassSpec
 from .launch import check_one_node, fresh_store_env
 from .share import map_pass
 
@@ -79,8 +80,8 @@ class RankShare(Protocol):
 
     def check(self, run: Optional[Run], environ: Mapping[str, str]) -> None: ...
 
-    def rank_numbers(self, section: dict[str, Any], output: dict[str, Any],
-                     folder: str) -> dict[str, Any]: ...
+    def rank_numbers(self, section: Mapping[str, Any], output: Output,
+                     folder: str) -> Mapping[str, object]: ...
 
 
 def driver(run: Run, rank: Optional[RankEnv]) -> tuple[Optional[RankEnv], list[str]]:
@@ -122,13 +123,13 @@ class OnRanks:
         """What the share asks of the run, then its tool on this process."""
         self.share.check(run, self.environ)
 
-    def plan(self, run: Run) -> tuple[dict[str, Any], RankPlan]:
+    def plan(self, run: Run) -> tuple[PassSpec, RankPlan]:
         """The ranks planned (when that fails, the pipeline calls ``skip``)."""
         planned = self.share.plan_ranks(run)
         return _spec(run, planned.timeout, self.profile_source, planned.ranks,
                      **planned.extra), planned
 
-    def run(self, run: Run, plan: tuple[dict[str, Any], RankPlan]) -> PassOutput:
+    def run(self, run: Run, plan: tuple[PassSpec, RankPlan]) -> PassOutput:
         spec, planned = plan
         return _drive(self.share, run, spec, planned, self.rank, self.launcher, self.environ)
 
@@ -144,13 +145,15 @@ def follow(kind: str, run_dir: Path, rank: RankEnv, timeout: Optional[float],
     exit status (1 when rank 0 called the pass off or said nothing)."""
     word = wait_for_word(run_dir, kind, PASS_WAIT_S + (timeout or 0.0), job=job_id(environ),
                          since=_STARTED - WORD_SLACK_S)
-    if not word["go"]:
-        print(f"nsbridge: rank {rank.rank}: no {kind} pass: {word['why']}", file=sys.stderr)
+    spec = word.get("spec") if word["go"] else None
+    if spec is None:
+        why = word.get("why") if not word["go"] else "rank 0's word to run it holds no spec"
+        print(f"nsbridge: rank {rank.rank}: no {kind} pass: {why}", file=sys.stderr)
     if word.get("nonce"):   # said after the message: rank 0 (and the launcher) may end now
         acknowledge(run_dir, kind, word["nonce"], rank.rank, rank.world_size)
-    if not word["go"]:
+    if spec is None:
         return 1
-    return map_pass(kind, run_dir, rank.rank, word["spec"], environ)
+    return map_pass(kind, run_dir, rank.rank, spec, environ)
 
 
 def tell_stop(run_dir: Path, kind: str, why: str, rank: RankEnv,
@@ -162,7 +165,7 @@ def tell_stop(run_dir: Path, kind: str, why: str, rank: RankEnv,
 
 
 def _spec(run: Run, timeout: Optional[float], profile_source: str, ranks: Sequence[int],
-          **extra: Any) -> dict[str, Any]:
+          **extra: Any) -> PassSpec:
     manifest = run.manifest
     return pass_spec(target=manifest["target"], args=manifest.get("args") or [],
                      module=bool(manifest.get("module")),
@@ -171,7 +174,7 @@ def _spec(run: Run, timeout: Optional[float], profile_source: str, ranks: Sequen
                      pass_id=uuid.uuid4().hex, extra=extra)
 
 
-def _drive(share: RankShare, run: Run, spec: dict[str, Any], planned: RankPlan,
+def _drive(share: RankShare, run: Run, spec: PassSpec, planned: RankPlan,
            rank: Optional[RankEnv], launcher: Sequence[str],
            environ: Mapping[str, str]) -> PassOutput:
     """Run every rank's share, merge. Under a launcher, rank 0 lets its word go once every
@@ -209,7 +212,7 @@ def _drive(share: RankShare, run: Run, spec: dict[str, Any], planned: RankPlan,
     return reduce_outputs(share, outputs, shown, planned.reasons, hosts, missing)
 
 
-def reduce_outputs(share: RankShare, outputs: Mapping[int, Optional[dict[str, Any]]],
+def reduce_outputs(share: RankShare, outputs: Mapping[int, Optional[Output]],
                    shown: int, reasons: Mapping[int, str], hosts: Mapping[int, Any],
                    missing: str) -> PassOutput:
     """One PassOutput: the shown rank's, its files named by rank folder, and the section's
@@ -219,6 +222,10 @@ def reduce_outputs(share: RankShare, outputs: Mapping[int, Optional[dict[str, An
                           reason=reasons.get(rank), host=hosts.get(rank),
                           folder=rank_dir_name(rank), missing=missing)
             for rank, out in sorted(outputs.items())]
+    lines: list[PassRank] = [
+        {"rank": row["rank"], "host": row.get("host"), "status": row["status"],
+         "exit_code": given["exit_code"] if (given := outputs.get(row["rank"])) else None,
+         "error": row.get("error")} for row in rows]
     good = {rank: out for rank, out in outputs.items() if out and out.get("section")}
     # the cause first: a rank that failed on its own, before one the launcher ended
     # because another had failed (SIGTERM) or one that never answered
@@ -227,7 +234,7 @@ def reduce_outputs(share: RankShare, outputs: Mapping[int, Optional[dict[str, An
     failed = sorted((row for row in rows if row["status"] != "ok"),
                     key=lambda row: (row["rank"] in consequence, row["rank"]))
     cause = outputs.get(failed[0]["rank"]) if failed else None
-    exit_code = (cause or {}).get("exit_code") or next(
+    exit_code = (cause["exit_code"] if cause else None) or next(
         (out["exit_code"] for out in outputs.values() if out and out.get("exit_code")),
         1 if failed else 0)
     lead = shown if shown in good else next(iter(sorted(good)), None)
@@ -235,31 +242,38 @@ def reduce_outputs(share: RankShare, outputs: Mapping[int, Optional[dict[str, An
     error: Optional[Error] = {"type": "RankFailed", "rank": failed[0]["rank"],
                               "message": errors[0]} if failed else None
     if lead is None:   # no section: nothing was measured; the ranks' errors say why
-        return PassOutput(name=share.tool, manifest={"ranks": rows}, status="failed",
+        return PassOutput(name=share.tool, manifest={"ranks": lines}, status="failed",
                           exit_code=exit_code, error=error, notes=errors)
     data = _prefixed(good[lead], rank_dir_name(lead))
-    section_name, section = data["section"]
+    pair = data.get("section")
+    assert pair is not None   # a good output has its section
+    section_name, section = pair
     section = {**section, "ranks": rows, "shown_rank": lead}
-    notes = list(data["notes"]) + errors + [
+    notes = list(data.get("notes") or []) + errors + [
         f"{share.tool} ran on ranks {', '.join(str(r) for r in sorted(outputs))}: the "
         f"{share.shows} and ops[].{share.tool} are rank {lead}'s; every rank's numbers are "
         f"under {section_name}.ranks"]
-    return PassOutput(name=data["name"], manifest={**data["manifest"], "ranks": rows},
+    return PassOutput(name=data["name"], manifest={**data.get("manifest", {}), "ranks": lines},
                       status="ok" if not failed else "failed", exit_code=exit_code,
-                      error=error, section=(section_name, section), op_key=data["op_key"],
-                      op_columns=output_op_columns(data), notes=notes, sources=data["sources"],
-                      recommendations=data["recommendations"], files=data["files"])
+                      error=error, section=(section_name, section), op_key=data.get("op_key"),
+                      op_columns=output_op_columns(data), notes=notes,
+                      sources=data.get("sources") or {},
+                      recommendations=cast(list[Recommendation],
+                                           data.get("recommendations") or []),
+                      files=cast(Files, data.get("files") or {}))
 
 
-def _prefixed(out: dict[str, Any], folder: str) -> dict[str, Any]:
+def _prefixed(out: Output, folder: str) -> Output:
     """The output with its file names relative to the run directory."""
-    name, section = out["section"]
-    section = dict(section)
+    pair = out.get("section")
+    if not pair:
+        return out
+    name, section = pair[0], dict(pair[1])
     if isinstance(section.get("files"), dict):
         section["files"] = {k: f"{folder}/{v}" for k, v in section["files"].items()}
     if section.get("file"):
         section["file"] = f"{folder}/{section['file']}"
-    return {**out, "section": (name, section),
+    return {**out, "section": [name, section],
             "files": {k: f"{folder}/{v}" for k, v in (out.get("files") or {}).items()}}
 
 

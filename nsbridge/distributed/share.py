@@ -11,7 +11,6 @@ captures is the pass's own (``SHARES``: its rank share, by the kind the spec nam
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -19,20 +18,20 @@ from typing import Any, Mapping, Optional
 
 from .. import schema as S
 from ..collect._process import run_passthrough
-from ..errors import NsbridgeError, Stopped, stop_on_sigterm
+from ..errors import NsbridgeError, RunDirError, Stopped, stop_on_sigterm
 from ..job.identity import RankEnv, detect, rank_dir_name
 from ..job.mailbox import output_name
 from ..passes.ncu_pass import DeepOnRanks
 from ..passes.nsys_pass import TimelineOnRanks
 from ..profiles import load_profile
 from ..run import PassOutput, output_record
-from ..rundir import write_json
+from ..rundir import load_record, write_json
 
 # the passes that run on a job's ranks, by the kind their spec names
 SHARES: dict[str, Any] = {TimelineOnRanks.kind: TimelineOnRanks, DeepOnRanks.kind: DeepOnRanks}
 
 
-def map_pass(kind: str, run_dir: Path, rank: int, spec: Mapping[str, Any],
+def map_pass(kind: str, run_dir: Path, rank: int, spec: S.PassSpec,
              environ: Mapping[str, str] = os.environ) -> int:
     """This rank's share of the ``kind`` pass, described by ``spec`` (see
     mailbox.pass_spec): under the tool when the rank is in spec["ranks"], else the script
@@ -88,10 +87,19 @@ def main(spec_path: str) -> int:
     """A rank started by torch.distributed.run: its share of the pass in the spec. SIGTERM
     (torchrun ending the job) and Ctrl-C end the rank's tool and script before it exits."""
     stop_on_sigterm()
-    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    try:
+        spec = load_record(Path(spec_path), S.PassSpec)
+    except RunDirError as exc:
+        print(f"nsbridge: {exc}", file=sys.stderr)
+        return 1
+    kind, run_dir = spec.get("kind"), spec.get("run_dir")
+    if kind not in SHARES or not run_dir:
+        print(f"nsbridge: {spec_path} names no pass nsbridge runs on ranks, or no run "
+              "directory: it was edited or written by another version", file=sys.stderr)
+        return 1
     rank: Optional[RankEnv] = detect()
     try:
-        return map_pass(spec["kind"], Path(spec["run_dir"]), rank.rank if rank else 0, spec)
+        return map_pass(str(kind), Path(run_dir), rank.rank if rank else 0, spec)
     except Stopped:
         return S.TERMINATED
     except KeyboardInterrupt:

@@ -36,7 +36,7 @@ from ..run import PassOutput, Run
 from ..rundir import load_record, new_run_dir
 from ..script_check import Script
 from ..contract.report import Error
-from ..schema.records import RankSummary
+from ..schema.records import ManifestPass, RankSummary, RunSource
 from .fan_out import OnRanks, follow
 from .launch import check_one_node, launcher_argv, one_node, profile_ranks
 
@@ -45,7 +45,7 @@ def triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Pat
                timeout: Optional[float], rank: Any, launcher: dict[str, Any],
                ranks: Optional[list[int]], nsys: bool, deep_top: Optional[int],
                deep_profile: Profile, deep_ranks: Optional[list[int]],
-               on_plan: Optional[Callable[[str], None]], source: dict[str, Any],
+               on_plan: Optional[Callable[[str], None]], source: RunSource,
                environ: Mapping[str, str]) -> RunResult:
     """triage of a job of several ranks: the torch.profiler pass on every rank, then nsys
     and ncu on the ranks, as one pipeline with one save (rank 0, or this process when it
@@ -84,7 +84,7 @@ def triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Pat
 
 def job_run(*, target: str, args: list[str], module: bool, profile: Profile,
             out: Optional[Union[str, Path]], cwd: Path, label: str, launcher: list[str],
-            environ: Mapping[str, str], source: Optional[dict[str, Any]] = None) -> Run:
+            environ: Mapping[str, str], source: Optional[RunSource] = None) -> Run:
     """The run directory of a job's triage, made by the process that merges it: this one
     when it launches the ranks (``launcher``), else rank 0, in the directory every rank of
     the job names alike (job_id) and writes its own folder into."""
@@ -210,9 +210,11 @@ def reduce(run_dir: Path, summaries: list[RankSummary], profile: Profile, target
     if summary is not None and lead is not None:
         folder = run_dir / rank_dir_name(lead)
         child_path = folder / S.CHILD_JSON
-        child = load_record(readable(child_path), S.CHILD_SHAPE) if child_path.is_file() else {}
-        steps = child.get("steps", [])
-        machine = process_machine({"cores": usable_cores()}, child, profile) if child else None
+        child: Optional[S.ChildRecord] = (load_record(readable(child_path), S.ChildRecord)
+                                          if child_path.is_file() else None)
+        steps = child.get("steps", []) if child else []
+        machine = process_machine({"cores": usable_cores()}, child.get("machine"), steps,
+                                  profile) if child else None
         try:
             trace = read_trace(readable(folder / str(summary["trace"])))   # chosen for it
             analysis = analyze_events(trace.events, thresholds=profile.analysis,
@@ -220,7 +222,7 @@ def reduce(run_dir: Path, summaries: list[RankSummary], profile: Profile, target
         except TraceError as exc:
             notes.append(f"rank {lead}'s trace could not be analysed: {exc}")
     else:
-        steps, machine, child = [], None, {}
+        steps, machine, child = [], None, None
     failed = cross["failed"]
     status = "ok" if not failed else ("hung" if all(f["status"] == "hung" for f in failed)
                                       else "failed")
@@ -247,11 +249,13 @@ def reduce(run_dir: Path, summaries: list[RankSummary], profile: Profile, target
                         if steps else None, files=files, notes=notes,
                         has_memory=has_memory(trace), error=error, version=__version__,
                         machine=machine, child_steps=steps,
-                        environment=child.get("env"))
+                        environment=child.get("env") if child else None)
     recommendation = straggler.get("recommendation")
-    manifest = {"ranks": [{"rank": r.get("rank"), "host": r.get("host"), "status": r.get("status"),
-                           "exit_code": r.get("exit_code")} for r in cross.get("ranks") or []],
-                "world_size": cross.get("world_size")}
+    manifest: ManifestPass = {
+        "ranks": [{"rank": number, "host": r.get("host"), "status": r.get("status"),
+                   "exit_code": r.get("exit_code")}
+                  for r in cross.get("ranks") or [] if (number := r.get("rank")) is not None],
+        "world_size": cross.get("world_size")}
     return PassOutput(name="torch.profiler (ranks)", manifest=manifest, status=status,
                       exit_code=_exit_code(failed), error=error, core=core,
                       section=(S.DISTRIBUTED_SECTION, cross),

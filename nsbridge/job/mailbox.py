@@ -20,11 +20,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, TypeVar, cast
 
 from .. import schema as S
 from ..rundir import RECORD_LIMIT, write_json
 from .identity import rank_dir_name
+
+RecordT = TypeVar("RecordT")
 
 POLL_S = 0.5   # how often a waiting rank looks for the others' files
 OUTPUT = "{kind}-pass.json"      # a rank's output of a pass, in rank-NN/
@@ -57,26 +59,26 @@ def spec_path(run_dir: Path, kind: str) -> Path:
 
 def pass_spec(*, target: str, args: Sequence[str], module: bool, cwd: Path,
               timeout: Optional[float], profile_source: str, ranks: Sequence[int],
-              pass_id: str, extra: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+              pass_id: str, extra: Optional[Mapping[str, Any]] = None) -> S.PassSpec:
     """What every rank needs to run its share of a pass (JSON-able; ``extra``: the pass's
     own, e.g. the deep plan); ``pass_id`` marks the outputs of this pass apart from an
     earlier one's."""
-    return {"target": target, "args": list(args), "module": module, "cwd": str(cwd),
-            "timeout": timeout, "profile": profile_source, "ranks": sorted(ranks),
-            "pass_id": pass_id, **(extra or {})}
+    spec: S.PassSpec = {"target": target, "args": list(args), "module": module,
+                        "cwd": str(cwd), "timeout": timeout, "profile": profile_source,
+                        "ranks": sorted(ranks), "pass_id": pass_id}
+    return cast(S.PassSpec, {**spec, **(extra or {})})
 
 
 def wait_outputs(kind: str, run_dir: Path, ranks: Sequence[int], timeout_s: float,
-                 pass_id: str) -> dict[int, Optional[dict[str, Any]]]:
+                 pass_id: str) -> dict[int, Optional[S.Output]]:
     """Each rank's output of the pass ``pass_id`` (None for a rank that wrote none within
     ``timeout_s``; 0 reads once)."""
     deadline = time.monotonic() + timeout_s
-    found: dict[int, Optional[dict[str, Any]]] = {}
+    found: dict[int, Optional[S.Output]] = {}
     while True:
         for rank in ranks:
             if found.get(rank) is None:
-                out = read_json(run_dir / rank_dir_name(rank) / output_name(kind),
-                                S.OUTPUT_SHAPE)
+                out = read_json(run_dir / rank_dir_name(rank) / output_name(kind), S.Output)
                 found[rank] = out if out and out.get("pass_id") == pass_id else None
         if all(found.values()) or time.monotonic() >= deadline:
             return found
@@ -84,22 +86,22 @@ def wait_outputs(kind: str, run_dir: Path, ranks: Sequence[int], timeout_s: floa
 
 
 def tell_ranks(run_dir: Path, kind: str, go: bool, *, job: str,
-               spec: Optional[dict[str, Any]] = None, why: str = "") -> str:
+               spec: Optional[S.PassSpec] = None, why: str = "") -> str:
     """Rank 0 to the others (one nsbridge per rank): run the ``kind`` pass with ``spec``,
     or stop (``why``). Returns the word's nonce, which the ranks acknowledge."""
-    nonce = (spec or {}).get("pass_id") or uuid.uuid4().hex
+    nonce = spec["pass_id"] if spec else uuid.uuid4().hex
     write_json(run_dir / NEXT, {"pass": kind, "go": go, "job": job, "nonce": nonce,
                                 "spec": spec, "why": why})
     return nonce
 
 
 def wait_for_word(run_dir: Path, kind: str, timeout_s: float, *, job: str,
-                  since: float) -> dict[str, Any]:
+                  since: float) -> S.Word:
     """What rank 0 said about the ``kind`` pass in this job (written after ``since``); a
     stop when it said nothing within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        word = read_json(run_dir / NEXT, S.WORD_SHAPE, since)
+        word = read_json(run_dir / NEXT, S.Word, since)
         if word and word.get("pass") == kind and word.get("job") == job:
             return word
         time.sleep(POLL_S)
@@ -121,9 +123,9 @@ def retire_word(run_dir: Path, kind: str, nonce: str, ranks: Sequence[int],
     later launch into the same folder never reads it; True when removed."""
     deadline = time.monotonic() + timeout_s
     while True:
-        acked = all((read_json(run_dir / rank_dir_name(r) / ACK.format(kind=kind),
-                               S.ACK_SHAPE) or {}).get(
-            "nonce") == nonce for r in ranks)
+        acked = all((ack := read_json(run_dir / rank_dir_name(r) / ACK.format(kind=kind),
+                                      S.Ack)) is not None and ack["nonce"] == nonce
+                    for r in ranks)
         if acked:
             (run_dir / NEXT).unlink(missing_ok=True)
             return True
@@ -132,9 +134,8 @@ def retire_word(run_dir: Path, kind: str, nonce: str, ranks: Sequence[int],
         time.sleep(POLL_S)
 
 
-def read_json(path: Path, shape: dict[str, Any],
-              since: float = 0.0) -> Optional[dict[str, Any]]:
-    """A mailbox file written after ``since``, of its declared ``shape`` (schema.records);
+def read_json(path: Path, kind: type[RecordT], since: float = 0.0) -> Optional[RecordT]:
+    """A mailbox file written after ``since``, as its declaration ``kind`` (schema.records);
     None when absent, older, too large, or not of that shape: the waiting side goes on
     waiting, within its time limit, and then reports the rank or word as missing."""
     try:
@@ -143,4 +144,4 @@ def read_json(path: Path, shape: dict[str, Any],
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
-    return None if S.record_problem(value, shape) else dict(value)
+    return None if S.record_problem(value, S.shape_for(kind)) else cast(RecordT, value)

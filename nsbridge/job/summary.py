@@ -88,7 +88,7 @@ def read_summaries(run_dir: Path, since: float = 0.0) -> list[RankSummary]:
     for rank, folder in ranked_dirs(run_dir):
         path = folder / S.SUMMARY_JSON
         if path.is_file() and path.stat().st_mtime >= since:   # written whole (write_json)
-            summary = cast(RankSummary, load_record(readable(path), S.SUMMARY_SHAPE))
+            summary = load_record(readable(path), RankSummary)
             if summary["rank"] != rank:
                 raise RunDirError(f"{path} is not a record this nsbridge reads: it is the "
                                   f"summary of rank {summary['rank']}, in the folder of rank "
@@ -109,11 +109,11 @@ def missing_ranks(summaries: list[RankSummary], ranks: Iterable[int], world_size
         if rank in have:
             continue
         child = run_dir / rank_dir_name(rank) / S.CHILD_JSON
-        record = cast(ChildRecord, load_record(readable(child), S.CHILD_SHAPE)
-                      if child.is_file() else {})
-        out.append(unprofiled(rank, world_size, status=record.get("status", "failed"),
-                              exit_code=record.get("exit_code"),
-                              error=record.get("error") or {
+        record = load_record(readable(child), ChildRecord) if child.is_file() else None
+        out.append(unprofiled(rank, world_size,
+                              status=record["status"] if record else "failed",
+                              exit_code=record["exit_code"] if record else None,
+                              error=(record.get("error") if record else None) or {
                                   "type": "NoSummary",
                                   "message": "the rank ended without its summary"}))
     return out

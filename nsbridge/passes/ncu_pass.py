@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, cast
 
 import pandas as pd
 
@@ -23,13 +23,16 @@ from ..model.ranks.rank_plan import pick_ranks, refuse_communication_ops
 from ..model.nsight.ncu import (ROOFLINE_COLUMNS, family_summary, kernel_table, metric_names,
                          op_summary)
 from ..model.judging.rules import MATMUL_OP
+from ..model.nsight.ncu_findings import Finding, Summary
 from ..parse.ncu import NcuData, read_ncu, report_data
 from ..profiles import Deep
 from ..report.document.build import clean
 from ..rundir import free_stem
 from ..run import PassOutput, Run, output_op_columns
 from ..script_check import Script
-from ..contract.report import NcuPlan, NcuPlannedOp, Recommendation, Report, verdict_label
+from ..contract.report import (Files, NcuPlan, NcuPlannedOp, NcuRankNumbers, NcuRankOp,
+                               Recommendation, Report, verdict_label)
+from ..schema.records import ManifestPass, Output
 
 KERNEL_COLUMNS = ["launch", "kernel", "op", "nvtx_range", "module", "step", "attribution", "duration_ns",
                   "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct", "l2_hit_pct",
@@ -192,22 +195,22 @@ class DeepOnRanks:
         find_ncu(environ)
 
     @staticmethod
-    def capture(folder: Path, spec: Mapping[str, Any], profile: Any,
-                **script: Any) -> PassOutput:
+    def capture(folder: Path, spec: S.PassSpec, profile: Any, **script: Any) -> PassOutput:
         """A chosen rank's share: the script under ncu, filtered to the plan's ops."""
-        return capture_deep(folder, plan=spec["plan"], deep=profile.deep,
-                            verdict=spec.get("verdict"), op_shapes=spec["op_shapes"], **script)
+        return capture_deep(folder, plan=cast(NcuPlan, spec.get("plan") or {}),
+                            deep=profile.deep, verdict=spec.get("verdict"),
+                            op_shapes=spec.get("op_shapes") or {}, **script)
 
     @staticmethod
-    def rank_numbers(section: dict[str, Any], output: dict[str, Any],
-                     folder: str) -> dict[str, Any]:
+    def rank_numbers(section: Mapping[str, Any], output: Output,
+                     folder: str) -> NcuRankNumbers:
         """A rank's headline numbers in the section's ``ranks`` rows."""
         keys = ("duration_ns", "sm_pct", "memory_pct", "achieved_occupancy_pct", "tensor_pct",
                 "bound")
         return {"launches": section.get("launches"), "attribution": section.get("attribution"),
                 "files": {k: [f"{folder}/{n}" for n in v] if isinstance(v, list)
                           else f"{folder}/{v}" for k, v in (output.get("files") or {}).items()},
-                "ops": {op: {k: cols.get(k) for k in keys}
+                "ops": {op: cast(NcuRankOp, {k: cols.get(k) for k in keys})
                         for op, cols in output_op_columns(output).items()}}
 
     @staticmethod
@@ -265,8 +268,8 @@ def capture_deep(run_dir: Path, *, plan: NcuPlan, target: str, args: Sequence[st
         walls.append(result.outcome.wall_s)
         argvs.append(result.argv)
     one = len(runs) == 1
-    manifest = {"wall_s": round(sum(walls), 3), "ncu_version": version, "ncu": ncu,
-                "argv": argvs[0] if one else argvs}
+    manifest: ManifestPass = {"wall_s": round(sum(walls), 3), "ncu_version": version,
+                              "ncu": ncu, "argv": argvs[0] if one else argvs}
     return ncu_output(concat_ncu(parts), deep, targets=plan.get("ops") or [], plan=plan,
                       version=version,
                       verdict=verdict, op_shapes=op_shapes, manifest=manifest,
@@ -371,8 +374,8 @@ def ncu_runs(plan: NcuPlan) -> list[NcuRun]:
 
 def ncu_output(data: NcuData, deep: Deep, *, targets: Optional[Sequence[NcuPlannedOp]],
                plan: Optional[NcuPlan], version: Optional[str], verdict: Optional[str],
-               op_shapes: Mapping[str, list[str]], manifest: dict[str, Any],
-               files: dict[str, Any], notes: Sequence[str] = ()) -> PassOutput:
+               op_shapes: Mapping[str, list[str]], manifest: ManifestPass,
+               files: Files, notes: Sequence[str] = ()) -> PassOutput:
     """The ncu section, ops[].ncu columns and recommendations from parsed ncu data."""
     if data.launches.empty:
         raise NcuFormatError(f"{data.path} holds no profiled kernel launch.")
@@ -402,12 +405,12 @@ def ncu_output(data: NcuData, deep: Deep, *, targets: Optional[Sequence[NcuPlann
                                                 verdict), files=files)
 
 
-def _by_family(families: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _by_family(families: Sequence[Summary]) -> dict[str, Summary]:
     """Kernel families keyed by name, for recommendations when no launch has an op."""
     return {f"kernel {f['kernel']}": f for f in families}
 
 
-def recommend(per_op: dict[str, dict[str, Any]], kernels: pd.DataFrame,
+def recommend(per_op: Mapping[str, Summary], kernels: pd.DataFrame,
               verdict: Optional[str]) -> list[Recommendation]:
     """Recommendations from the findings of each op (or, in a capture without ops, each
     kernel family), each naming it and its numbers."""
@@ -424,8 +427,7 @@ def recommend(per_op: dict[str, dict[str, Any]], kernels: pd.DataFrame,
     return out
 
 
-def _rec_for(op: str, finding: dict[str, Any], s: dict[str, Any]
-             ) -> Optional[tuple[Recommendation, float]]:
+def _rec_for(op: str, finding: Finding, s: Summary) -> Optional[tuple[Recommendation, float]]:
     """The recommendation one finding makes, and its worth (its impact is the op's share
     of the GPU time times that)."""
     rec: Recommendation

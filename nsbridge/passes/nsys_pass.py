@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, cast
 
 from .. import progress
 from .. import schema as S
@@ -21,7 +21,9 @@ from ..report.document.build import clean
 from ..run import PassOutput, Run, section_op_columns
 from ..rundir import load_record
 from ..script_check import Script
-from ..contract.report import Error
+from ..contract.report import Error, Files, TimelineNvtx, TimelineOp, TimelineRankNumbers
+from ..contract.report import Timeline as TimelineSection
+from ..schema.records import ManifestPass, Output
 from .outcome import pass_status
 
 
@@ -110,18 +112,20 @@ class TimelineOnRanks:
         find_nsys(environ)
 
     @staticmethod
-    def capture(folder: Path, spec: Mapping[str, Any], profile: Profile,
+    def capture(folder: Path, spec: S.PassSpec, profile: Profile,
                 **script: Any) -> PassOutput:
         """A chosen rank's share: the script under nsys into its folder."""
         return capture_timeline(folder, profile=profile, **script)[0]
 
     @staticmethod
-    def rank_numbers(section: dict[str, Any], output: dict[str, Any],
-                     folder: str) -> dict[str, Any]:
+    def rank_numbers(section: Mapping[str, Any], output: Output,
+                     folder: str) -> TimelineRankNumbers:
         """A rank's headline numbers in the section's ``ranks`` rows."""
         ops = section.get("ops") or []
-        return {**{k: section.get(k) for k in ("gpu_busy_pct", "kernels", "copies", "memsets",
-                                                "nsbridge_ranges", "sync_calls", "sync_us")},
+        return {"gpu_busy_pct": section.get("gpu_busy_pct"), "kernels": section.get("kernels"),
+                "copies": section.get("copies"), "memsets": section.get("memsets"),
+                "nsbridge_ranges": section.get("nsbridge_ranges"),
+                "sync_calls": section.get("sync_calls"), "sync_us": section.get("sync_us"),
                 "kernel_us": round(sum(op.get("kernel_us") or 0.0 for op in ops), 3),
                 "comm_kernel_us": round(sum(op.get("kernel_us") or 0.0 for op in ops
                                             if COMMUNICATION_OP.search(str(op.get("op")))), 3),
@@ -154,19 +158,21 @@ def capture_timeline(run_dir: Path, *, target: str, args: Sequence[str], module:
         export = read_nsys_sqlite(nsys_pass.sqlite)
         joined = _join_window(export, measured_steps(run_dir, profile),
                               profile.timeline.top_gaps)
-    emitted = ((nsys_pass.child or {}).get("nvtx") or {}).get("total", 0)
-    check = nvtx_check(emitted, joined.summary["nsbridge_ranges"], nsys_pass.version)
+    child = nsys_pass.child
+    emitted = ((child.get("nvtx") or {}).get("total", 0)) if child else 0
+    check = nvtx_check(emitted, joined.summary.get("nsbridge_ranges") or 0, nsys_pass.version)
     section = timeline_section(joined, check, {"nsys_rep": capture.report.name,
                                                "sqlite": nsys_pass.sqlite.name,
                                                "log": nsys_pass.log.name})
-    manifest = {"wall_s": capture.outcome.wall_s, "nsys_version": nsys_pass.version,
-                "nsys": nsys_pass.install.path, "nsys_found_by": nsys_pass.install.found_by,
-                "qdstrm_imported_with": capture.imported_with, "argv": capture.argv}
-    child_env = (nsys_pass.child or {}).get("env")
+    manifest: ManifestPass = {
+        "wall_s": capture.outcome.wall_s, "nsys_version": nsys_pass.version,
+        "nsys": nsys_pass.install.path, "nsys_found_by": nsys_pass.install.found_by,
+        "qdstrm_imported_with": capture.imported_with, "argv": capture.argv}
+    child_env = child.get("env") if child else None
     if child_env:
         manifest["environment"] = child_env
     return _output(section, joined, manifest, status, exit_code, error,
-                   export.notes + ([check["warning"]] if check["warning"] else [])), joined
+                   export.notes + ([warning] if (warning := check.get("warning")) else [])), joined
 
 
 def timeline_from_exports(files: Sequence[Path], profile: Profile, run_dir: Path,
@@ -185,7 +191,8 @@ def timeline_from_exports(files: Sequence[Path], profile: Profile, run_dir: Path
         steps = measured_steps(None, profile) if window == "steps" else []
         export = read_nsys_sqlite(sqlite)
         joined = _join_window(export, steps, profile.timeline.top_gaps)
-    nvtx = {"emitted": None, "recorded": joined.summary["nsbridge_ranges"], "warning": None}
+    nvtx: TimelineNvtx = {"emitted": None, "recorded": joined.summary.get("nsbridge_ranges"),
+                          "warning": None}
     section = timeline_section(joined, nvtx, {"input": str(source), "sqlite": str(sqlite)})
     if len(files) > 1:
         section["note"] = f"{len(files)} nsys files given; the timeline shows {source.name}"
@@ -199,7 +206,7 @@ def measured_steps(run_dir: Optional[Path], profile: Profile) -> list[int]:
     range N is the same step."""
     child = run_dir / S.CHILD_JSON if run_dir is not None else None
     if child is not None and child.is_file():
-        steps = load_record(readable(child), S.CHILD_SHAPE).get("steps") or []
+        steps = load_record(readable(child), S.ChildRecord).get("steps") or []
         active = [int(s["index"]) for s in steps if s.get("phase") == "active"]
         if active:   # the first window only (repeat > 1 saves more): the one analysed
             run = [active[0]]
@@ -223,9 +230,9 @@ def _join_window(export: Any, steps: list[int], top_gaps: int) -> Timeline:
     return joined
 
 
-def nvtx_check(emitted: int, recorded: int, nsys_version: Optional[str]) -> dict[str, Any]:
+def nvtx_check(emitted: int, recorded: int, nsys_version: Optional[str]) -> TimelineNvtx:
     """Compare NVTX ranges nsbridge pushed with those in the export; warn with the cause."""
-    check: dict[str, Any] = {"emitted": emitted, "recorded": recorded, "warning": None}
+    check: TimelineNvtx = {"emitted": emitted, "recorded": recorded, "warning": None}
     if emitted and recorded < 0.5 * emitted:
         try:
             from importlib.metadata import version
@@ -240,14 +247,14 @@ def nvtx_check(emitted: int, recorded: int, nsys_version: Optional[str]) -> dict
     return check
 
 
-def timeline_section(timeline: Timeline, nvtx: dict[str, Any],
-                     files: dict[str, Any]) -> dict[str, Any]:
+def timeline_section(timeline: Timeline, nvtx: TimelineNvtx, files: Files) -> TimelineSection:
     """report["timeline"]: the nsys view (docs/reference/report-json.md)."""
-    return clean({**timeline.summary, "nvtx": nvtx, "files": files,
-                  "ops": timeline.ops.to_dict("records"), "idle_gaps": timeline.gaps})
+    ops = cast(list[TimelineOp], timeline.ops.to_dict("records"))
+    return clean(TimelineSection(**timeline.summary, nvtx=nvtx, files=files, ops=ops,
+                                 idle_gaps=timeline.gaps))
 
 
-def _output(section: dict[str, Any], joined: Timeline, manifest: dict[str, Any], status: str,
+def _output(section: TimelineSection, joined: Timeline, manifest: ManifestPass, status: str,
             exit_code: int, error: Optional[Error], notes: list[str]) -> PassOutput:
     columns = section_op_columns(("timeline", section))
     source = (f"Nsight Systems {section.get('nsys_version') or ''} export: NVTX op ranges, "

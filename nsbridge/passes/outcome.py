@@ -8,7 +8,7 @@ could not write).
 from __future__ import annotations
 
 import signal
-from typing import Any, Optional
+from typing import Optional, cast
 
 from .. import schema as S
 from ..collect._process import ChildOutcome
@@ -16,7 +16,7 @@ from ..printable import printable
 from ..contract.report import Error
 
 
-def pass_status(outcome: ChildOutcome, child: Optional[dict[str, Any]],
+def pass_status(outcome: ChildOutcome, child: Optional[S.ChildRecord],
                 doing: Optional[str] = None) -> tuple[str, int, Optional[Error]]:
     """(status, exit code, error) of a pass from how its process ended and its own record.
 
@@ -25,7 +25,7 @@ def pass_status(outcome: ChildOutcome, child: Optional[dict[str, Any]],
     timeout is 124, a SIGTERM (to nsbridge or to the profiled process) 143, Ctrl-C 130.
     ``doing``: what the profiler was doing when the process died (its PROFILER_DOING)."""
     if child is not None and child.get("status") in ("ok", "failed"):
-        return child["status"], int(child["exit_code"]), child.get("error")
+        return child["status"], int(child["exit_code"]), recorded_error(child.get("error"))
     if outcome.timed_out:
         return "timeout", S.TIMEOUT, {"type": "Timeout", "message": "stopped by --timeout"}
     if outcome.terminated:
@@ -46,7 +46,14 @@ def pass_status(outcome: ChildOutcome, child: Optional[dict[str, Any]],
                                             f"{outcome.returncode} before writing its record "
                                             "(os._exit, or a crash in native code): there is "
                                             "no Python traceback"}
-    return child["status"], int(child["exit_code"]), child.get("error")
+    return child["status"], int(child["exit_code"]), recorded_error(child.get("error"))
+
+
+def recorded_error(error: Optional[S.RecordError]) -> Optional[Error]:
+    """A process's recorded error as the report holds it (the keys report.json declares)."""
+    if error is None:
+        return None
+    return cast(Error, {k: v for k, v in error.items() if k in Error.__annotations__})
 
 
 def killed_by(signum: int, doing: Optional[str] = None) -> Error:

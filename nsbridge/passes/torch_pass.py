@@ -8,7 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, cast
 
 from .. import __version__, progress
 from .._blas import import_numpy_on_one_thread
@@ -31,6 +31,8 @@ from ..script_check import Script
 from ..rundir import read_run
 from .outcome import pass_status
 from ..contract.report import Error, Machine, MachineCores
+from ..schema.records import (Around, ChildRecord, ChildStep, Manifest, ProcessMachine,
+                              Window)
 
 
 def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: bool,
@@ -59,8 +61,9 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
     status, exit_code, error = pass_status(passes[-1].outcome, passes[-1].child,
                                            passes[-1].doing)
     steps = pooled_steps(passes)
+    lead = passes[0].child
     machine = process_machine(combine_runs([tp.machine for tp in passes]),
-                              {**(passes[0].child or {}), "steps": steps}, profile)
+                              lead.get("machine") if lead else None, steps, profile)
     if threads:
         machine["threads"] = {**(machine.get("threads") or {}), "requested": threads}
     return analyse_passes(run_dir, passes, target=target, args=args, profile=profile,
@@ -68,10 +71,10 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
                           exit_code=exit_code, error=error)
 
 
-def pooled_steps(passes: Sequence[TorchPass]) -> list[dict[str, Any]]:
+def pooled_steps(passes: Sequence[TorchPass]) -> list[ChildStep]:
     """Every step the processes timed, each with its run (1..N)."""
-    return [{**step, "run": i} for i, tp in enumerate(passes, 1)
-            for step in (tp.child or {}).get("steps") or []]
+    return [{**step, "run": i} for i, tp in enumerate(passes, 1) if tp.child
+            for step in tp.child.get("steps") or []]
 
 
 def analyse_passes(run_dir: Path, passes: Sequence[TorchPass], *, target: str,
@@ -84,7 +87,7 @@ def analyse_passes(run_dir: Path, passes: Sequence[TorchPass], *, target: str,
     ``run_dir`` or its repeat-NN/): their traces analysed with what the processes knew
     (steps, sync records, machine facts, math settings) and pooled. Used by the pass that
     ran them and by ``analyze RUN_DIR`` (``command``, ``files``: the report's own)."""
-    children = [tp.child or {} for tp in passes]
+    children = [tp.child for tp in passes]
     child = children[0]
     steps = pooled_steps(passes)
     notes = _triage_notes(passes[0], child)
@@ -105,11 +108,11 @@ def analyse_passes(run_dir: Path, passes: Sequence[TorchPass], *, target: str,
             with progress.step("analysing the trace" + (f" of run {i}" if len(passes) > 1
                                                         else "")):
                 analyses.append(analyze_events(read.events, thresholds=profile.analysis,
-                                               process_syncs=c.get("syncs"),
+                                               process_syncs=c.get("syncs") if c else None,
                                                process_steps=steps_seen(c) or None,
                                                script=target, machine=machine,
                                                window=window, complete_steps=True,
-                                               last_step_cut=bool((c.get("window") or {})
+                                               last_step_cut=bool(c and (c.get("window") or {})
                                                                   .get("stopped_by"))))
             trace = trace or read
         except TraceError as exc:
@@ -129,17 +132,20 @@ def analyse_passes(run_dir: Path, passes: Sequence[TorchPass], *, target: str,
                             if tp.traces]
     contended = bool((machine.get("contention") or {}).get("contended"))
     core = build_report(command=command, target=" ".join([target, *args]), status=status,
-                        analysis=analysis, step_source=child.get("step_source"),
+                        analysis=analysis,
+                        step_source=child.get("step_source") if child else None,
                         overhead=profiler_overhead(steps, contended,
                                                    (machine.get("threads") or {}).get("intra_op"))
                         if child else None,
                         files=files, notes=notes, has_memory=has_memory(trace), error=error,
                         version=__version__, machine=machine, child_steps=steps,
-                        environment=child.get("env"))
-    manifest = {"wall_s": round(sum(tp.outcome.wall_s for tp in passes), 3),
-                "runs": len(passes), "steps_seen": sum(steps_seen(c) for c in children),
-                "step_source": child.get("step_source"), "environment": child.get("env"),
-                "machine": machine}
+                        environment=child.get("env") if child else None)
+    manifest: S.ManifestPass = {
+        "wall_s": round(sum(tp.outcome.wall_s for tp in passes), 3), "runs": len(passes),
+        "steps_seen": sum(steps_seen(c) for c in children),
+        "step_source": child.get("step_source") if child else None,
+        "environment": child.get("env") if child else None,
+        "machine": cast(dict[str, Any], machine)}
     return PassOutput(name="torch.profiler" if command == "triage" else command,
                       manifest=manifest, status=status,
                       exit_code=exit_code, error=error, core=core), analysis
@@ -168,7 +174,7 @@ def analyse_run_dir(run_dir: Path, profile: Optional[Profile], window: str) -> P
     output, analysis = analyse_passes(
         run_dir, passes, target=str(manifest.get("target") or run_dir),
         args=list(manifest.get("args") or []), profile=profile, window=window,
-        machine=report.get("machine") or first.get("machine") or Machine(),
+        machine=report.get("machine") or cast(Machine, first.get("machine")) or Machine(),
         status=str(report.get("status") or "ok"), exit_code=int(first.get("exit_code") or 0),
         error=report.get("error"), command="analyze",
         files={"trace": None, "inputs": [str(t) for t in traces],
@@ -179,7 +185,7 @@ def analyse_run_dir(run_dir: Path, profile: Optional[Profile], window: str) -> P
     return output
 
 
-def recorded_profile(manifest: dict[str, Any]) -> Profile:
+def recorded_profile(manifest: Manifest) -> Profile:
     """The profile a run was made with (its manifest keeps every value, each checked as a
     profile file's); the default profile where the manifest's is not one this version
     reads."""
@@ -333,18 +339,20 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
                       frames={"analysis": lead})
 
 
-def process_machine(around: dict[str, Any], child: dict[str, Any],
-                    profile: Profile) -> Machine:
+def process_machine(around: Around, process: Optional[ProcessMachine],
+                    steps: Sequence[ChildStep], profile: Profile) -> Machine:
     """The machine facts of one profiled process (``around``: collect.machine's snapshots
-    taken by the process that started it)."""
+    taken by the process that started it; ``process``, ``steps``: what the process saw)."""
     return machine_facts(cores=around.get("cores") or MachineCores(), run=around,
-                         process=child.get("machine"), steps=child.get("steps") or [],
+                         process=process, steps=steps,
                          wait_share=profile.analysis.contention_wait_share,
                          steal_share=profile.analysis.contention_steal_share)
 
 
-def steps_seen(child: dict[str, Any]) -> int:
+def steps_seen(child: Optional[ChildRecord]) -> int:
     """Steps the profiled process ran (its record keeps a bounded sample of them)."""
+    if child is None:
+        return 0
     return int(child.get("steps_seen") or len(child.get("steps") or []))
 
 
@@ -352,7 +360,7 @@ def has_memory(trace: Optional[TorchTrace]) -> bool:
     return trace is not None and bool((trace.events[S.CAT] == S.MEMORY).any())
 
 
-def recording_note(window: dict[str, Any], steps_seen: int, saved: bool) -> Optional[str]:
+def recording_note(window: Window, steps_seen: int, saved: bool) -> Optional[str]:
     """What the saved trace holds when it is not the schedule's steps, or was cut short
     (``saved``: a trace was written)."""
     kind, stopped = window.get("kind"), window.get("stopped_by")
@@ -389,10 +397,22 @@ def recording_note(window: dict[str, Any], steps_seen: int, saved: bool) -> Opti
     return None
 
 
-def _triage_notes(torch_pass: TorchPass, child: dict[str, Any]) -> list[str]:
+def _triage_notes(torch_pass: TorchPass, child: Optional[ChildRecord]) -> list[str]:
+    notes = _record_notes(child) if child is not None else []
+    if torch_pass.outcome.killed:
+        notes.append("the profiled process did not stop in time and was killed; its trace "
+                     "may be missing")
+    if len(torch_pass.traces) > 1:
+        notes.append(f"{len(torch_pass.traces)} measured windows were saved (schedule repeat); "
+                     "the report analyses the first")
+    return notes
+
+
+def _record_notes(child: ChildRecord) -> list[str]:
+    """What the process's own record says about what it recorded."""
     notes = []
-    if child.get("schedule_note"):
-        notes.append(child["schedule_note"])
+    if schedule_note := child.get("schedule_note"):
+        notes.append(schedule_note)
     window = child.get("window") or {}
     window_note = recording_note(window, steps_seen(child), bool(child.get("traces")))
     if window_note:
@@ -422,10 +442,4 @@ def _triage_notes(torch_pass: TorchPass, child: dict[str, Any]) -> list[str]:
     if window.get("budget_error"):
         notes.append(f"the recording budget could not stop the profiler cleanly: "
                      f"{window['budget_error']}")
-    if torch_pass.outcome.killed:
-        notes.append("the profiled process did not stop in time and was killed; its trace "
-                     "may be missing")
-    if len(torch_pass.traces) > 1:
-        notes.append(f"{len(torch_pass.traces)} measured windows were saved (schedule repeat); "
-                     "the report analyses the first")
     return notes

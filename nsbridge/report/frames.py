@@ -336,7 +336,7 @@ from .document.escape import terminal
 from .views.timeline_view import NSYS_OP_DTYPES
 from .views import catalog
 from .document.head import shown_verdict, trouble_lines, verdict_title
-from ..contract.report import DeviceWork, Op, Report, per_step_of
+from ..contract.report import Op, Report, per_step_of
 
 # each frame's columns and dtypes, as the module docstring's tables give them
 # (tests/test_load.py checks the two against the frames of real runs)
@@ -514,7 +514,7 @@ def pass_ranks(report: Report, section: Literal["timeline", "ncu"]
     """One row per rank of a pass run on several ranks (``section``: "timeline" gives
     ``r.timeline_ranks``, "ncu" ``r.ncu_ranks``, module docstring; ncu's per-op numbers
     flattened to ``OP.metric`` columns); None without one."""
-    rows = (report.get(section) or {}).get("ranks")
+    rows: Optional[Sequence[Mapping[str, Any]]] = (report.get(section) or {}).get("ranks")
     if not rows:
         return None
     columns = dict(TIMELINE_RANKS if section == S.TIMELINE_SECTION else NCU_RANKS)

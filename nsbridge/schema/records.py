@@ -4,10 +4,12 @@ summary.json (``RankSummary``) and the job mailbox's files (``Word``, ``Output``
 a gate's gate.json is checked against its types, contract.comparison. The type checker
 reads the declarations where a record is built or read; each record is untrusted when read
 back (edited by hand, damaged, written by another version, planted in a folder), so its one
-reader checks it against the shape derived from the same declaration (``*_SHAPE``,
-schema.shape.shape_of) and refuses it naming the file and the first field that is wrong.
-Stdlib only (typing_extensions before Python 3.11, as torch installs it): the profiled
-process builds child.json with these types.
+reader (rundir.load_record, given the declaration) checks it against the shape derived
+from it (``shape_for``, schema.shape.shape_of) and refuses it naming the file and the first
+field that is wrong. Stdlib only (typing_extensions before Python 3.11, as torch installs
+it): the profiled process builds child.json with these types. The report declares the
+parts it copies from these records with these same types (contract.report's Environment,
+MachineThreads and Error), and collect.machine's readers return the types here.
 
 Numbers are finite and bounded (shape.HUGE); ranks and world sizes are whole numbers
 below ``MAX_RANKS``; file names a record points to are bare names in its own folder.
@@ -15,10 +17,11 @@ below ``MAX_RANKS``; file names a record points to are bare names in its own fol
 
 from __future__ import annotations
 
+import functools
 import sys
-from typing import Annotated, Any, Optional, TypedDict
+from typing import Annotated, Any, Optional, TypedDict, Union
 
-from .shape import _SIGNED, _TEXT, _Atom, misshapen, shape_of
+from .shape import _SIGNED, Shape, _Atom, misshapen, record_shape
 
 if sys.version_info >= (3, 11):
     from typing import Required
@@ -26,9 +29,12 @@ else:
     from typing_extensions import Required
 
 __all__ = ["ACK_SHAPE", "CHILD_SHAPE", "MANIFEST_SHAPE", "MAX_RANKS", "OUTPUT_SHAPE",
-           "SUMMARY_SHAPE", "WORD_SHAPE", "Ack", "ChildRecord", "ChildStep", "Environment",
-           "GitState", "Manifest", "ManifestPass", "Output", "ProcessMachine", "RankSummary",
-           "RecordError", "StepLap", "SyncRecord", "Window", "Word", "record_problem"]
+           "SUMMARY_SHAPE", "WORD_SHAPE", "Ack", "Around", "ChildRecord", "ChildStep", "Cores",
+           "Environment", "GitState", "GpuProcess", "GpuState", "Manifest", "ManifestPass",
+           "Output", "PassError", "PassRank", "PassSpec", "ProcessMachine", "RankSummary",
+           "RecordError", "RunSource", "Snapshot", "StepLap", "SyncRecord", "Throttling", "Window",
+           "Word",
+           "record_problem", "shape_for"]
 
 MAX_RANKS = 1 << 20   # more ranks than any job runs: a world_size above it is refused
 
@@ -53,6 +59,63 @@ _VARIABLES = _Atom("an object of strings", lambda v: isinstance(v, dict) and all
 _SECTION = _Atom("a [name, object] pair", lambda v: isinstance(v, list) and len(v) == 2
                  and isinstance(v[0], str) and isinstance(v[1], dict))
 
+# what collect.machine's readers return (the machine around a run): the report's machine
+# facts take Cores, Throttling and GpuState as they are, so the type checker holds them to
+# contract.report's MachineCores, MachineCgroupThrottling and MachineGpu
+class Cores(TypedDict, total=False):
+    """Cores this process may run on: all, its affinity, the cgroup's quota, the least."""
+
+    logical: Optional[float]
+    affinity: Optional[int]
+    cgroup_quota: Optional[float]
+    usable: Optional[float]
+
+
+class Throttling(TypedDict, total=False):
+    """The cgroup's CPU controller: periods, those throttled, time throttled (ms)."""
+
+    periods: Optional[int]
+    throttled: Optional[float]
+    throttled_ms: Optional[float]
+
+
+class Snapshot(TypedDict):
+    """Counters to difference later (``between``), and the load average then."""
+
+    at: float
+    load: Optional[list[float]]
+    cpu: Optional[dict[str, int]]
+    cgroup: Optional[Throttling]
+
+
+class Around(TypedDict, total=False):
+    """What the machine did around a run (``between``), with the usable cores."""
+
+    load_before: Optional[list[float]]
+    load_after: Optional[list[float]]
+    steal_share: Optional[float]
+    cgroup_throttling: Optional[Throttling]
+    seconds: Optional[float]
+    cores: Cores
+
+
+class GpuProcess(TypedDict):
+    pid: int
+    used_mib: Optional[float]
+
+
+class GpuState(TypedDict, total=False):
+    """One GPU's clocks, throttle reasons, temperature and others' processes on it."""
+
+    index: Required[Any]
+    name: Optional[str]
+    sm_clock_mhz: Optional[float]
+    sm_clock_max_mhz: Optional[float]
+    throttle_reasons: Optional[list[str]]
+    temperature_c: Optional[float]
+    other_processes: Optional[list[Any]]
+
+
 # manifest.json: what `analyze RUN`, `deep --run`, `timeline --run`, `gate` and `load` use
 class RecordError(TypedDict, total=False):
     """Why a process, pass or rank failed: its kind, message, when, and where."""
@@ -64,6 +127,13 @@ class RecordError(TypedDict, total=False):
     file: Optional[str]
     line: Optional[int]
     signal: Optional[int]
+
+
+# a pass's or the run's failure as manifest.json and report.json hold it ("pass": a keyword)
+PassError = TypedDict("PassError", {"type": Optional[str], "message": Optional[str],
+                                    "file": Optional[str], "line": Optional[int],
+                                    "pass": Optional[str], "signal": Optional[int],
+                                    "rank": Optional[int]}, total=False)
 
 
 class MathSettings(TypedDict, total=False):
@@ -94,26 +164,64 @@ class GitState(TypedDict, total=False):
     dirty: bool
 
 
+class RunSource(TypedDict, total=False):
+    """What a rerun of a run needs besides the script: threads, checked variables, git."""
+
+    threads: Optional[int]
+    env: dict[str, str]
+    git: Optional[GitState]
+
+
+class PassRank(TypedDict, total=False):
+    """A rank's line in a pass's manifest entry when the pass ran on several ranks: how it
+    ended (its numbers are in the report)."""
+
+    rank: Required[Annotated[int, _RANK]]
+    host: Optional[str]
+    status: Optional[str]
+    exit_code: Optional[Annotated[int, _EXIT]]
+    error: Optional[str]
+
+
 class ManifestPass(TypedDict, total=False):
-    """One pass of a run in manifest.json."""
+    """One pass of a run in manifest.json: how it ended, how long it took, and the tool it
+    ran (``machine``: the report's machine facts, contract.report.Machine, checked with the
+    report; ``argv``: the tool's command line, one per capture when there were several;
+    ``inputs``: the files given to analyze, or their count)."""
 
     name: str
     status: str
     exit_code: Annotated[int, _EXIT]
+    error: Optional[PassError]
     wall_s: float
     runs: float
     steps_seen: float
+    step_source: Optional[str]
     machine: dict[str, Any]
-    environment: Environment
-    error: Optional[RecordError]
+    environment: Optional[Environment]
+    argv: Union[list[str], list[list[str]]]
+    inputs: Union[int, list[str]]
+    nsys: str
+    nsys_version: Optional[str]
+    nsys_found_by: str
+    qdstrm_imported_with: Optional[str]
+    ncu: str
+    ncu_version: Optional[str]
+    ranks: list[PassRank]
+    world_size: Optional[int]
 
 
 class Manifest(TypedDict, total=False):
     """manifest.json: what ran, how, and each pass."""
 
+    nsbridge_version: str
     command: Required[str]
     status: Required[str]
     target: Required[str]
+    started_at: str
+    finished_at: str
+    platform: str
+    python: str
     args: list[str]
     module: bool
     cwd: str
@@ -126,7 +234,7 @@ class Manifest(TypedDict, total=False):
     pid: Annotated[int, _EXIT]
     launcher: list[str]
     passes: list[ManifestPass]
-    error: Optional[RecordError]
+    error: Optional[PassError]
     environment: Environment
 
 
@@ -141,6 +249,7 @@ class StepLap(TypedDict, total=False):
     compile_ms: float
     probe_ms: float
     nsbridge_ms: float
+    run: int             # which process of a pooled series (set when pooled, 1..N)
 
 
 class ChildStep(TypedDict, total=False):
@@ -155,6 +264,7 @@ class ChildStep(TypedDict, total=False):
     compile_ms: float
     probe_ms: float
     nsbridge_ms: float
+    run: int             # which process of a pooled series (set when pooled, 1..N)
 
 
 class SyncRecord(TypedDict, total=False):
@@ -183,6 +293,7 @@ class Threads(TypedDict, total=False):
     intra_op: int
     inter_op: int
     env: dict[str, str]
+    requested: Optional[int]   # the count nsbridge set (--threads), added by the parent
 
 
 class ProcessMachine(TypedDict, total=False):
@@ -304,14 +415,32 @@ class RankSummary(TypedDict, total=False):
 
 
 # the job mailbox: rank 0's word (ranks-next.json) and a rank's output of a pass
-class WordSpec(TypedDict, total=False):
-    ranks: list[Annotated[int, _RANK]]
-    pass_id: str
+class PassSpec(TypedDict, total=False):
+    """What every rank needs to run its share of a pass (job.mailbox.pass_spec): the
+    script, the profile, the ranks that run the tool, the pass's id; ``env``: variables a
+    rank sets (a fresh rendezvous store); the deep pass's own: ``plan`` (its NcuPlan, as the
+    report declares it), ``op_shapes``, ``verdict``; a spec file for ranks started by
+    torch.distributed.run names ``kind`` (the pass) and ``run_dir`` too."""
+
+    target: Required[str]
+    args: Required[list[str]]
+    module: Required[bool]
+    cwd: Required[str]
+    timeout: Optional[float]
+    profile: Required[str]
+    ranks: Required[list[Annotated[int, _RANK]]]
+    pass_id: Required[str]
+    env: Annotated[dict[str, str], _VARIABLES]
+    plan: dict[str, Any]
+    op_shapes: dict[str, list[str]]
+    verdict: Optional[str]
+    kind: str
+    run_dir: str
 
 
 # ranks-next.json: rank 0's word to the others (go, or why not); "pass" is a keyword
 Word = TypedDict("Word", {"pass": Required[str], "go": Required[bool], "job": str,
-                          "nonce": str, "spec": Optional[WordSpec], "why": str}, total=False)
+                          "nonce": str, "spec": Optional[PassSpec], "why": str}, total=False)
 
 
 class Output(TypedDict, total=False):
@@ -321,14 +450,14 @@ class Output(TypedDict, total=False):
     name: Required[str]
     status: Required[str]
     exit_code: Required[Annotated[int, _EXIT]]
-    error: Optional[RecordError]
-    manifest: ManifestPass
+    error: Optional[PassError]
+    manifest: ManifestPass         # its entry in manifest.json's passes (run.PassOutput)
     core: dict[str, Any]
     section: Annotated[Optional[list[Any]], _SECTION]
     op_key: Optional[str]
     op_columns: dict[str, Any]
     notes: list[str]
-    sources: dict[str, Any]
+    sources: dict[str, str]
     recommendations: list[dict[str, Any]]
     files: dict[str, Any]
 
@@ -337,15 +466,21 @@ class Ack(TypedDict):
     nonce: str
 
 
-MANIFEST_SHAPE = shape_of(Manifest)
-CHILD_SHAPE = shape_of(ChildRecord)
-SUMMARY_SHAPE = shape_of(RankSummary)
-WORD_SHAPE = shape_of(Word)
-OUTPUT_SHAPE = shape_of(Output)
-ACK_SHAPE = shape_of(Ack)
+def shape_for(kind: type) -> Shape:
+    """The shape of the record declared as ``kind``, derived once."""
+    return _shape_for(kind)
 
 
-def record_problem(record: Any, shape: dict[str, Any]) -> Optional[str]:
+_shape_for = functools.cache(record_shape)
+MANIFEST_SHAPE = shape_for(Manifest)
+CHILD_SHAPE = shape_for(ChildRecord)
+SUMMARY_SHAPE = shape_for(RankSummary)
+WORD_SHAPE = shape_for(Word)
+OUTPUT_SHAPE = shape_for(Output)
+ACK_SHAPE = shape_for(Ack)
+
+
+def record_problem(record: object, shape: Shape) -> Optional[str]:
     """Why ``record`` does not have ``shape``, naming the first field that is wrong
     ('world_size is 10000000, not a whole number from 1 to 1048576'); None when it has."""
     if not isinstance(record, dict):

@@ -20,7 +20,7 @@ import typing
 from typing import Any, Callable, NamedTuple, Optional, Union
 
 
-__all__ = ["HUGE", "describe", "misshapen", "shape_of"]
+__all__ = ["HUGE", "Shape", "describe", "misshapen", "record_shape", "shape_of"]
 
 HUGE = 1e18   # above any count, byte size or microsecond total a run can hold
 
@@ -39,7 +39,7 @@ class _Atom(NamedTuple):
 class _Required(NamedTuple):
     """A field that must be present (not missing, not null)."""
 
-    shape: Any
+    shape: "Field"
 
 
 def _is_number(value: Any) -> bool:
@@ -56,6 +56,10 @@ def _is_signed(value: Any) -> bool:
     return _is_number(abs(value)) if isinstance(value, (int, float)) else False
 
 
+# a field's shape: an atom, a required field, an object's fields, or [its items' shape]
+Field = Union[_Atom, _Required, "Shape", list["Field"]]
+Shape = dict[str, Field]     # an object's shape: its fields by key
+
 _ANY = _Atom("anything", lambda v: True)
 _TEXT = _Atom("a string", lambda v: isinstance(v, str))
 _FLAG = _Atom("true or false", lambda v: isinstance(v, bool))
@@ -66,7 +70,19 @@ _SIGNED = _Atom("a finite number", _is_signed)
 _ATOMS = {str: _TEXT, bool: _FLAG, int: _NUMBER, float: _NUMBER, Any: _ANY, object: _ANY}
 
 
-def shape_of(declared: Any) -> Any:
+def record_shape(declared: type) -> Shape:
+    """The shape of a record declared as a TypedDict (an object's fields).
+
+    Raises:
+        TypeError: ``declared`` is not a TypedDict, or holds a type a record cannot hold.
+    """
+    shape = shape_of(declared)
+    if not isinstance(shape, dict):
+        raise TypeError(f"{declared!r} is not a record (a TypedDict)")
+    return shape
+
+
+def shape_of(declared: Any) -> Field:
     """The shape of a declared type (see the module's docstring).
 
     Raises:
@@ -107,7 +123,7 @@ def _presence(kind: Any) -> str:
     return next((mark for mark in ("NotRequired", "Required") if name.endswith("." + mark)), "")
 
 
-def misshapen(record: dict[str, Any], shape: dict[str, Any]) -> Optional[str]:
+def misshapen(record: object, shape: Shape) -> Optional[str]:
     """The first field of ``record`` that does not have ``shape``, as 'FIELD is X, not Y';
     None when all do."""
     try:
@@ -117,7 +133,7 @@ def misshapen(record: dict[str, Any], shape: dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _conform(value: Any, shape: Any, field: str) -> None:
+def _conform(value: object, shape: Field, field: str) -> None:
     """Raise _Misshapen naming ``field`` where ``value`` is not of ``shape``."""
     if isinstance(shape, _Required):
         if value is None:
@@ -135,7 +151,7 @@ def _conform(value: Any, shape: Any, field: str) -> None:
             raise _Misshapen(f"{field} is {describe(value)}, not a list")
         for i, item in enumerate(value):
             _conform(item, _Required(shape[0]), f"{field}[{i}]")
-    elif not shape.test(value):
+    elif isinstance(shape, _Atom) and not shape.test(value):
         raise _Misshapen(f"{field} is {describe(value)}, not {shape.what}")
 
 

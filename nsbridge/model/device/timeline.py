@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 import pandas as pd
 
 from ... import schema as S
+from ...contract.report import Timeline as TimelineSection
+from ...contract.report import TimelineAttribution, TimelineIdleGap, TimelineWindow, UnlaunchedWork, WorkCounts
 from ..host.nesting import HostTree, build_tree, longest_gaps, merge_intervals
 from ..strings import name_mask
 from ..host.syncs import BLOCKING_CALL
@@ -61,8 +63,8 @@ class Timeline:
     gpu: pd.DataFrame          # one row per kernel/copy/memset: kind (kernel | memcpy |
                                # memset), name, direction, bytes, device, start, dur, op,
                                # module, rule
-    gaps: list[dict[str, Any]]
-    summary: dict[str, Any]
+    gaps: list[TimelineIdleGap]
+    summary: TimelineSection   # report["timeline"]'s counts, before the pass adds its own
 
 
 def classify_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
@@ -104,7 +106,7 @@ def _codes(column: pd.Series) -> tuple[np.ndarray, list]:
 
 
 def window_to_steps(export: Any, steps: Optional[list[int]]
-                    ) -> tuple[Any, dict[str, Any]]:
+                    ) -> tuple[Any, TimelineWindow]:
     """The export cut to the time of nsbridge's ``step N`` ranges for N in ``steps``, and
     what the window is (``{"kind": "steps", "steps", "start_ns", "end_ns"}`` or ``{"kind":
     "capture", "why"}``). The whole capture when a step is missing from it."""
@@ -193,7 +195,7 @@ def join(export: Any, top_gaps: int = 10) -> Timeline:
     op_table = op_summary(ranges, gpu, gpu_op, runtime["dur"].to_numpy(np.float64)[syncs],
                           rt_op[syncs])
     gap_op, gap_module, gap_step = labels.at(gap_thread, mids)
-    gaps = [{"device": d, "start_ns": a, "dur_us": round(n / 1e3, 3), "op": op,
+    gaps: list[TimelineIdleGap] = [{"device": d, "start_ns": a, "dur_us": round(n / 1e3, 3), "op": op,
              "module": module, "step": step}
             for (n, a, d), op, module, step in zip(
                 found_gaps, labels.op_names[gap_op], labels.range_names[gap_module],
@@ -261,7 +263,7 @@ class RangeLabels:
 
 
 def _summary(export: Any, ranges: pd.DataFrame, kind: np.ndarray, gpu: pd.DataFrame,
-             runtime: pd.DataFrame, syncs: np.ndarray) -> dict[str, Any]:
+             runtime: pd.DataFrame, syncs: np.ndarray) -> TimelineSection:
     """report["timeline"]'s counts: ranges by kind and domain, GPU work by kind and
     attribution rule, runtime and blocking calls, GPU busy share."""
     domain_codes, domains = _codes(ranges["domain"])
@@ -278,10 +280,10 @@ def _summary(export: Any, ranges: pd.DataFrame, kind: np.ndarray, gpu: pd.DataFr
         "kernels": int((gpu_kind == "kernel").sum()),
         "copies": int((gpu_kind == "memcpy").sum()),
         "memsets": int((gpu_kind == "memset").sum()),
-        "attribution": {r: _by_kind(gpu_kind[rule == r], dur[rule == r])["counts"]
-                        for r in sorted(set(rule))},
-        "no_launch": _by_kind(gpu_kind[rule == NO_LAUNCH], dur[rule == NO_LAUNCH])["totals"],
-        "outside_ops": _by_kind(gpu_kind[rule == OUTSIDE_OPS], dur[rule == OUTSIDE_OPS])["totals"],
+        "attribution": cast(TimelineAttribution,
+                            {r: _work_counts(gpu_kind[rule == r]) for r in sorted(set(rule))}),
+        "no_launch": _unlaunched(gpu_kind[rule == NO_LAUNCH], dur[rule == NO_LAUNCH]),
+        "outside_ops": _unlaunched(gpu_kind[rule == OUTSIDE_OPS], dur[rule == OUTSIDE_OPS]),
         "runtime_calls": int(len(runtime)),
         "sync_calls": int(syncs.sum()),
         "sync_us": round(float(runtime["dur"].to_numpy(np.float64)[syncs].sum()) / 1e3, 3),
@@ -437,16 +439,16 @@ def _idle_before(device: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
     return idle
 
 
-def _without_gpu(ops: pd.DataFrame, summary: dict[str, Any]
-                 ) -> tuple[pd.DataFrame, dict[str, Any]]:
+def _without_gpu(ops: pd.DataFrame, summary: TimelineSection
+                 ) -> tuple[pd.DataFrame, TimelineSection]:
     """A capture with no CUDA trace at all (a CPU-only run): its GPU numbers were not
     measured, so they are null, not 0; only the ranges remain."""
     gpu_columns = [c for c in ops.columns if c not in ("op", "ranges", "range_us")]
     ops = ops.astype({c: object for c in gpu_columns})
     ops[gpu_columns] = None
-    unmeasured = ("kernels", "copies", "memsets", "no_launch", "runtime_calls", "sync_calls",
-                  "sync_us", "gpu_busy_pct")
-    return ops, {**summary, **{k: None for k in unmeasured}, "attribution": {},
+    return ops, {**summary, "kernels": None, "copies": None, "memsets": None,
+                 "no_launch": None, "runtime_calls": None, "sync_calls": None,
+                 "sync_us": None, "gpu_busy_pct": None, "attribution": {},
                  "gpu_traced": False}
 
 
@@ -517,17 +519,20 @@ def op_summary(ranges: pd.DataFrame, gpu: pd.DataFrame, gpu_op: np.ndarray,
     return table.sort_values(["gpu_us", "range_us"], ascending=False).reset_index(drop=True)
 
 
-def _by_kind(kind: np.ndarray, dur: np.ndarray) -> dict[str, dict[str, Any]]:
-    """{"counts": {kernels, copies, memsets}, "totals": counts plus kernel_us, copy_us,
-    memset_us (µs)} of a set of GPU rows, given their kinds and durations (ns)."""
-    counts: dict[str, int] = {}
-    totals: dict[str, float] = {}
-    for name, key in (("kernel", "kernels"), ("memcpy", "copies"), ("memset", "memsets")):
-        part = kind == name
-        counts[key] = totals[key] = int(part.sum())
-        totals[f"{name.replace('memcpy', 'copy')}_us"] = round(
-            float(dur[part].astype(np.float64).sum()) / 1e3, 3)
-    return {"counts": counts, "totals": totals}
+def _work_counts(kind: np.ndarray) -> WorkCounts:
+    """How many kernels, copies and memsets a set of GPU rows holds, given their kinds."""
+    return {"kernels": int((kind == "kernel").sum()), "copies": int((kind == "memcpy").sum()),
+            "memsets": int((kind == "memset").sum())}
+
+
+def _unlaunched(kind: np.ndarray, dur: np.ndarray) -> UnlaunchedWork:
+    """The counts of a set of GPU rows and their time by kind (µs), given their kinds and
+    durations (ns)."""
+    def us(name: str) -> float:
+        return round(float(dur[kind == name].astype(np.float64).sum()) / 1e3, 3)
+
+    return {**_work_counts(kind), "kernel_us": us("kernel"), "copy_us": us("memcpy"),
+            "memset_us": us("memset")}
 
 
 def _gpu_spans(export: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -10,15 +10,16 @@ may be the contention's, so it is not called the profiler's.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
 from ..stats import LEVEL, resample_indices
 from ...contract.report import Overhead
+from ...schema.records import ChildStep
 
 
-def profiler_overhead(child_steps: list[dict[str, Any]], contended: bool = False,
+def profiler_overhead(child_steps: Sequence[ChildStep], contended: bool = False,
                       threads: Optional[float] = None) -> Overhead:
     """{profiled_steps, unprofiled_steps, profiled_step_ms, unprofiled_step_ms, ratio,
     ratio_ci, kind, note}; kind: slower, not-measurable, faster, contended, too-few.

@@ -23,9 +23,10 @@ compete with each other.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Literal, Optional, Sequence
 
 from ..stats import summary
+from ...schema.records import Around, ChildStep, ProcessMachine
 from ...contract.report import Machine, MachineContention, MachineCores, MachineLoad, ProcessClock
 
 GPU_SLOWDOWNS = {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
@@ -41,8 +42,8 @@ def fix(threads: Optional[float]) -> str:
     return (ONE_THREAD if threads is None or threads > 1 else "") + ELSEWHERE
 
 
-def machine_facts(*, cores: MachineCores, run: dict[str, Any],
-                  process: Optional[dict[str, Any]], steps: list[dict[str, Any]],
+def machine_facts(*, cores: MachineCores, run: Around,
+                  process: Optional[ProcessMachine], steps: Sequence[ChildStep],
                   wait_share: float = 0.10, steal_share: float = 0.05) -> Machine:
     """The report's ``machine`` section with its ``contention`` finding."""
     process = process or {}
@@ -62,25 +63,32 @@ def machine_facts(*, cores: MachineCores, run: dict[str, Any],
     return facts
 
 
-def combine_runs(arounds: list[dict[str, Any]]) -> dict[str, Any]:
+def combine_runs(arounds: Sequence[Around]) -> Around:
     """collect.machine.between() of several runs in a row as one stretch: the first
     run's load before and the last's after, steal weighted by time, throttling summed."""
     if len(arounds) == 1:
         return arounds[0]
     seconds = sum(a.get("seconds") or 0.0 for a in arounds)
-    steals = [(a["steal_share"], a.get("seconds") or 0.0) for a in arounds
-              if a.get("steal_share") is not None]
-    throttles = [a["cgroup_throttling"] for a in arounds if a.get("cgroup_throttling")]
-    return {"load_before": arounds[0].get("load_before"),
-            "load_after": arounds[-1].get("load_after"),
-            "steal_share": round(sum(s * w for s, w in steals) / seconds, 4)
-            if steals and seconds else None,
-            "cgroup_throttling": {k: round(sum(t[k] for t in throttles), 3)
-                                  for k in throttles[0]} if throttles else None,
-            "seconds": round(seconds, 3), "cores": arounds[0].get("cores")}
+    steals = [(share, a.get("seconds") or 0.0) for a in arounds
+              if (share := a.get("steal_share")) is not None]
+    throttles = [t for a in arounds if (t := a.get("cgroup_throttling"))]
+    combined: Around = {
+        "load_before": arounds[0].get("load_before"),
+        "load_after": arounds[-1].get("load_after"),
+        "steal_share": round(sum(s * w for s, w in steals) / seconds, 4)
+        if steals and seconds else None,
+        "cgroup_throttling": {
+            "periods": sum(t.get("periods") or 0 for t in throttles),
+            "throttled": round(sum(t.get("throttled") or 0 for t in throttles), 3),
+            "throttled_ms": round(sum(t.get("throttled_ms") or 0.0 for t in throttles), 3),
+        } if throttles else None,
+        "seconds": round(seconds, 3)}
+    if "cores" in arounds[0]:
+        combined["cores"] = arounds[0]["cores"]
+    return combined
 
 
-def step_laps(steps: list[dict[str, Any]]) -> Optional[ProcessClock]:
+def step_laps(steps: Sequence[ChildStep]) -> Optional[ProcessClock]:
     """Per-step wall time (median and spread) and, per step, CPU time, run-queue wait and
     involuntary context switches of the process's threads."""
     if not steps:
@@ -101,9 +109,10 @@ def step_laps(steps: list[dict[str, Any]]) -> Optional[ProcessClock]:
     return out
 
 
-def _every(steps: list[dict[str, Any]], key: str) -> Optional[list[float]]:
+def _every(steps: Sequence[ChildStep], key: Literal["cpu_ms", "wait_ms", "nivcsw"]
+           ) -> Optional[list[float]]:
     """Every step's ``key``, or None when a step lacks it (or holds None)."""
-    values = [s[key] for s in steps if s.get(key) is not None]
+    values = [value for s in steps if (value := s.get(key)) is not None]
     return values if len(values) == len(steps) else None
 
 

@@ -13,6 +13,7 @@ from ... import schema as S
 from ...errors import DeepError
 from .ncu import short_family
 from ...contract.report import NcuCapture, NcuChosenOp, NcuPlan, NcuPlannedOp, Op, Report
+from ...schema.records import Manifest, ManifestPass
 
 
 def check_ops(wanted: Sequence[str], known: Sequence[str]) -> None:
@@ -182,7 +183,7 @@ def describe(p: NcuPlan) -> str:
     return "\n".join(lines)
 
 
-def plan_for_run(report: Report, manifest: dict[str, Any], deep: Any, *,
+def plan_for_run(report: Report, manifest: Manifest, deep: Any, *,
                  kernels: Sequence[str] = (), top: Optional[int] = None,
                  candidates: Optional[list[Op]] = None) -> NcuPlan:
     """The deep pass's plan for a run (its report and manifest): the chosen ops (from
@@ -198,8 +199,9 @@ def plan_for_run(report: Report, manifest: dict[str, Any], deep: Any, *,
         top = deep.top
     chosen = choose(ops if candidates is None else candidates, kernels=kernels, top=top,
                     min_kernel_us=deep.min_kernel_us)
-    torch_pass: dict[str, Any] = next((p for p in manifest.get("passes", [])
-                                       if p["name"].startswith("torch.profiler")), {})
+    empty: ManifestPass = {}
+    torch_pass = next((p for p in manifest.get("passes", [])
+                       if p.get("name", "").startswith("torch.profiler")), empty)
     steps = report.get("steps")
     return plan(chosen, ops, int(steps.get("count") or 1) if steps else 1, deep,
                 torch_pass.get("wall_s"))

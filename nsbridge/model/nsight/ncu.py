@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from . import ncu_findings
+from .ncu_findings import Summary
 from .roofline import rollup, roofline
 from ..judging.rules import MATMUL_OP
 
@@ -268,7 +269,7 @@ def _weighted(group: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def _limiter(s: dict[str, Any]) -> Optional[str]:
+def _limiter(s: Summary) -> Optional[str]:
     limits: dict[str, float] = {}
     for name in ("registers", "shared memory", "warps", "blocks"):
         value = s.get(f"block_limit_{name.replace(' ', '_')}")
@@ -280,7 +281,7 @@ def _limiter(s: dict[str, Any]) -> Optional[str]:
     return ", ".join(k for k, v in limits.items() if v == low)
 
 
-def _tensor_path(s: dict[str, Any]) -> Optional[str]:
+def _tensor_path(s: Summary) -> Optional[str]:
     if not s.get("tensor_pct") or s["tensor_pct"] < ncu_findings.TENSOR_ON_PCT:
         return None
     for key, label in _TENSOR_PATHS:

@@ -12,7 +12,7 @@ limiter, and a poor L2 hit rate on memory-bound work.
 from __future__ import annotations
 
 import re
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, TypedDict
 
 BOUND_PCT = 60.0          # a unit at >= 60% of peak bounds the kernel (ncu's SOL guidance)
 TENSOR_ON_PCT = 1.0       # tensor pipe active at least this share of peak: on Tensor Cores
@@ -28,12 +28,23 @@ TF32_FIX = ("torch.backends.cuda.matmul.allow_tf32 = True (or "
             "= True for convolutions; or run the model under torch.autocast('cuda', "
             "dtype=torch.bfloat16)")
 
+Summary = Mapping[str, Any]   # one op's or family's quantities: the profile's metric set, open
 
-def findings(summary: dict[str, Any], kernels: Sequence[str], shapes: Sequence[str],
-             matmul: bool) -> list[dict[str, Any]]:
+
+class Finding(TypedDict):
+    """One thing the numbers say (``ops[].ncu.findings[]``, ``ncu.families[].findings[]``)."""
+
+    id: str
+    title: str
+    detail: str       # the numbers it rests on
+    fix: str
+
+
+def findings(summary: Summary, kernels: Sequence[str], shapes: Sequence[str],
+             matmul: bool) -> list[Finding]:
     """[{id, title, detail, fix}] for one op or kernel family (``matmul``: its work is a
     matrix multiply, convolution or attention, so Tensor Cores apply)."""
-    found = []
+    found: list[Finding] = []
     if matmul or (summary.get("tensor_pct") or 0.0) >= TENSOR_ON_PCT:
         found.append(_tensor(summary, kernels, shapes))
     found += [f for f in (_roofline(summary), _bound(summary), _occupancy(summary)) if f]
@@ -52,7 +63,7 @@ def is_matmul(name: str) -> bool:
     return bool(MATMUL_KERNEL.search(name))
 
 
-def bound(summary: dict[str, Any]) -> Optional[str]:
+def bound(summary: Summary) -> Optional[str]:
     """compute | memory (the unit at >= BOUND_PCT of peak, the busier) | latency (neither)."""
     sm, mem = summary.get("sm_pct"), summary.get("memory_pct")
     if sm is None and mem is None:
@@ -63,7 +74,7 @@ def bound(summary: dict[str, Any]) -> Optional[str]:
     return "compute" if sm >= mem else "memory"
 
 
-def _roofline(s: dict[str, Any]) -> Optional[dict[str, Any]]:
+def _roofline(s: Summary) -> Optional[Finding]:
     if not s.get("flop_per_s"):
         return None
     text = f"{si(s['flop_per_s'], 'FLOP/s')} {s['precision']}"
@@ -82,7 +93,7 @@ def _roofline(s: dict[str, Any]) -> Optional[dict[str, Any]]:
     return {"id": "roofline", "title": f"{s['roof']} roof binds", "detail": text, "fix": fix}
 
 
-def _bound(s: dict[str, Any]) -> Optional[dict[str, Any]]:
+def _bound(s: Summary) -> Optional[Finding]:
     kind = s.get("bound")
     if not kind:
         return None
@@ -95,7 +106,7 @@ def _bound(s: dict[str, Any]) -> Optional[dict[str, Any]]:
     return {"id": f"{kind}-bound", "title": f"{kind}-bound", "detail": detail, "fix": fix}
 
 
-def _occupancy(s: dict[str, Any]) -> Optional[dict[str, Any]]:
+def _occupancy(s: Summary) -> Optional[Finding]:
     occ, theo = s.get("achieved_occupancy_pct"), s.get("theoretical_occupancy_pct")
     if occ is None or not (occ < 25 or (theo is not None and theo < 50)):
         return None
@@ -115,7 +126,7 @@ def _occupancy(s: dict[str, Any]) -> Optional[dict[str, Any]]:
     return {"id": "low-occupancy", "title": "low occupancy", "detail": detail, "fix": fix}
 
 
-def _tensor(s: dict[str, Any], kernels: Sequence[str], shapes: Sequence[str]) -> dict[str, Any]:
+def _tensor(s: Summary, kernels: Sequence[str], shapes: Sequence[str]) -> Finding:
     tensor = s.get("tensor_pct")
     if tensor is None:
         return {"id": "tensor-unknown", "title": "Tensor Core use not measured",
@@ -132,7 +143,7 @@ def _tensor(s: dict[str, Any], kernels: Sequence[str], shapes: Sequence[str]) ->
                       f"{why}", "fix": fix}
 
 
-def _why_no_tensor(s: dict[str, Any], kernels: Sequence[str],
+def _why_no_tensor(s: Summary, kernels: Sequence[str],
                    shapes: Sequence[str]) -> tuple[str, str]:
     """Why matmul work missed the Tensor Cores, from the counters first, then the kernel
     names and the op's shapes; and its fix."""

@@ -23,7 +23,53 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Callable, Literal, Mapping, Optional, Sequence, TypedDict
+
+Roof = Literal["compute", "memory"]
+
+
+class FlopRate(TypedDict):
+    """One precision's FLOP/s: what the kernel achieved and the hardware's peak (None
+    without the peak's counters)."""
+
+    achieved: float
+    peak: Optional[float]
+
+
+class Work(TypedDict):
+    """The FLOP numbers of the precision that did the most (``_work``)."""
+
+    flops: dict[str, FlopRate]           # per precision: "fp32", "tensor bf16 (hgmma)", ...
+    precision: Optional[str]
+    flop_per_s: Optional[float]
+    flop_peak_per_s: Optional[float]
+
+
+class Binding(TypedDict):
+    """Which roof binds at the kernel's intensity, and the share of it achieved."""
+
+    roof: Optional[Roof]
+    roof_pct: Optional[float]
+
+
+class Rollup(Work, Binding):
+    """The roofline of several launches (``rollup``): no ``missing``."""
+
+    dram_bytes_per_s: Optional[float]
+    dram_peak_bytes_per_s: Optional[float]
+    l2_bytes_per_s: Optional[float]
+    l2_peak_bytes_per_s: Optional[float]
+    intensity: Optional[float]
+    ridge: Optional[float]
+
+
+class Roofline(Rollup):
+    """The roofline numbers of one launch (``roofline``)."""
+
+    missing: list[str]                    # the inputs the capture lacks
+
+
+Getter = Callable[[str], Optional[float]]
 
 SECTOR_BYTES = 32
 _PER_CYCLE = "smsp__sass_thread_inst_executed_op_{}_pred_on.sum.per_cycle_elapsed"
@@ -35,7 +81,7 @@ CUDA_CORE = {"fp64": ("dfma", 2.0, ("dadd", "dmul"), 1.0),
 _TENSOR_PATH = re.compile(r"^sm__ops_path_tensor_(?P<path>\w+?)\.sum\.per_second$")
 
 
-def roofline(values: Mapping[str, float]) -> dict[str, Any]:
+def roofline(values: Mapping[str, object]) -> Roofline:
     """The roofline numbers of one launch from its metric values (base units: /s, byte).
 
     Returns {flops: {precision: {achieved, peak}}, precision (the busiest), flop_per_s,
@@ -48,50 +94,57 @@ def roofline(values: Mapping[str, float]) -> dict[str, Any]:
     tensor = _tensor(values)
     if tensor:
         flops[f"tensor {tensor[0]}"] = tensor[1]
-    out = _work(flops)
-    out["dram_bytes_per_s"] = get("dram__bytes.sum.per_second")
-    out["dram_peak_bytes_per_s"] = _times(get("dram__bytes.sum.peak_sustained"),
-                                          get("dram__cycles_elapsed.avg.per_second"))
-    out["l2_bytes_per_s"] = _times(get("lts__t_sectors.sum.per_second"), SECTOR_BYTES)
     slices = _ratio(get("lts__t_sectors.sum"), get("lts__t_sectors.avg"))
-    out["l2_peak_bytes_per_s"] = _times(_times(get("lts__t_sectors.avg.peak_sustained"), slices),
-                                        _times(get("lts__cycles_elapsed.avg.per_second"),
-                                               SECTOR_BYTES))
-    out["intensity"] = _ratio(out["flop_per_s"], out["dram_bytes_per_s"])
-    out["ridge"] = _ratio(out["flop_peak_per_s"], out["dram_peak_bytes_per_s"])
-    out.update(_binding(out))
-    out["missing"] = [name for name, value in (
+    out = _bound(_work(flops), dram=get("dram__bytes.sum.per_second"),
+                 dram_peak=_times(get("dram__bytes.sum.peak_sustained"),
+                                  get("dram__cycles_elapsed.avg.per_second")),
+                 l2=_times(get("lts__t_sectors.sum.per_second"), SECTOR_BYTES),
+                 l2_peak=_times(_times(get("lts__t_sectors.avg.peak_sustained"), slices),
+                                _times(get("lts__cycles_elapsed.avg.per_second"),
+                                       SECTOR_BYTES)))
+    missing = [name for name, value in (
         ("FLOP counters", out["flop_per_s"]), ("DRAM bytes", out["dram_bytes_per_s"]),
         ("DRAM peak", out["dram_peak_bytes_per_s"])) if value is None]
-    return out
+    return Roofline(**out, missing=missing)
 
 
-def rollup(launches: Sequence[tuple[dict[str, Any], float]]) -> dict[str, Any]:
+def rollup(launches: Sequence[tuple[Roofline, float]]) -> Rollup:
     """The roofline of several launches (an op, a kernel family) from each one's
     ``roofline`` and duration: FLOPs and bytes summed over the summed time, peaks
     duration-weighted, for the precision that did the most FLOPs."""
     total = sum(duration for _, duration in launches)
     if total <= 0:    # no durations: each launch weighs the same
         launches, total = [(r, 1.0) for r, _ in launches], float(len(launches))
-    flops: dict[str, dict[str, Any]] = {}
+    flops: dict[str, FlopRate] = {}
     for precision in dict.fromkeys(p for r, _ in launches for p in r.get("flops") or {}):
         work = [(r["flops"][precision], d) for r, d in launches if precision in r["flops"]]
-        peaks = [(f["peak"], d) for f, d in work if f.get("peak") is not None]
+        peaks = [(p, d) for f, d in work if (p := f.get("peak")) is not None]
         flops[precision] = {"achieved": sum(f["achieved"] * d for f, d in work) / total,
                             "peak": _weighted(peaks)}
-    out = _work(flops)
-    for key in ("dram_bytes_per_s", "l2_bytes_per_s"):
-        known = [(r[key], d) for r, d in launches if r.get(key) is not None]
-        out[key] = sum(v * d for v, d in known) / total if known else None
-    for key in ("dram_peak_bytes_per_s", "l2_peak_bytes_per_s"):
-        out[key] = _weighted([(r[key], d) for r, d in launches if r.get(key) is not None])
-    out["intensity"] = _ratio(out["flop_per_s"], out["dram_bytes_per_s"])
-    out["ridge"] = _ratio(out["flop_peak_per_s"], out["dram_peak_bytes_per_s"])
-    out.update(_binding(out))
-    return out
+
+    def rate(key: Literal["dram_bytes_per_s", "l2_bytes_per_s"]) -> Optional[float]:
+        known = [(v, d) for r, d in launches if (v := r.get(key)) is not None]
+        return sum(v * d for v, d in known) / total if known else None
+
+    def peak(key: Literal["dram_peak_bytes_per_s", "l2_peak_bytes_per_s"]) -> Optional[float]:
+        return _weighted([(v, d) for r, d in launches if (v := r.get(key)) is not None])
+
+    return _bound(_work(flops), dram=rate("dram_bytes_per_s"),
+                  dram_peak=peak("dram_peak_bytes_per_s"), l2=rate("l2_bytes_per_s"),
+                  l2_peak=peak("l2_peak_bytes_per_s"))
 
 
-def _work(flops: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _bound(work: Work, *, dram: Optional[float], dram_peak: Optional[float],
+           l2: Optional[float], l2_peak: Optional[float]) -> Rollup:
+    """The FLOP numbers with the bytes moved: intensity, ridge and the roof that binds."""
+    intensity = _ratio(work["flop_per_s"], dram)
+    return Rollup(**work, dram_bytes_per_s=dram, dram_peak_bytes_per_s=dram_peak,
+                  l2_bytes_per_s=l2, l2_peak_bytes_per_s=l2_peak, intensity=intensity,
+                  ridge=_ratio(work["flop_peak_per_s"], dram_peak),
+                  **_binding(work, dram_peak, intensity))
+
+
+def _work(flops: dict[str, FlopRate]) -> Work:
     """The FLOP numbers of the precision that did the most: {flops, precision, flop_per_s,
     flop_peak_per_s}; a kernel whose counters show no FLOP at all has 0 FLOP/s and no
     precision, one without counters None."""
@@ -108,8 +161,8 @@ def _weighted(pairs: Sequence[tuple[float, float]]) -> Optional[float]:
     return sum(v * d for v, d in pairs) / weight if pairs and weight else None
 
 
-def _cuda_core(get: Any, fma: str, fma_flops: float, others: tuple[str, str],
-               other_flops: float) -> Optional[dict[str, float]]:
+def _cuda_core(get: Getter, fma: str, fma_flops: float, others: tuple[str, str],
+               other_flops: float) -> Optional[FlopRate]:
     """{achieved, peak} FLOP/s of one precision on the CUDA cores (achieved 0 when the
     kernel ran none of its instructions); None without counters."""
     clock, sm_clock, peak = (get("smsp__cycles_elapsed.avg.per_second"),
@@ -122,10 +175,10 @@ def _cuda_core(get: Any, fma: str, fma_flops: float, others: tuple[str, str],
             "peak": None if peak is None or sm_clock is None else fma_flops * peak * sm_clock}
 
 
-def _tensor(values: Mapping[str, float]) -> Optional[tuple[str, dict[str, Any]]]:
+def _tensor(values: Mapping[str, object]) -> Optional[tuple[str, FlopRate]]:
     """The busiest dense Tensor Core path: (its name, {achieved, peak}); None when no path
     ran (or the capture has none)."""
-    best: Optional[tuple[str, dict[str, Any]]] = None
+    best: Optional[tuple[str, FlopRate, tuple[bool, float]]] = None
     for metric, value in values.items():
         match = _TENSOR_PATH.match(str(metric))
         achieved = _float(value)
@@ -135,13 +188,9 @@ def _tensor(values: Mapping[str, float]) -> Optional[tuple[str, dict[str, Any]]]
                                                 ".sum.peak_sustained_elapsed.per_second")))
         # the most specific path (op_hgmma_src_bf16_...) over a sum of paths (src_bf16_...)
         rank = (match["path"].startswith("op_"), achieved)
-        if best is None or rank > best[1]["rank"]:
-            best = (_path_label(match["path"]), {"achieved": achieved, "peak": peak,
-                                                 "rank": rank})
-    if best is None:
-        return None
-    best[1].pop("rank")
-    return best
+        if best is None or rank > best[2]:
+            best = (_path_label(match["path"]), {"achieved": achieved, "peak": peak}, rank)
+    return None if best is None else best[:2]
 
 
 def _path_label(path: str) -> str:
@@ -151,25 +200,26 @@ def _path_label(path: str) -> str:
     return (src[1] if src else path) + (f" ({op[1]})" if op else "")
 
 
-def _binding(r: dict[str, Any]) -> dict[str, Any]:
-    """Which roof binds at the kernel's intensity, and the share of it achieved."""
-    peak, dram, intensity = r["flop_peak_per_s"], r["dram_peak_bytes_per_s"], r["intensity"]
-    if peak is None or dram is None or not intensity or not r["flop_per_s"]:
+def _binding(work: Work, dram: Optional[float], intensity: Optional[float]) -> Binding:
+    """Which roof binds at the kernel's intensity (given its DRAM peak), and the share of it
+    achieved."""
+    peak, achieved = work["flop_peak_per_s"], work["flop_per_s"]
+    if peak is None or dram is None or not intensity or not achieved:
         return {"roof": None, "roof_pct": None}
     memory_roof = intensity * dram
     if min(peak, memory_roof) <= 0:       # a peak of 0 (a damaged export): no roof to judge
         return {"roof": None, "roof_pct": None}
-    roof = "compute" if peak <= memory_roof else "memory"
-    return {"roof": roof, "roof_pct": 100.0 * r["flop_per_s"] / min(peak, memory_roof)}
+    roof: Roof = "compute" if peak <= memory_roof else "memory"
+    return {"roof": roof, "roof_pct": 100.0 * achieved / min(peak, memory_roof)}
 
 
-def _getter(values: Mapping[str, float]) -> Any:
+def _getter(values: Mapping[str, object]) -> Getter:
     def get(name: str) -> Optional[float]:
         return _float(values.get(name))
     return get
 
 
-def _float(value: Any) -> Optional[float]:
+def _float(value: object) -> Optional[float]:
     """A finite number as a float; None for anything else (absent, NaN, text)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None

@@ -19,7 +19,8 @@ so instead of naming ops whose differences are a small part of it.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Callable, Iterable, Literal, Mapping, NamedTuple, Optional, Sequence
+from typing import (Any, Callable, Iterable, Literal, Mapping, NamedTuple, Optional, Sequence,
+                    cast)
 
 import numpy as np
 import pandas as pd
@@ -27,8 +28,9 @@ import pandas as pd
 from ... import schema as S
 from ..host.ops import merge_shape_work
 from ..stats import LEVEL, resample_indices
-from ...schema.records import RankSummary
-from ...contract.report import Distributed, DistributedRank, DistributedRanksBreakdownMs, DistributedSkew, DistributedStraggler
+from ...schema.records import Output, RankSummary
+from ...contract.report import (Distributed, DistributedRank, DistributedRanksBreakdownMs,
+                                DistributedSkew, DistributedStraggler, ToolRank)
 
 OP_SHARE = 0.10     # an op is named when it holds at least this share of the excess
 
@@ -153,22 +155,24 @@ def _cause_first(summary: RankSummary) -> tuple[bool, float, int]:
     return stopped, at if isinstance(at, (int, float)) else float("inf"), summary["rank"]
 
 
-def tool_rank_row(tool: str, rank: int, out: Optional[dict[str, Any]], *,
-                  numbers: Callable[[dict[str, Any], dict[str, Any], str], dict[str, Any]],
-                  reason: Optional[str], host: Any, folder: str,
-                  missing: str) -> dict[str, Any]:
+def tool_rank_row(tool: str, rank: int, out: Optional[Output], *,
+                  numbers: Callable[[Mapping[str, Any], Output, str], Mapping[str, object]],
+                  reason: Optional[str], host: Optional[str], folder: str,
+                  missing: str) -> ToolRank:
     """The one row of a rank in the ``ranks`` of a pass's section, from that rank's pass
     output (None: it never answered, ``missing`` says why): status, error, and the
     headline numbers the pass picks (``numbers(section, output, folder)``, file names
     under the rank's ``folder``)."""
-    row: dict[str, Any] = {"rank": rank, "host": host, "reason": reason}
     if out is None:
-        return {**row, "status": "hung", "error": f"no {tool} output: {missing}"}
-    row.update(status=out["status"], error=(out.get("error") or {}).get("message"),
-               wall_s=(out.get("manifest") or {}).get("wall_s"))
-    if not out.get("section"):
+        return {"rank": rank, "host": host, "reason": reason, "status": "hung",
+                "error": f"no {tool} output: {missing}"}
+    row: ToolRank = {"rank": rank, "host": host, "reason": reason, "status": out["status"],
+                     "error": (out.get("error") or {}).get("message")}
+    row["wall_s"] = (out.get("manifest") or {}).get("wall_s")
+    section = out.get("section")
+    if not section:
         return row
-    return {**row, **numbers(out["section"][1], out, folder)}
+    return cast(ToolRank, {**row, **numbers(section[1], out, folder)})
 
 
 def _skew(measured: list[RankSummary], top: int) -> list[DistributedSkew]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, cast
+from typing import Any, Optional, Sequence, cast
 
 import pandas as pd
 
@@ -11,6 +11,7 @@ from ... import schema as S
 from ...model.device import tensor_cores
 from ...model.analysis import TraceAnalysis, mean_step
 from ...model.stats import mean_half_widths_pct, summary
+from ...schema.records import ChildStep
 from ...contract.report import (Environment, Error, Files, Machine, Memory, Op, Overhead,
                                 Report, Steps, StepsPerStep, TensorCoreMark, as_report,
                                 empty_report)
@@ -26,7 +27,7 @@ def build_report(*, command: str, target: str, status: str, analysis: Optional[T
                  files: Files, notes: list[str], has_memory: bool,
                  error: Optional[Error] = None, version: str = "",
                  machine: Optional[Machine] = None,
-                 child_steps: Optional[list[dict[str, Any]]] = None,
+                 child_steps: Optional[Sequence[ChildStep]] = None,
                  environment: Optional[Environment] = None) -> Report:
     """Assemble the report dict. Device fields are None (null), never 0, without a device;
     ``verdict`` is None and ``recommendations`` empty when nothing was measured
@@ -140,7 +141,7 @@ def _with_spread(ops: list[Op], groups: Optional[list[Any]]) -> list[Op]:
 
 
 def _with_clock(per_step: list[StepsPerStep],
-                child_steps: Optional[list[dict[str, Any]]]) -> list[StepsPerStep]:
+                child_steps: Optional[Sequence[ChildStep]]) -> list[StepsPerStep]:
     """Each measured step with the profiled process's own clock of it: ``cpu_ms`` (CPU
     time of all its threads), ``wait_ms`` (time its threads waited for a CPU) and, where the
     profile asked for it, ``probe_ms`` (the speed probe run as it began), when the
@@ -169,7 +170,7 @@ def _renumbered(memory: Memory, steps: pd.DataFrame,
     return {**memory, "peak_step": numbers.get(peak, peak)} if peak is not None else memory
 
 
-def _unprofiled(child_steps: Optional[list[dict[str, Any]]]
+def _unprofiled(child_steps: Optional[Sequence[ChildStep]]
                 ) -> tuple[list[float], list[int], list[Optional[float]]]:
     """Wall times of the steps the profiler did not record, the run of each, and the time
     the process's threads waited for a CPU in each."""

@@ -5,11 +5,18 @@ only: no sentences, no layout, no escaping (each renderer escapes where it place
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 
 def ms(us: Optional[float]) -> str:
     return decimals(us, 1e3, 3) or "-"
+
+def file_names(files: Union[str, list[str], None]) -> str:
+    """A file name, or several joined ("-" for none)."""
+    if isinstance(files, list):
+        return ", ".join(files) or "-"
+    return files or "-"
+
 
 def mib(value: Optional[float]) -> str:
     return decimals(value, 1, 2) or "-"

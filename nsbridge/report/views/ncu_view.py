@@ -10,7 +10,7 @@ from ...model.nsight.ncu_findings import si
 from ..document.document import IN_FILES, TERMINAL, Items, Section, Table
 from ..document.escape import terminal
 from ..document.pass_view import OpColumn, PassView
-from ..document.formats import cell, count, us_from_ns
+from ..document.formats import cell, count, file_names, us_from_ns
 from ...contract.report import Ncu, Report, pass_numbers
 
 TOP_FAMILIES = 15   # kernel families on the roofline chart
@@ -123,7 +123,7 @@ def rank_rows(ncu: Ncu) -> list[list[str]]:
             for op, c in (r.get("ops") or {}).items())
         rows.append([str(r["rank"]), str(r.get("reason") or "-"), r["status"],
                      num(r.get("launches")), ops or "-",
-                     r.get("error") or _names((r.get("files") or {}).get("ncu_rep"))])
+                     r.get("error") or file_names((r.get("files") or {}).get("ncu_rep"))])
     return rows
 
 
@@ -186,10 +186,3 @@ NCU_VIEW = PassView(
                 OpColumn("ncu tensor %", "tensor_pct", "pct"),
                 OpColumn("ncu L2 hit %", "l2_hit_pct", "pct"),
                 OpColumn("ncu bound", "bound", "text")))
-
-
-def _names(files: Any) -> str:
-    """A file name, or several joined ("-" for none)."""
-    if isinstance(files, list):
-        return ", ".join(files) or "-"
-    return files or "-"

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from ... import schema as S
 from ..document.document import Items, Section, Table, without_empty_columns
 from ..document.pass_view import OpColumn, PassView
-from ..document.formats import int_text, ms
+from ..document.formats import file_names, int_text, ms
 from ..document.wording import attribution, gap_host
 from ...contract.report import Report, Timeline, TimelineOp, TimelineWindow
 
@@ -84,7 +84,7 @@ def rank_rows(t: Timeline) -> list[list[str]]:
     return [[str(r["rank"]), str(r.get("host") or "-"), r["status"], num(r.get("gpu_busy_pct")),
              num(r.get("kernels")), ms(r.get("kernel_us")), ms(r.get("comm_kernel_us")),
              num(r.get("sync_calls")),
-             r.get("error") or (r.get("files") or {}).get("nsys_rep") or "-"]
+             r.get("error") or file_names((r.get("files") or {}).get("nsys_rep"))]
             for r in t.get("ranks") or []]
 
 
