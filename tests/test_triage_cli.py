@@ -122,6 +122,26 @@ def test_script_that_raises_keeps_partial_trace_and_failed_report(tmp_path: Path
     assert any(op["name"] == "aten::mm" for op in report["ops"])  # the partial trace analysed
 
 
+def test_a_syntax_error_raised_while_running_is_named_where_it_was_raised(
+        tmp_path: Path) -> None:
+    """Text the script parses (an argument through ast.literal_eval, as minGPT's config
+    does) or a module it imports: the error names that line, not 'the script has a syntax
+    error' at <unknown>."""
+    (tmp_path / "broken.py").write_text("def f(:\n    pass\n")
+    for run, body, where in (("literal", "import ast; ast.literal_eval(sys.argv[1])", "job.py:"),
+                             ("import", "import broken", "broken.py:1")):
+        script = write_script(tmp_path, body, steps=6, at=3)
+        proc = run_nsbridge("triage", "--profile", fast_profile(tmp_path), "--out",
+                            str(tmp_path / run), str(script), "/tmp/out", cwd=tmp_path)
+        assert proc.returncode == 1
+        said = proc.stderr.split("nsbridge: error: ")[-1]
+        assert said.startswith(f"The script failed at {tmp_path}/{where}"), said
+        assert "with SyntaxError: invalid syntax" in said and "<unknown>" not in said.split(
+            " with ")[0]
+        error = report_of(tmp_path / run)["error"]
+        assert error["type"] == "SyntaxError" and error["file"].endswith(where.split(":")[0])
+
+
 def test_sys_exit_status_is_passed_on(tmp_path: Path) -> None:
     script = tmp_path / "exit3.py"
     script.write_text("import sys\nsys.exit(3)\n")

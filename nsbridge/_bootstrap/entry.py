@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from nsbridge import schema as S
-from nsbridge.schema.records import ChildRecord, Environment
+from nsbridge.schema.records import ChildRecord, Environment, RecordError
 
 
 _BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
@@ -167,17 +167,9 @@ def main(config_path: str) -> int:
     except _Terminated:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         result.update(_terminated("the script"))
-    except SyntaxError as exc:
-        _print_script_traceback(exc)
-        result.update({"status": "failed", "exit_code": 1,
-                       "error": {"type": "SyntaxError", "message": str(exc.msg),
-                                 "file": exc.filename, "line": exc.lineno}})
     except BaseException as exc:  # the script's own failure: report it, keep the trace
         _print_script_traceback(exc)
-        file, line = _innermost_user_frame(exc)
-        result.update({"status": "failed", "exit_code": 1,
-                       "error": {"type": type(exc).__name__, "message": str(exc),
-                                 "file": file, "line": line}})
+        result.update({"status": "failed", "exit_code": 1, "error": _script_error(exc)})
     finally:
         error = result.get("error")
         if error:
@@ -327,6 +319,18 @@ def _exit_status(code: Any) -> ChildRecord:
     print(code, file=sys.stderr)
     return {"status": "failed", "exit_code": 1,
             "error": {"type": "SystemExit", "message": str(code)}}
+
+
+def _script_error(exc: BaseException) -> RecordError:
+    """The script's failure, where it happened: a syntax error in a file it imports at that
+    file's line; any other exception, a SyntaxError raised by code parsing text at run time
+    (``ast.literal_eval`` of an argument, ``eval``) included, at the innermost line of the
+    user's own code."""
+    if isinstance(exc, SyntaxError) and exc.filename and not exc.filename.startswith("<"):
+        return {"type": "SyntaxError", "message": str(exc.msg), "file": exc.filename,
+                "line": exc.lineno}
+    file, line = _innermost_user_frame(exc)
+    return {"type": type(exc).__name__, "message": str(exc), "file": file, "line": line}
 
 
 def _innermost_user_frame(exc: BaseException) -> tuple[str | None, int | None]:

@@ -30,10 +30,6 @@ def _failure_text(report: Report, run_dir: Any) -> str:
     if status == "terminated":
         return ("Stopped by SIGTERM (a launcher or scheduler ending the job); the script was "
                 f"ended too. {kept}")
-    if err.get("type") == "SyntaxError":
-        return (f"The script has a syntax error at {err.get('file')}:{err.get('line')}: "
-                f"{err.get('message')}. Fix it and run again (plain python shows the same "
-                f"error). {kept}")
     if err.get("type") in ("RankFailed", "RankStopped"):
         return f"{err.get('message')}. {kept}"
     if err.get("pass"):   # a pass that failed while running (a tool), not the script
