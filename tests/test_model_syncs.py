@@ -123,7 +123,7 @@ def test_in_process_records_add_whole_run_counts_and_syncs_outside_the_window() 
     assert by_line[42]["run_count"] == 20 and by_line[42]["counted_over"] == "measured steps"
     # once in one step of ten: outside the training steps, no per-step rate
     assert by_line[50]["counted_over"] == "outside the steps" and by_line[50]["per_step"] is None
-    assert by_line[50]["placement_why"] == "in 1 of 10 steps"
+    assert by_line[50]["placement_why"] == "periodic: in 1 of 10 steps"
     # in six of ten steps: in the steps, over the whole run
     assert by_line[60]["counted_over"] == "whole run" and by_line[60]["per_step"] == 0.6
     assert 51 not in by_line                     # a CPU tensor's item() never waits

@@ -247,7 +247,7 @@ def test_placement_of_a_call_site(record: dict, expected: str) -> None:
     if record.get("first_step") == 312:
         assert why == "after the last training step"
     if record.get("max_in_one_step"):
-        assert why == "in 3 of 312 steps, up to 441 calls in one step"
+        assert why == "periodic: in 3 of 312 steps, up to 441 calls in one step"
 
 
 def test_precision_advice_needs_wide_matmuls() -> None:

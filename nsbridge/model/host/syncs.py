@@ -299,7 +299,7 @@ def placement(record: SyncRecord, run_steps: Optional[int]) -> tuple[str, str]:
         return "steps", f"in {seen} of {n} steps"
     most = record.get("max_in_one_step")
     calls = f", up to {most} calls in one step" if most and most > 1 else ""
-    return "outside", f"in {seen} of {n} steps{calls}"
+    return "outside", f"periodic: in {seen} of {n} steps{calls}"
 
 
 def sync_cost(*, calls: pd.DataFrame, idle_us: np.ndarray, points: list[SyncPoint],
