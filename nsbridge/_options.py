@@ -7,14 +7,14 @@ from typing import Any, Callable, Optional, TypeVar
 
 import click
 
-from . import limits
-from .limits import Bound
+from .guard import limits
+from .guard.limits import Bound
 
 F = TypeVar("F", bound=Callable)
 
 
 class Bounded(click.ParamType):
-    """A number in one of nsbridge.limits' ranges (the MCP tools check the same ones);
+    """A number in one of nsbridge.guard.limits' ranges (the MCP tools check the same ones);
     NaN and the infinities are refused, which click.FloatRange lets through."""
 
     def __init__(self, bound: Bound) -> None:

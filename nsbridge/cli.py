@@ -20,7 +20,7 @@ import click
 
 from . import __version__
 from ._blas import import_numpy_on_one_thread
-from . import limits
+from .guard import limits
 from ._options import (DEEP_PROFILE, FORMAT, GATE_OPTIONS, OUT, PROFILE, RUN_PROFILE,
                        SCRIPT_COMMAND, THREADS, TIMEOUT, TOP, TRUST, WINDOW, Bounded,
                        ScriptCommand, script_options)
@@ -130,12 +130,12 @@ def _guard(fn: Callable[[], Any], answer_as: Optional[str] = None) -> Any:
                    "lines, the CPU allocator warning); without -v it goes only to "
                    "profiler-noise.log in the run directory.")
 @click.option("--confine", "confine", multiple=True, hidden=True, metavar="FOLDER",
-              help="Read and run only under these folders (nsbridge.confine): how the MCP "
+              help="Read and run only under these folders (nsbridge.guard.confine): how the MCP "
                    "server starts each command.")
 def main(quiet: bool, verbose: bool, confine: tuple[str, ...]) -> None:
     """nsbridge: torch.profiler triage, Nsight timelines and kernel deep dives in one report."""
     from . import progress
-    from .confine import confined_to
+    from .guard.confine import confined_to
     from .errors import stop_on_sigterm
 
     if confine:

@@ -30,7 +30,7 @@ Library code raises these; only the CLI turns them into exit codes. The tree:
   - GateRunError                a process `gate` started failed: nothing compared (exit 1);
                                 the runs already made are kept
   - OutsideRootsError           a path nsbridge would read or run for an MCP client resolves
-                                outside the server's roots (nsbridge.confine); it was not
+                                outside the server's roots (nsbridge.guard.confine); it was not
                                 read, and the message never quotes it
   - UntrustedRunError           a run directory names what nsbridge will not run: a script
                                 or folder outside the trusted folders, a module, a variable
@@ -125,14 +125,14 @@ class GateRunError(NsbridgeError):
 
 
 class UntrustedRunError(NsbridgeError):
-    """A run directory's manifest names what nsbridge will not run (nsbridge.trust);
+    """A run directory's manifest names what nsbridge will not run (nsbridge.commands.trust);
     nothing ran (exit 5, as a refusal: never a regression's 1)."""
 
     exit_code = 5
 
 
 class OutsideRootsError(NsbridgeError):
-    """A path resolves outside the folders the MCP server may use (nsbridge.confine)."""
+    """A path resolves outside the folders the MCP server may use (nsbridge.guard.confine)."""
 
 
 class Stopped(BaseException):

@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from .printable import printable
+from .guard.printable import printable
 
 _enabled = False
 

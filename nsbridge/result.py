@@ -11,7 +11,7 @@ import pandas as pd
 
 from . import __version__
 from . import schema as S
-from .confine import readable
+from .guard.confine import readable
 from .contract.report import Report, empty_report
 from .report import frames
 from .report.document.escape import terminal

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping, Optional, Union, cast
 
 from . import __version__
 from . import schema as S
-from .confine import readable
+from .guard.confine import readable
 from .errors import RunDirError, ScriptError
 from .profiles import Profile
 from .report.document.build import clean, conclusive

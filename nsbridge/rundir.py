@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TypeVar, Union, cast
 
 from . import schema as S
-from .confine import readable
+from .guard.confine import readable
 from .errors import RunDirError
-from .printable import printable
+from .guard.printable import printable
 from .schema.records import MANIFEST_SHAPE, Manifest, record_problem, shape_for
 
 RecordT = TypeVar("RecordT")

@@ -14,7 +14,7 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from .confine import readable
+from .guard.confine import readable
 from .errors import ScriptError
 
 

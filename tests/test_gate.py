@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nsbridge.errors import DiffInputError
-from nsbridge.interleave import order, resolve_side
+from nsbridge.commands.interleave import order, resolve_side
 
 from conftest import ROOT
 
@@ -49,7 +49,7 @@ def test_runs_of_other_arguments_or_scripts_are_refused_before_any_process(
     judges it (in this process: a process started would fail the test)."""
     import nsbridge
     from nsbridge.errors import DiffRefusedError
-    from nsbridge.interleave import judged_apart
+    from nsbridge.commands.interleave import judged_apart
 
     (tmp_path / "t.py").write_text(TINY)
     (tmp_path / "u.py").write_text(TINY)

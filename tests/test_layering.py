@@ -49,8 +49,8 @@ HEAVY = ("torch", "pandas", "numpy", "click", "msgspec")
 # only). A unit is a subpackage (collect, parse, ...) or a top-level module (api, run, ...).
 LAYERS: list[set[str]] = [
     {"errors", "schema", "_stepping", "progress",    # stdlib only; progress: rich, lazily;
-     "_blas", "printable",                           # _blas: numpy, lazily; one escape;
-     "confine", "limits"},                           # the roots in force; argument ranges
+     "_blas", "guard"},                              # _blas: numpy, lazily; the MCP roots,
+                                                     # argument ranges, one escape
     {"profiles", "rundir",                           # YAML recipes; run-directory files;
      "script_check", "contract"},                    # can the script start (no import);
                                                      # report.json's types (msgspec)
@@ -60,15 +60,14 @@ LAYERS: list[set[str]] = [
     {"job"},                                         # who am I (stdlib only; the child),
                                                      # rank 0 <-> ranks files, the map step
     {"_bootstrap"},                                  # inside the profiled process
-    {"run", "result", "pipeline",                    # the Run, what a command returns,
-     "trust"},                                       # one Run through a list of passes;
-                                                     # what a manifest may make us run
-    {"passes", "interleave"},                        # one module per tool; the gate's
-                                                     # processes, run in pairs
+    {"run", "result", "pipeline"},                   # the Run, what a command returns,
+                                                     # one Run through a list of passes
+    {"passes"},                                      # one module per tool
     {"distributed"},                                 # passes on the ranks: launch, a
                                                      # rank's share, fan-out and reduce
     {"commands"},                                    # more than one pass: a script's
-                                                     # processes, diff, the gate
+                                                     # processes, diff, the gate (its
+                                                     # pairs, what a manifest may run)
     {"api"},                                         # commands = passes composed
     {"agent"},                                       # JSON answers, the MCP server, the skill
     {"_options", "cli"},                             # click only
@@ -118,7 +117,7 @@ CLI_MAY_IMPORT = {"nsbridge", "nsbridge._blas", "nsbridge._options", "nsbridge.a
                   "nsbridge.errors", "nsbridge.profiles", "nsbridge.progress",
                   "nsbridge.report.render.terminal", "nsbridge.report.render.diff_render",
                   "nsbridge.agent.answer", "nsbridge.agent.mcp_server", "nsbridge.agent.skill",
-                  "nsbridge.limits", "nsbridge.confine"}
+                  "nsbridge.guard.limits", "nsbridge.guard.confine"}
 
 # (importing module, imported module or unit) -> why it is tolerated for now
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}

@@ -1,7 +1,7 @@
 """The MCP server's trust boundaries (issue 48): its roots hold for every path nsbridge reads
 or runs on a client's behalf (ten indirect ways out, each refused, no outside byte in any
 answer, no outside script run); a cancelled or disconnected command, or SIGTERM, leaves no
-process; every argument is checked with the CLI's ranges (nsbridge.limits), in one line."""
+process; every argument is checked with the CLI's ranges (nsbridge.guard.limits), in one line."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from nsbridge import limits
 from nsbridge.cli import main
-from nsbridge.confine import confined_to, readable
+from nsbridge.guard.confine import confined_to, readable
 from nsbridge.errors import OutsideRootsError
 
 from conftest import EXAMPLES

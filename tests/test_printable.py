@@ -10,7 +10,7 @@ import unicodedata
 import pytest
 
 from nsbridge import progress
-from nsbridge.printable import printable
+from nsbridge.guard.printable import printable
 from nsbridge.report.document.escape import md_cell, terminal
 
 HIDDEN = [chr(c) for c in range(sys.maxunicode + 1)

@@ -1,6 +1,7 @@
-"""A run directory is code (nsbridge.trust): `gate` and `deep --run` run a manifest's script
-only from a trusted folder, never a module it names, and of its environment only torch's
-and threading's variables; what each side runs is shown before anything runs.
+"""A run directory is code (nsbridge.commands.trust): `gate` and `deep --run` run a
+manifest's script only from a trusted folder, never a module it names, and of its
+environment only torch's and threading's variables; what each side runs is shown before
+anything runs.
 
 The tests not marked slow call the library in this process, where tests/conftest.py fails
 any test that starts a process: a refusal there is proof that nothing ran, not even git.
@@ -19,8 +20,8 @@ import pytest
 import nsbridge
 from nsbridge.api import analyze
 from nsbridge.errors import UntrustedRunError
-from nsbridge.interleave import describe, resolve_side
-from nsbridge.trust import may_apply
+from nsbridge.commands.interleave import describe, resolve_side
+from nsbridge.commands.trust import may_apply
 
 from conftest import ROOT, TORCH_DATA
 from test_gate import TINY

@@ -8,14 +8,14 @@ at the run's files for more. Trust boundaries:
 - Roots: paths in arguments are taken only under the roots given at start (``--root``,
   default the current folder), and every path nsbridge reads or runs on the way (traces a
   summary or a child record names, a folder's members, symlinks, report.json, a manifest's
-  script and folder) is checked against them too (nsbridge.confine); a file outside is
+  script and folder) is checked against them too (nsbridge.guard.confine); a file outside is
   never read, so no answer quotes it.
 - Stopping: each command (doctor, triage, analyze, deep, diff, gate) runs as its own
   ``nsbridge --confine ROOT ... --format json`` process in a process group of its own.
   A client's cancel, the client going away (stdin closed) and SIGTERM to the server send
   SIGTERM to that group (nsbridge ends the script and marks the run 'terminated'), then
   SIGKILL after END_GRACE_S.
-- Arguments: every number is checked against nsbridge.limits, the ranges the CLI's
+- Arguments: every number is checked against nsbridge.guard.limits, the ranges the CLI's
   options use; strings and lists are bounded, and so is every string an answer carries.
 
 Nothing runs through a shell; a long command reports progress every few seconds. While
@@ -40,12 +40,12 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 
-from .. import limits
+from ..guard import limits
 from .. import schema as S
 from ..collect._process import signal_group, start_group
-from ..confine import confined_to, inside
+from ..guard.confine import confined_to, inside
 from ..errors import NsbridgeError
-from ..limits import Bound, clipped
+from ..guard.limits import Bound, clipped
 from ..rundir import DEFAULT_BASE
 from .answer import TOP_OPS, error_answer
 
@@ -213,7 +213,7 @@ def build_server(roots: Sequence[str]) -> MCPServer:
         return await command(ctx, "gate", argv, home)
 
     def report_of(run_dir: str) -> dict[str, Any]:
-        """A run's report.json, read confined to the roots (nsbridge.confine)."""
+        """A run's report.json, read confined to the roots (nsbridge.guard.confine)."""
         path = allowed.check(run_dir)
         with confined_to(allowed.roots):
             try:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from .. import schema as S
-from ..confine import readable
+from ..guard.confine import readable
 from ..profiles import Profile
 from ..rundir import load_record
 from . import machine

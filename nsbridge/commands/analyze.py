@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Optional, Union
 
 from .. import schema as S
-from ..confine import readable
+from ..guard.confine import readable
 from ..contract.check import report_problem
 from ..errors import TraceNotFoundError
 from ..job.summary import read_summaries

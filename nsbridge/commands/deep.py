@@ -40,8 +40,8 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
     the ``top`` ops by device time. The run is ``run``, else a triage of ``target`` made
     first, else the latest run under nsbridge-runs/. An earlier run's script runs again
     only when it and its folder lie in ``trust`` (None: the current directory;
-    nsbridge.trust), in this process's environment with the threads and the checked
-    variables the run recorded (nsbridge.trust.rerun_plan). ``on_plan`` receives what will
+    nsbridge.commands.trust), in this process's environment with the threads and the checked
+    variables the run recorded (nsbridge.commands.trust.rerun_plan). ``on_plan`` receives what will
     run and the plan's text before ncu starts.
 
     Raises:
@@ -55,7 +55,7 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
         UntrustedRunError: the run's manifest names a script or folder outside ``trust``,
             a module, or launcher options triage does not write (nothing has run).
     """
-    from ..trust import rerun_plan, trusted_folders
+    from .trust import rerun_plan, trusted_folders
 
     prof = as_profile(profile)
     deep_prof = prof.deep

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence, Union
 
 from .. import schema as S
-from ..confine import readable
+from ..guard.confine import readable
 from ..errors import DiffInputError, DiffRefusedError
 from ..report.document.escape import terminal
 from ..contract.comparison import Comparison
@@ -55,7 +55,7 @@ def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 1
 def check_thresholds(fail_above: float, min_step_share: float) -> None:
     """DiffInputError for a threshold outside the CLI's range (limits): a NaN compares
     false with every change, so it would pass any slowdown."""
-    from ..limits import FAIL_ABOVE_PCT, MIN_STEP_SHARE_PCT
+    from ..guard.limits import FAIL_ABOVE_PCT, MIN_STEP_SHARE_PCT
 
     share = min_step_share
     pct = share * 100 if isinstance(share, (int, float)) and not isinstance(share, bool) \

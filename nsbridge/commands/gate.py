@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Un
 
 from .. import schema as S
 from ..collect.ncu import gpu_names
-from ..confine import readable
+from ..guard.confine import readable
 from ..errors import DiffInputError, DiffRefusedError, GateRunError, RunDirError, Stopped
 from ..profiles import as_profile, with_overrides
 from ..report.document.escape import terminal
@@ -39,7 +39,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
          trust: Optional[Sequence[Union[str, Path]]] = None,
          environ: Mapping[str, str] = os.environ) -> Comparison:
     """Measure BASE and NEW again, interleaved, and judge them: ``processes`` pairs of
-    processes (A B, B A, ...; nsbridge.interleave), each a triage with the ``profile``
+    processes (A B, B A, ...; nsbridge.commands.interleave), each a triage with the ``profile``
     (``steps`` measured steps) into one gate folder, judged on paired changes
     (model.comparing.paired; with one pair, as `diff` judges two runs). While the answer
     is inconclusive, one more pair is run and judged again, up to ``max_processes`` pairs
@@ -51,7 +51,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     GPU is visible, where two threads on a busy machine wait for each other; else as the
     script sets them). ``base_env``/``new_env``: variables set for one side only.
     ``trust``: the folders a run directory's script and folder must lie in (None: the
-    current directory; nsbridge.trust says what else a manifest may not ask). What each
+    current directory; nsbridge.commands.trust says what else a manifest may not ask). What each
     side runs goes to ``on_progress`` before the first process starts.
 
     Returns the comparison (model.comparing.diff.compare's keys, ``mode`` "interleaved") with
@@ -75,7 +75,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     """
     import time
 
-    from ..interleave import (DEFAULT_MAX_PROCESSES, SIDES, applied_env, describe,
+    from .interleave import (DEFAULT_MAX_PROCESSES, SIDES, applied_env, describe,
                              judged_apart, order, resolve_side, run_pairs)
     from ..model.comparing.evidence import Budget
     from ..report.render.diff_render import render_diff

@@ -45,7 +45,7 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
         UntrustedRunError: ``run``'s manifest names a script or folder outside ``trust``,
             or a variable it may not set.
     """
-    from ..trust import rerun_plan, trusted_folders
+    from .trust import rerun_plan, trusted_folders
 
     if out:     # before nsys is looked for or the script starts, as triage checks it
         check_dir_name(Path(out))

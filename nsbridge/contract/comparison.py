@@ -15,7 +15,7 @@ from typing import Annotated, Literal, Optional, TypedDict
 
 import msgspec
 
-from ..limits import MAX_PROCESSES
+from ..guard.limits import MAX_PROCESSES
 from .report import Machine
 
 # a count of pairs read back from gate.json (rejudge budgets its looks by it): in the

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 from .. import __version__, progress
 from .. import schema as S
 from ..collect.machine import usable_cores
-from ..confine import readable
+from ..guard.confine import readable
 from ..errors import DeepError, TraceError
 from ..job.identity import job_id, rank_dir_name, rank_dirs, ranked_dirs
 from ..job.summary import SUMMARY_WAIT_S, missing_ranks, read_summaries, wait_for

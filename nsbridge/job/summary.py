@@ -11,7 +11,7 @@ from typing import Iterable, Optional, cast
 
 from .. import schema as S
 from ..errors import RunDirError
-from ..confine import readable
+from ..guard.confine import readable
 from ..model.analysis import TraceAnalysis, analyze_events
 from ..parse.torch_trace import read_trace
 from ..profiles import Analysis

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Optional
 
 import pandas as pd
 
-from ..confine import readable
+from ..guard.confine import readable
 from ..errors import NcuFormatError, TraceNotFoundError
 from .ncu_units import normalise
 

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
-from ..confine import readable
+from ..guard.confine import readable
 from ..errors import NsysExportError, TraceNotFoundError
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"

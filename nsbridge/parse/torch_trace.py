@@ -23,7 +23,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from .. import schema as S
-from ..confine import readable
+from ..guard.confine import readable
 from ..errors import EmptyTraceError, TraceFormatError, TraceNotFoundError
 from ._event_columns import EventColumns
 from ._quotes import repair_quotes
@@ -83,7 +83,7 @@ def read_trace(path: str | Path, *, streaming: Optional[bool] = None,
         TraceNotFoundError: the path does not exist.
         TraceFormatError: not JSON, truncated/corrupt gzip or JSON, or not a trace.
         EmptyTraceError: a trace without any complete or instant events.
-        OutsideRootsError: confined (nsbridge.confine), the file lies outside the roots.
+        OutsideRootsError: confined (nsbridge.guard.confine), the file lies outside the roots.
     """
     path = readable(path)
     if not path.is_file():

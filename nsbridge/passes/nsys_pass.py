@@ -10,7 +10,7 @@ from typing import Any, Mapping, Optional, Sequence, cast
 from .. import progress
 from .. import schema as S
 from ..collect.nsys import export_sqlite, find_nsys, nvtx_fix, run_nsys_pass
-from ..confine import readable
+from ..guard.confine import readable
 from ..errors import LaunchError
 from ..job.mailbox import RankPlan
 from ..model.ranks.collectives import COMMUNICATION_OP

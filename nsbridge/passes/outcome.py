@@ -12,7 +12,7 @@ from typing import Optional, cast
 
 from .. import schema as S
 from ..collect._process import ChildOutcome
-from ..printable import printable
+from ..guard.printable import printable
 from ..contract.report import Error
 
 

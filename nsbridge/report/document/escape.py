@@ -1,6 +1,6 @@
 """Text from runs (op names, paths, scripts' messages) made safe to print.
 
-``terminal`` (nsbridge.printable) shows control, format and separator characters as Python
+``terminal`` (nsbridge.guard.printable) shows control, format and separator characters as Python
 escapes, so a name cannot move the cursor, recolour or erase a terminal, or reorder text.
 ``md_cell`` also escapes Markdown, so a name cannot break a table row or a comment, start a
 code span or inject HTML; ``md_text`` is ``md_cell`` for
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from ...printable import printable as terminal   # the one escape for every view
+from ...guard.printable import printable as terminal   # the one escape for every view
 
 _MARKDOWN = re.compile(r"[\\`*_\[\]|~]")
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}

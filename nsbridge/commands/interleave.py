@@ -1,7 +1,7 @@
 """The interleaved gate's measurements: both sides run again, in pairs, in one session.
 
 A side is what to run: a run directory (its manifest's script, arguments, folder, recorded
-environment and threads, as far as nsbridge.trust allows; a note when its folder's git
+environment and threads, as far as nsbridge.commands.trust allows; a note when its folder's git
 commit has moved on since), or a checkout (a folder: the given script inside it, run from
 there with the folder first on PYTHONPATH, so the checkout's own package is the one
 imported). ``describe`` says what each side will run, before anything does. Pair i runs
@@ -21,17 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from . import schema as S
-from .collect.source import git_state
-from .collect.torch_profiler import THREAD_VARIABLES
-from .confine import readable
-from .errors import DiffInputError, RunDirError
-from .printable import printable
-from .run import is_ranked
-from .rundir import load_record
+from .. import schema as S
+from ..collect.source import git_state
+from ..collect.torch_profiler import THREAD_VARIABLES
+from ..guard.confine import readable
+from ..errors import DiffInputError, RunDirError
+from ..guard.printable import printable
+from ..run import is_ranked
+from ..rundir import load_record
 from .trust import (check_checkout_script, check_manifest_script, manifest_env,
                     trusted_folders)
-from .contract.report import as_report
+from ..contract.report import as_report
 
 SIDES = ("base", "new")
 # the pairs a gate may grow to while its answer is inconclusive (unless told otherwise)
@@ -66,7 +66,7 @@ def resolve_side(name: str, given: str, script: Optional[str], args: Sequence[st
     Raises:
         DiffInputError: neither, or a checkout without a script, or a script given with
             a run directory (it brings its own).
-        UntrustedRunError: what nsbridge.trust refuses (nothing has run).
+        UntrustedRunError: what nsbridge.commands.trust refuses (nothing has run).
     """
     path = Path(given)
     if path.is_file() and path.name == S.REPORT_JSON:

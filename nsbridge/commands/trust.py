@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from .collect.source import NOT_RECORDED, RECORDED_PREFIXES
-from .collect.torch_profiler import with_threads
-from .errors import UntrustedRunError
-from .printable import printable
+from ..collect.source import NOT_RECORDED, RECORDED_PREFIXES
+from ..collect.torch_profiler import with_threads
+from ..errors import UntrustedRunError
+from ..guard.printable import printable
 
 TrustArg = Optional[Sequence[Union[str, Path]]]
 

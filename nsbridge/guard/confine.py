@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Union
 
-from .errors import OutsideRootsError
+from ..errors import OutsideRootsError
 
 _ROOTS: ContextVar[Optional[tuple[Path, ...]]] = ContextVar("nsbridge_roots", default=None)
 
