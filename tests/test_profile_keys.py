@@ -198,7 +198,8 @@ def test_a_contention_key_changes_the_machine_finding(runs: dict[str, Path], key
         step["wait_ms"] = 0.05 * step["wall_ms"]
     around = {"cores": {"usable": 2}, "seconds": 3.0, "steal_share": 0.02,
               "load_before": [0.1, 0.1, 0.1], "load_after": [0.1, 0.1, 0.1]}
-    found = {value: process_machine(around, child, _analysis(**{key: value}))["contention"]
+    found = {value: process_machine(around, child.get("machine"), child["steps"],
+                                    _analysis(**{key: value}))["contention"]
              for value in (getattr(load_profile("default").analysis, key), 0.01)}
     assert [c["contended"] for c in found.values()] == [False, True], found
 

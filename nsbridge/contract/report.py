@@ -298,8 +298,13 @@ class ProcessClock(TypedDict, total=False):
     wall_ms: Optional[Spread]
 
 
-# torch's threads in the profiled process, as child.json declares them
-MachineThreads = records.Threads
+class MachineThreads(TypedDict, total=False):
+    """torch's threads in the profiled process (child.json's records.Threads, bounded as a
+    report read back must be: a thread count past any machine is refused, not rendered)."""
+    intra_op: Count
+    inter_op: Count
+    env: dict[str, str]
+    requested: Optional[Count]
 
 
 class MachineUnprofiledSteps(TypedDict, total=False):

@@ -8,8 +8,9 @@ reader (rundir.load_record, given the declaration) checks it against the shape d
 from it (``shape_for``, schema.shape.shape_of) and refuses it naming the file and the first
 field that is wrong. Stdlib only (typing_extensions before Python 3.11, as torch installs
 it): the profiled process builds child.json with these types. The report declares the
-parts it copies from these records with these same types (contract.report's Environment,
-MachineThreads and Error), and collect.machine's readers return the types here.
+parts it copies from these records with these same types (contract.report's Environment
+and Error; its MachineThreads is records.Threads bounded as a report read back must be),
+and collect.machine's readers return the types here.
 
 Numbers are finite and bounded (shape.HUGE); ranks and world sizes are whole numbers
 below ``MAX_RANKS``; file names a record points to are bare names in its own folder.
