@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import pytest
 from click.testing import CliRunner
 
-from nsbridge import limits
+from nsbridge.guard import limits
 from nsbridge.cli import main
 from nsbridge.guard.confine import confined_to, readable
 from nsbridge.errors import OutsideRootsError
