@@ -31,7 +31,7 @@ def test_ranks_and_file_names_keep_their_bounds() -> None:
         f"world_size is 0, not a whole number from 1 to {R.MAX_RANKS}"
     assert R.record_problem({**summary, "trace": "../elsewhere.json"}, R.SUMMARY_SHAPE) == \
         'trace is "../elsewhere.json", not a file name in the record\'s folder'
-    spec = {"target": "train.py", "args": [], "module": False, "cwd": "/work", "profile": "default",
+    spec = {"target": "train.py", "args": [], "module": False, "cwd": ".", "profile": "default",
             "pass_id": "p1"}
     word = {"pass": "timeline", "go": True, "spec": {**spec, "ranks": [0, -1]}}
     assert R.record_problem({**word, "spec": {**spec, "ranks": [0, 1]}}, R.WORD_SHAPE) is None
