@@ -128,24 +128,31 @@ def test_a_dtype_switch_fails_the_gate_and_stdout_holds_only_the_answer(tmp_path
                      "--format", "json",
                      "--out", str(out), "--new-env", "DTYPE=float64", str(tmp_path),
                      str(tmp_path), "tiny.py", cwd=tmp_path)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    # never a pass: a regression, or (two pairs on a busy machine: a float64 matmul read -13%
+    # with its interval -100%..>+999% beside two CPU hogs) other work the pairs cannot size
+    assert proc.returncode in (1, 4), proc.stdout + proc.stderr
     result = json.loads(proc.stdout)            # nothing else on stdout
     assert "the script talks" in proc.stderr
-    # the matmuls are named as other work (float64) whatever their timing; whether each is
-    # also past +10% on a tiny MLP is noise (seen in a clean-clone CI: both under it once)
+    # the matmuls are named as other work (float64) whatever their timing
     ops = {r["op"]: r for r in result["ops"]}
     matmuls = [ops[n] for n in ("aten::addmm", "aten::mm") if n in ops]
     assert matmuls and all(r["basis"] == "dtype" for r in matmuls)
     assert all("float64" in r["work"] for r in matmuls)
     dtype_regressions = [r for r in result["regressions"] if r["basis"] == "dtype"]
-    assert dtype_regressions and all("float64" in r["detail"] for r in dtype_regressions)
+    if proc.returncode == 1:
+        assert dtype_regressions and all("float64" in r["detail"] for r in dtype_regressions)
+    else:
+        assert not dtype_regressions and result["advice"]
+        assert any("now runs in float64 (was float32): its time" in reason
+                   for reason in result["reasons"]), result["reasons"]
     assert result["gate"]["order"] == ["base-01", "new-01", "new-02", "base-02"]
     assert result["gate"]["threads"] == 1 and result["mode"] == "interleaved"
     for run in result["gate"]["order"]:
         report = json.loads((out / run / "report.json").read_text())
         assert report["machine"]["threads"]["intra_op"] == 1
         assert report["machine"]["threads"]["requested"] == 1
-    assert (out / "gate.json").is_file() and "REGRESSED:" in (out / "gate.md").read_text()
+    assert (out / "gate.json").is_file()
+    assert ("REGRESSED:" if proc.returncode == 1 else "INCONCLUSIVE") in (out / "gate.md").read_text()
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from nsbridge.model.comparing import change as C
+from nsbridge.model.comparing.gate_answer import answer
 from nsbridge.model.comparing.paired import choose_statistic, compare_pairs, processes_needed
 from nsbridge.model.comparing.steady import process_steady, step_weights
 from nsbridge.report.render.diff_render import render_diff
@@ -150,6 +151,44 @@ def test_a_dtype_switch_is_different_work_named_with_its_cost_per_call() -> None
     assert busy["basis"] == "dtype" and busy["status"] == "different work"
     text = render_diff({**result, "a_label": "a", "b_label": "b"})
     assert "aten::mm now runs in float64 (was float32): x2." in text
+
+
+def test_other_work_whose_time_the_pairs_cannot_size_keeps_the_gate_from_passing() -> None:
+    """Seen beside two CPU hogs (2 pairs): a float64 matmul, 1.75x the work, measured -13%
+    (95% interval -100%..>+999%) and was passed as just "different work". An op whose
+    work changed and whose interval holds both no slowdown and +T is inconclusive, named
+    with its new work; it keeps a decided step from passing, and the gate says how many
+    pairs would size it."""
+    rng = np.random.default_rng(31)
+    wild = [(one_process(rng, process=0.4),
+             one_process(rng, dtype="float64", process=0.4, scale={"aten::mm": 0.9}))
+            for _ in range(3)]
+    result = compare_pairs(wild)
+    mm = op_row(result, "aten::mm")
+    assert mm["basis"] == "dtype" and mm["change_pct"] < 10 and mm["ci_pct"][1] > 10
+    assert mm["status"] == "inconclusive" and (mm["pairs_to_decide"] or 51) > 3
+    assert mm["why"].startswith("aten::mm now runs in float64 (was float32): its time ")
+    assert result["outcome"] == "inconclusive" and mm["why"] not in result["undecided"]
+    # a dtype switch touches every op: one reason for it, the largest named first
+    unsized = [r for r in result["ops"] if r["basis"] == "dtype"
+               and r["status"] == "inconclusive"]
+    work = [r for r in result["reasons"] if "float64" in r]
+    assert len(unsized) > 1 and len(work) == 1, result["reasons"]
+    assert work[0].startswith(
+        f"{len(unsized)} ops each now runs in float64 (was float32); their times could be no "
+        f"slower or +10% slower (each interval holds both): {unsized[0]['op']} ")
+    # the same shift with a quiet machine's spread: the interval stays under +T
+    quiet = compare_pairs(pairs(31, k=3, dtype="float64", scale={"aten::mm": 0.9}))
+    assert op_row(quiet, "aten::mm")["status"] == "different work"
+    # a decided step does not pass over it (the ops' undecided times would not block)
+    decided = {**result, "step": {**result["step"], "status": "within noise"}}
+    again = answer(wild[0][0], wild[0][1], rows=[dict(r) for r in decided["ops"]],
+                   step=decided["step"], blockers=[], fail_above=10.0, min_step_share=0.02,
+                   ops=(), device=False, mode="interleaved", samples=result["samples"],
+                   advice=[], reasons=[], noise={k: result[k] for k in (
+                       "pairs", "contended", "drift_pct", "op_noise_pct", "false_alarm",
+                       "speed")})
+    assert again["outcome"] == "inconclusive" and again["reasons"] == work
 
 
 def test_noise_is_within_noise_never_improved() -> None:

@@ -85,7 +85,7 @@ def compare(a: Report, b: Report, *, fail_above: float = 10.0,
     table, noise = _op_table(side_a, side_b, fail_above=fail_above, min_share=min_share,
                              min_step_share=min_step_share, single_process=single,
                              gate=set(ops), contended=contended)
-    step = _step_change(a, b, side_a, side_b, fail_above, single, bool(contended),
+    step = _step_change(a, b, side_a, side_b, fail_above, single, contended,
                         math.log1p((noise.get("drift_pct") or 0.0) / 100.0))
     if step and step["status"] == "inconclusive" and step.get("significant") and any(
             r["gated"] and r["status"] == "regressed" for r in table):
@@ -333,10 +333,11 @@ def _weighted_median(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 def _step_change(a: Report, b: Report, side_a: _Side, side_b: _Side,
-                 fail_above: float, single_process: bool, contended: bool,
+                 fail_above: float, single_process: bool, contended: list[str],
                  drift: float = 0.0) -> Optional[ComparedStep]:
     """Median step time of each side (measured or unprofiled steps: module docstring), its
-    change and 95% interval, and the status."""
+    change and 95% interval, and the status; ``contended``: the sides (A, B) that ran on
+    a contended machine."""
     measured = min(len(per_step_of(a)), len(per_step_of(b)))
     if (min(len(side_a.bare_ms), len(side_b.bare_ms)) >= MIN_STEP_SAMPLES
             and measured < ENOUGH_MEASURED_STEPS):
@@ -368,7 +369,7 @@ def _step_change(a: Report, b: Report, side_a: _Side, side_b: _Side,
 
 
 def _judged_step(what: str, va: np.ndarray, vb: np.ndarray, low: float, high: float,
-                 fail_above: float, single_process: bool, contended: bool,
+                 fail_above: float, single_process: bool, contended: list[str],
                  drift: float) -> ComparedStep:
     """The step-time row from both sides' samples and the interval of its change."""
     point = math.log(np.median(vb) / np.median(va))
@@ -377,11 +378,16 @@ def _judged_step(what: str, va: np.ndarray, vb: np.ndarray, low: float, high: fl
     significant = status == "regressed"
     change = f"step time {C.pct(point):+.1f}% (95% interval {show_ci(C.interval_pct(low, high))})"
     why = None
+    where = (f"on a contended machine (run {' and '.join(contended)})" if contended
+             else "with one process per side")
     if significant and (single_process or contended):
         status = "inconclusive"
-        why = (f"{change}, but " + ("on a contended machine" if contended else "with one "
-               "process per side") + " a whole-process slowdown cannot be told from "
+        why = (f"{change}, but {where} a whole-process slowdown cannot be told from "
                "between-process drift")
+    elif status in SPEED_UPS and (single_process or contended):
+        status = "within noise"
+        why = (f"{change}: a speed-up these runs cannot confirm ({where} a whole-process "
+               "speed-up cannot be told from between-process drift)")
     elif significant and low <= drift:
         status = "inconclusive"
         why = (f"{change}, no more than every op moved (drift {C.pct(drift):+.1f}%): a "

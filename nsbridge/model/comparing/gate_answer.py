@@ -15,28 +15,39 @@ from ...contract.comparison import (Blocker, ComparedRow, ComparedStep, Comparis
 from ...contract.report import Report, SyncPoint, verdict_label
 
 NAMED_OPS = 3   # ops one reason names; the table marks the rest (row["decides"])
+# an op whose work changed: the kinds of signature change, as a row's basis names them
+WORK_KINDS = ("dtype", "layout", "shapes")
 SOURCES = {True: "torch.profiler self device time", False: "torch.profiler self CPU time"}
 
 
 def judge_work(row: ComparedRow, a: Optional[OpWork], b: Optional[OpWork], point: float,
                fail_above: float, floor_us: float) -> None:
     """Judge what an op computes before how long it took (in place): another dtype,
-    layout or input shapes makes it different work (model.comparing.change.different_work, on the
-    judged change ``point``, a log); more calls per step, priced per signature, a
-    regression of work whatever the timing noise (model.comparing.work.more_work)."""
+    layout or input shapes makes it different work (model.comparing.change.different_work,
+    on the judged change ``point``, a log, and the top of the row's interval); more calls
+    per step, priced per signature, a regression of work whatever the timing noise
+    (model.comparing.work.more_work)."""
     if a is None or b is None:
         return
     kinds = signature_changes(a, b)
     if kinds:
-        kind = next(k for k in ("dtype", "layout", "shapes") if k in kinds)
+        kind = next(k for k in WORK_KINDS if k in kinds)
         before, after = kinds[kind]
         a_us, b_us = row.get("a_us"), row.get("b_us")
         per_call = (b_us / b.calls) / (a_us / a.calls) \
             if a.calls and b.calls and a_us and b_us else None
-        row.update({"basis": kind, "work": describe_change(kind, before, after),
-                    "per_call_ratio": C.rounded(per_call, 3),
-                    "status": C.different_work(point, fail_above, row.get("added_us") or 0.0,
-                                               floor_us)})
+        added = row.get("added_us") or 0.0
+        high = row["_log"][2] if row.get("_log") else point
+        added_high = (row.get("added_ci_us") or [None, None])[1]
+        status = C.different_work(point, high, fail_above, added,
+                                  added if added_high is None else added_high, floor_us)
+        work = describe_change(kind, before, after)
+        row.update({"basis": kind, "work": work, "per_call_ratio": C.rounded(per_call, 3),
+                    "status": status})
+        if status == "inconclusive":
+            row["why"] = (f"{row['op']} {work}: its time {show_pct(row.get('change_pct'))} "
+                          f"(95% interval {show_ci(row.get('ci_pct'))}) could be no slower or "
+                          f"+{fail_above:g}% slower: its interval holds both")
     more = more_work(a, b, row.get("a_us"), row.get("b_us"))
     if more and row["status"] != "regressed" and (
             more["pct"] > fail_above and more["added_us"] >= floor_us
@@ -73,16 +84,19 @@ def answer(a: Report, b: Report, *, rows: list[ComparedRow],
     reasons = [f"not comparable: {p['text']}" for p in blockers] + reasons
     if deciding is not None:
         # a slowdown the data shows but cannot put on the code (one process per side, a
-        # contended machine) keeps a decided step from passing: it is evidence, not noise
+        # contended machine) keeps a decided step from passing: it is evidence, not noise;
+        # so does other work (a dtype, layout or shapes) whose time the data cannot size
         reasons += _significant_reasons([r for r in unsure if r.get("significant")],
                                         fail_above)
+        reasons += work_reasons([r for r in unsure if not r.get("significant")], fail_above)
         if deciding["status"] == "inconclusive":
             reasons.append(deciding.get("why")
                            or unsure_reason(as_op(deciding), fail_above))
         detectable = deciding.get("half_width_pct")
         what = "the step time's 95% interval is"
     else:
-        reasons += [_why(r, fail_above) for r in unsure]
+        reasons += [_why(r, fail_above) for r in unsure if r.get("basis") not in WORK_KINDS]
+        reasons += work_reasons(unsure, fail_above)
         detectable = C.detectable([r for r in rows if r.get("half_width_pct") is not None
                                    and r["gated"]])
         what = "the judged ops' 95% intervals are (base-time-weighted median)"
@@ -112,7 +126,8 @@ def answer(a: Report, b: Report, *, rows: list[ComparedRow],
         "syncs": syncs(a, b), "ops": rows, "regressions": regressions,
         "inconclusive": [r["op"] for r in unsure],
         "undecided": [_why(r, fail_above) for r in unsure
-                      if deciding is not None and not r.get("significant")]}
+                      if deciding is not None and not r.get("significant")
+                      and r.get("basis") not in WORK_KINDS]}
     held_to_types(result, Comparison, "the comparison", copied=("machine",))
     return result
 
@@ -157,6 +172,29 @@ def same_work_reason(rows: list[ComparedRow], cause: str) -> str:
             f"runs: {cause}")
 
 
+def work_reasons(rows: list[ComparedRow], fail_above: float) -> list[str]:
+    """One reason per change of work among ``rows`` whose time the data cannot size (a
+    dtype switch touches every op: one sentence for it, not one per op), its first
+    NAMED_OPS ops named with their change and interval (table order: the largest first);
+    rows of unchanged work are left out."""
+    by_work: dict[str, list[ComparedRow]] = {}
+    for row in rows:
+        if row.get("basis") in WORK_KINDS:
+            by_work.setdefault(str(row.get("work")), []).append(row)
+    out = []
+    for work, group in by_work.items():
+        if len(group) == 1:
+            out.append(_why(group[0], fail_above))
+            continue
+        times = ", ".join(f"{r['op']} {show_pct(r['change_pct'])} (95% interval "
+                          f"{show_ci(r['ci_pct'])})" for r in group[:NAMED_OPS])
+        if len(group) > NAMED_OPS:
+            times += f" and {len(group) - NAMED_OPS} more ops (in the op table)"
+        out.append(f"{len(group)} ops each {work}; their times could be no slower or "
+                   f"+{fail_above:g}% slower (each interval holds both): {times}")
+    return out
+
+
 def _why(row: ComparedRow, fail_above: float) -> str:
     return str(row.get("why") or unsure_reason(row, fail_above))
 
@@ -173,7 +211,7 @@ def named(row: ComparedRow, source: str) -> Regression:
                       "ci_pct": None, "added_ms": _ms(more["added_us"]),
                       "detail": f"{more['calls_b']:g} calls per step instead of "
                                 f"{more['calls_a']:g}, priced {more['priced']}"})
-    elif basis in ("dtype", "layout", "shapes"):
+    elif basis in WORK_KINDS:
         ratio = row.get("per_call_ratio")
         entry["source"] = f"torch.profiler input {'types' if basis == 'dtype' else basis} " \
                           f"and {source.split('torch.profiler ')[-1]}"

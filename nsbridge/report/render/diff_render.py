@@ -101,6 +101,8 @@ def _outcome_line(result: Comparison) -> str:
         if step.get("status") == "improved":
             return (f"Outcome: PASS (exit 0): step time {show_pct(step['change_pct'])} (95% "
                     f"interval {show_ci(step['ci_pct'])}), faster" + _machine_caveat(result))
+        if step.get("why") and top is not None and top < 0:      # a speed-up unconfirmed:
+            return f"Outcome: PASS (exit 0): {step['why']}"      # its why names the cause
         return ("Outcome: PASS (exit 0)" + (f": no change beyond ±{seen:.1f}% (the smallest "
                                             "change this comparison could see)"
                                             if seen is not None else ""))
