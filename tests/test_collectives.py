@@ -7,10 +7,12 @@ import gzip
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from nsbridge import schema as S
 from nsbridge.model.device.attribution import attribute_gpu_events
+from nsbridge.model.host.ops import op_table
 from nsbridge.model.ranks.collectives import collective_kind, collectives
 from nsbridge.model.host.nesting import build_host_tree
 from nsbridge.parse.torch_trace import read_trace
@@ -292,7 +294,10 @@ def _gloo_frame():
 
 
 @pytest.mark.parametrize("no_gpu", ["frame", "none"])
-def test_gloo_on_cpus_counts_the_ranges_and_takes_their_host_time(no_gpu: str) -> None:
+def test_gloo_on_cpus_counts_the_calls_and_takes_their_worker_ranges_time(no_gpu: str) -> None:
+    """The calls are the c10d ops the script made; gloo's ranges on its worker thread are
+    the time each took (its work and its wait for the other ranks); a range inside its c10d
+    op (send) is the call itself."""
     ev = _gloo_frame()
     tree = build_host_tree(ev)
     gpu = attribute_gpu_events(ev, tree) if no_gpu == "frame" else None
@@ -300,14 +305,52 @@ def test_gloo_on_cpus_counts_the_ranges_and_takes_their_host_time(no_gpu: str) -
     rows = collectives(ev, tree, gpu, 0.0, 5000.0, 1)
     table = {r["kind"]: r for r in rows}
     assert set(table) == {"all_reduce", "all_gather", "send", "barrier"}
-    assert all(r["source"] == "backend ranges" and r["time_source"] == "host ranges"
-               for r in rows)
+    assert all(r["time_source"] == "host ranges" for r in rows)
+    assert {k: r["source"] for k, r in table.items()} == {
+        "all_reduce": "c10d ops", "all_gather": "c10d ops", "barrier": "c10d ops",
+        "send": "backend ranges"}
     assert all(r["time_us"] == r["host_time_us"] for r in rows)
     assert (table["all_reduce"]["count"], table["all_reduce"]["time_us"]) == (2, 1200.0)
     assert table["all_reduce"]["bytes"] == 2 * 256 * 4
     assert (table["all_gather"]["count"], table["all_gather"]["time_us"]) == (1, 250.0)
     assert (table["send"]["count"], table["send"]["time_us"]) == (1, 40.0)
     assert (table["barrier"]["count"], table["barrier"]["time_us"]) == (1, 80.0)
+
+
+def test_a_collective_gloo_carries_out_as_another_is_counted_as_called() -> None:
+    """FSDP2 on gloo (seen on 2 ranks): each c10d::_reduce_scatter_base_ runs on gloo's
+    worker threads as a gloo:all_reduce of the whole tensor, so 5 reduce-scatters a step
+    read as 5 reduce-scatters and 5 all-reduces. Each call is counted once, as the script
+    made it, timed by the worker range that carried it out (matched in order, across two
+    worker threads); the worker ranges are no ops of the op table (their time is the
+    collective's wait: torch's key_averages leaves them out)."""
+    main, w1, w2 = {S.TID: "1"}, {S.TID: "8"}, {S.TID: "9"}
+    ann = {"cat": S.USER_ANNOTATION}
+    shard = {S.INPUT_DIMS: "[[64]]", S.INPUT_TYPES: '["float"]'}
+    ev = events(
+        op("ProfilerStep#1", 0.0, 5000.0, cat=S.USER_ANNOTATION, **main),
+        op("c10d::_allgather_base_", 10.0, 20.0, **main),
+        op("gloo:all_gather", 12.0, 300.0, **ann, **w1, **shard),
+        op("aten::empty", 20.0, 2.0, **w1),             # what gloo runs inside its range
+        op("c10d::_reduce_scatter_base_", 400.0, 20.0, **main),
+        op("gloo:all_reduce", 405.0, 700.0, **ann, **w2,
+           **{S.INPUT_DIMS: "[[128]]", S.INPUT_TYPES: '["float"]'}),
+        op("c10d::_reduce_scatter_base_", 500.0, 20.0, **main),
+        op("gloo:all_reduce", 510.0, 90.0, **ann, **w1,
+           **{S.INPUT_DIMS: "[[128]]", S.INPUT_TYPES: '["float"]'}),
+        op("aten::mm", 1500.0, 50.0, **main),
+    )
+    tree = build_host_tree(ev)
+    table = {r["kind"]: r for r in collectives(ev, tree, None, 0.0, 5000.0, 1)}
+    assert set(table) == {"all_gather", "reduce_scatter"}
+    scatter = table["reduce_scatter"]
+    assert (scatter["count"], scatter["time_us"], scatter["source"]) == (2, 790.0, "c10d ops")
+    assert scatter["bytes"] == 2 * 128 * 4            # what gloo moved: the whole tensor
+    assert (table["all_gather"]["count"], table["all_gather"]["time_us"]) == (1, 300.0)
+    names = set(op_table(ev, tree, attribute_gpu_events(ev, tree), False,
+                         pd.DataFrame({"start": [0.0], "end": [5000.0]}))["name"])
+    assert not any(n.startswith("gloo:") for n in names)
+    assert {"aten::mm", "aten::empty", "c10d::_reduce_scatter_base_"} <= names
 
 
 def test_the_window_counts_calls_by_their_host_start() -> None:

@@ -171,6 +171,71 @@ def test_a_closure_given_to_the_optimizer_runs_in_a_range_of_its_own(positional)
     assert not any(e.name.startswith("closure#") for e in events())
 
 
+def test_loss_backward_runs_in_a_range_of_its_own_and_is_given_back() -> None:
+    """loss.backward() and torch.autograd.backward run inside nsbridge::backward (the
+    engine's final callbacks, where DDP waits for its gradients' all-reduce, are in no op:
+    model.host.steps counts the range as backward), the gradients as without it; once
+    nsbridge uninstalls, torch.autograd.backward is torch's own again."""
+    from nsbridge.schema import BACKWARD_RANGE
+
+    own = torch.autograd.backward
+    model = torch.nn.Linear(8, 2)
+    finished_inside: list[bool] = []
+
+    def events() -> list[torch.autograd.profiler_util.FunctionEvent]:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            loss = model(torch.ones(4, 8)).sum()
+            # a callback at the end of backward, as DDP's reducer queues one
+            loss.grad_fn.register_hook(lambda *_: torch.autograd.Variable._execution_engine
+                                       .queue_callback(lambda: finished_inside.append(True)))
+            loss.backward()
+            torch.autograd.backward(model(torch.ones(4, 8)).sum())
+        return list(prof.events())
+
+    detector = StepDetector(lambda: None)
+    detector.install()
+    try:
+        assert torch.autograd.backward is not own
+        seen = events()
+    finally:
+        detector.uninstall()
+    ranges = [e for e in seen if e.name == BACKWARD_RANGE]
+    assert len(ranges) == 2 and finished_inside == [True]
+    first = ranges[0].time_range
+    inside = [e for e in seen if e.name.startswith("autograd::engine::evaluate_function")
+              and first.start <= e.time_range.start < first.end]
+    assert inside and torch.autograd.backward is own
+    assert model.weight.grad is not None and float(model.weight.grad.sum()) == 128.0   # 2 x 4 rows
+    assert not any(e.name == BACKWARD_RANGE for e in events())
+
+
+def test_a_budget_stop_waits_until_nsbridges_own_range_is_left(tmp_path: Path) -> None:
+    """A time window stopped by its budget while loss.backward() ran in nsbridge::backward
+    crashed the process (SIGSEGV, 1 of 4 runs of examples/train_no_optimizer.py): the range
+    was entered in one recording and left in none. A budget stop asked inside one of
+    nsbridge's own ranges is asked again later; outside, it stops the recording."""
+    from nsbridge._bootstrap.session import ProfilerSession
+    from nsbridge._bootstrap.steps import in_own_range, own_range
+
+    class Recording:
+        stopped = 0
+
+        def stop(self) -> None:
+            self.stopped += 1
+
+    session = ProfilerSession({"cuda": False}, {}, tmp_path)
+    session.mode = "scheduled"
+    recording = Recording()
+    session._prof = recording  # type: ignore[assignment]
+    with own_range("nsbridge::backward"):
+        assert in_own_range()
+        session._over_budget("time")
+    assert recording.stopped == 0 and session.mode == "scheduled" and not in_own_range()
+    session._over_budget("time")
+    assert recording.stopped == 1 and session.mode == "stopped"
+    assert session.window["stopped_by"] == "time"
+
+
 COMPILED_THEN_SLOW = """
 import time, torch
 

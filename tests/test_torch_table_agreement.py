@@ -135,3 +135,33 @@ def test_calls_and_times_equal_torchs_table_where_ops_nest_in_themselves(tmp_pat
         assert ops[op]["calls"] == theirs["# of Calls"], op
         assert ops[op]["cpu_total_us"] == pytest.approx(theirs["CPU total"], abs=1.0, rel=1e-4), op
         assert ops[op]["cpu_self_us"] == pytest.approx(theirs["Self CPU"], abs=1.0, rel=1e-4), op
+
+
+GLOO = TORCH_DATA / "gloo"
+
+
+@pytest.mark.parametrize("name, calls_per_step", [
+    ("fsdp2_rank0", {"all_gather": 9.0, "reduce_scatter": 5.0}),   # 5 units, 4 + 5 gathers
+    ("ddp_rank1", {"all_reduce": 1.0})])                            # one bucket a step
+def test_a_gloo_rank_counts_the_scripts_collectives_and_ranks_ops_as_torch_does(
+        name: str, calls_per_step: dict[str, float], tmp_path: Path) -> None:
+    """Real 2-rank gloo jobs on this project's CPU machine (SOURCES.md): every collective
+    counted once per call the script made (FSDP2's reduce-scatters are gloo all-reduces on
+    gloo's threads: no all_reduce), gloo's worker-thread ranges no ops (torch's own table
+    lists none), every op's self CPU time and calls as torch's table has them, and the wait
+    for gradient synchronisation inside loss.backward() counted as backward."""
+    report = analyze([GLOO / f"{name}.json.gz"], out=tmp_path / "r").report
+    torch_table = key_averages(GLOO / f"{name}.key_averages.txt")
+    assert {c["kind"]: c["per_step"] for c in report["collectives"]} == calls_per_step
+    assert all(c["source"] == "c10d ops" and c["time_us"] > 0 for c in report["collectives"])
+    ours = {op["name"]: op for op in report["ops"]}
+    assert not [n for n in ours if n.startswith("gloo:")]
+    assert not [n for n in torch_table if n.startswith("gloo:")]
+    for op_name, row in torch_table.items():
+        if op_name.startswith("nsbridge::"):
+            assert op_name not in ours               # nsbridge's own ranges are no ops
+            continue
+        assert ours[op_name]["calls"] == row["# of Calls"], op_name
+        assert ours[op_name]["cpu_self_us"] == pytest.approx(row["Self CPU"], abs=1.0), op_name
+    shares = report["steps"]["mean"]["shares"]
+    assert shares["backward"] > 0.5 and shares["other"] < 0.1, shares

@@ -246,7 +246,8 @@ def _write_rank_summary(rank_dir: Path, config: dict[str, Any], rank: Any,
         write_summary(rank_dir, trace=rank_dir / traces[0] if traces else None,
                       thresholds=Analysis(**config["analysis"]), rank=rank.rank,
                       host=rank.host, world_size=rank.world_size, status=result["status"],
-                      exit_code=int(result["exit_code"]), error=result.get("error"))
+                      exit_code=int(result["exit_code"]), error=result.get("error"),
+                      steps=result.get("steps") or [])
     except BaseException as exc:  # a failing (or stopped) analysis must not hide the status
         from nsbridge.rundir import write_json
 

@@ -34,7 +34,7 @@ from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_fun
 
 from nsbridge._bootstrap.budget import MIB, RecordingBudget, memory_limit_bytes
 from nsbridge._bootstrap.speed_probe import probe_ms
-from nsbridge._bootstrap.steps import StepLog
+from nsbridge._bootstrap.steps import StepLog, in_own_range
 from nsbridge.collect.machine import ProcessClock, gpu_state, load_average
 from nsbridge.errors import RunDirError
 from nsbridge.rundir import atomic_path, write_atomic
@@ -228,6 +228,9 @@ class ProfilerSession:
             return
         prof = self._prof
         if prof is None:
+            return
+        if in_own_range():   # a stop inside nsbridge's own open range crashes torch: later
+            self._budget.ask_again()
             return
         if self._waits_for_compile(reason):   # a stop near a compile crashes torch: later
             if self._compile_since is None:

@@ -17,12 +17,13 @@ sample (a seeded reservoir) of ``SAMPLED_STEPS`` of the later ones, and the coun
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from nsbridge import _stepping
-from nsbridge.schema import CLOSURE_PREFIX
+from nsbridge.schema import BACKWARD_RANGE, CLOSURE_PREFIX
 from nsbridge.schema.records import ChildStep, StepsSampling
 
 
@@ -68,6 +69,31 @@ class StepLog:
         return {"exact": len(self._first), "later": self._later, "sampled": len(self._sample)}
 
 
+_open_ranges = 0      # nsbridge's own profiler ranges open now (own_range)
+
+
+@contextlib.contextmanager
+def own_range(name: str) -> Iterator[None]:
+    """A profiler range of nsbridge's around the script's code, counted while open: the
+    profiler must not stop or restart inside one (a range entered in one recording and
+    left in none crashed the process: SIGSEGV in a budget-bounded time window stopped
+    inside ``loss.backward()``), so the budget waits for ``in_own_range()`` to end."""
+    import torch
+
+    global _open_ranges
+    _open_ranges += 1
+    try:
+        with torch.profiler.record_function(name):
+            yield
+    finally:
+        _open_ranges -= 1
+
+
+def in_own_range() -> bool:
+    """Whether the script is inside one of nsbridge's own ranges now (own_range)."""
+    return _open_ranges > 0
+
+
 def closure_in_its_own_range(optimizer: Any, args: tuple[Any, ...],
                              kwargs: dict[str, Any]) -> Optional[tuple[Any, dict[str, Any]]]:
     """An optimizer-step pre-hook: a closure given to ``optimizer.step`` (Lightning's
@@ -78,18 +104,38 @@ def closure_in_its_own_range(optimizer: Any, args: tuple[Any, ...],
     closure = args[1] if positional else kwargs.get("closure")
     if not callable(closure) or getattr(closure, "_nsbridge", False):
         return None
-    import torch
-
     name = CLOSURE_PREFIX + _callable_name(closure)
 
     def ranged(*a: Any, **k: Any) -> Any:
-        with torch.profiler.record_function(name):
+        with own_range(name):
             return closure(*a, **k)
 
     ranged._nsbridge = True  # type: ignore[attr-defined]
     if positional:
         return (args[0], ranged, *args[2:]), kwargs
     return args, {**kwargs, "closure": ranged}
+
+
+def backward_in_its_own_range() -> Any:
+    """Wrap ``torch.autograd.backward`` (what ``loss.backward()`` calls) in a profiler
+    range of its own, ``nsbridge::backward``: the autograd engine's final callbacks run
+    inside the call but in no op (DDP waits there for its gradients' all-reduce, FSDP for
+    its reduce-scatters), so without it that wait reads as time outside backward. Returns
+    the function it replaced (None when already wrapped), for the uninstall."""
+    import torch.autograd
+
+    original = torch.autograd.backward
+    if getattr(original, "_nsbridge", False):
+        return None
+
+    @functools.wraps(original)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        with own_range(BACKWARD_RANGE):
+            return original(*args, **kwargs)
+
+    backward._nsbridge = True  # type: ignore[attr-defined]
+    torch.autograd.backward = backward
+    return original
 
 
 def _callable_name(fn: Any) -> str:
@@ -110,6 +156,7 @@ class StepDetector:
         self._pending = False
         self._wrapped: list[tuple[Any, Any]] = []   # (class or optimizer, its step)
         self._hooks: list[Any] = []
+        self._backward: Any = None      # torch.autograd.backward as it was, while wrapped
 
     def install(self) -> None:
         from torch.optim.optimizer import (register_optimizer_step_post_hook,
@@ -118,12 +165,18 @@ class StepDetector:
         self._hooks = [register_optimizer_step_pre_hook(closure_in_its_own_range),
                        register_optimizer_step_post_hook(self._on_optimizer_step)]
         _stepping.set_listener(self._on_user_step)
+        self._backward = backward_in_its_own_range()
 
     def uninstall(self) -> None:
         _stepping.set_listener(None)
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
+        if self._backward is not None:
+            import torch.autograd
+
+            torch.autograd.backward = self._backward
+            self._backward = None
         for owner, original in reversed(self._wrapped):
             owner.step = original
         self._wrapped.clear()

@@ -147,57 +147,71 @@ def between(before: Snapshot, after: Snapshot) -> Around:
 
 class ProcessClock:
     """Per-interval wall time, CPU time, run-queue wait and involuntary context switches
-    of the calling process (all its threads)."""
+    of the calling process (all its threads), and the run-queue wait of the thread that
+    made the clock (the training loop's: ``loop_wait_ms``; a collective backend's worker
+    threads wait while the loop waits in the collective, not while it works)."""
 
     def __init__(self) -> None:
         self._task_dir = _PROC / "self" / "task"
         self._files: dict[str, int] = {}
-        self.has_wait = (self._task_dir / str(_tid()) / "schedstat").is_file()
+        self._loop = str(_tid())
+        self.has_wait = (self._task_dir / self._loop / "schedstat").is_file()
         self._last = self._read()
 
     def lap(self) -> StepLap:
-        """Since the previous lap (or creation): wall_ms, cpu_ms, wait_ms, nivcsw."""
+        """Since the previous lap (or creation): wall_ms, cpu_ms, wait_ms, loop_wait_ms,
+        nivcsw."""
         now = self._read()
         last, self._last = self._last, now
-        wait = None if now[2] is None or last[2] is None else round((now[2] - last[2]) / 1e6, 3)
         return {"wall_ms": round((now[0] - last[0]) * 1e3, 3),
-                "cpu_ms": round((now[1] - last[1]) * 1e3, 3), "wait_ms": wait,
-                "nivcsw": now[3] - last[3]}
+                "cpu_ms": round((now[1] - last[1]) * 1e3, 3),
+                "wait_ms": _ms_between(last[2], now[2]),
+                "loop_wait_ms": _ms_between(last[4], now[4]), "nivcsw": now[3] - last[3]}
 
     def close(self) -> None:
         for fd in self._files.values():
             os.close(fd)
         self._files.clear()
 
-    def _read(self) -> tuple[float, float, Optional[int], int]:
+    def _read(self) -> tuple[float, float, Optional[int], int, Optional[int]]:
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        return (time.perf_counter(), time.process_time(), self._run_wait_ns(),
-                usage.ru_nivcsw)
+        total, loop = self._run_wait_ns()
+        return (time.perf_counter(), time.process_time(), total, usage.ru_nivcsw, loop)
 
-    def _run_wait_ns(self) -> Optional[int]:
-        """Run-queue delay of every thread of this process so far (ns; threads that ended
-        take theirs with them, so the sum is for the threads alive now)."""
+    def _run_wait_ns(self) -> tuple[Optional[int], Optional[int]]:
+        """Run-queue delay so far (ns) of every thread of this process (threads that ended
+        take theirs with them, so the sum is for the threads alive now), and of the loop's
+        thread alone."""
         if not self.has_wait:
-            return None
+            return None, None
         try:
             tids = os.listdir(self._task_dir)
         except OSError:
-            return None
-        total = 0
+            return None, None
+        total, loop = 0, None
         for tid in tids:
             fd = self._files.get(tid)
             try:
                 if fd is None:
                     fd = self._files[tid] = os.open(self._task_dir / tid / "schedstat",
                                                     os.O_RDONLY)
-                total += int(os.pread(fd, 96, 0).split()[1])
+                waited = int(os.pread(fd, 96, 0).split()[1])
             except (OSError, ValueError, IndexError):
                 if fd is not None:
                     os.close(fd)
                 self._files.pop(tid, None)
+                continue
+            total += waited
+            if tid == self._loop:
+                loop = waited
         for gone in set(self._files) - set(tids):
             os.close(self._files.pop(gone))
-        return total
+        return total, loop
+
+
+def _ms_between(before_ns: Optional[int], after_ns: Optional[int]) -> Optional[float]:
+    """The milliseconds between two nanosecond counter readings (None if one is missing)."""
+    return None if before_ns is None or after_ns is None else round((after_ns - before_ns) / 1e6, 3)
 
 
 def _tid() -> int:

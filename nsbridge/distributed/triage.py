@@ -243,7 +243,8 @@ def reduce(run_dir: Path, summaries: list[RankSummary], profile: Profile, target
              "key_averages": f"{folder_name}/{S.KEY_AVERAGES}" if summary else None,
              "ranks": [p.name for p in rank_dirs(run_dir)]}
     core = build_report(command=command, target=target, status=status, analysis=analysis,
-                        step_source=None, overhead=profiler_overhead(
+                        step_source=child.get("step_source") if child else None,
+                        overhead=profiler_overhead(
                             steps, bool(machine and (machine.get("contention") or {}).get("contended")),
                             ((machine or {}).get("threads") or {}).get("intra_op"))
                         if steps else None, files=files, notes=notes,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Iterable, Optional, cast
+from typing import Iterable, Optional, Sequence, cast
 
 from .. import schema as S
 from ..errors import RunDirError
@@ -16,7 +16,7 @@ from ..model.analysis import TraceAnalysis, analyze_events
 from ..parse.torch_trace import read_trace
 from ..profiles import Analysis
 from ..rundir import load_record, write_json
-from ..schema.records import ChildRecord, RankCollective, RankSummary, RecordError
+from ..schema.records import ChildRecord, ChildStep, RankCollective, RankSummary, RecordError
 from .identity import rank_dir_name, ranked_dirs
 from .mailbox import POLL_S
 
@@ -25,33 +25,44 @@ SUMMARY_WAIT_S = 600.0   # how long rank 0 waits for the other ranks' summaries 
 
 def summarize(analysis: TraceAnalysis, *, rank: int, host: Optional[str], world_size: int,
               status: str = "ok", exit_code: int = 0, trace: Optional[str] = None,
-              error: Optional[RecordError] = None) -> RankSummary:
-    """What the cross-rank report needs from one rank (no per-event data)."""
+              error: Optional[RecordError] = None,
+              steps: Sequence[ChildStep] = ()) -> RankSummary:
+    """What the cross-rank report needs from one rank (no per-event data). ``steps``: the
+    profiled process's own step records (child.json), whose measured steps give
+    ``wait_ms``, the time the training loop's thread waited for a CPU in each measured step
+    (absent when they are not exactly the trace's steps)."""
     device = analysis.device or {}
-    return {"rank": rank, "host": host, "world_size": world_size, "status": status,
-            "exit_code": exit_code, "error": error, "profiled": True, "trace": trace,
-            "step_ms": [round(float(w), 3) for w in analysis.steps["wall_ms"]],
-            "collective_ms": [round(u / 1e3, 3) for u in analysis.comm_per_step_us or []],
-            "verdict": analysis.verdict["label"], "numbers": analysis.verdict["numbers"],
-            "has_device": analysis.has_device, "device_busy_pct": device.get("busy_pct"),
-            "comm": device.get("comm"),
-            # the report's Collective, whose keys include the summary's
-            "collectives": cast(list[RankCollective], analysis.collectives),
-            "ops": [{"name": r.name, "calls": int(r.calls), "cpu_self_us": float(r.cpu_self_us),
-                     "device_self_us": None if r.device_self_us != r.device_self_us
-                     else float(r.device_self_us)}
-                    for r in analysis.ops[["name", "calls", "cpu_self_us",
-                                           "device_self_us"]].itertuples(index=False)]}
+    step_ms = [round(float(w), 3) for w in analysis.steps["wall_ms"]]
+    summary: RankSummary = {
+        "rank": rank, "host": host, "world_size": world_size, "status": status,
+        "exit_code": exit_code, "error": error, "profiled": True, "trace": trace,
+        "step_ms": step_ms,
+        "collective_ms": [round(u / 1e3, 3) for u in analysis.comm_per_step_us or []],
+        "verdict": analysis.verdict["label"], "numbers": analysis.verdict["numbers"],
+        "has_device": analysis.has_device, "device_busy_pct": device.get("busy_pct"),
+        "comm": device.get("comm"),
+        # the report's Collective, whose keys include the summary's
+        "collectives": cast(list[RankCollective], analysis.collectives),
+        "ops": [{"name": r.name, "calls": int(r.calls), "cpu_self_us": float(r.cpu_self_us),
+                 "device_self_us": None if r.device_self_us != r.device_self_us
+                 else float(r.device_self_us)}
+                for r in analysis.ops[["name", "calls", "cpu_self_us",
+                                       "device_self_us"]].itertuples(index=False)]}
+    waits = [s.get("loop_wait_ms") for s in steps if s.get("phase") == "active"]
+    if waits and len(waits) == len(step_ms) and all(w is not None for w in waits):
+        summary["wait_ms"] = [round(float(w or 0.0), 3) for w in waits]
+    return summary
 
 
 def write_summary(rank_dir: Path, *, trace: Optional[Path], thresholds: Analysis, rank: int,
                   host: str, world_size: int, status: str, exit_code: int,
-                  error: Optional[RecordError]) -> RankSummary:
-    """Analyse this rank's trace (when there is one) and write summary.json."""
+                  error: Optional[RecordError], steps: Sequence[ChildStep] = ()) -> RankSummary:
+    """Analyse this rank's trace (when there is one) and write summary.json; ``steps``:
+    the process's own step records (summarize)."""
     if trace is not None and trace.is_file():
         analysis = analyze_events(read_trace(trace).events, thresholds=thresholds)
         data = summarize(analysis, rank=rank, host=host, world_size=world_size, status=status,
-                         exit_code=exit_code, trace=trace.name, error=error)
+                         exit_code=exit_code, trace=trace.name, error=error, steps=steps)
     else:
         data = unprofiled(rank, world_size, status=status, exit_code=exit_code, error=error,
                           host=host)

@@ -52,6 +52,9 @@ NVTX_STEP_PREFIX: Final = "step "
 NSBRIDGE_RANGE_PREFIX: Final = "nsbridge::"
 OWN_SYNC_RANGE: Final = "nsbridge::own_sync"
 SPEED_PROBE_RANGE: Final = "nsbridge::speed_probe"   # the reference workload (_bootstrap.speed_probe)
+# around each torch.autograd.backward call (loss.backward()): the engine's final callbacks
+# (DDP's and FSDP's wait for the gradients' collectives) run in it (_bootstrap.steps)
+BACKWARD_RANGE: Final = "nsbridge::backward"
 SYNC_SITE_PREFIX: Final = "nsbridge::sync_site "   # + "KIND DEVICE FILE:LINE"
 
 # OPS (the torch.profiler pass's columns of ops[]; NAME is the op's name)

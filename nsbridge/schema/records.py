@@ -246,6 +246,7 @@ class StepLap(TypedDict, total=False):
     wall_ms: float
     cpu_ms: float
     wait_ms: Optional[float]
+    loop_wait_ms: Optional[float]   # the training loop's thread's own wait for a CPU
     nivcsw: float
     compile_ms: float
     probe_ms: float
@@ -260,6 +261,7 @@ class ChildStep(TypedDict, total=False):
     wall_ms: Required[float]
     cpu_ms: float
     wait_ms: Optional[float]
+    loop_wait_ms: Optional[float]
     nivcsw: float
     phase: Required[str]
     compile_ms: float
@@ -405,6 +407,7 @@ class RankSummary(TypedDict, total=False):
     profiled: bool
     trace: Annotated[Optional[str], _FILE]
     step_ms: list[float]
+    wait_ms: list[float]      # per measured step: the loop thread's wait for a CPU
     collective_ms: list[float]
     verdict: Optional[str]
     numbers: Optional[RankNumbers]

@@ -10,6 +10,7 @@ import pandas as pd
 
 from ... import schema as S
 from .nesting import HostTree, at_rows
+from ..ranks.collectives import worker_ranges
 from ..strings import row_groups, starts_with, value_codes
 from ..comparing.work import dtype_text, layout_text
 
@@ -78,9 +79,13 @@ def op_calls(events: pd.DataFrame, tree: HostTree, gpu: pd.DataFrame, has_device
     cpu_total_us, shape (input dims text), dtypes and layout (model.comparing.work; None where the
     trace has no types or strides), device_self_us, device_total_us, mem_bytes,
     mem_net_bytes. Steps and nsbridge's ranges are left out, and with ``in_window`` the
-    ops outside the window."""
+    ops outside the window. A collective backend's range on a worker thread of its own
+    (gloo's: model.ranks.collectives.worker_ranges) is no op either: its time is the
+    collective's work and its wait for the other ranks, counted with the collectives, and
+    torch's key_averages leaves it out."""
     n = len(tree)
     not_ops = starts_with(tree.names, (S.PROFILER_STEP_PREFIX, S.NSBRIDGE_RANGE_PREFIX))
+    not_ops |= worker_ranges(tree)
     if in_window is not None:
         not_ops |= ~in_window
     keep = np.flatnonzero(~not_ops)   # the rows are built for these only: no frame copy

@@ -14,7 +14,10 @@ belongs to the first of these that covers it (unions of host intervals, clipped 
 step):
 
 1. data: ``enumerate(DataLoader)#...`` ranges (DataLoader ``__next__``);
-2. backward: ``autograd::engine::evaluate_function: ...`` ranges on any thread;
+2. backward: ``autograd::engine::evaluate_function: ...`` ranges on any thread, and
+   nsbridge's range around each ``loss.backward()`` call (``nsbridge::backward``, in runs
+   nsbridge profiled: the engine's final callbacks run in no op, and DDP's wait for its
+   gradients' all-reduce, FSDP's for its reduce-scatters, are in them);
 3. forward: the step's top-level ops on its thread that start before the step's last
    backward range (every forward of a GAN's two models, not only the first; all of them
    in a step without backward, as in inference) with the Python between two of them
@@ -146,7 +149,7 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
     names = tree.names
     data = starts_with(names, DATA_PREFIX)
     optim = starts_with(names, OPTIMIZER_PREFIXES)
-    backward = starts_with(names, BACKWARD_PREFIX)
+    backward = starts_with(names, (BACKWARD_PREFIX, S.BACKWARD_RANGE))
     is_step = starts_with(names, S.PROFILER_STEP_PREFIX)
     closure_range = starts_with(names, S.CLOSURE_PREFIX)
     probe = starts_with(names, S.SPEED_PROBE_RANGE)

@@ -3,13 +3,20 @@ communication overlaps computation.
 
 ``collectives`` counts calls on the host and times them on the device:
 
-- Calls: the backend's own host ranges (``nccl:all_reduce``, ``gloo:all_gather``,
-  ``mpi:...``; cat user_annotation or cpu_op), else, for a kind that has none in the
-  window, PyTorch's ``c10d::allreduce_`` ops. Each call is counted once, in [lo, hi) by
-  its host start: the ``gpu_user_annotation`` copies torch writes of each backend range on
-  the GPU timeline are never calls; a c10d op is not counted for a kind that has backend
-  ranges (gloo records its ranges on its own worker threads), nor when a backend range
-  runs inside it (NCCL's barrier is an all_reduce), nor inside another c10d op.
+- Calls: the backend's own host ranges (``nccl:all_reduce``, ``mpi:...``; cat
+  user_annotation or cpu_op) where they run inside the call (NCCL: in the c10d op, on
+  the calling thread), and PyTorch's ``c10d::allreduce_`` ops that have no backend range
+  inside them. Each call is counted once, in [lo, hi) by its host start: the
+  ``gpu_user_annotation`` copies torch writes of each backend range on the GPU timeline
+  are never calls; a c10d op is not counted when a backend range runs inside it (NCCL's
+  barrier is an all_reduce), nor inside another c10d op.
+- Worker threads: gloo runs every collective on a worker thread of its own, under a range
+  named for what it does there, not for what was called (FSDP2's reduce-scatter is a
+  ``gloo:all_reduce`` of the whole tensor). Such a range (the outermost op of a thread
+  that runs nothing but backend ranges: ``worker_ranges``) is not a call when c10d ops
+  are in the trace: it times the c10d op it carried out, matched in order (the first
+  worker range to start at or after the op, each used once), and gives its bytes. Only
+  without c10d ops do worker ranges count as the calls.
 - Kinds: every spelling torch emits is folded onto one name (``_all_gather_base``,
   ``all_gather_into_tensor_coalesced``, ``allgather_`` -> all_gather; ``alltoall_base`` ->
   all_to_all; ``send 0->1`` -> send; ...). A name not recognised stays under its own
@@ -131,29 +138,40 @@ def collectives(events: pd.DataFrame, tree: HostTree, gpu: Optional[pd.DataFrame
     in_window = (tree.start >= lo) & (tree.start < hi)
     backend = t_form == 1
     c10d = t_form == 2
-    calls = backend & in_window
-    backend_kinds = set(t_kind[calls])
-    # c10d ops: for kinds without backend ranges, outermost, with no backend range inside
-    other_kind = ~np.array([k in backend_kinds for k in kind_of], dtype=bool)[t_code]
-    candidates = np.nonzero(c10d & in_window & other_kind)[0]
+    workers = backend & _worker_threads(tree, backend)
+    # c10d ops (the whole trace's, for the matching): outermost, no backend range inside
+    c10d_calls = np.zeros(len(tree), dtype=bool)
+    candidates = np.nonzero(c10d)[0]
     if len(candidates):
         has_backend_inside = np.zeros(len(tree), dtype=bool)
-        for level in tree.ancestors_or_self(np.nonzero(backend)[0])[1:]:
+        for level in tree.ancestors_or_self(np.nonzero(backend & ~workers)[0])[1:]:
             has_backend_inside[level[level >= 0]] = True
         outermost = tree.nearest(_parent(tree, candidates), c10d) < 0
-        calls[candidates[outermost & ~has_backend_inside[candidates]]] = True
+        c10d_calls[candidates[outermost & ~has_backend_inside[candidates]]] = True
+    # worker ranges time the c10d ops they carried out; alone, they are the calls
+    carried = _carried_by(tree, np.nonzero(c10d_calls)[0], np.nonzero(workers)[0]) \
+        if c10d_calls.any() else None
+    calls = (backend & ~workers & in_window) | (c10d_calls & in_window)
+    if carried is None:
+        calls |= workers & in_window
     pos = np.nonzero(calls)[0]
     if not len(pos):
         return []
 
-    host_us = tree.dur[pos]
+    host_us = tree.dur[pos].copy()
+    measured_at = pos.copy()           # the range whose inputs give the bytes
+    if carried is not None:
+        done = carried.reindex(pos).to_numpy(np.float64)
+        ok = ~np.isnan(done)
+        measured_at[ok] = done[ok].astype(np.int64)
+        host_us[ok] = tree.dur[measured_at[ok]]
     annotation_us = _device_annotations(events, codes, form_of, rowpos[pos], t_code[pos])
     kernel_us = _device_kernels(tree, gpu, calls, pos, comm_of[t_code])
     time_us = np.where(~np.isnan(annotation_us), annotation_us,
                        np.where(~np.isnan(kernel_us), kernel_us, host_us))
     time_source = np.where(~np.isnan(annotation_us), DEVICE_ANNOTATION,
                            np.where(~np.isnan(kernel_us), DEVICE_KERNELS, HOST_RANGES))
-    rows_at = rowpos[pos]
+    rows_at = rowpos[measured_at]
     frame = pd.DataFrame({
         "kind": t_kind[pos], "source": np.where(t_form[pos] == 1, BACKEND_RANGES, C10D_OPS),
         "time": time_us, "host": host_us, "time_source": time_source,
@@ -176,6 +194,46 @@ def collectives(events: pd.DataFrame, tree: HostTree, gpu: Optional[pd.DataFrame
                      "time_per_step_us": round(total / steps, 3),
                      "source": source})
     return rows
+
+
+def worker_ranges(tree: HostTree) -> np.ndarray:
+    """Per tree position: a backend range on a worker thread of the backend's own (the
+    module docstring): its time is the collective's work and the wait for the other
+    ranks, not an op of the script's threads (what the backend runs inside it is)."""
+    codes, uniques = value_codes(tree.names)
+    is_backend = np.array([bool(_BACKEND.match(str(u))) for u in uniques] + [False])
+    backend = is_backend[codes]
+    return backend & _worker_threads(tree, backend)
+
+
+def _worker_threads(tree: HostTree, backend: np.ndarray) -> np.ndarray:
+    """Per tree position: the outermost op of a thread whose outermost ops are all backend
+    ranges (``backend``, per position; the ops the backend runs inside them are nested)."""
+    if not len(tree):
+        return np.zeros(0, dtype=bool)
+    root = tree.parent < 0
+    other = np.bincount(tree.thread, weights=(root & ~backend).astype(np.float64),
+                        minlength=len(tree.bounds))
+    return root & (other[tree.thread] == 0)
+
+
+def _carried_by(tree: HostTree, calls: np.ndarray, workers: np.ndarray) -> pd.Series:
+    """Per c10d call (tree positions, any order): the worker range that carried it out,
+    matched in order of start (the first unmatched one to start at or after the call:
+    the backend's queue runs in order), the call position -> the worker position; calls
+    left unmatched are absent."""
+    calls = calls[np.argsort(tree.start[calls], kind="stable")]
+    workers = workers[np.argsort(tree.start[workers], kind="stable")]
+    out: dict[int, int] = {}
+    j = 0
+    for call in calls:
+        while j < len(workers) and tree.start[workers[j]] < tree.start[call]:
+            j += 1
+        if j == len(workers):
+            break
+        out[int(call)] = int(workers[j])
+        j += 1
+    return pd.Series(out, dtype=np.int64)
 
 
 def _parent(tree: HostTree, pos: np.ndarray) -> np.ndarray:

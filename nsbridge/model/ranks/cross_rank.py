@@ -10,14 +10,18 @@ others wait for it inside them). Without collectives it is the rank with the lon
 
 A straggler is called only when it is real: in the measured steps, the rank's excess over
 the median of the other ranks is at least ``straggler_pct`` percent of the median step and
-at least ``straggler_min_ms``, and the lower end of its 95% interval (bootstrap over steps)
-stays above both that floor and the spread between the other ranks. When the excess lies
+at least ``straggler_min_ms``, and the lower end of its 95% interval (Student's t over the
+steps) stays above both that floor and the spread between the other ranks; an excess large
+enough but not that steady says how many measured steps would decide it. Work is judged
+without the time each rank's threads waited for a CPU (the rank summaries' ``wait_ms``),
+and a rank's host is suspected only when the ranks ran on several hosts. When the excess lies
 outside any op torch.profiler recorded (Python code, sleeps, data loading), the report says
 so instead of naming ops whose differences are a small part of it.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import (Any, Callable, Iterable, Literal, Mapping, NamedTuple, Optional, Sequence,
                     cast)
@@ -27,12 +31,13 @@ import pandas as pd
 
 from ... import schema as S
 from ..host.ops import merge_shape_work
-from ..stats import LEVEL, resample_indices
+from ..comparing.change import t975
 from ...schema.records import Output, RankSummary
 from ...contract.report import (Distributed, DistributedRank, DistributedRanksBreakdownMs,
                                 DistributedSkew, DistributedStraggler, ToolRank)
 
 OP_SHARE = 0.10     # an op is named when it holds at least this share of the excess
+MAX_STEPS_ADVISED = 200   # more measured steps than this are not offered as the answer
 
 
 def cross_rank(summaries: Iterable[RankSummary], straggler_pct: float = 10.0,
@@ -66,10 +71,32 @@ def cross_rank(summaries: Iterable[RankSummary], straggler_pct: float = 10.0,
     skew = out["skew"] = _skew(measured, top)
     out["collectives"] = [{**c, "rank": s["rank"]} for s in measured
                           for c in s.get("collectives") or []]
-    out["straggler"] = _straggler(medians, {s["rank"]: _work_per_step(s) for s in measured},
+    out["straggler"] = _straggler(medians, _judged_work(measured),
                                   {s["rank"]: list(s["step_ms"]) for s in measured},
-                                  straggler_pct, straggler_min_ms, skew)
+                                  straggler_pct, straggler_min_ms, skew,
+                                  several_hosts=len({s.get("host") for s in measured}) > 1)
     return out
+
+
+def _judged_work(measured: list[RankSummary]) -> _Work:
+    """Each rank's work outside collectives per step, as the straggler is judged on it:
+    less the time its threads waited for a CPU in that step, where every rank's summary
+    has it (a rank that shares the cores with another job is not slower code; on a 2-core
+    machine beside busy processes a rank flagged with nothing planted had waited 10-15 ms
+    more per step)."""
+    work = {s["rank"]: _work_per_step(s) for s in measured}
+    waits = {s["rank"]: s.get("wait_ms") or [] for s in measured}
+    if not all(len(waits[r]) == len(work[r]) and work[r] for r in work):
+        return _Work(work, None)
+    return _Work({r: [max(w - min(wait, w), 0.0) for w, wait in zip(work[r], waits[r])]
+                  for r in work}, {r: statistics.median(waits[r]) for r in work})
+
+
+class _Work(NamedTuple):
+    """Per rank: its judged work per step (ms), and its median CPU wait per step taken out
+    of it (None: the summaries do not all have it, nothing taken out)."""
+    per_step: dict[int, list[float]]
+    wait_ms: Optional[dict[int, float]]
 
 
 class _Timed(NamedTuple):
@@ -102,14 +129,16 @@ def _work_per_step(s: RankSummary) -> list[float]:
 
 def rank_row(s: RankSummary) -> DistributedRank:
     """The one row of a rank in report.json's ``distributed.ranks``, from its summary
-    (job.summary): status, step times (median, min, max; collectives and the work
-    outside them per step), verdict, device figures; ``file`` (its trace: the path given to
+    (job.summary): status, step times (median, min, max; the median per-step time in
+    collectives and the rest of the median step, the work outside them), verdict, device figures; ``file`` (its trace: the path given to
     analyze, or the name in its rank folder), ``busy_pct`` (the verdict's device busy %)
     and ``ops`` (how many ops it ran) where known; ``breakdown_ms`` (step_breakdown)."""
     steps = s.get("step_ms") or []
     coll = statistics.median(_collective_per_step(s)) if steps else None
-    work = statistics.median(_work_per_step(s)) if steps else None
     step = statistics.median(steps) if steps else None
+    # the rest of the median step: the row's columns add up (medians of the per-step work
+    # and collectives did not: 5.73 ms against 1.71 + 4.33 on a 2-rank DDP job)
+    work = max(step - coll, 0.0) if step is not None and coll is not None else None
     return {"rank": s["rank"], "host": s.get("host"), "status": s["status"],
             "exit_code": s["exit_code"], "profiled": bool(s.get("profiled")),
             "step_ms": None if step is None else round(step, 3),
@@ -202,16 +231,18 @@ def _skew(measured: list[RankSummary], top: int) -> list[DistributedSkew]:
     return sorted(rows, key=lambda r: -(r.get("excess_us") or 0.0))[:top]
 
 
-def _straggler(ranks: dict[int, _Timed], work: dict[int, list[float]],
-               steps: dict[int, list[float]], threshold: float, min_ms: float,
-               skew: list[DistributedSkew]) -> Optional[DistributedStraggler]:
+def _straggler(ranks: dict[int, _Timed], work: _Work, steps: dict[int, list[float]],
+               threshold: float, min_ms: float, skew: list[DistributedSkew], *,
+               several_hosts: bool) -> Optional[DistributedStraggler]:
     if len(ranks) < 2:
         return None
     with_coll = any(t.collective_ms for t in ranks.values())
     metric = "work_ms_per_step" if with_coll else "step_ms"
     what = "works outside collectives" if with_coll else "takes per step"
-    series = {rank: (work if with_coll else steps)[rank] for rank in ranks}
-    values = {rank: t.work_ms if with_coll else t.step_ms for rank, t in ranks.items()}
+    waits = work.wait_ms if with_coll else None
+    series = {rank: (work.per_step if with_coll else steps)[rank] for rank in ranks}
+    values = {rank: statistics.median(series[rank]) if series[rank] else
+              (t.work_ms if with_coll else t.step_ms) for rank, t in ranks.items()}
     worst = max(values, key=values.__getitem__)
     others = [rank for rank in ranks if rank != worst]
     mid = statistics.median(values[rank] for rank in others)
@@ -221,24 +252,31 @@ def _straggler(ranks: dict[int, _Timed], work: dict[int, list[float]],
     low, high = _excess_interval(series, worst, others)
     spread = _between_ranks(values, others)
     floor = max(min_ms, threshold / 100 * step, spread)
-    evidence = [f"rank {worst} {what} {values[worst]:.2f} ms per step, {excess_ms:.2f} ms "
-                f"more than the median of the other ranks ({mid:.2f} ms): {excess:.0f}% of the "
-                f"{step:.2f} ms step"
+    waited = (f" (not counting the {waits[worst]:.2f} ms per step its training loop waited "
+              "for a CPU)" if waits and waits[worst] >= 0.005 else "")
+    evidence = [f"rank {worst} {what} {values[worst]:.2f} ms per step{waited}, "
+                f"{excess_ms:.2f} ms more than the median of the other ranks ({mid:.2f} ms): "
+                f"{excess:.0f}% of the {step:.2f} ms step"
                 + (f" (95% interval {low:.2f} to {high:.2f} ms over the measured steps)"
                    if low is not None else "")]
     called = low is not None and excess >= threshold and excess_ms >= min_ms and low >= floor
     if not called:
-        evidence.append(_why_balanced(excess, excess_ms, low, threshold, min_ms, spread))
+        evidence.append(_why_balanced(excess, excess_ms, low, threshold, min_ms, spread)
+                        + _steps_to_decide(series, worst, others, floor, excess_ms,
+                                           excess >= threshold and excess_ms >= min_ms))
     if with_coll and called:
-        waits = {rank: t.collective_ms - ranks[worst].collective_ms
-                 for rank, t in ranks.items() if rank != worst}
-        waiting = [kv for kv in sorted(waits.items(), key=lambda kv: -kv[1])[:3] if kv[1] > 0]
+        waits_in = {rank: t.collective_ms - ranks[worst].collective_ms
+                    for rank, t in ranks.items() if rank != worst}
+        waiting = [kv for kv in sorted(waits_in.items(), key=lambda kv: -kv[1])[:3]
+                   if kv[1] > 0]
         if waiting:
             evidence.append("the other ranks wait for it inside collectives: " + ", ".join(
                 f"rank {rank} {wait:.2f} ms per step more than rank {worst}"
                 for rank, wait in waiting))
     if called:
         evidence.append(_where_excess(worst, excess_ms, skew))
+    compare = ("its host (another job, thermal throttling, a slower GPU), its data"
+               if several_hosts else "its data")
     return {"verdict": "straggler" if called else "balanced", "rank": worst if called else None,
             "excess_pct": round(excess, 1), "excess_ms": round(excess_ms, 3),
             "excess_ci_ms": (None if low is None or high is None
@@ -247,10 +285,9 @@ def _straggler(ranks: dict[int, _Timed], work: dict[int, list[float]],
             "recommendation": {
                 "id": "straggler", "title": f"Speed up rank {worst}, the straggler",
                 "why": evidence[0], "impact": round(min(excess / 100, 1.0), 3),
-                "fix": (f"every rank waits for rank {worst} at each collective: compare its "
-                        "host (another job, thermal throttling, a slower GPU), its data (uneven "
-                        "shards or sequence lengths) and the ops above with the other ranks'; "
-                        "profile it alone with --ranks " + str(worst)),
+                "fix": (f"every rank waits for rank {worst} at each collective: compare "
+                        f"{compare} (uneven shards or sequence lengths) and the ops above "
+                        "with the other ranks'; profile it alone with --ranks " + str(worst)),
                 "url": "https://pytorch.org/docs/stable/notes/ddp.html",
                 "addresses_verdict": True} if called else None}
 
@@ -258,17 +295,41 @@ def _straggler(ranks: dict[int, _Timed], work: dict[int, list[float]],
 def _excess_interval(series: dict[int, list[float]], worst: int,
                      others: list[int]) -> tuple[Optional[float], Optional[float]]:
     """95% interval (ms) of the mean per-step excess of ``worst`` over the median of the
-    other ranks, step by step (steps aligned by position)."""
+    other ranks, step by step (steps aligned by position): Student's t over the steps'
+    excesses (a bootstrap of 3 steps gave little more than their range)."""
+    diff = _step_excess(series, worst, others)
+    if diff is None:
+        return None, None
+    half = t975(len(diff) - 1) * float(diff.std(ddof=1)) / math.sqrt(len(diff))
+    return float(diff.mean()) - half, float(diff.mean()) + half
+
+
+def _step_excess(series: dict[int, list[float]], worst: int,
+                 others: list[int]) -> Optional[np.ndarray]:
+    """Per measured step, ``worst``'s value less the median of the other ranks' (None with
+    fewer than 2 steps)."""
     n = min(len(series[r]) for r in [worst, *others])
     if n < 2:
-        return None, None
-    mine = np.asarray(series[worst][:n])
+        return None
     rest = np.median(np.asarray([series[r][:n] for r in others]), axis=0)
-    diff = mine - rest
-    boot = diff[resample_indices(n)].mean(axis=1)
-    tail = 100 * (1 - LEVEL) / 2
-    low, high = np.percentile(boot, [tail, 100 - tail])
-    return float(low), float(high)
+    return np.asarray(series[worst][:n]) - rest
+
+
+def _steps_to_decide(series: dict[int, list[float]], worst: int, others: list[int],
+                     floor: float, excess_ms: float, large: bool) -> str:
+    """What would settle an excess large enough to be a straggler but not steady enough
+    over the steps measured: about how many steps bring its interval's lower end over the
+    floor, at the steps' spread so far ('' when more steps would not, or it was not large
+    enough)."""
+    diff = _step_excess(series, worst, others)
+    if not large or diff is None or excess_ms <= floor:
+        return ""
+    sd = float(diff.std(ddof=1))
+    for n in range(len(diff) + 1, MAX_STEPS_ADVISED + 1):
+        if t975(n - 1) * sd / math.sqrt(n) <= excess_ms - floor:
+            return (f"; about {n} measured steps at this spread would decide it "
+                    f"(nsbridge triage --steps {n})")
+    return ""
 
 
 def _between_ranks(values: dict[int, float], others: list[int]) -> float:
