@@ -42,9 +42,10 @@ def one_run(folder: Path, script: str, planted: bool, slow_ms: float,
     argv = [sys.executable, "-m", "nsbridge", "-q", "triage", "--nproc-per-node", "2",
             "--timeout", "600", "--out", str(folder)]
     argv += ["--steps", str(steps)] if steps else []
+    script_args = ["--", "--steps", str(steps + 4)] if steps else []   # the warm-up's 3, and 1
     started = time.monotonic()
-    proc = subprocess.run([*argv, SCRIPTS[script]], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run([*argv, SCRIPTS[script], *script_args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise SystemExit(f"{folder}: nsbridge exited {proc.returncode}: {proc.stderr[-2000:]}")
     report = json.loads((folder / "report.json").read_text())
@@ -75,7 +76,7 @@ def summarize(runs: list[dict[str, Any]], slow_ms: float) -> dict[str, Any]:
                 "rank_1": sum(r["verdict"] == "straggler" and r["rank"] == 1 for r in mine),
                 "balanced": sum(r["verdict"] == "balanced" for r in mine),
                 "steps_advised": sum(r["steps_advised"] for r in mine),
-                "step_ms_median": step,
+                "step_ms_median": None if step is None else round(step, 2),
                 "planted_share_pct": round(100 * slow_ms / step, 1)
                 if planted and step else None,
                 "measured_steps": statistics.median(r["measured_steps"] for r in mine)}
@@ -99,9 +100,12 @@ def main() -> None:
     parser.add_argument("--scripts", default="fsdp2,ddp")
     parser.add_argument("--hogs", type=int, default=2, help="busy processes beside the runs")
     parser.add_argument("--slow-ms", type=float, default=10.0,
-                        help="the planted sleep, ms per step (fsdp2; ddp sleeps 20 ms)")
-    parser.add_argument("--steps", type=int, help="measured steps (the profile's default)")
+                        help="the planted sleep, ms per step")
+    parser.add_argument("--steps", type=int,
+                        help="measured steps (the profile's default); the script runs 4 more")
     parser.add_argument("--out", default=str(HERE / "results" / "straggler_quality.json"))
+    parser.add_argument("--append", action="store_true",
+                        help="add this run's cases to the results file's (another --steps)")
     args = parser.parse_args()
     scripts = [s for s in args.scripts.split(",") if s]
     hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(args.hogs)]
@@ -128,8 +132,16 @@ def main() -> None:
                "hogs": args.hogs, "slow_ms": args.slow_ms, "steps": args.steps,
                "wall_s": round(time.monotonic() - started), "cases": summarize(runs, args.slow_ms),
                "runs": runs}
-    Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
-    print(table(results))
+    out = Path(args.out)
+    if args.append and out.is_file():      # one file, one row per (script, case, steps)
+        results = {"date": results["date"], "machine": results["machine"],
+                   "runs_sets": json.loads(out.read_text()).get("runs_sets", []) + [results]}
+    else:
+        results = {**{k: results[k] for k in ("date", "machine")}, "runs_sets": [results]}
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    for one in results["runs_sets"]:
+        print(f"\n{one['hogs']} hogs of its own, {one['steps'] or 'default'} measured steps, "
+              f"{one['wall_s']} s:\n" + table(one))
 
 
 if __name__ == "__main__":

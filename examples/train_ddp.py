@@ -3,7 +3,8 @@
     torchrun --nproc-per-node 2 examples/train_ddp.py
     nsbridge triage --nproc-per-node 2 examples/train_ddp.py
 
-NSBRIDGE_EXAMPLE_SLOW_RANK=1 makes rank 1 sleep in every step: a planted straggler.
+NSBRIDGE_EXAMPLE_SLOW_RANK=1 makes rank 1 sleep in every step (NSBRIDGE_EXAMPLE_SLOW_MS, 20
+by default): a planted straggler.
 """
 
 import argparse
@@ -27,6 +28,7 @@ def main() -> None:
     rank = dist.get_rank()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else "cpu"
     slow = os.environ.get("NSBRIDGE_EXAMPLE_SLOW_RANK")
+    slow_s = float(os.environ.get("NSBRIDGE_EXAMPLE_SLOW_MS", "20")) / 1e3
     torch.manual_seed(rank)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(256, 512), nn.ReLU(),
                                                   nn.Linear(512, 10)).to(device))
@@ -35,7 +37,7 @@ def main() -> None:
         x = torch.randn(args.batch_size, 256, device=device)
         y = torch.randint(0, 10, (args.batch_size,), device=device)
         if slow is not None and rank == int(slow):
-            time.sleep(0.02)                       # the planted straggler
+            time.sleep(slow_s)                     # the planted straggler
         loss = nn.functional.cross_entropy(model(x), y)
         optimizer.zero_grad()
         loss.backward()                            # gradients all-reduced across ranks
