@@ -13,7 +13,7 @@ the median of the other ranks is at least ``straggler_pct`` percent of the media
 at least ``straggler_min_ms``, and the lower end of its 95% interval (Student's t over the
 steps) stays above both that floor and the spread between the other ranks; an excess large
 enough but not that steady says how many measured steps would decide it. Work is judged
-without the time each rank's threads waited for a CPU (the rank summaries' ``wait_ms``),
+without the time each rank's training loop waited for a CPU (the summaries' ``wait_ms``),
 and a rank's host is suspected only when the ranks ran on several hosts. When the excess lies
 outside any op torch.profiler recorded (Python code, sleeps, data loading), the report says
 so instead of naming ops whose differences are a small part of it.
@@ -80,8 +80,8 @@ def cross_rank(summaries: Iterable[RankSummary], straggler_pct: float = 10.0,
 
 def _judged_work(measured: list[RankSummary]) -> _Work:
     """Each rank's work outside collectives per step, as the straggler is judged on it:
-    less the time its threads waited for a CPU in that step, where every rank's summary
-    has it (a rank that shares the cores with another job is not slower code; on a 2-core
+    less the time its training loop's thread waited for a CPU in that step, where every
+    rank's summary has it (a rank that shares the cores with another job is not slower code; on a 2-core
     machine beside busy processes a rank flagged with nothing planted had waited 10-15 ms
     more per step)."""
     work = {s["rank"]: _work_per_step(s) for s in measured}
@@ -130,9 +130,10 @@ def _work_per_step(s: RankSummary) -> list[float]:
 def rank_row(s: RankSummary) -> DistributedRank:
     """The one row of a rank in report.json's ``distributed.ranks``, from its summary
     (job.summary): status, step times (median, min, max; the median per-step time in
-    collectives and the rest of the median step, the work outside them), verdict, device figures; ``file`` (its trace: the path given to
-    analyze, or the name in its rank folder), ``busy_pct`` (the verdict's device busy %)
-    and ``ops`` (how many ops it ran) where known; ``breakdown_ms`` (step_breakdown)."""
+    collectives and the rest of the median step, the work outside them), verdict, device
+    figures; ``file`` (its trace: the path given to analyze, or the name in its rank
+    folder), ``busy_pct`` (the verdict's device busy %) and ``ops`` (how many ops it ran)
+    where known; ``breakdown_ms`` (step_breakdown)."""
     steps = s.get("step_ms") or []
     coll = statistics.median(_collective_per_step(s)) if steps else None
     step = statistics.median(steps) if steps else None
