@@ -17,7 +17,11 @@ step):
 2. backward: ``autograd::engine::evaluate_function: ...`` ranges on any thread, and
    nsbridge's range around each ``loss.backward()`` call (``nsbridge::backward``, in runs
    nsbridge profiled: the engine's final callbacks run in no op, and DDP's wait for its
-   gradients' all-reduce, FSDP's for its reduce-scatters, are in them);
+   gradients' all-reduce, FSDP's for its reduce-scatters, are in them); in a trace without
+   it, from the last backward range's end to the end of the gradient synchronisation that
+   closes it before the optimizer (DDP's ``torch.distributed.ddp.reducer::`` ranges,
+   FSDP's ``FSDP::root_post_backward...``/``FSDP::post_backward...``): the wait between
+   is the same callbacks';
 3. forward: the step's top-level ops on its thread that start before the step's last
    backward range (every forward of a GAN's two models, not only the first; all of them
    in a step without backward, as in inference) with the Python between two of them
@@ -42,6 +46,10 @@ from ..strings import starts_with
 DATA_PREFIX = "enumerate(DataLoader)#"
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
 BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
+# what closes a backward pass in the autograd engine's final callbacks: DDP's copies of the
+# reduced buckets, FSDP's wait for its reduce-scatters
+GRAD_SYNC_PREFIXES = ("torch.distributed.ddp.reducer::", "FSDP::root_post_backward",
+                      "FSDP::post_backward")
 PHASES = ["data_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms"]
 
 
@@ -150,6 +158,8 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
     data = starts_with(names, DATA_PREFIX)
     optim = starts_with(names, OPTIMIZER_PREFIXES)
     backward = starts_with(names, (BACKWARD_PREFIX, S.BACKWARD_RANGE))
+    grad_sync = starts_with(names, GRAD_SYNC_PREFIXES)
+    own_backward = starts_with(names, S.BACKWARD_RANGE)
     is_step = starts_with(names, S.PROFILER_STEP_PREFIX)
     closure_range = starts_with(names, S.CLOSURE_PREFIX)
     probe = starts_with(names, S.SPEED_PROBE_RANGE)
@@ -170,14 +180,19 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
         fwd |= _closure_ops(tree, ops, optim[ops], bwd, closure_range)
         closure = _closure_spans(start, end, optim[ops], bwd)
         spans = (np.concatenate([closure[0], gaps[0]]), np.concatenate([closure[1], gaps[1]]))
+        closing = _grad_sync_span(start, end, bwd, grad_sync[ops], optim[ops], hi) \
+            if not own_backward[ops].any() else (spans[0][:0], spans[1][:0])
         covered, lengths = np.zeros(len(ops), dtype=bool), {}
+        extra_start, extra_end = np.zeros(0), np.zeros(0)   # spans a phase adds, kept after
         done = 0.0
-        for phase, mask in (("data", data[ops]), ("backward", bwd), ("forward", fwd),
-                            ("optimizer", optim[ops])):
+        for phase, mask, adds in (("data", data[ops], None), ("backward", bwd, closing),
+                                  ("forward", fwd, spans), ("optimizer", optim[ops], None)):
             covered |= mask
-            extra = spans if phase in ("forward", "optimizer") else (spans[0][:0], spans[1][:0])
-            union = clipped_union(np.concatenate([start[covered], extra[0]]),
-                                  np.concatenate([end[covered], extra[1]]), lo, hi)
+            if adds is not None:
+                extra_start = np.concatenate([extra_start, adds[0]])
+                extra_end = np.concatenate([extra_end, adds[1]])
+            union = clipped_union(np.concatenate([start[covered], extra_start]),
+                                  np.concatenate([end[covered], extra_end]), lo, hi)
             lengths[phase], done = union - done, union
         own = float((end - start)[probe[ops] & top].sum())   # nsbridge's speed probe
         wall = hi - lo - own
@@ -187,6 +202,24 @@ def step_breakdown(events: pd.DataFrame, tree: HostTree, windows: pd.DataFrame) 
                      "optimizer_ms": lengths["optimizer"] / 1e3,
                      "other_ms": max(wall - done, 0.0) / 1e3})
     return pd.DataFrame(rows, columns=["step", "wall_ms", *PHASES])
+
+
+def _grad_sync_span(start: np.ndarray, end: np.ndarray, bwd: np.ndarray, sync: np.ndarray,
+                    optim: np.ndarray, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    """The wait that closes a backward pass in a trace without nsbridge's backward range
+    (module docstring, 2), as (starts, ends): from the end of the step's backward ranges to
+    the end of the gradient synchronisation ranges (``sync``) that begin after the last
+    backward range does, end after it, and begin before the next optimizer range."""
+    none = (np.zeros(0), np.zeros(0))
+    if not bwd.any() or not sync.any():
+        return none
+    closed = float(end[bwd].max())
+    after = optim & (start >= closed)
+    limit = start[after].min() if after.any() else hi
+    closing = sync & (start >= start[bwd].max()) & (end > closed) & (start < limit)
+    if not closing.any():
+        return none
+    return np.array([closed]), np.array([float(end[closing].max())])
 
 
 def _starting_in(tree: HostTree, lo: float, hi: float) -> np.ndarray:
