@@ -311,3 +311,28 @@ def test_the_rank_that_failed_on_its_own_is_named_not_the_one_torchrun_ended(
     assert output.error == {"type": "RankFailed", "rank": cause,
                             "message": f"rank {cause} (ncu): ncu failed with exit status 9"}
     assert output.exit_code == 1 and output.notes[0].startswith(f"rank {cause} (ncu): ncu")
+
+
+def test_a_job_of_thousands_of_ranks_reads_as_its_distribution() -> None:
+    """4,096 ranks: the table holds the slowest and fastest ranks and the straggler, not a
+    row per rank; the step and each collective read as quantiles over the ranks with the
+    slowest named (one line per kind was 68,557 characters); report.json keeps them all."""
+    from nsbridge.report.views.ranks_view import distributed_lines, rank_rows
+
+    summaries = [_summary(r, slow=20000.0 if r == 3001 else 0.0) for r in range(4096)]
+    for s in summaries:
+        s["step_ms"] = [50.0 + (s["rank"] % 7) * 0.1] * 3
+    cross = cross_rank(summaries)
+    rows = rank_rows(cross)
+    assert len(cross["ranks"]) == 4096 and len(rows) <= 10
+    assert "3001" in [row[0] for row in rows]                      # the straggler
+    assert [row[0] for row in rows] == sorted((row[0] for row in rows), key=int)
+    lines = distributed_lines(cross)
+    assert max(len(line) for line in lines if not line.startswith("STRAGGLER")) < 200
+    table = next(line for line in lines if line.startswith("table:"))
+    assert table.startswith(f"table: {len(rows)} of 4096 ranks") and "(min / p10 / median" in table
+    reduce = next(line for line in lines if line.startswith("all_reduce:"))
+    assert "over 4096 ranks; slowest rank " in reduce
+    few = cross_rank(summaries[:16])                   # up to 16 ranks: every rank, by name
+    assert len(rank_rows(few)) == 16 and "rank 15 " in next(
+        line for line in distributed_lines(few) if line.startswith("all_reduce:"))
