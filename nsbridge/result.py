@@ -22,7 +22,8 @@ from .run import Run
 
 # the frame attributes, in the order repr lists them (columns: report/frames.py)
 FRAMES = ("ops", "steps", "kernels", "sync_points", "gaps", "op_shapes", "op_sources",
-          "memory", "timeline_ops", "timeline_gaps", "timeline_ranks", "ncu", "ncu_ranks")
+          "memory", "ranks", "timeline_ops", "timeline_gaps", "timeline_ranks", "ncu",
+          "ncu_ranks")
 
 
 @dataclass(repr=False)
@@ -92,6 +93,11 @@ class RunResult:
     def timeline_gaps(self) -> Optional[pd.DataFrame]:
         """nsys's GPU idle gaps; None without the nsys pass."""
         return frames.timeline_gaps(self.report)
+
+    @property
+    def ranks(self) -> Optional[pd.DataFrame]:
+        """Each rank of a job (a run of several ranks): step, collectives, work, verdict."""
+        return frames.ranks(self.report)
 
     @property
     def timeline_ranks(self) -> Optional[pd.DataFrame]:

@@ -317,6 +317,7 @@ def test_a_job_of_thousands_of_ranks_reads_as_its_distribution() -> None:
     """4,096 ranks: the table holds the slowest and fastest ranks and the straggler, not a
     row per rank; the step and each collective read as quantiles over the ranks with the
     slowest named (one line per kind was 68,557 characters); report.json keeps them all."""
+    from nsbridge.report import frames
     from nsbridge.report.views.ranks_view import distributed_lines, rank_rows
 
     summaries = [_summary(r, slow=20000.0 if r == 3001 else 0.0) for r in range(4096)]
@@ -333,6 +334,7 @@ def test_a_job_of_thousands_of_ranks_reads_as_its_distribution() -> None:
     assert table.startswith(f"table: {len(rows)} of 4096 ranks") and "(min / p10 / median" in table
     reduce = next(line for line in lines if line.startswith("all_reduce:"))
     assert "over 4096 ranks; slowest rank " in reduce
+    assert len(frames.ranks({"distributed": cross}) or []) == 4096   # load(): every rank
     few = cross_rank(summaries[:16])                   # up to 16 ranks: every rank, by name
     assert len(rank_rows(few)) == 16 and "rank 15 " in next(
         line for line in distributed_lines(few) if line.startswith("all_reduce:"))

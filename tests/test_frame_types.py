@@ -32,6 +32,7 @@ FRAMES: dict[str, tuple[dict[str, str], Any]] = {
     "gaps": (F.GAPS, C.DeviceIdleGap),
     "timeline_ops": (F.TIMELINE_OPS, C.TimelineOp),
     "timeline_gaps": (F.TIMELINE_GAPS, C.TimelineIdleGap),
+    "ranks": (F.RANKS, C.DistributedRank),
 }
 # ops[]'s per-pass objects, flattened to KEY_name columns (frames._op_row)
 FLATTENED = {("ops", "tensor_cores"): C.TensorCoreMark, ("ops", "nsys"): C.OpNsys,

@@ -249,6 +249,10 @@ def real_frames(runs: list[RunResult]) -> list[tuple[str, pd.DataFrame]]:
     ranks = ranks_report(runs[-1])
     found += [("timeline_ranks", frames.pass_ranks(ranks, "timeline")),
               ("ncu_ranks", frames.pass_ranks(ranks, "ncu"))]
+    job = runs[-1].run_dir.parent / "two-ranks"          # a real two-rank job's traces
+    if not job.exists():
+        nsbridge.analyze([TORCH_DATA / "two_ranks"], out=job)
+    found.append(("ranks", nsbridge.load(job).ranks))
     pooled = {"steps": {"per_step": [{**s, "run": 1 + i % 2} for i, s in enumerate(
         runs[-1].report["steps"]["per_step"])]}}        # as model.comparing.pooled numbers the runs
     found.append(("steps", frames.steps(pooled)))

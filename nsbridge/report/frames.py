@@ -261,6 +261,27 @@ without the nsys pass.
     module                      str      -       the module range the host was in
     step                        str      -       the step range (step 3)
 
+r.ranks: each rank of a job, as its row of the cross-rank report (report
+``distributed.ranks[]``: every rank, however many the views show); None on one rank.
+
+    column                      dtype    unit    meaning
+    rank                        Int64    -       the rank
+    host                        str      -       its host
+    status                      str      -       ok, failed, hung, ...
+    exit_code                   Int64    -       its exit status
+    profiled                    bool     -       whether its trace was analysed
+    step_ms                     float64  ms      its median measured step
+    min_step_ms                 float64  ms      its shortest measured step
+    max_step_ms                 float64  ms      its longest measured step
+    collective_ms_per_step      float64  ms      median time per step some collective ran
+    work_ms_per_step            float64  ms      the rest of the median step
+    verdict                     str      -       its verdict (cpu-bound, ...)
+    device_busy_pct             float64  %       its GPU busy share
+    comm_overlap_pct            float64  %       NCCL kernel time overlapping compute
+    file                        str      -       its trace (analyze of several traces)
+    busy_pct                    float64  %       its verdict's GPU busy share
+    ops                         Int64    -       how many ops it ran
+
 r.timeline_ranks: nsys on each rank of a job (report ``timeline.ranks[]``); None on one
 rank.
 
@@ -372,6 +393,12 @@ TIMELINE_OPS = {"op": "str", **{k: ("int64" if k == "ranges" else v)
                                 for k, v in NSYS_OP_DTYPES.items()}}
 TIMELINE_GAPS = {"device": "int64", "start_ns": "float64", "dur_us": "float64", "op": "str",
                  "module": "str", "step": "str"}
+RANKS = {"rank": "Int64", "host": "str", "status": "str", "exit_code": "Int64",
+         "profiled": "bool", "step_ms": "float64", "min_step_ms": "float64",
+         "max_step_ms": "float64", "collective_ms_per_step": "float64",
+         "work_ms_per_step": "float64", "verdict": "str", "device_busy_pct": "float64",
+         "comm_overlap_pct": "float64", "file": "str", "busy_pct": "float64",
+         "ops": "Int64"}
 _RANK = {"rank": "int64", "host": "str", "reason": "str", "status": "str", "error": "str",
          "wall_s": "float64"}
 TIMELINE_RANKS = {**_RANK, "gpu_busy_pct": "float64", "kernels": "Int64", "copies": "Int64",
@@ -507,6 +534,12 @@ def ncu_kernels(report: Report) -> Optional[pd.DataFrame]:
     """The ``r.ncu`` frame (module docstring); None without the ncu pass."""
     ncu = report.get(S.NCU_SECTION)
     return _frame(ncu.get("kernels") or [], NCU_KERNELS) if ncu else None
+
+
+def ranks(report: Report) -> Optional[pd.DataFrame]:
+    """The ``r.ranks`` frame (module docstring); None on one rank."""
+    rows = (report.get(S.DISTRIBUTED_SECTION) or {}).get("ranks")
+    return _frame(rows, RANKS) if rows else None
 
 
 def pass_ranks(report: Report, section: Literal["timeline", "ncu"]
