@@ -334,7 +334,8 @@ def test_a_job_of_thousands_of_ranks_reads_as_its_distribution() -> None:
     assert table.startswith(f"table: {len(rows)} of 4096 ranks") and "(min / p10 / median" in table
     reduce = next(line for line in lines if line.startswith("all_reduce:"))
     assert "over 4096 ranks; slowest rank " in reduce
-    assert len(frames.ranks({"distributed": cross}) or []) == 4096   # load(): every rank
+    every = frames.ranks({"distributed": cross})          # load(): every rank
+    assert every is not None and len(every) == 4096
     few = cross_rank(summaries[:16])                   # up to 16 ranks: every rank, by name
     assert len(rank_rows(few)) == 16 and "rank 15 " in next(
         line for line in distributed_lines(few) if line.startswith("all_reduce:"))
