@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tracemalloc
@@ -259,8 +260,14 @@ def test_a_rank_that_waited_for_a_cpu_is_no_straggler() -> None:
     assert "not counting the 12.00 ms per step its training loop waited for a CPU" in \
         straggler["evidence"][0]
     slow = {**waited, "collective_ms": [8.0] * 8}          # 20 ms more work beyond its wait
-    called = cross_rank([{**quick, "wait_ms": [0.2] * 8}, slow])["straggler"]
+    judged = cross_rank([{**quick, "wait_ms": [0.2] * 8}, slow])
+    called = judged["straggler"]
     assert called["verdict"] == "straggler" and called["rank"] == 1
+    # one number, one place: the sentence's work is the Ranks table's, less the wait it names
+    row = next(r for r in judged["ranks"] if r["rank"] == 1)
+    wait = statistics.median(slow["wait_ms"])
+    assert (f"works outside collectives {row['work_ms_per_step'] - wait:.2f} ms per step "
+            f"(not counting the {wait:.2f} ms") in called["evidence"][0]
     assert "host" not in called["recommendation"]["fix"]
     elsewhere = cross_rank([{**quick, "wait_ms": [0.2] * 8, "host": "other"}, slow])
     assert "its host" in elsewhere["straggler"]["recommendation"]["fix"]

@@ -242,8 +242,9 @@ def _straggler(ranks: dict[int, _Timed], work: _Work, steps: dict[int, list[floa
     what = "works outside collectives" if with_coll else "takes per step"
     waits = work.wait_ms if with_coll else None
     series = {rank: (work.per_step if with_coll else steps)[rank] for rank in ranks}
-    values = {rank: statistics.median(series[rank]) if series[rank] else
-              (t.work_ms if with_coll else t.step_ms) for rank, t in ranks.items()}
+    # the table's figures (one number, one place), less each rank's median CPU wait
+    values = {rank: max(t.work_ms - (waits[rank] if waits else 0.0), 0.0) if with_coll
+              else t.step_ms for rank, t in ranks.items()}
     worst = max(values, key=values.__getitem__)
     others = [rank for rank in ranks if rank != worst]
     mid = statistics.median(values[rank] for rank in others)
