@@ -1,7 +1,7 @@
 """The names of the files in a run directory, as every writer and reader spells them.
 
 Written by nsbridge itself (pipeline.save): REPORT_JSON, MANIFEST_JSON, REPORT_MD,
-REPORT_HTML, OPS_CSV, MERGED_TRACE; by `nsbridge gate` in its folder (which holds one run
+REPORT_HTML, OPS_CSV, RANKS_CSV (a job's), MERGED_TRACE; by `nsbridge gate` in its folder (which holds one run
 directory per process): GATE_JSON, GATE_MD. Written by the profiled process (_bootstrap): the
 record of each pass's child (CHILD_JSON for torch.profiler, NVTX_CHILD_JSON under nsys,
 NCU_CHILD_JSON under ncu), read from its config (CHILD_CONFIG, ...); the torch trace
@@ -18,6 +18,7 @@ MANIFEST_JSON = "manifest.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 OPS_CSV = "ops.csv"
+RANKS_CSV = "ranks.csv"
 MERGED_TRACE = "merged.json.gz"
 GATE_JSON = "gate.json"                   # `nsbridge gate`'s answer, in its folder
 GATE_MD = "gate.md"

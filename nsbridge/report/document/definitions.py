@@ -39,5 +39,5 @@ def markdown_block(preface: str = "") -> list[str]:
     """The collapsed block report.md ends with (``preface``: a line before the terms)."""
     lines = ["<details><summary>What each number means (nsbridge docs: "
              "explanation/numbers.md)</summary>", ""] + ([preface, ""] if preface else [])
-    lines.append(" · ".join(f"**{term}**: {text}" for term, text in DEFINITIONS.items()))
+    lines += [f"- **{term}**: {text}" for term, text in DEFINITIONS.items()]
     return lines + ["", "</details>"]

@@ -1,5 +1,5 @@
 """The run's files rendered from its report, in the order the save writes them: the data
-files (ops.csv, and merged.json.gz where the torch trace was small enough to annotate
+files (ops.csv, ranks.csv for a job, and merged.json.gz where the torch trace was small enough to annotate
 whole), then the pages (report.md, report.html). Each comes as (file name, bytes), made
 when it is asked for, so a file written before a later one fails to render is kept."""
 
@@ -15,15 +15,19 @@ from .compose import compose
 from .html import html_page
 from .markdown import markdown
 from .merged_trace import merged_trace_json
-from .ops_csv import ops_csv
+from .ops_csv import ops_csv, ranks_csv
 from ...contract.report import Report
 
 
 def data_files(report: Report, trace: Optional[Path]) -> Iterator[tuple[str, bytes]]:
-    """ops.csv (when the report has ops) and merged.json.gz (``trace``: the torch trace to
-    annotate; None: none), gzipped at level 1 (a merged trace is rewritten on every run)."""
+    """ops.csv (when the report has ops), ranks.csv (when it is a job's) and merged.json.gz
+    (``trace``: the torch trace to annotate; None: none), gzipped at level 1 (a merged trace
+    is rewritten on every run)."""
     if report.get("ops"):
         yield S.OPS_CSV, ops_csv(report).encode("utf-8")
+    ranks = ranks_csv(report)
+    if ranks is not None:
+        yield S.RANKS_CSV, ranks.encode("utf-8")
     if trace is not None:
         merged = merged_trace_json(read_inflated(trace), report)
         yield S.MERGED_TRACE, gzip.compress(merged, compresslevel=1)

@@ -5,7 +5,8 @@ a trace or a script is escaped where it is placed: names as code spans in tables
 
 from __future__ import annotations
 
-from typing import Any, Collection, Optional
+import re
+from typing import Any, Collection, Iterable, Optional
 
 from .compose import Composed, Head
 from ..document.definitions import markdown_block
@@ -13,6 +14,9 @@ from ..document.document import MARKDOWN, Items, Table, Text
 from ..document.escape import md_cell, md_code, md_text
 
 _MARKS = {"!": "**contended:** ", "-": "", "~": "", "?": "*", ">": ""}
+WIDTH = 180      # no prose line of report.md is wider (a table row is one line whatever it holds)
+_ITEM = re.compile(r"(?:[-*]|\d+\.) ")
+_OPENS_BLOCK = re.compile(r"[-+*>#=|<`~]|\d+[.)]$")
 
 
 def markdown(composed: Composed, key_averages_file: Optional[str] = None) -> str:
@@ -39,7 +43,39 @@ def markdown(composed: Composed, key_averages_file: Optional[str] = None) -> str
         footer += (" " + md_text("torch.profiler's own key_averages() table: ")
                    + md_code(key_averages_file))
     md += ["", *markdown_block(footer)]
-    return "\n".join(md) + "\n"
+    return "\n".join(wrapped(md)) + "\n"
+
+
+def wrapped(lines: Iterable[str], width: int = WIDTH) -> list[str]:
+    """``lines`` with every prose line (a paragraph or list item; not a table row, heading,
+    HTML tag or fenced block) wider than ``width`` broken at spaces into Markdown soft line
+    breaks: the page renders the same, and reads in a terminal or a diff. A list item's
+    continuation is indented under its text; a word wider than ``width`` stays whole."""
+    out: list[str] = []
+    fenced = False
+    for line in lines:
+        if line.startswith("```"):
+            fenced = not fenced
+        if fenced or len(line) <= width or line.startswith(("|", "#", "<")):
+            out.append(line)
+            continue
+        item = _ITEM.match(line)
+        out += _broken(line, width, " " * (item.end() if item else 0))
+    return out
+
+
+def _broken(line: str, width: int, indent: str) -> list[str]:
+    """``line`` broken at spaces, greedily; a line never starts with a word Markdown reads
+    as the start of a block (a list marker, a quote, a heading, a table cell)."""
+    words = line.split(" ")
+    out, current = [], words[0]
+    for word in words[1:]:
+        if len(current) + 1 + len(word) <= width or not word or _OPENS_BLOCK.match(word):
+            current += " " + word
+        else:
+            out.append(current)
+            current = indent + word
+    return out + [current]
 
 
 def _head(head: Head) -> list[str]:
