@@ -65,6 +65,7 @@ Examples:
   nsbridge analyze traces/            (every rank's trace in the folder)
   nsbridge analyze rank0.json.gz rank1.json.gz --out runs/job42
   nsbridge analyze --jobs 8 traces/   (8 processes, one rank's trace each at a time)
+  nsbridge analyze --cluster tcp://scheduler:8786 /shared/traces/   (on a Dask cluster)
   nsbridge analyze capture.sqlite          (an nsys SQLite export; .nsys-rep with nsys installed)
   nsbridge analyze trace.json.gz kernels.ncu-rep   (ncu numbers in the op rows; CSV exports too)
 """
@@ -408,10 +409,15 @@ def _options_given_to_script(result: Any) -> list[str]:
 @click.option("--jobs", type=Bounded(limits.JOBS), default=None, metavar="N",
               help="Worker processes for several torch traces, each reading one trace at a "
                    "time (default: one per CPU).")
+@click.option("--cluster", default=None, metavar="ADDRESS",
+              help="Read and analyse the torch traces on the Dask distributed cluster whose "
+                   "scheduler is at ADDRESS (tcp://HOST:8786); its workers need nsbridge and "
+                   "the traces' paths. This process keeps one small summary per trace.")
 @FORMAT
 @click.argument("paths", nargs=-1, required=True)
 def analyze(profile: str, deep_profile: str, out: Optional[str], top: Optional[int], window: str,
-            jobs: Optional[int], fmt: str, paths: tuple[str, ...]) -> None:
+            jobs: Optional[int], cluster: Optional[str], fmt: str,
+            paths: tuple[str, ...]) -> None:
     """Analyse files captured elsewhere: torch.profiler traces (.json/.json.gz or folders),
     nsys exports (.sqlite, .nsys-rep), Nsight Compute reports (.ncu-rep, CSV)."""
     from . import read_ahead
@@ -422,7 +428,8 @@ def analyze(profile: str, deep_profile: str, out: Optional[str], top: Optional[i
 
     _answer("analyze", fmt, top, lambda: run_analyze(paths, profile=profile,
                                                      deep_profile=deep_profile, out=out,
-                                                     window=window, jobs=jobs, top=top))
+                                                     window=window, jobs=jobs, top=top,
+                                                     cluster=cluster))
 
 
 DIFF_EPILOG = """\b

@@ -10,6 +10,8 @@ Library code raises these; only the CLI turns them into exit codes. The tree:
                                 under a launcher, a tool pass over several machines, a
                                 run whose ranks cannot be started again, no rank profiled)
   - RunDirError                 the run directory exists, or cannot be created or written
+  - ClusterError                `analyze --cluster`: Dask is not installed, no scheduler
+                                answers at the address, or its workers lack this nsbridge
   - TraceError                  a file given to `analyze` cannot be used as a trace
     - TraceNotFoundError        the path does not exist / a folder holds no trace
     - TraceFormatError          not JSON, truncated, corrupt, or not a torch.profiler trace
@@ -66,6 +68,10 @@ class LaunchError(NsbridgeError):
 
 class RunDirError(NsbridgeError):
     """The run directory cannot be used."""
+
+
+class ClusterError(NsbridgeError):
+    """The cluster given to run a map on cannot be used (job.executors)."""
 
 
 class TraceError(NsbridgeError):

@@ -33,15 +33,17 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
             deep_profile: ProfileArg = "deep",
             out: Optional[Union[str, Path]] = None, window: str = "steps",
             environ: Mapping[str, str] = os.environ, jobs: Optional[int] = None,
-            top: Optional[int] = None) -> RunResult:
+            top: Optional[int] = None, cluster: Optional[str] = None) -> RunResult:
     """Analyse files captured elsewhere: torch.profiler traces (several: the ranks of one
     job), nsys exports (.sqlite, .nsys-rep) and Nsight Compute reports (.ncu-rep, CSV),
     merged into one report keyed by op. ``window``: ``steps`` (the measured steps, in the
     torch trace and, by nsbridge's step ranges, in an nsys export) or ``trace`` (each file
     whole). ``environ`` is where nsys and ncu are looked up (to export a .nsys-rep, or a
     .ncu-rep without the ncu-report package). ``jobs``: worker processes for several
-    torch traces (default: one per CPU), each holding one trace at a time. ``top``: op
-    rows in the summaries (the profile's ``analysis.top_ops``).
+    torch traces (default: one per CPU), each holding one trace at a time; ``cluster``:
+    the address of a Dask distributed scheduler to run them on instead (its workers read
+    the traces by their absolute paths). ``top``: op rows in the summaries (the profile's
+    ``analysis.top_ops``).
 
     Raises:
         ValueError: an unknown ``window``.
@@ -50,6 +52,8 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
         EmptyTraceError: a trace holds no event nsbridge can read.
         NsysExportError: an nsys export is damaged.
         NcuFormatError: an ncu CSV or report is damaged.
+        ClusterError: ``cluster`` cannot be used (no Dask here, no scheduler there, workers
+            without this nsbridge).
         RunDirError: the output cannot be written, or a run directory given is incomplete
             or still running.
         ProfileError: the profile is not valid.
@@ -83,7 +87,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
     passes: list[Pass] = []
     if traces:   # read before the run directory exists: a bad trace leaves nothing behind
         passes.append(Given(analyze_traces(traces, prof, target, window,
-                                           jobs=jobs or os.cpu_count() or 1)))
+                                           jobs=jobs or os.cpu_count() or 1, cluster=cluster)))
     if nsys_files:
         passes.append(NsysExportsPass(nsys_files, prof, window, environ=environ))
     if ncu_files:

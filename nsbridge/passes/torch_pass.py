@@ -2,27 +2,24 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
-from itertools import repeat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, cast
 
 from .. import __version__, progress
-from .._blas import import_numpy_on_one_thread
 from .. import schema as S
 from ..collect._process import ChildOutcome
 from ..collect.torch_profiler import TorchPass, recorded_pass, run_torch_pass
 from ..contract.check import report_problem
 from ..errors import ProfileError, TraceError, TraceFormatError, TraceNotFoundError
-from ..job.summary import summarize
+from ..job.executors import map_in_order
+from ..job.trace_map import digest_trace, reduce_digests
 from ..model.analysis import TraceAnalysis, analyze_events
 from ..model.judging.contention import combine_runs, machine_facts
 from ..model.comparing.pooled import pool_analyses
 from ..model.host.overhead import profiler_overhead
-from ..model.ranks.cross_rank import combine_ops, cross_rank, slowest
+from ..model.ranks.cross_rank import cross_rank
 from ..parse.torch_trace import TorchTrace, read_trace
 from ..profiles import SECTIONS, Profile, load_profile, profile_from_dict
 from ..report.document.build import build_report
@@ -233,95 +230,36 @@ def repeat_dir_name(run: int) -> str:
     return f"repeat-{run:02d}"
 
 
-@dataclass(frozen=True)
-class AnalysedTrace:
-    """One trace read and analysed, its events already dropped: what the report of several
-    traces keeps of each (so memory holds one trace's events at a time per worker)."""
-
-    path: Path
-    rank: Optional[int]
-    notes: list[str]
-    analysis: TraceAnalysis
-    has_memory: bool
-
-
-def analyse_trace(path: Path, thresholds: Any, window: str, alone: bool,
-                  read_workers: Optional[int] = None) -> AnalysedTrace | str:
-    """Read and analyse one trace; a file of several that is JSON but not a trace gives
-    the note saying it was skipped. Runs in analyze's worker processes too (module level,
-    its arguments and result picklable); ``read_workers``: the reader's own processes."""
-    try:
-        trace = read_trace(path, workers=read_workers)
-    except TraceFormatError as exc:
-        if alone or "not a torch.profiler trace" not in str(exc):
-            raise
-        return f"skipped {path}: JSON that is not a torch.profiler trace"
-    analysis = analyze_events(trace.events, thresholds=thresholds, window=window)
-    return AnalysedTrace(trace.path, trace.rank, trace.notes(), analysis, has_memory(trace))
-
-
-def _analyse_all(files: Sequence[Path], profile: Profile, window: str,
-                 jobs: int) -> list[AnalysedTrace | str]:
-    """Every file through analyse_trace: in turn, or on ``jobs`` worker processes (each
-    reading with one process, one trace at a time), results in the files' order."""
-    alone = len(files) == 1
-    if jobs <= 1 or len(files) < 2:
-        out = []
-        for path in files:
-            with progress.step(f"reading and analysing {path.name}"):
-                out.append(analyse_trace(path, profile.analysis, window, alone))
-        return out
-    workers = min(jobs, len(files))
-    with progress.step(f"reading and analysing {len(files)} traces on {workers} processes"):
-        with ProcessPoolExecutor(max_workers=workers, mp_context=_worker_context(),
-                                 initializer=import_numpy_on_one_thread) as pool:
-            return list(pool.map(analyse_trace, files, repeat(profile.analysis),
-                                 repeat(window), repeat(alone), repeat(1)))
-
-
-def _worker_context() -> Any:
-    """How analyze starts its workers: forked from this process when it runs one thread
-    (native ones counted: Linux's /proc/self/task), so they start with the analysis
-    modules already imported (0.3 s each); else from a fork server, a fresh
-    single-threaded process, as a fork of a process with threads (a notebook, a test
-    runner) can deadlock in the child on a lock another thread held."""
-    try:
-        alone = len(os.listdir("/proc/self/task")) == 1
-    except OSError:
-        alone = False
-    return multiprocessing.get_context("fork" if alone else "forkserver")
-
-
 def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
-                   window: str = "steps", jobs: int = 1) -> PassOutput:
+                   window: str = "steps", jobs: int = 1,
+                   cluster: Optional[str] = None) -> PassOutput:
     """Analyse torch.profiler traces captured elsewhere (the ranks of one job: ops summed,
-    the slowest rank's verdict, a per-rank table); ``jobs`` worker processes read and
-    analyse them, one trace at a time each.
+    the slowest rank's verdict, a per-rank table), each read and analysed by
+    job.trace_map's map on ``jobs`` local processes or the Dask cluster at ``cluster``;
+    this process keeps each trace's summary and the slowest one's analysis only.
 
     Raises:
         TraceNotFoundError, TraceFormatError, EmptyTraceError: a file is not a usable trace.
+        ClusterError: the cluster cannot be used (job.executors).
     """
-    results = _analyse_all(files, profile, window, jobs)
-    notes = [r for r in results if isinstance(r, str)]
-    traces = [r for r in results if isinstance(r, AnalysedTrace)]
-    if not traces:
+    alone = len(files) == 1
+    read_workers = 1 if (jobs > 1 or cluster) and not alone else None   # a worker reads alone
+    paths = [Path(f).resolve() if cluster else Path(f) for f in files]
+    with progress.step(f"reading and analysing {len(files)} trace(s)"):
+        reduced = reduce_digests(map_in_order(
+            digest_trace, paths, (profile.analysis, window, alone, read_workers),
+            jobs=jobs, cluster=cluster, what="traces"))
+    notes = reduced.notes
+    if reduced.lead is None:
         raise TraceNotFoundError("None of the files given is a torch.profiler trace.")
-    notes.extend(note for t in traces for note in t.notes)
-    traces.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, str(t.path)))
-    analyses = [t.analysis for t in traces]
-    lead_index = slowest([a.verdict.get("numbers") or {} for a in analyses]) if len(analyses) > 1 else 0
-    lead, lead_path = analyses[lead_index], traces[lead_index].path
+    lead = reduced.lead.analysis
     section, recommendations = None, []
-    if len(analyses) > 1:   # the ranks of one job: ops summed, the cross-rank report
-        has_device = any(a.has_device for a in analyses)
-        lead = TraceAnalysis(**{**lead.__dict__, "ops": combine_ops([a.ops for a in analyses],
-                                                                    has_device)})
-        summaries = [summarize(a, rank=t.rank if t.rank is not None else i, host=None,
-                               world_size=len(analyses), trace=str(t.path))
-                     for i, (t, a) in enumerate(zip(traces, analyses))]
-        notes.append(f"{len(analyses)} traces: ops are summed over all of them; verdict, steps, "
+    if len(reduced.summaries) > 1:   # the ranks of one job: ops summed, the cross-rank report
+        lead = TraceAnalysis(**{**lead.__dict__, "ops": reduced.ops})
+        summaries = reduced.summaries
+        notes.append(f"{len(summaries)} traces: ops are summed over all of them; verdict, steps, "
                      f"memory, shape groups and device figures are those of the slowest (rank "
-                     f"{summaries[lead_index]['rank']})")
+                     f"{summaries[reduced.lead_index]['rank']})")
         cross = cross_rank(summaries, profile.analysis.straggler_pct,
                            straggler_min_ms=profile.analysis.straggler_min_ms)
         section = (S.DISTRIBUTED_SECTION, cross)
@@ -329,12 +267,11 @@ def analyze_traces(files: Sequence[Path], profile: Profile, target: str,
         recommendations = [rec] if rec else []
     core = build_report(command="analyze", target=target, status="ok", analysis=lead,
                         step_source=None, overhead=None,
-                        files={"trace": None, "inputs": [str(t.path) for t in traces],
-                               "trace_input": str(Path(lead_path).resolve()),
+                        files={"trace": None, "inputs": [str(p) for p in reduced.paths],
+                               "trace_input": str(Path(reduced.lead.path).resolve()),
                                "ops_csv": S.OPS_CSV},
-                        notes=notes, has_memory=any(t.has_memory for t in traces),
-                        version=__version__)
-    return PassOutput(name="analyze", manifest={"inputs": len(traces)}, core=core,
+                        notes=notes, has_memory=reduced.has_memory, version=__version__)
+    return PassOutput(name="analyze", manifest={"inputs": len(reduced.summaries)}, core=core,
                       section=section, recommendations=recommendations,
                       frames={"analysis": lead})
 

@@ -239,8 +239,9 @@ def _work_entry(shape: Any, dtypes: Any, layout: Any, calls: int, us: float) -> 
             "us": round(us, 3)}
 
 
-def merge_shape_work(lists: pd.Series) -> list[dict]:
-    """shape_work entries of several traces summed by signature, most called first."""
+def merge_shape_work(lists: pd.Series, top: Optional[int] = SHAPE_WORK_TOP) -> list[dict]:
+    """shape_work entries of several traces summed by signature, most called first: the
+    ``top`` of them (None: all, for a sum that is merged again)."""
     merged: dict[tuple, dict] = {}
     for entries in lists:
         for e in entries if isinstance(entries, list) else []:
@@ -249,7 +250,7 @@ def merge_shape_work(lists: pd.Series) -> list[dict]:
             row["calls"] += e["calls"]
             row["us"] = round(row["us"] + e["us"], 3)
     return sorted(merged.values(), key=lambda e: (-e["calls"], _signature_order(
-        e["shape"], e["dtypes"], e["layout"])))[:SHAPE_WORK_TOP]
+        e["shape"], e["dtypes"], e["layout"])))[:top]
 
 
 _COPY_KIND = {S.MEMCPY: "memcpy", S.MEMSET: "memset"}

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ... import schema as S
-from ..host.ops import merge_shape_work
+from ..host.ops import SHAPE_WORK_TOP, merge_shape_work
 from ..comparing.change import t975
 from ...schema.records import Output, RankSummary
 from ...contract.report import (Distributed, DistributedRank, DistributedRanksBreakdownMs,
@@ -377,15 +377,28 @@ def combine_ops(tables: list[pd.DataFrame], has_device: bool) -> pd.DataFrame:
     """Sum OPS frames by op name (kernels and copies merged by name); self_pct recomputed."""
     if len(tables) == 1:
         return tables[0]
+    return ranked_ops(merge_ops(tables), has_device)
+
+
+def merge_ops(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """OPS frames (or earlier merges) summed by op name, in their order: every shape
+    signature kept, so merging in batches and once gives the same sums (ranked_ops makes
+    it an OPS frame)."""
     frame = pd.concat(tables, ignore_index=True)
-    numeric = frame.groupby("name", sort=False)[S.OP_SUMMED_COLUMNS].sum(min_count=1)
-    shapes = frame.groupby("name", sort=False)["shapes"].first()
-    kernels = frame.groupby("name", sort=False)["kernels"].apply(_merge_work)
-    copies = frame.groupby("name", sort=False)["copies"].apply(_merge_work)
-    spread = frame.groupby("name", sort=False)["per_step_us"].apply(_sum_steps)
-    work = frame.groupby("name", sort=False)["shape_work"].apply(merge_shape_work)
-    table = (numeric.join(shapes).join(kernels).join(copies).join(spread).join(work)
-             .reset_index())
+    by_name = frame.groupby("name", sort=False)
+    numeric = by_name[S.OP_SUMMED_COLUMNS].sum(min_count=1)
+    shapes = by_name["shapes"].first()
+    kernels = by_name["kernels"].apply(_merge_work)
+    copies = by_name["copies"].apply(_merge_work)
+    spread = by_name["per_step_us"].apply(_sum_steps)
+    work = by_name["shape_work"].apply(merge_shape_work, top=None)
+    return numeric.join(shapes).join(kernels).join(copies).join(spread).join(work).reset_index()
+
+
+def ranked_ops(table: pd.DataFrame, has_device: bool) -> pd.DataFrame:
+    """A merge_ops sum as an OPS frame: each op's top shape signatures, self_pct of the
+    ranking time, costliest first."""
+    table = table.assign(shape_work=[w[:SHAPE_WORK_TOP] for w in table["shape_work"]])
     rank_col = "device_self_us" if has_device else "cpu_self_us"
     total = table[rank_col].sum()
     table["self_pct"] = 100.0 * table[rank_col] / total if total > 0 else 0.0
@@ -405,6 +418,9 @@ def _sum_steps(lists: pd.Series) -> list[float]:
     return [round(sum(v[i] for v in lists if i < len(v)), 3) for i in range(width)]
 
 
+_WORK_KEY = ("name", "kind", "via", "source")
+
+
 def _merge_work(lists: pd.Series) -> list[dict[str, Any]]:
     """Kernel (or copy) entries of several traces summed by name (and kind, and how it
     was launched: via, source)."""
@@ -414,10 +430,10 @@ def _merge_work(lists: pd.Series) -> list[dict[str, Any]]:
             fresh = {**k, "calls": 0, "device_us": 0.0}
             if "bytes" in k:
                 fresh["bytes"] = None
-            row = merged.setdefault((k["name"], k.get("kind"), k.get("via"), k.get("source")),
-                                    fresh)
+            row = merged.setdefault(tuple(k.get(f) for f in _WORK_KEY), fresh)
             row["calls"] += k["calls"]
             row["device_us"] = round(row["device_us"] + k["device_us"], 3)
             if k.get("bytes") is not None:
                 row["bytes"] = (row["bytes"] or 0) + k["bytes"]
-    return sorted(merged.values(), key=lambda k: -k["device_us"])
+    return sorted(merged.values(),      # ties by name: the same order however merged
+                  key=lambda k: (-k["device_us"], *(str(k.get(f)) for f in _WORK_KEY)))
