@@ -4,11 +4,13 @@
     nsbridge triage --nproc-per-node 2 examples/train_ddp.py
 
 NSBRIDGE_EXAMPLE_SLOW_RANK=1 makes rank 1 sleep in every step (NSBRIDGE_EXAMPLE_SLOW_MS, 20
-by default): a planted straggler.
+by default): a planted straggler. NSBRIDGE_EXAMPLE_KILL_RANK=3 makes rank 3 die by SIGKILL
+half-way through (as the kernel's OOM killer ends a process): a rank lost mid-job.
 """
 
 import argparse
 import os
+import signal
 import time
 
 import torch
@@ -29,11 +31,14 @@ def main() -> None:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else "cpu"
     slow = os.environ.get("NSBRIDGE_EXAMPLE_SLOW_RANK")
     slow_s = float(os.environ.get("NSBRIDGE_EXAMPLE_SLOW_MS", "20")) / 1e3
+    killed = os.environ.get("NSBRIDGE_EXAMPLE_KILL_RANK")
     torch.manual_seed(rank)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(256, 512), nn.ReLU(),
                                                   nn.Linear(512, 10)).to(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    for _ in range(args.steps):
+    for step in range(args.steps):
+        if killed is not None and rank == int(killed) and step == args.steps // 2:
+            os.kill(os.getpid(), signal.SIGKILL)   # the lost rank
         x = torch.randn(args.batch_size, 256, device=device)
         y = torch.randint(0, 10, (args.batch_size,), device=device)
         if slow is not None and rank == int(slow):

@@ -14,6 +14,7 @@ key and say what it means.)
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import reprlib
 import sys
@@ -270,6 +271,13 @@ def load_profile(name_or_path: str = "default") -> Profile:
         raise ProfileError(f"Profile {path} has version {_shown(version)}; this nsbridge reads "
                            f"version {SUPPORTED_VERSION}. Update the file or nsbridge.")
     return profile_from_dict(data, name=path.stem, source=str(path))
+
+
+def profile_yaml(profile: Profile) -> str:
+    """``profile`` as a profile file's YAML, which load_profile reads back as it is."""
+    data = {"version": SUPPORTED_VERSION, "description": profile.description,
+            **{key: asdict(getattr(profile, key)) for key in SECTIONS}}
+    return yaml.safe_dump(json.loads(json.dumps(data)), sort_keys=False)   # tuples as lists
 
 
 def profile_from_dict(data: dict[str, Any], *, name: str, source: str) -> Profile:

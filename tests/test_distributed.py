@@ -313,7 +313,7 @@ def test_the_rank_that_failed_on_its_own_is_named_not_the_one_torchrun_ended(
     crashed = {"status": "failed", "exit_code": 1, "manifest": {},
                "error": {"type": "ToolFailedError", "message": "ncu failed with exit status 9"}}
     outputs = {0: stopped, 1: crashed} if stopped_first else {0: crashed, 1: stopped}
-    output = reduce_outputs(DeepOnRanks(load_profile("deep").deep), outputs, 0, {}, {}, "none")
+    output = reduce_outputs(DeepOnRanks(load_profile("deep").deep), outputs, 0, {}, {}, {})
     cause = 1 if stopped_first else 0
     assert output.error == {"type": "RankFailed", "rank": cause,
                             "message": f"rank {cause} (ncu): ncu failed with exit status 9"}
@@ -346,3 +346,59 @@ def test_a_job_of_thousands_of_ranks_reads_as_its_distribution() -> None:
     few = cross_rank(summaries[:16])                   # up to 16 ranks: every rank, by name
     assert len(rank_rows(few)) == 16 and "rank 15 " in next(
         line for line in distributed_lines(few) if line.startswith("all_reduce:"))
+
+
+def test_a_4096_rank_report_md_is_short_and_narrow_and_ranks_csv_has_every_rank(
+        tmp_path: Path) -> None:
+    """`analyze` of a job's 4,096 rank summaries: report.md under 300 lines, none wider
+    than 200 characters (its prose is wrapped: a Markdown soft break renders the same),
+    and ranks.csv one row per rank with load()'s values."""
+    import csv
+
+    from nsbridge.job.identity import rank_dir_name
+    from nsbridge.report import frames
+    from nsbridge.rundir import write_json
+
+    job = tmp_path / "job"
+    for rank in range(4096):
+        summary = _summary(rank, slow=8000.0 if rank == 3001 else 0.0)
+        summary.update(world_size=4096, ops=summary["ops"][:5])
+        summary["step_ms"] = [s + (rank % 7) * 0.1 for s in summary["step_ms"]]
+        (job / rank_dir_name(rank)).mkdir(parents=True)
+        write_json(job / rank_dir_name(rank) / "summary.json", summary)
+    result = analyze([job], out=tmp_path / "run")
+    md = (tmp_path / "run" / "report.md").read_text(encoding="utf-8").splitlines()
+    assert len(md) < 300 and max(map(len, md)) <= 200, max(md, key=len)
+    assert any("3001" in line for line in md)          # the straggler is named
+    with (tmp_path / "run" / "ranks.csv").open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    every = frames.ranks(result.report)
+    assert len(rows) == len(every) == 4096
+    assert rows[3001]["rank"] == "3001" and float(rows[3001]["step_ms"]) == every.loc[3001, "step_ms"]
+
+
+@pytest.mark.slow
+def test_ranks_with_no_store_to_meet_at_profile_alone_and_say_how_to_merge(
+        tmp_path: Path) -> None:
+    """An srun step that sets no MASTER_ADDR: nsbridge cannot reach a store. Rank 0's
+    triage profiles its rank and says the merge is `nsbridge analyze` after the step; a
+    pass on the ranks is refused before any script runs, with what to set."""
+    script = tmp_path / "one.py"
+    script.write_text("import torch\nfor _ in range(4):\n    torch.ones(64, 64) @ torch.ones(64, 64)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "RANK",
+                                                                      "WORLD_SIZE", "TORCHELASTIC"))}
+    env.update(SLURM_JOB_ID="77", SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_STEP_NUM_TASKS="2",
+               PYTHONUNBUFFERED="1")
+
+    def nsbridge(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "nsbridge", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    alone = nsbridge("-q", "triage", "--out", str(tmp_path / "run"), str(script))
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    note = next(n for n in report["notes"] if n.startswith("this report is rank 0's alone"))
+    assert "set no MASTER_ADDR" in note and f"nsbridge analyze {tmp_path / 'run'}" in note
+    refused = nsbridge("triage", "--nsys", "--out", str(tmp_path / "run2"), str(script))
+    assert refused.returncode != 0 and "needs the job's store" in refused.stderr
+    assert "MASTER_PORT" in refused.stderr and not (tmp_path / "run2" / "rank-00").exists()

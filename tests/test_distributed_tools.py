@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 
 from nsbridge.api import load
-from nsbridge.errors import DeepError
+from nsbridge.errors import DeepError, LaunchError
 from nsbridge.model.ranks.rank_plan import pick_ranks, refuse_communication_ops
 from nsbridge.distributed.fan_out import reduce_outputs
 from nsbridge.distributed.share import main as rank_main, map_pass
-from nsbridge.job.mailbox import (acknowledge, pass_spec, retire_word, tell_ranks,
-                                  wait_for_word)
+from nsbridge.job.identity import RankEnv
+from nsbridge.job.mailbox import pass_spec
+from nsbridge.schema.records import Mark, Word
 from nsbridge.passes.nsys_pass import TimelineOnRanks
 
 from conftest import ROOT, fake_ncu_env, flat
@@ -91,7 +92,7 @@ def test_merge_shows_one_rank_lists_all_and_names_the_failed_and_the_hung() -> N
     merged = reduce_outputs(TimelineOnRanks(), {0: _timeline_output(10), 1: _timeline_output(12),
                                          2: failed, 3: None},
                             shown=1, reasons={}, hosts={0: "a", 1: "a", 2: "b", 3: "b"},
-                            missing="none within 30 s")
+                            missing={3: "none within 30 s"})
     name, section = merged.section
     assert name == "timeline" and section["shown_rank"] == 1
     assert section["nsbridge_ranges"] == 12                           # rank 1's own section
@@ -116,38 +117,66 @@ def test_merge_shows_one_rank_lists_all_and_names_the_failed_and_the_hung() -> N
          "error": "no nsys output: none within 30 s"}]
     # the shown rank has no section: another rank's timeline is shown instead
     fallback = reduce_outputs(TimelineOnRanks(), {0: _timeline_output(10), 2: failed}, shown=2,
-                              reasons={}, hosts={}, missing="-")
+                              reasons={}, hosts={}, missing={})
     assert fallback.section[1]["shown_rank"] == 0
     # a rank whose script failed still measured something: its section counts
     script_failed = {**_timeline_output(7), "status": "failed", "exit_code": 1}
     kept = reduce_outputs(TimelineOnRanks(), {0: script_failed}, shown=0, reasons={}, hosts={},
-                          missing="-")
+                          missing={})
     assert kept.section[1]["nsbridge_ranges"] == 7 and kept.status == "failed"
 
 
-def test_ranks_take_only_this_jobs_word_and_acknowledge_it(tmp_path: Path) -> None:
-    spec = pass_spec(target="train.py", args=[], module=False, cwd=tmp_path, timeout=None,
+def _rank(rank: int, world: int = 3) -> RankEnv:
+    return RankEnv(rank=rank, local_rank=rank, world_size=world, launcher="slurm", host="h")
+
+
+def _job(port: int, job: str = "7") -> dict[str, str]:
+    """An srun step's variables, the script's rendezvous at ``port`` - 1."""
+    return {"SLURM_JOB_ID": job, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port - 1)}
+
+
+def test_ranks_hear_only_their_jobs_word_and_rank_0_names_those_that_never_marked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through a real TCPStore that rank 0's nsbridge serves (srun: MASTER_PORT + 1): the
+    others block on rank 0's word, a malformed word is no word, another job's word is never
+    heard, and a rank that never marks its share done is named when the time is up."""
+    import socket
+
+    from nsbridge.job import store as job_store
+
+    monkeypatch.setattr(job_store, "_connected", {})
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    lead = job_store.connect(_rank(0), _job(port))        # serves the store
+    assert "served by rank 0" in lead.where
+    monkeypatch.setattr(job_store, "_connected", {})
+    one = job_store.connect(_rank(1), _job(port), timeout_s=10)
+    monkeypatch.setattr(job_store, "_connected", {})
+    other_job = job_store.connect(_rank(1), _job(port, job="8"), timeout_s=10)
+    spec = pass_spec(target="train.py", args=[], module=False, cwd=Path("."), timeout=None,
                      profile_source="default", ranks=[1], pass_id="p1")
-    half_spec = {"ranks": [1], "pass_id": "p0"}                # no script: no rank can run it
-    tell_ranks(tmp_path, "deep", True, job="job-7", spec=half_spec)
-    assert wait_for_word(tmp_path, "deep", 0.6, job="job-7", since=0)["go"] is False
-    nonce = tell_ranks(tmp_path, "deep", True, job="job-7", spec=spec)
-    assert nonce == "p1"
-    other_job = wait_for_word(tmp_path, "deep", 1.0, job="job-8", since=0)
-    assert other_job["go"] is False and "did not say within 1 s" in other_job["why"]
-    stale = wait_for_word(tmp_path, "deep", 1.0, job="job-7", since=time.time() + 60)
-    assert stale["go"] is False
-    assert wait_for_word(tmp_path, "timeline", 1.0, job="job-7", since=0)["go"] is False
-    assert not retire_word(tmp_path, "deep", nonce, [1, 2], 0.0)     # nobody read it yet
-    assert wait_for_word(tmp_path, "deep", 5.0, job="job-7", since=0)["go"] is True
-    acknowledge(tmp_path, "deep", nonce, rank=1, world_size=3)
-    assert (tmp_path / "ranks-next.json").exists()          # rank 2 has not read it yet
-    acknowledge(tmp_path, "deep", nonce, rank=2, world_size=3)
-    assert not (tmp_path / "ranks-next.json").exists()      # a later launch cannot read it
-    assert retire_word(tmp_path, "deep", nonce, [1, 2], 0.0)  # rank 0 finds it gone
-    tell_ranks(tmp_path, "deep", False, job="job-7", why="rank 0 could not plan it")
-    assert wait_for_word(tmp_path, "deep", 5.0, job="job-7", since=0)["why"] == \
-        "rank 0 could not plan it"
+    lead.say("deep/word", {"pass": "deep", "go": True, "spec": {"ranks": [1], "pass_id": "p0"}})
+    assert one.hear("deep/word", Word, 1.0) is None          # no script: no rank can run it
+    started = time.monotonic()
+    assert one.hear("timeline/word", Word, 0.5) is None      # nothing said: waits, then none
+    assert 0.4 < time.monotonic() - started < 5
+    lead.say("deep/word", {"pass": "deep", "go": True, "spec": spec})
+    assert one.hear("deep/word", Word, 1.0)["spec"]["pass_id"] == "p1"
+    assert other_job.hear("deep/word", Word, 0.5) is None   # another job's prefix
+    one.mark("deep/done", {"pass_id": "p1", "exit_code": 0})
+    started = time.monotonic()
+    marks = lead.gather("deep/done", [1, 2], Mark, 1.0)
+    assert marks == {1: {"pass_id": "p1", "exit_code": 0}, 2: None}    # rank 2 never came
+    assert time.monotonic() - started < 5
+    assert lead.gather("deep/done", [1], Mark, 30.0) == {1: {"pass_id": "p1", "exit_code": 0}}
+
+
+def test_no_store_is_a_clear_error_for_a_pass_on_the_ranks() -> None:
+    from nsbridge.distributed.fan_out import job_store
+
+    with pytest.raises(LaunchError, match="set no MASTER_ADDR.*nsbridge analyze RUN_DIR"):
+        job_store(_rank(1), {"SLURM_JOB_ID": "9"})
 
 
 def test_a_rank_refuses_a_spec_file_it_cannot_run_with_the_reason(
@@ -194,9 +223,10 @@ def _nsys_or_skip() -> None:
         pytest.skip("nsys is not installed (.ci/install-nsys.sh installs it)")
 
 
-def _run(args: list[str], cwd: Path, env: dict | None = None, launcher: bool = False):
-    prefix = ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
-               "nsbridge"] if launcher else [sys.executable, "-m", "nsbridge"])
+def _run(args: list[str], cwd: Path, env: dict | None = None, launcher: bool = False,
+         nproc: int = 2):
+    prefix = ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+               "-m", "nsbridge"] if launcher else [sys.executable, "-m", "nsbridge"])
     return subprocess.run([*prefix, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1",
                                             "NSBRIDGE_EXAMPLE_SLOW_RANK": "1", **(env or {})})
@@ -266,9 +296,9 @@ def test_nsys_per_rank_under_torchrun(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert [r["rank"] for r in report["timeline"]["ranks"]] == [0, 1]
     assert all((tmp_path / "run" / f"rank-0{r}" / "timeline.nsys-rep").is_file() for r in (0, 1))
-    # rank 1 acknowledged rank 0's word, which is then gone (no later launch can read it)
-    assert (tmp_path / "run" / "rank-01" / "timeline-ack.json").is_file()
-    assert not (tmp_path / "run" / "ranks-next.json").exists()
+    # the ranks met in torchrun's store: no word or acknowledgement files in the folder
+    assert not list((tmp_path / "run").rglob("*ack*")) and not list(
+        (tmp_path / "run").glob("ranks-next*"))
 
 
 @pytest.fixture
@@ -453,7 +483,37 @@ def test_a_ranks_nsys_output_carries_its_per_op_numbers_once() -> None:
     assert "op_columns" not in record
     assert output_op_columns(record) == json.loads(json.dumps(output.op_columns))
     merged = reduce_outputs(TimelineOnRanks(), {0: {**record, "pass_id": "p"}}, shown=0,
-                            reasons={}, hosts={0: "a"}, missing="none")
+                            reasons={}, hosts={0: "a"}, missing={})
     assert merged.op_columns == output_op_columns(record)
     old_style = {**record, "op_columns": {"aten::mm": {"kernels": 3}}}   # written in full
     assert output_op_columns(old_style) == {"aten::mm": {"kernels": 3}}
+
+
+@pytest.mark.slow
+def test_eight_ranks_under_torchrun_meet_in_its_store_and_a_killed_rank_is_named(
+        tmp_path: Path) -> None:
+    """A real 8-rank gloo DDP job, one nsbridge per rank started by torchrun: triage with
+    the timeline pass, the ranks meeting in torchrun's store (no file in the run folder
+    carries a word); then the timeline pass again with rank 3 killed (SIGKILL) half-way:
+    it is named as the cause, every rank has its row, and the triage's results are kept."""
+    _nsys_or_skip()
+    run = tmp_path / "run"
+    proc = _run(["-q", "triage", "--nsys", "--timeout", "300", "--out", str(run), DDP, "--",
+                 "--steps", "6", "--batch-size", "16"], cwd=tmp_path, launcher=True, nproc=8)
+    assert proc.returncode == 0, _errors(proc.stderr)
+    report = json.loads((run / "report.json").read_text())
+    assert [r["rank"] for r in report["distributed"]["ranks"]] == list(range(8))
+    assert [r["rank"] for r in report["timeline"]["ranks"]] == list(range(8))
+    assert all(r["status"] == "ok" for r in report["timeline"]["ranks"])
+    assert not list(run.rglob("*ack*")) and not list(run.glob("ranks-next*"))
+    killed = _run(["-q", "timeline", "--trust", str(ROOT / "examples"), "--run-dir", str(run),
+                   "--timeout", "300"], cwd=tmp_path,
+                  launcher=True, nproc=8, env={"NSBRIDGE_EXAMPLE_KILL_RANK": "3"})
+    assert killed.returncode != 0
+    after = json.loads((run / "report.json").read_text())
+    assert after["error"]["type"] == "RankFailed" and after["error"]["rank"] == 3, after["error"]
+    assert "status 137" in after["error"]["message"]                # SIGKILL, named
+    rows = after["timeline"]["ranks"]
+    assert [r["rank"] for r in rows] == list(range(8)) and rows[3]["status"] == "failed"
+    assert after["distributed"] == report["distributed"]          # the triage's merge kept
+    assert (run / "rank-05" / "timeline.nsys-rep").is_file()      # and the first pass's files

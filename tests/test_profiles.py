@@ -103,3 +103,20 @@ def test_every_numeric_field_has_a_range() -> None:
         for f in fields(cls):
             if str(f.type) in ("int", "float"):
                 assert "range" in f.metadata, (cls.__name__, f.name)
+
+
+def test_a_recorded_profile_written_as_yaml_loads_back_the_same(tmp_path: Path) -> None:
+    """What the ranks of a `timeline/deep --run` load: the profile the run's manifest
+    recorded, written to a file (it has no file of its own)."""
+    from nsbridge.profiles import SECTIONS, profile_from_dict, profile_yaml
+
+    import json
+
+    as_recorded = json.loads(json.dumps(load_profile("deep").to_dict()))   # as a manifest
+    recorded = profile_from_dict({**as_recorded, "analysis": {"top_ops": 7}},
+                                 name="recorded", source="a run's manifest")
+    path = tmp_path / "timeline-profile.yaml"
+    path.write_text(profile_yaml(recorded), encoding="utf-8")
+    again = load_profile(str(path))
+    assert all(getattr(again, key) == getattr(recorded, key) for key in SECTIONS)
+    assert again.analysis.top_ops == 7 and again.deep == load_profile("deep").deep

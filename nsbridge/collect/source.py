@@ -15,14 +15,17 @@ from ._process import run_captured
 RECORDED_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "KMP_", "GOMP_", "TORCH", "PYTORCH_",
                      "CUDA_", "CUBLAS", "CUDNN", "NCCL_", "NVIDIA_TF32", "NSBRIDGE_", "MALLOC_",
                      "PYTHONHASHSEED")
-NOT_RECORDED = ("NSBRIDGE_UMASK",)
+# what torchrun sets for each launch (its run id, error file, restart count, store): a
+# rerun is another launch, and gets its own (a manifest that has them: they are left out)
+PER_LAUNCH = ("TORCHELASTIC_",)
+NOT_RECORDED = ("NSBRIDGE_UMASK", *PER_LAUNCH)   # and nsbridge's own umask
 GIT_TIMEOUT_S = 5.0
 
 
 def recorded_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables of ``environ`` a rerun needs (``RECORDED_PREFIXES``)."""
     return {k: v for k, v in sorted(environ.items())
-            if k.startswith(RECORDED_PREFIXES) and k not in NOT_RECORDED}
+            if k.startswith(RECORDED_PREFIXES) and not k.startswith(NOT_RECORDED)}
 
 
 def git_state(folder: Path) -> Optional[GitState]:

@@ -86,7 +86,7 @@ def deep(target: Optional[str] = None, args: Sequence[str] = (), *, kernels: Seq
 
         share = DeepOnRanks(deep_prof, kernels=kernels, top=top, ranks=ranks,
                             timeout=timeout, on_plan=on_plan)
-        return on_ranks(share, the_run, profile_source=prof.source,
+        return on_ranks(share, the_run, profile=prof,
                         timeout=timeout, environ=environ)
     return result_of(run_passes(the_run, [DeepPass(deep_prof, kernels=kernels, top=top,
                                                    timeout=timeout, on_plan=on_plan,

@@ -60,7 +60,7 @@ def timeline(target: Optional[str], args: Sequence[str] = (), *, module: bool = 
             from ..distributed.fan_out import on_ranks
 
             return on_ranks(TimelineOnRanks(timeout=timeout), earlier,
-                            profile_source=prof.source, timeout=timeout,
+                            profile=prof, timeout=timeout,
                             environ=rerun.environ)
         return result_of(run_passes(earlier, [TimelinePass(
             prof, timeout=timeout, environ=rerun.environ, threads=rerun.threads)]))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from ..collect.source import NOT_RECORDED, RECORDED_PREFIXES
+from ..collect.source import NOT_RECORDED, PER_LAUNCH, RECORDED_PREFIXES
 from ..collect.torch_profiler import with_threads
 from ..errors import UntrustedRunError
 from ..guard.printable import printable
@@ -50,7 +50,7 @@ def trusted_folders(trust: TrustArg) -> list[Path]:
 
 def may_apply(name: str) -> bool:
     """Whether a manifest may set the variable ``name`` (a torch or threading knob)."""
-    return (name.startswith(RECORDED_PREFIXES) and name not in NOT_RECORDED
+    return (name.startswith(RECORDED_PREFIXES) and not name.startswith(NOT_RECORDED)
             and name not in NSBRIDGE_INTERNAL and not any(p in name for p in LOADS_CODE))
 
 
@@ -155,12 +155,14 @@ def check_checkout_script(given: str, folder: Path, script: str) -> None:
 def manifest_env(given: str, env: Mapping[str, str],
                  environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The variables of a manifest's ``env`` to apply: those whose value differs from
-    ``environ``'s (the others change nothing), each one a manifest may set.
+    ``environ``'s (the others change nothing), each one a manifest may set; a launcher's
+    own for its launch (``PER_LAUNCH``) is left out, as this run is another launch.
 
     Raises:
         UntrustedRunError: a variable it may not set, named.
     """
-    applied = {k: v for k, v in env.items() if environ.get(k) != v}
+    applied = {k: v for k, v in env.items()
+               if environ.get(k) != v and not k.startswith(PER_LAUNCH)}
     refused = sorted(k for k in applied if not may_apply(k))
     if refused:
         raise UntrustedRunError(printable(

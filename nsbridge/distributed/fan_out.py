@@ -15,18 +15,19 @@ single run's would, and the section gets one row per rank under ``ranks``.
 
 ``launcher`` given: this process starts every local rank through torch.distributed.run
 (``python -m nsbridge.distributed.share SPEC``) and merges once it returns (one node only).
-``rank`` given: a launcher started one nsbridge per rank; rank 0 plans and tells the others
-through the mailbox (job.mailbox), every rank runs its share, rank 0 merges; whatever stops
-rank 0 before it said "go" (a plan that fails, an earlier pass that failed: ``skip``) tells
-the others to stop, so a failed pass never leaves ranks waiting in a rendezvous for a rank
-that will not come. Ranks other than 0 call ``follow`` instead.
+``rank`` given: a launcher started one nsbridge per rank; rank 0 plans and says so in the
+job's store (job.store), every rank runs its share and marks it done there, rank 0 blocks
+until every chosen rank has (a rank whose mark has not come when the pass's time limit
+passes is named as dead or hung) and merges; whatever stops rank 0 before it said "go" (a
+plan that fails, an earlier pass that failed: ``skip``) tells the others to stop, so a
+failed pass never leaves ranks waiting in a rendezvous for a rank that will not come.
+Ranks other than 0 call ``follow`` instead.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import time
 import uuid
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -36,25 +37,28 @@ from .. import progress
 from .. import schema as S
 from ..collect._process import run_passthrough
 from ..errors import LaunchError
-from ..job.identity import RankEnv, detect as detect_rank, job_id, rank_dir_name
-from ..job.mailbox import (RankPlan, acknowledge, pass_spec, retire_word, spec_path,
-                           tell_ranks, wait_for_word, wait_outputs)
+from ..job.identity import RankEnv, detect as detect_rank, rank_dir_name
+from ..job.mailbox import RankPlan, pass_spec, read_outputs, spec_path
+from ..job.store import JobStore, NoStore, connect
 from ..model.ranks.cross_rank import tool_rank_row
 from ..pipeline import run_passes
+from ..profiles import Profile, profile_yaml
 from ..result import RunResult, follower_result, result_of
 from ..run import PassOutput, Run, output_op_columns
 from ..rundir import write_json
 from ..contract.report import Error, Files, Recommendation
-from ..schema.records import Output, PassRank, PassSpec
+from ..schema.records import Mark, Output, PassRank, PassSpec, Word
 from .launch import check_one_node, fresh_store_env
 from .share import map_pass
 
 PASS_WAIT_S = 600.0  # how long ranks wait for rank 0's word on a pass, beyond --timeout;
                      # a pass's time limit without --timeout (plus GRACE_S)
 GRACE_S = 120.0     # how long the ranks may take to write their outputs after their timeout
-ACK_S = 30.0        # how long rank 0 waits for the other ranks to acknowledge a stop
-_STARTED = time.time()   # rank 0's words older than this (less WORD_SLACK_S) are stale
-WORD_SLACK_S = 300.0     # start skew between ranks, and coarse file times on shared disks
+ACK_S = 30.0        # how long rank 0 waits for the other ranks to read a stop
+PROFILE_FILE = "{kind}-profile.yaml"   # a recorded profile, for the ranks to load
+# how a rank's script fails when another rank died under it (gloo, NCCL): a consequence
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote worker",
+             "remote process exited", "NCCL communicator was aborted")
 
 
 class RankShare(Protocol):
@@ -62,7 +66,7 @@ class RankShare(Protocol):
 
     @property
     def kind(self) -> str:
-        """Its name between rank 0 and the ranks (job.mailbox)."""
+        """Its name between rank 0 and the ranks (job.mailbox, job.store)."""
 
     @property
     def tool(self) -> str:
@@ -110,7 +114,7 @@ class OnRanks:
     (rank 0 drives), else None and ``launcher`` holds torch.distributed.run's options."""
 
     share: RankShare
-    profile_source: str
+    profile: Profile
     rank: Optional[RankEnv]
     launcher: Sequence[str]
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
@@ -120,13 +124,16 @@ class OnRanks:
         return self.share.tool
 
     def check(self, run: Optional[Run]) -> None:
-        """What the share asks of the run, then its tool on this process."""
+        """What the share asks of the run, its tool on this process, and, under a
+        launcher, the job's store (rank 0 serves it from here when it is its own)."""
         self.share.check(run, self.environ)
+        if self.rank is not None:
+            job_store(self.rank, self.environ)
 
     def plan(self, run: Run) -> tuple[PassSpec, RankPlan]:
         """The ranks planned (when that fails, the pipeline calls ``skip``)."""
         planned = self.share.plan_ranks(run)
-        return _spec(run, planned.timeout, self.profile_source, planned.ranks,
+        return _spec(run, self.share.kind, planned.timeout, self.profile, planned.ranks,
                      **planned.extra), planned
 
     def run(self, run: Run, plan: tuple[PassSpec, RankPlan]) -> PassOutput:
@@ -136,41 +143,73 @@ class OnRanks:
     def skip(self, run: Run, why: str) -> None:
         """The pass will not run: ranks waiting for rank 0's word stop waiting."""
         if self.rank is not None:
-            tell_stop(run.dir, self.share.kind, f"rank 0: {why}", self.rank, self.environ)
+            tell_stop(self.share.kind, f"rank 0: {why}", self.rank, self.environ)
 
 
 def follow(kind: str, run_dir: Path, rank: RankEnv, timeout: Optional[float],
            environ: Mapping[str, str] = os.environ) -> int:
-    """A rank other than 0: run its share of the ``kind`` pass when rank 0 says so; the
-    exit status (1 when rank 0 called the pass off or said nothing)."""
-    word = wait_for_word(run_dir, kind, PASS_WAIT_S + (timeout or 0.0), job=job_id(environ),
-                         since=_STARTED - WORD_SLACK_S)
+    """A rank other than 0: run its share of the ``kind`` pass when rank 0 says so (in the
+    job's store), then mark it done; the exit status (1 when rank 0 called the pass off or
+    said nothing in time)."""
+    store = job_store(rank, environ)
+    wait = PASS_WAIT_S + (timeout or 0.0)
+    word = store.hear(word_key(kind), Word, wait) or {
+        "pass": kind, "go": False, "spec": None,
+        "why": f"rank 0 did not say within {wait:.0f} s whether the {kind} pass runs"}
+    store.mark(f"{kind}/read", {})   # rank 0 (serving the store) may end once all have read
     spec = word.get("spec") if word["go"] else None
     if spec is None:
         why = word.get("why") if not word["go"] else "rank 0's word to run it holds no spec"
         print(f"nsbridge: rank {rank.rank}: no {kind} pass: {why}", file=sys.stderr)
-    if word.get("nonce"):   # said after the message: rank 0 (and the launcher) may end now
-        acknowledge(run_dir, kind, word["nonce"], rank.rank, rank.world_size)
-    if spec is None:
         return 1
-    return map_pass(kind, run_dir, rank.rank, spec, environ)
+    code = map_pass(kind, run_dir, rank.rank, spec, environ)
+    store.mark(f"{kind}/done", {"pass_id": spec["pass_id"], "exit_code": code})
+    return code
 
 
-def tell_stop(run_dir: Path, kind: str, why: str, rank: RankEnv,
+def tell_stop(kind: str, why: str, rank: RankEnv,
               environ: Mapping[str, str] = os.environ) -> None:
-    """Rank 0: the ``kind`` pass will not run. The other ranks stop waiting for it; once
-    they have read that (or after ACK_S), the word is removed."""
-    nonce = tell_ranks(run_dir, kind, False, job=job_id(environ), why=why)
-    retire_word(run_dir, kind, nonce, range(1, rank.world_size), ACK_S)
+    """Rank 0: the ``kind`` pass will not run. The other ranks stop waiting for it; rank 0
+    waits (ACK_S at most) until they have read that, as it may serve the store."""
+    store = job_store(rank, environ)
+    store.say(word_key(kind), {"pass": kind, "go": False, "spec": None, "why": why})
+    store.gather(f"{kind}/read", range(1, rank.world_size), Mark, ACK_S)
 
 
-def _spec(run: Run, timeout: Optional[float], profile_source: str, ranks: Sequence[int],
-          **extra: Any) -> PassSpec:
+def word_key(kind: str) -> str:
+    """Rank 0's word on the ``kind`` pass, in the job's store."""
+    return f"{kind}/word"
+
+
+def job_store(rank: RankEnv, environ: Mapping[str, str]) -> JobStore:
+    """The job's store, or a LaunchError saying why there is none and what to do.
+
+    Raises:
+        LaunchError: no store named by the launcher's variables, or none answering.
+    """
+    try:
+        return connect(rank, environ)
+    except NoStore as exc:
+        raise LaunchError(
+            f"The nsbridge processes of this job cannot meet: {exc}. A pass on the ranks "
+            "needs the job's store: run under torchrun (its agent store), or set MASTER_ADDR "
+            f"and MASTER_PORT (rank 0's nsbridge serves a store on MASTER_PORT + 1, or "
+            f"NSBRIDGE_STORE_PORT) for every rank; or let nsbridge start the ranks "
+            "(--nproc-per-node). Without a store, profile the ranks (srun nsbridge triage "
+            "...) and merge them after the step ends: nsbridge analyze RUN_DIR.") from None
+
+
+def _spec(run: Run, kind: str, timeout: Optional[float], profile: Profile,
+          ranks: Sequence[int], **extra: Any) -> PassSpec:
     manifest = run.manifest
+    source = Path(profile.source)
+    if not source.is_file():   # one a run's manifest recorded: written out for the ranks
+        source = run.dir / PROFILE_FILE.format(kind=kind)
+        source.write_text(profile_yaml(profile), encoding="utf-8")
     return pass_spec(target=manifest["target"], args=manifest.get("args") or [],
                      module=bool(manifest.get("module")),
                      cwd=Path(manifest.get("cwd") or Path.cwd()), timeout=timeout,
-                     profile_source=str(Path(profile_source).resolve()), ranks=ranks,
+                     profile_source=str(source.resolve()), ranks=ranks,
                      pass_id=uuid.uuid4().hex, extra=extra)
 
 
@@ -192,20 +231,25 @@ def _drive(share: RankShare, run: Run, spec: PassSpec, planned: RankPlan,
             outcome = run_passthrough(argv, cwd=Path(spec["cwd"]),
                                       env={**environ, "PYTHONUNBUFFERED": "1"}, timeout=limit)
         # torch.distributed.run has returned: every local rank has written all it will
-        missing = ("torch.distributed.run was stopped" if outcome.timed_out or
-                   outcome.interrupted or outcome.terminated else "the rank ended without it")
-        outputs = wait_outputs(kind, run.dir, spec["ranks"], 0.0, spec["pass_id"])
+        late: list[int] = []
+        ended = ("torch.distributed.run was stopped" if outcome.timed_out or
+                 outcome.interrupted or outcome.terminated else "the rank ended without it")
     else:
+        store = job_store(rank, environ)
         if environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
             spec["env"] = fresh_store_env()
-        nonce = tell_ranks(run.dir, kind, True, job=job_id(environ), spec=spec)
+        store.say(word_key(kind), {"pass": kind, "go": True, "spec": spec})
         with progress.step(f"running this rank (rank 0); {share.title} on rank(s) {label}",
                            script_output=True):
             map_pass(kind, run.dir, 0, spec, environ)
         with progress.step(f"waiting for the ranks' {share.title} results"):
-            outputs = wait_outputs(kind, run.dir, spec["ranks"], limit, spec["pass_id"])
-        missing = f"none within {limit:.0f} s (the rank died or still runs)"
-        retire_word(run.dir, kind, nonce, range(1, rank.world_size), 0.0)
+            marks = store.gather(f"{kind}/done", range(1, rank.world_size), Mark, limit)
+        late = [r for r, mark in marks.items() if mark is None]
+        ended = "the rank ended without it"
+    outputs = read_outputs(kind, run.dir, spec["ranks"], spec["pass_id"])
+    missing = {r: (f"the rank had not marked the pass done in the job's store within "
+                   f"{limit:.0f} s: dead, hung, or still running") if r in late else ended
+               for r in spec["ranks"]}
     ranks = (run.report.get(S.DISTRIBUTED_SECTION) or {}).get("ranks") or []
     hosts = {number: r.get("host") for r in ranks if (number := r.get("rank")) is not None}
     shown = planned.shown if planned.shown is not None else spec["ranks"][0]
@@ -214,13 +258,13 @@ def _drive(share: RankShare, run: Run, spec: PassSpec, planned: RankPlan,
 
 def reduce_outputs(share: RankShare, outputs: Mapping[int, Optional[Output]],
                    shown: int, reasons: Mapping[int, str], hosts: Mapping[int, Any],
-                   missing: str) -> PassOutput:
+                   missing: Mapping[int, str]) -> PassOutput:
     """One PassOutput: the shown rank's, its files named by rank folder, and the section's
     ``ranks`` rows (every rank's status and headline numbers). A rank's section counts
-    even when its script failed; ``missing`` says why a rank has no output."""
+    even when its script failed; ``missing``: why each rank without an output has none."""
     rows = [tool_rank_row(share.tool, rank, out, numbers=share.rank_numbers,
                           reason=reasons.get(rank), host=hosts.get(rank),
-                          folder=rank_dir_name(rank), missing=missing)
+                          folder=rank_dir_name(rank), missing=missing.get(rank, "none"))
             for rank, out in sorted(outputs.items())]
     lines: list[PassRank] = [
         {"rank": row["rank"], "host": row.get("host"), "status": row["status"],
@@ -228,9 +272,12 @@ def reduce_outputs(share: RankShare, outputs: Mapping[int, Optional[Output]],
          "error": row.get("error")} for row in rows]
     good = {rank: out for rank, out in outputs.items() if out and out.get("section")}
     # the cause first: a rank that failed on its own, before one the launcher ended
-    # because another had failed (SIGTERM) or one that never answered
+    # because another had failed (SIGTERM), one whose collectives lost a peer, or one that
+    # never answered
     consequence = {rank for rank, out in outputs.items() if out is None
-                   or (out.get("error") or {}).get("type") == "Stopped"}
+                   or (out.get("error") or {}).get("type") == "Stopped"
+                   or any(lost in str((out.get("error") or {}).get("message"))
+                          for lost in PEER_LOST)}
     failed = sorted((row for row in rows if row["status"] != "ok"),
                     key=lambda row: (row["rank"] in consequence, row["rank"]))
     cause = outputs.get(failed[0]["rank"]) if failed else None
@@ -277,7 +324,7 @@ def _prefixed(out: Output, folder: str) -> Output:
             "files": {k: f"{folder}/{v}" for k, v in (out.get("files") or {}).items()}}
 
 
-def on_ranks(share: RankShare, the_run: Run, *, profile_source: str,
+def on_ranks(share: RankShare, the_run: Run, *, profile: Profile,
              timeout: Optional[float] = None,
              environ: Mapping[str, str] = os.environ) -> RunResult:
     """`timeline --run` / `deep --run` on a run of several ranks: rank 0 (or the process
@@ -288,5 +335,5 @@ def on_ranks(share: RankShare, the_run: Run, *, profile_source: str,
         return follower_result(the_run.dir, rank,
                                follow(share.kind, the_run.dir, rank, timeout, environ),
                                share.kind, the_run.report.get("target", ""))
-    return result_of(run_passes(the_run, [OnRanks(share, profile_source, rank, launcher,
+    return result_of(run_passes(the_run, [OnRanks(share, profile, rank, launcher,
                                                   environ)]))

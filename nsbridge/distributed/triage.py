@@ -3,13 +3,15 @@ and the torch.profiler pass on its ranks (``RankedTorchPass``): every rank
 profiled into its own folder of one run directory (distributed.launch), then the reduce:
 the ranks' summaries (job.summary) merged into the cross-rank section (model.ranks.cross_rank),
 one rank's trace analysed in full; ``analyze`` of such a run's folder merges them again.
+Ranks a launcher started mark their summary written in the job's store (job.store) and
+rank 0 blocks until all have; with no store, each rank profiles itself and the merge is
+``nsbridge analyze`` once the launcher's step has ended.
 The run directory of a job (``job_run``) and what a rank other than 0 does
 (``follow_triage``). The nsys and ncu passes on the ranks are distributed.fan_out's.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
@@ -20,7 +22,8 @@ from ..collect.machine import usable_cores
 from ..guard.confine import readable
 from ..errors import DeepError, TraceError
 from ..job.identity import job_id, rank_dir_name, rank_dirs, ranked_dirs
-from ..job.summary import SUMMARY_WAIT_S, missing_ranks, read_summaries, wait_for
+from ..job.store import JobStore, NoStore, connect
+from ..job.summary import SUMMARY_WAIT_S, missing_ranks, read_summaries, unprofiled
 from ..model.analysis import TraceAnalysis, analyze_events
 from ..model.ranks.cross_rank import cross_rank
 from ..model.host.overhead import profiler_overhead
@@ -36,7 +39,7 @@ from ..run import PassOutput, Run
 from ..rundir import load_record, new_run_dir
 from ..script_check import Script
 from ..contract.report import Error
-from ..schema.records import ManifestPass, RankSummary, RunSource
+from ..schema.records import Mark, ManifestPass, RankSummary, RunSource
 from .fan_out import OnRanks, follow
 from .launch import check_one_node, launcher_argv, one_node, profile_ranks
 
@@ -65,20 +68,27 @@ def triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Pat
     if deep_top is not None:
         shares.append((DeepOnRanks(deep_profile.deep, top=deep_top or None, ranks=deep_ranks,
                                    timeout=timeout, on_plan=on_plan), deep_profile))
-    rank_passes = [OnRanks(share, prof.source, rank, argv, environ) for share, prof in shares]
-    preflight(rank_passes)   # on every rank, before any script runs
+    rank_passes = [OnRanks(share, prof, rank, argv, environ) for share, prof in shares]
+    preflight(rank_passes)   # on every rank, before any script runs (the job's store too)
+    store, alone = None, ""
+    if rank is not None:
+        try:
+            store = connect(rank, environ)
+        except NoStore as exc:
+            alone = str(exc)
     s, label = script, script.label
     if rank is not None and rank.rank != 0:
         return follow_triage(target=s.target, args=s.args, module=s.module, profile=profile,
                              out=out, cwd=s.cwd, timeout=timeout, rank=rank, ranks=ranks,
                              label=label, kinds=[share.kind for share, _ in shares],
-                             environ=environ)
+                             environ=environ, store=store)
     run = job_run(target=s.target, args=s.args, module=s.module, profile=profile, out=out,
                   cwd=s.cwd, label=label, launcher=argv, environ=environ, source=source)
     passes: list[Pass] = [RankedTorchPass(
         target=s.target, args=s.args, module=s.module, profile=profile, cwd=s.cwd,
         timeout=timeout, rank=rank, ranks=ranks, launcher=argv,
-        world=(nproc or 0) if one_node(nnodes) else 0, environ=environ)]
+        world=(nproc or 0) if one_node(nnodes) else 0, environ=environ, store=store,
+        no_store=alone)]
     return result_of(run_passes(run, [*passes, *rank_passes]))
 
 
@@ -119,45 +129,82 @@ class RankedTorchPass:
     launcher: list[str]
     world: int
     environ: Mapping[str, str]
+    store: Optional[JobStore] = None
+    no_store: str = ""
     name: str = "torch.profiler (ranks)"
 
     def plan(self, run: Run) -> None:
         return None
 
     def run(self, run: Run, plan: None) -> PassOutput:
-        started = time.time()
+        if self.rank is not None:
+            forget_summary(run.dir, self.rank.rank)
         code = profile_ranks(run.dir, target=self.target, args=self.args, module=self.module,
                              profile=self.profile, cwd=self.cwd, timeout=self.timeout,
                              ranks=self.ranks, launcher=self.launcher,
                              environ=self.environ)
+        notes: list[str] = []
         if self.launcher:
             summaries = read_summaries(run.dir)
             if self.world:   # one node: every rank wrote here (several nodes: only this one's)
                 summaries += missing_ranks(summaries, range(self.world), self.world, run.dir)
+        elif self.store is None:
+            summaries = [s for s in read_summaries(run.dir) if s["rank"] == 0]
+            summaries += missing_ranks(summaries, [0], self.rank.world_size, run.dir)
+            notes.append(f"this report is rank 0's alone: {self.no_store}, so the ranks could "
+                         "not wait for each other; once the launcher's step has ended, "
+                         f"`nsbridge analyze {run.dir}` merges every rank")
         else:
+            self.store.mark("summary", {"exit_code": code})
             with progress.step(f"waiting for the other {self.rank.world_size - 1} rank(s)"):
-                # stopped (timeout, signal): a short wait; summaries older than this launch
-                # (an earlier run into the same --out) never count
-                summaries = wait_for(run.dir, self.rank.world_size,
-                                     (self.timeout or SUMMARY_WAIT_S) if code == 0 else 10.0,
-                                     since=started)
+                # stopped (timeout, signal): a short wait
+                wait = (self.timeout or SUMMARY_WAIT_S) if code == 0 else 10.0
+                marks = self.store.gather("summary", range(self.rank.world_size), Mark, wait)
+            summaries = gathered(run.dir, marks, self.rank.world_size, wait)
         with progress.step("merging the ranks"):
             output, analysis = reduce(run.dir, summaries, self.profile,
                                       " ".join([self.target, *self.args]))
+        output.notes.extend(notes)
         if analysis is not None:
             output.frames["analysis"] = analysis
         return replace(output, exit_code=output.exit_code or code)
 
 
+def forget_summary(run_dir: Path, rank: int) -> None:
+    """Remove an earlier launch's summary of ``rank`` from the folder (a run directory
+    every rank names alike may be used again), so the one read is this launch's."""
+    (run_dir / rank_dir_name(rank) / S.SUMMARY_JSON).unlink(missing_ok=True)
+
+
+def gathered(run_dir: Path, marks: Mapping[int, Optional[Mark]], world: int,
+             waited_s: float) -> list[RankSummary]:
+    """Every rank's summary, by its mark in the job's store: read once for a rank that
+    marked it written; a rank that marked it but wrote none failed (its child record
+    says how); a rank whose mark did not come within ``waited_s`` is hung, named."""
+    done = [rank for rank, mark in marks.items() if mark is not None]
+    summaries = [s for s in read_summaries(run_dir) if s["rank"] in done]
+    summaries += missing_ranks(summaries, done, world, run_dir)
+    summaries += [unprofiled(rank, world, status="hung", exit_code=None,
+                             error={"type": "Hung", "message": f"rank {rank} did not mark its "
+                                    f"summary written in the job's store within {waited_s:.0f} "
+                                    "s after rank 0 finished (dead, hung, or still running)"})
+                  for rank, mark in marks.items() if mark is None]
+    return sorted(summaries, key=lambda s: s["rank"])
+
+
 def follow_triage(*, target: str, args: list[str], module: bool, profile: Profile,
                   out: Optional[Union[str, Path]], cwd: Path, timeout: Optional[float],
                   rank: Any, ranks: Optional[list[int]], label: str, kinds: Sequence[str],
-                  environ: Mapping[str, str]) -> RunResult:
-    """A rank other than 0 of ranks a launcher started: profiled into its folder, then its
-    share of each later pass (``kinds``) when rank 0 says so; rank 0 writes the report."""
+                  environ: Mapping[str, str], store: Optional[JobStore]) -> RunResult:
+    """A rank other than 0 of ranks a launcher started: profiled into its folder, its
+    summary marked written in the job's ``store`` (None: there is none), then its share of
+    each later pass (``kinds``) when rank 0 says so; rank 0 writes the report."""
     run_dir = new_run_dir(Path(out) if out else None, _job_label(label, environ), shared=True)
+    forget_summary(run_dir, rank.rank)
     code = profile_ranks(run_dir, target=target, args=args, module=module, profile=profile,
                          cwd=cwd, timeout=timeout, ranks=ranks, environ=environ)
+    if store is not None:
+        store.mark("summary", {"exit_code": code})
     for kind in kinds:
         if code == 0:
             code = follow(kind, run_dir, rank, timeout, environ)

@@ -1,11 +1,10 @@
 """The map step: one rank's small summary, written next to its trace by the process that
 captured it, so the merge never needs every rank's trace in memory; and rank 0 (or the
-process that launched the ranks) gathering them: ``wait_for``, ``read_summaries``,
-``missing_ranks``."""
+process that launched the ranks) reading them once the job's store (job.store) or the
+launcher says they are written: ``read_summaries``, ``missing_ranks``."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, cast
 
@@ -18,7 +17,6 @@ from ..profiles import Analysis
 from ..rundir import load_record, write_json
 from ..schema.records import ChildRecord, ChildStep, RankCollective, RankSummary, RecordError
 from .identity import rank_dir_name, ranked_dirs
-from .mailbox import POLL_S
 
 SUMMARY_WAIT_S = 600.0   # how long rank 0 waits for the other ranks' summaries (default)
 
@@ -66,30 +64,13 @@ def write_summary(rank_dir: Path, *, trace: Optional[Path], thresholds: Analysis
     else:
         data = unprofiled(rank, world_size, status=status, exit_code=exit_code, error=error,
                           host=host)
-    write_json(rank_dir / S.SUMMARY_JSON, data)   # atomic: rank 0 polls for it
+    write_json(rank_dir / S.SUMMARY_JSON, data)   # atomic: whole or absent when rank 0 reads it
     return data
 
 
-def wait_for(run_dir: Path, world_size: int, timeout_s: float,
-             since: float = 0.0) -> list[RankSummary]:
-    """Every rank's summary written after ``since`` (epoch seconds); a rank whose summary
-    does not come within ``timeout_s`` is reported as hung (what it wrote is kept)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and len(read_summaries(run_dir, since)) < world_size:
-        time.sleep(POLL_S)
-    found = {s["rank"]: s for s in read_summaries(run_dir, since)}
-    for rank in range(world_size):
-        if rank not in found:
-            found[rank] = unprofiled(rank, world_size, status="hung", exit_code=None,
-                                     error={"type": "Hung", "message": f"no summary from rank "
-                                            f"{rank} within {timeout_s:.0f} s after rank 0 "
-                                            "finished"})
-    return [found[r] for r in sorted(found)]
-
-
-def read_summaries(run_dir: Path, since: float = 0.0) -> list[RankSummary]:
-    """The rank summaries written so far, after ``since`` (a rank that died before writing
-    one is left out: the caller reports it).
+def read_summaries(run_dir: Path) -> list[RankSummary]:
+    """The rank summaries in the run's folders (a rank that died before writing one is
+    left out: the caller reports it).
 
     Raises:
         RunDirError: a summary is not of its declared shape (schema.records.SUMMARY_SHAPE),
@@ -98,7 +79,7 @@ def read_summaries(run_dir: Path, since: float = 0.0) -> list[RankSummary]:
     out = []
     for rank, folder in ranked_dirs(run_dir):
         path = folder / S.SUMMARY_JSON
-        if path.is_file() and path.stat().st_mtime >= since:   # written whole (write_json)
+        if path.is_file():   # written whole (write_json)
             summary = load_record(readable(path), RankSummary)
             if summary["rank"] != rank:
                 raise RunDirError(f"{path} is not a record this nsbridge reads: it is the "

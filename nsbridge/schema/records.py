@@ -1,6 +1,7 @@
 """The records nsbridge writes and reads back, each declared once as a TypedDict: a run's
 manifest.json (``Manifest``), a profiled process's child.json (``ChildRecord``), a rank's
-summary.json (``RankSummary``) and the job mailbox's files (``Word``, ``Output``, ``Ack``);
+summary.json (``RankSummary``), a rank's output of a pass (``Output``) and what the ranks
+tell each other through the job's store (``Word``, ``Mark``);
 a gate's gate.json is checked against its types, contract.comparison. The type checker
 reads the declarations where a record is built or read; each record is untrusted when read
 back (edited by hand, damaged, written by another version, planted in a folder), so its one
@@ -29,8 +30,8 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import Required
 
-__all__ = ["ACK_SHAPE", "CHILD_SHAPE", "MANIFEST_SHAPE", "MAX_RANKS", "OUTPUT_SHAPE",
-           "SUMMARY_SHAPE", "WORD_SHAPE", "Ack", "Around", "ChildRecord", "ChildStep", "Cores",
+__all__ = ["MARK_SHAPE", "CHILD_SHAPE", "MANIFEST_SHAPE", "MAX_RANKS", "OUTPUT_SHAPE",
+           "SUMMARY_SHAPE", "WORD_SHAPE", "Mark", "Around", "ChildRecord", "ChildStep", "Cores",
            "Environment", "GitState", "GpuProcess", "GpuState", "Manifest", "ManifestPass",
            "Output", "PassError", "PassRank", "PassSpec", "ProcessMachine", "RankSummary",
            "RecordError", "RunSource", "Snapshot", "StepLap", "SyncRecord", "Throttling", "Window",
@@ -442,9 +443,10 @@ class PassSpec(TypedDict, total=False):
     run_dir: str
 
 
-# ranks-next.json: rank 0's word to the others (go, or why not); "pass" is a keyword
-Word = TypedDict("Word", {"pass": Required[str], "go": Required[bool], "job": str,
-                          "nonce": str, "spec": Optional[PassSpec], "why": str}, total=False)
+# rank 0's word to the others on a pass, in the job's store (job.store): go, or why not;
+# "pass" is a keyword
+Word = TypedDict("Word", {"pass": Required[str], "go": Required[bool], "spec": Optional[PassSpec],
+                          "why": str}, total=False)
 
 
 class Output(TypedDict, total=False):
@@ -466,8 +468,13 @@ class Output(TypedDict, total=False):
     files: dict[str, Any]
 
 
-class Ack(TypedDict):
-    nonce: str
+class Mark(TypedDict, total=False):
+    """A rank's mark in the job's store (job.store): it has done something (profiled its
+    rank, read rank 0's word, run its share of a pass), with its exit status and the
+    pass's id."""
+
+    exit_code: Optional[Annotated[int, _EXIT]]
+    pass_id: str
 
 
 def shape_for(kind: type) -> Shape:
@@ -481,7 +488,7 @@ CHILD_SHAPE = shape_for(ChildRecord)
 SUMMARY_SHAPE = shape_for(RankSummary)
 WORD_SHAPE = shape_for(Word)
 OUTPUT_SHAPE = shape_for(Output)
-ACK_SHAPE = shape_for(Ack)
+MARK_SHAPE = shape_for(Mark)
 
 
 def record_problem(record: object, shape: Shape) -> Optional[str]:
