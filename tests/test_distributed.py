@@ -375,6 +375,10 @@ def test_a_4096_rank_report_md_is_short_and_narrow_and_ranks_csv_has_every_rank(
     every = frames.ranks(result.report)
     assert len(rows) == len(every) == 4096
     assert rows[3001]["rank"] == "3001" and float(rows[3001]["step_ms"]) == every.loc[3001, "step_ms"]
+    heat = result.report["distributed"]["heat"]          # report.html's heat map: 64 columns
+    assert len(heat["ranks"]) == 64 and heat["ranks"][46] == [2944, 3007]
+    row = heat["max_us"][heat["ops"].index("aten::op0")]
+    assert max(range(64), key=row.__getitem__) == 46     # rank 3001's run of 64 ranks
 
 
 @pytest.mark.slow

@@ -517,3 +517,47 @@ def test_eight_ranks_under_torchrun_meet_in_its_store_and_a_killed_rank_is_named
     assert [r["rank"] for r in rows] == list(range(8)) and rows[3]["status"] == "failed"
     assert after["distributed"] == report["distributed"]          # the triage's merge kept
     assert (run / "rank-05" / "timeline.nsys-rep").is_file()      # and the first pass's files
+
+
+@pytest.mark.slow
+def test_two_machines_started_by_nsbridge_run_the_timeline_pass_on_every_rank(
+        tmp_path: Path) -> None:
+    """`triage --nsys --nnodes 2` as on two machines (two nsbridge processes here, each
+    starting its machine's rank through torch.distributed.run): node 0 makes the run, the
+    other node follows its word in the store they meet at, and the report has both ranks'
+    torch.profiler and nsys numbers."""
+    _nsys_or_skip()
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run = tmp_path / "run"
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "nsbridge", "-q", "triage", "--nsys", "--nproc-per-node", "1",
+         "--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint", f"127.0.0.1:{port}",
+         "--timeout", "300", "--out", str(run), DDP, "--", "--steps", "6"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"}) for node in (1, 0)]   # node 1 first
+    said = [node.communicate(timeout=600) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], _errors(said[0][1] + said[1][1])
+    report = json.loads((run / "report.json").read_text())
+    assert [r["rank"] for r in report["distributed"]["ranks"]] == [0, 1]
+    assert [(r["rank"], r["status"]) for r in report["timeline"]["ranks"]] == [(0, "ok"), (1, "ok")]
+    assert all((run / f"rank-0{r}" / "timeline.nsys-rep").is_file() for r in (0, 1))
+    assert "node 1 of 2" in said[0][0]                     # the follower says where it wrote
+
+
+def test_passes_on_several_machines_need_a_fixed_count_an_endpoint_and_a_shared_out() -> None:
+    from nsbridge.distributed.nodes import join_nodes
+
+    base = {"nproc_per_node": 2, "nnodes": "2", "node_rank": 0,
+            "rdzv_endpoint": "127.0.0.1:29400"}
+    assert join_nodes({**base, "nnodes": "1"}, "out") is None          # one machine
+    with pytest.raises(LaunchError, match="a fixed number of machines"):
+        join_nodes({**base, "nnodes": "1:4"}, "out")
+    for missing in ({"rdzv_endpoint": None}, {"node_rank": None}):
+        with pytest.raises(LaunchError, match="--rdzv-endpoint HOST:PORT, --node-rank and --out"):
+            join_nodes({**base, **missing}, "out")
+    with pytest.raises(LaunchError, match="--out"):
+        join_nodes(base, None)

@@ -214,3 +214,41 @@ def test_ops_grouped_by_calling_function_on_a_trace_with_stacks(browser, tmp_pat
                                       "rows => rows.filter(r => r.style.display !== 'none').length")
     assert shown == sum("addmm" in r["name"] for r in by_source)
     _labels_fit(page)
+
+
+def test_a_thousand_rank_report_charts_a_distribution_and_a_heat_map(browser,
+                                                                     tmp_path: Path) -> None:
+    """1,024 ranks, rank 700 slow in one op: the step chart has the table's ranks only, the
+    distribution counts every rank, and the heat map (64 columns of 16 ranks) is darkest
+    in that op's row at rank 700's column."""
+    from nsbridge.job.identity import rank_dir_name
+    from nsbridge.rundir import write_json
+
+    job = tmp_path / "job"
+    for rank in range(1024):
+        slow = 8000.0 if rank == 700 else 0.0
+        ops = [{"name": f"aten::op{i}", "calls": 10, "device_self_us": None,
+                "cpu_self_us": 100.0 + i + (rank % 5) + slow * (i == 0)} for i in range(5)]
+        summary = {"rank": rank, "host": f"node{rank // 8}", "world_size": 1024,
+                   "status": "ok", "exit_code": 0, "profiled": True, "verdict": "cpu-bound",
+                   "step_ms": [50.0 + (rank % 7) * 0.1 + slow / 1e3] * 3, "has_device": False,
+                   "device_busy_pct": None, "comm": None, "collectives": [], "ops": ops}
+        (job / rank_dir_name(rank)).mkdir(parents=True)
+        write_json(job / rank_dir_name(rank) / "summary.json", summary)
+    result = analyze([job], out=tmp_path / "run")
+    page, errors = _open(browser, result.run_dir / "report.html", tmp_path / "heat.png")
+    assert errors == []
+    labels = page.evaluate("""() => Object.values(Chart.instances).find(
+        x => x.canvas.id === 'chart-ranks').data.labels""")
+    assert 2 <= len(labels) <= 11 and any(label.startswith("rank 700") for label in labels)
+    counts = page.evaluate("""() => Object.values(Chart.instances).find(
+        x => x.canvas.id === 'chart-rank_steps').data.datasets[0].data""")
+    assert sum(counts) == 1024
+    rows = page.evaluate("""() => Array.from(document.querySelectorAll('table.heat tr')).map(
+        r => Array.from(r.cells).map(c => [c.textContent, c.style.background]))""")
+    assert len(rows) == 1 + 5 and len(rows[0]) == 1 + 64
+    op0 = next(row for row in rows if row[0][0] == "aten::op0")
+    darkest = max(range(1, 65), key=lambda i: float(op0[i][0]))
+    assert rows[0][darkest][0] == "ranks 688-703"        # rank 700's run of 16
+    shades = {op0[i][1] for i in range(1, 65) if i != darkest}
+    assert op0[darkest][1] == "rgb(185, 28, 28)" and shades == {"rgba(185, 28, 28, 0)"}

@@ -186,6 +186,13 @@ class DistributedRank(TypedDict, total=False):
     work_ms_per_step: Optional[Signed]
 
 
+class DistributedHeat(TypedDict, total=False):
+    max_us: Optional[list[list[Signed]]]
+    ops: Optional[list[str]]
+    ranks: Optional[list[list[int]]]
+    source: Optional[str]
+
+
 class DistributedSkew(TypedDict, total=False):
     excess_us: Optional[Signed]
     max_rank: Optional[int]
@@ -220,6 +227,7 @@ class DistributedStraggler(TypedDict, total=False):
 class Distributed(TypedDict, total=False):
     collectives: Optional[list[DistributedCollective]]
     failed: Optional[list[Any]]
+    heat: Optional[DistributedHeat]
     profiled: Optional[list[int]]
     ranks: Optional[list[DistributedRank]]
     shown_rank: Optional[int]

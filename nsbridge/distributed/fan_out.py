@@ -35,7 +35,6 @@ from typing import Any, Mapping, Optional, Protocol, Sequence, cast
 
 from .. import progress
 from .. import schema as S
-from ..collect._process import run_passthrough
 from ..errors import LaunchError
 from ..job.identity import RankEnv, detect as detect_rank, rank_dir_name
 from ..job.mailbox import RankPlan, pass_spec, read_outputs, spec_path
@@ -49,6 +48,7 @@ from ..rundir import write_json
 from ..contract.report import Error, Files, Recommendation
 from ..schema.records import Mark, Output, PassRank, PassSpec, Word
 from .launch import check_one_node, fresh_store_env
+from .nodes import Nodes, start_share
 from .share import map_pass
 
 PASS_WAIT_S = 600.0  # how long ranks wait for rank 0's word on a pass, beyond --timeout;
@@ -118,6 +118,7 @@ class OnRanks:
     rank: Optional[RankEnv]
     launcher: Sequence[str]
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    nodes: Optional[Nodes] = None
 
     @property
     def name(self) -> str:
@@ -138,12 +139,17 @@ class OnRanks:
 
     def run(self, run: Run, plan: tuple[PassSpec, RankPlan]) -> PassOutput:
         spec, planned = plan
-        return _drive(self.share, run, spec, planned, self.rank, self.launcher, self.environ)
+        return _drive(self.share, run, spec, planned, self.rank, self.launcher, self.environ,
+                      self.nodes)
 
     def skip(self, run: Run, why: str) -> None:
         """The pass will not run: ranks waiting for rank 0's word stop waiting."""
         if self.rank is not None:
             tell_stop(self.share.kind, f"rank 0: {why}", self.rank, self.environ)
+        if self.nodes is not None:
+            self.nodes.store.say(word_key(self.share.kind), {
+                "pass": self.share.kind, "go": False, "spec": None, "why": f"node 0: {why}"})
+            self.nodes.wait(f"{self.share.kind}/read", ACK_S)
 
 
 def follow(kind: str, run_dir: Path, rank: RankEnv, timeout: Optional[float],
@@ -214,24 +220,27 @@ def _spec(run: Run, kind: str, timeout: Optional[float], profile: Profile,
 
 
 def _drive(share: RankShare, run: Run, spec: PassSpec, planned: RankPlan,
-           rank: Optional[RankEnv], launcher: Sequence[str],
-           environ: Mapping[str, str]) -> PassOutput:
-    """Run every rank's share, merge. Under a launcher, rank 0 lets its word go once every
-    rank's output is in."""
+           rank: Optional[RankEnv], launcher: Sequence[str], environ: Mapping[str, str],
+           nodes: Optional[Nodes] = None) -> PassOutput:
+    """Run every rank's share, merge: through torch.distributed.run (on every machine of
+    ``nodes`` when it spans several), or, under a launcher, as rank 0 of ranks that hear
+    its word in the job's store."""
     kind = share.kind
     label = ", ".join(str(r) for r in spec["ranks"])
     limit = (spec["timeout"] or PASS_WAIT_S) + GRACE_S
     if rank is None:
-        spec_file = spec_path(run.dir, kind)
-        write_json(spec_file, {**spec, "kind": kind, "run_dir": str(run.dir.resolve())})
-        argv = [sys.executable, "-m", "torch.distributed.run", *launcher, "-m",
-                "nsbridge.distributed.share", str(spec_file.resolve())]
-        with progress.step(f"running the ranks, {share.title} on rank(s) {label}",
-                           script_output=True):
-            outcome = run_passthrough(argv, cwd=Path(spec["cwd"]),
-                                      env={**environ, "PYTHONUNBUFFERED": "1"}, timeout=limit)
+        write_json(spec_path(run.dir, kind),
+                   {**spec, "kind": kind, "run_dir": str(run.dir.resolve())})
+        if nodes is not None:   # the other machines start their ranks with the same spec
+            nodes.store.say(word_key(kind), {"pass": kind, "go": True, "spec": spec})
+        outcome = start_share(kind, run.dir, launcher, Path(spec["cwd"]), environ, limit,
+                              f"running the ranks, {share.title} on rank(s) {label}")
         # torch.distributed.run has returned: every local rank has written all it will
         late: list[int] = []
+        if nodes is not None:
+            with progress.step(f"waiting for the other machines' {share.title} results"):
+                late_nodes = nodes.wait(f"{kind}/done", limit)
+            late = [r for r in spec["ranks"] if r // nodes.nproc in late_nodes]
         ended = ("torch.distributed.run was stopped" if outcome.timed_out or
                  outcome.interrupted or outcome.terminated else "the rank ended without it")
     else:
@@ -247,9 +256,9 @@ def _drive(share: RankShare, run: Run, spec: PassSpec, planned: RankPlan,
         late = [r for r, mark in marks.items() if mark is None]
         ended = "the rank ended without it"
     outputs = read_outputs(kind, run.dir, spec["ranks"], spec["pass_id"])
-    missing = {r: (f"the rank had not marked the pass done in the job's store within "
-                   f"{limit:.0f} s: dead, hung, or still running") if r in late else ended
-               for r in spec["ranks"]}
+    missing = {r: (f"the rank (or its machine) had not marked the pass done in the job's "
+                   f"store within {limit:.0f} s: dead, hung, or still running")
+               if r in late else ended for r in spec["ranks"]}
     ranks = (run.report.get(S.DISTRIBUTED_SECTION) or {}).get("ranks") or []
     hosts = {number: r.get("host") for r in ranks if (number := r.get("rank")) is not None}
     shown = planned.shown if planned.shown is not None else spec["ranks"][0]

@@ -60,13 +60,15 @@ def one_node(nnodes: Optional[str]) -> bool:
 
 
 def check_one_node(launcher: Sequence[str]) -> None:
-    """LaunchError for torch.distributed.run options spanning several machines: each
-    machine's nsbridge would plan and merge on its own."""
+    """LaunchError for a run whose ranks nsbridge started on several machines, given to
+    `timeline --run` / `deep --run`: one process cannot start them again on every machine."""
     nnodes = launcher[launcher.index("--nnodes") + 1] if "--nnodes" in launcher else "1"
     if not one_node(nnodes):
-        raise LaunchError("The timeline and deep passes on several machines need one nsbridge "
-                          "per rank, started by the launcher: srun nsbridge triage --nsys ..., "
-                          "or torchrun ... -m nsbridge triage --nsys ... on every machine.")
+        raise LaunchError("This run's ranks were started on several machines: a later pass "
+                          "needs nsbridge on each again. Run triage with the passes in one go "
+                          "on every machine (nsbridge triage --nsys --deep --nnodes ... "
+                          "--node-rank R ...), or start one nsbridge per rank under a "
+                          "launcher (srun nsbridge timeline --run-dir DIR).")
 
 
 def fresh_store_env() -> dict[str, str]:

@@ -41,7 +41,8 @@ from ..script_check import Script
 from ..contract.report import Error
 from ..schema.records import Mark, ManifestPass, RankSummary, RunSource
 from .fan_out import OnRanks, follow
-from .launch import check_one_node, launcher_argv, one_node, profile_ranks
+from .launch import launcher_argv, one_node, profile_ranks
+from .nodes import RUN_KEY, Nodes, follow_nodes, join_nodes
 
 
 def triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Path]],
@@ -56,10 +57,9 @@ def triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Pat
     than 0 runs its share of each."""
     nproc, nnodes = launcher["nproc_per_node"], launcher["nnodes"]
     argv = launcher_argv(**launcher) if nproc else []
-    if argv and (nsys or deep_top is not None):
-        check_one_node(argv)
-    world = rank.world_size if rank is not None else nproc
-    if deep_ranks and max(deep_ranks) >= (world or 0) and one_node(nnodes):
+    nodes = join_nodes(launcher, out) if argv and (nsys or deep_top is not None) else None
+    world = rank.world_size if rank is not None else nodes.world if nodes else nproc
+    if deep_ranks and max(deep_ranks) >= (world or 0) and (nodes or one_node(nnodes)):
         raise DeepError(f"--deep-ranks {','.join(map(str, deep_ranks))}: the job has "
                         f"ranks 0 to {(world or 1) - 1}.")
     shares: list[tuple[Any, Profile]] = []
@@ -68,7 +68,7 @@ def triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Pat
     if deep_top is not None:
         shares.append((DeepOnRanks(deep_profile.deep, top=deep_top or None, ranks=deep_ranks,
                                    timeout=timeout, on_plan=on_plan), deep_profile))
-    rank_passes = [OnRanks(share, prof, rank, argv, environ) for share, prof in shares]
+    rank_passes = [OnRanks(share, prof, rank, argv, environ, nodes) for share, prof in shares]
     preflight(rank_passes)   # on every rank, before any script runs (the job's store too)
     store, alone = None, ""
     if rank is not None:
@@ -77,6 +77,11 @@ def triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Pat
         except NoStore as exc:
             alone = str(exc)
     s, label = script, script.label
+    if nodes is not None and nodes.node != 0:
+        return follow_nodes(nodes, target=s.target, args=s.args, module=s.module,
+                            profile=profile, cwd=s.cwd, timeout=timeout, ranks=ranks,
+                            launcher=argv, kinds=[share.kind for share, _ in shares],
+                            environ=environ)
     if rank is not None and rank.rank != 0:
         return follow_triage(target=s.target, args=s.args, module=s.module, profile=profile,
                              out=out, cwd=s.cwd, timeout=timeout, rank=rank, ranks=ranks,
@@ -87,8 +92,8 @@ def triage_job(script: Script, profile: Profile, *, out: Optional[Union[str, Pat
     passes: list[Pass] = [RankedTorchPass(
         target=s.target, args=s.args, module=s.module, profile=profile, cwd=s.cwd,
         timeout=timeout, rank=rank, ranks=ranks, launcher=argv,
-        world=(nproc or 0) if one_node(nnodes) else 0, environ=environ, store=store,
-        no_store=alone)]
+        world=nodes.world if nodes else (nproc or 0) if one_node(nnodes) else 0,
+        environ=environ, store=store, no_store=alone, nodes=nodes)]
     return result_of(run_passes(run, [*passes, *rank_passes]))
 
 
@@ -131,6 +136,7 @@ class RankedTorchPass:
     environ: Mapping[str, str]
     store: Optional[JobStore] = None
     no_store: str = ""
+    nodes: Optional[Nodes] = None
     name: str = "torch.profiler (ranks)"
 
     def plan(self, run: Run) -> None:
@@ -139,14 +145,22 @@ class RankedTorchPass:
     def run(self, run: Run, plan: None) -> PassOutput:
         if self.rank is not None:
             forget_summary(run.dir, self.rank.rank)
+        if self.nodes is not None:   # the other machines start their ranks into this run
+            self.nodes.store.say(RUN_KEY, {"run_dir": str(run.dir.resolve())})
         code = profile_ranks(run.dir, target=self.target, args=self.args, module=self.module,
                              profile=self.profile, cwd=self.cwd, timeout=self.timeout,
                              ranks=self.ranks, launcher=self.launcher,
                              environ=self.environ)
         notes: list[str] = []
         if self.launcher:
+            if self.nodes is not None:
+                wait = (self.timeout or SUMMARY_WAIT_S) if code == 0 else 10.0
+                with progress.step(f"waiting for the other {self.nodes.nnodes - 1} machine(s)"):
+                    notes += self.nodes.late_note(self.nodes.wait("summary", wait),
+                                                  "its torch.profiler pass", wait)
             summaries = read_summaries(run.dir)
-            if self.world:   # one node: every rank wrote here (several nodes: only this one's)
+            if self.world:   # every rank wrote here (several nodes nsbridge did not join:
+                             # only this one's)
                 summaries += missing_ranks(summaries, range(self.world), self.world, run.dir)
         elif self.store is None:
             summaries = [s for s in read_summaries(run.dir) if s["rank"] == 0]

@@ -28,7 +28,7 @@ from .identity import RankEnv, job_id
 RecordT = TypeVar("RecordT")
 CONNECT_S = 300.0       # how long a rank waits for the store to answer (rank 0 may start late)
 PORT_ENV = "NSBRIDGE_STORE_PORT"
-_connected: dict[str, "JobStore"] = {}   # one connection per process and job
+_connected: dict[str, "JobStore"] = {}   # one connection per process, job and store
 
 
 class NoStore(Exception):
@@ -37,8 +37,9 @@ class NoStore(Exception):
 
 @dataclass
 class JobStore:
-    """The job's store under its prefix, as this rank sees it. ``where``: its address, and
-    whose it is, for messages."""
+    """The job's store under its prefix, as one member sees it (a rank, or a machine when
+    nsbridge starts the ranks of several): ``rank`` and ``world_size`` are its number and
+    how many members there are. ``where``: its address, and whose it is, for messages."""
 
     store: Any
     rank: int
@@ -93,10 +94,35 @@ def connect(rank: RankEnv, environ: Mapping[str, str] = os.environ,
         NoStore: no store is named by the launcher's variables, or none answers within
             ``timeout_s``.
     """
-    job = job_id(environ)
-    if job in _connected:
-        return _connected[job]
     host, port, serve, whose = _address(rank, environ)
+    return _joined(host, port, serve, whose, job_id(environ), rank.rank, rank.world_size,
+                   timeout_s)
+
+
+def connect_nodes(endpoint: str, node_rank: int, nnodes: int,
+                  timeout_s: float = CONNECT_S) -> JobStore:
+    """The store where the nsbridge processes that start a job's ranks on ``nnodes``
+    machines (one each, ``--nnodes``) meet: the one on node 0 serves it at the rendezvous
+    endpoint's host, port + 1 (torchrun's rendezvous takes the port itself); a member is a
+    machine, by its node rank.
+
+    Raises:
+        NoStore: the endpoint is not HOST:PORT, or no store answers within ``timeout_s``.
+    """
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        raise NoStore(f"the rendezvous endpoint {endpoint!r} is not HOST:PORT")
+    return _joined(host, int(port) + 1, node_rank == 0, "served by node 0's nsbridge",
+                   f"nodes-{host}-{port}", node_rank, nnodes, timeout_s)
+
+
+def _joined(host: str, port: int, serve: bool, whose: str, job: str, member: int,
+            members: int, timeout_s: float) -> JobStore:
+    """A connection to the store at ``host:port`` (served from here when ``serve``), under
+    the prefix of ``job``; one per process and job."""
+    key = f"{job}@{host}:{port}"
+    if key in _connected:
+        return _connected[key]
     try:
         from torch.distributed import PrefixStore, TCPStore
         store = TCPStore(host, port, world_size=None, is_master=serve,
@@ -105,9 +131,9 @@ def connect(rank: RankEnv, environ: Mapping[str, str] = os.environ,
         raise NoStore(f"the job's store at {host}:{port} ({whose}) did not answer within "
                       f"{timeout_s:.0f} s: {str(exc).splitlines()[0] if str(exc) else exc}") \
             from None
-    joined = JobStore(PrefixStore(f"nsbridge/{job}/", store), rank.rank, rank.world_size,
+    joined = JobStore(PrefixStore(f"nsbridge/{job}/", store), member, members,
                       f"{host}:{port} ({whose})")
-    _connected[job] = joined
+    _connected[key] = joined
     return joined
 
 

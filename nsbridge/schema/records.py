@@ -31,7 +31,7 @@ else:
     from typing_extensions import Required
 
 __all__ = ["MARK_SHAPE", "CHILD_SHAPE", "MANIFEST_SHAPE", "MAX_RANKS", "OUTPUT_SHAPE",
-           "SUMMARY_SHAPE", "WORD_SHAPE", "Mark", "Around", "ChildRecord", "ChildStep", "Cores",
+           "SUMMARY_SHAPE", "WORD_SHAPE", "Mark", "RunAt", "Around", "ChildRecord", "ChildStep", "Cores",
            "Environment", "GitState", "GpuProcess", "GpuState", "Manifest", "ManifestPass",
            "Output", "PassError", "PassRank", "PassSpec", "ProcessMachine", "RankSummary",
            "RecordError", "RunSource", "Snapshot", "StepLap", "SyncRecord", "Throttling", "Window",
@@ -466,6 +466,13 @@ class Output(TypedDict, total=False):
     sources: dict[str, str]
     recommendations: list[dict[str, Any]]
     files: dict[str, Any]
+
+
+class RunAt(TypedDict):
+    """Node 0's word to the other machines of a job nsbridge starts on several: the run
+    directory they write their ranks' folders into (job.store)."""
+
+    run_dir: str
 
 
 class Mark(TypedDict, total=False):

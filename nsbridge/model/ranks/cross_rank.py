@@ -33,11 +33,13 @@ from ... import schema as S
 from ..host.ops import SHAPE_WORK_TOP, merge_shape_work
 from ..comparing.change import t975
 from ...schema.records import Output, RankSummary
-from ...contract.report import (Distributed, DistributedRank, DistributedRanksBreakdownMs,
-                                DistributedSkew, DistributedStraggler, ToolRank)
+from ...contract.report import (Distributed, DistributedHeat, DistributedRank,
+                                DistributedRanksBreakdownMs, DistributedSkew,
+                                DistributedStraggler, ToolRank)
 
 OP_SHARE = 0.10     # an op is named when it holds at least this share of the excess
 MAX_STEPS_ADVISED = 200   # more measured steps than this are not offered as the answer
+HEAT_COLUMNS = 64         # the op-by-rank heat map's columns at most (runs of ranks past it)
 
 
 def cross_rank(summaries: Iterable[RankSummary], straggler_pct: float = 10.0,
@@ -69,6 +71,7 @@ def cross_rank(summaries: Iterable[RankSummary], straggler_pct: float = 10.0,
                    "slowest_over_median_pct": round(100 * (medians[slowest].step_ms - mid) / mid,
                                                     1) if mid else None}
     skew = out["skew"] = _skew(measured, top)
+    out["heat"] = op_heat(measured, [op for row in skew if (op := row.get("op"))])
     out["collectives"] = [{**c, "rank": s["rank"]} for s in measured
                           for c in s.get("collectives") or []]
     out["straggler"] = _straggler(medians, _judged_work(measured),
@@ -230,6 +233,27 @@ def _skew(measured: list[RankSummary], top: int) -> list[DistributedSkew]:
                      "excess_us": round(by_rank[worst] - mid, 3),
                      "skew_pct": round(100 * (by_rank[worst] - mid) / mid, 1) if mid else None})
     return sorted(rows, key=lambda r: -(r.get("excess_us") or 0.0))[:top]
+
+
+def op_heat(measured: list[RankSummary], ops: list[str],
+            columns: int = HEAT_COLUMNS) -> Optional[DistributedHeat]:
+    """The heat map of ``ops``' time per step by rank (the skew's source): one column per
+    rank up to ``columns`` ranks, else runs of consecutive ranks, each cell the largest
+    rank's time in its run, so a single slow rank still shows among thousands."""
+    if len(measured) < 2 or not ops:
+        return None
+    key: Literal["device_self_us", "cpu_self_us"] = (
+        "device_self_us" if all(s.get("has_device") for s in measured) else "cpu_self_us")
+    ranked = sorted(measured, key=lambda s: s["rank"])
+    width = -(-len(ranked) // columns)          # ranks per column, rounded up
+    runs = [ranked[i:i + width] for i in range(0, len(ranked), width)]
+    per_rank = {s["rank"]: {op["name"]: float(op[key] or 0) / max(len(s["step_ms"]), 1)
+                            for op in s.get("ops") or [] if op.get(key) is not None}
+                for s in ranked}
+    cells = [[round(max((per_rank[s["rank"]].get(op, 0.0) for s in run), default=0.0), 3)
+              for run in runs] for op in ops]
+    return {"ops": ops, "source": f"torch.profiler {key.replace('_us', '')}",
+            "ranks": [[run[0]["rank"], run[-1]["rank"]] for run in runs], "max_us": cells}
 
 
 def _straggler(ranks: dict[int, _Timed], work: _Work, steps: dict[int, list[float]],

@@ -43,6 +43,35 @@
     chart("chart-ranks", {type: "bar", data: {labels: data.ranks.labels, datasets: rankSets},
       options: {scales: {x: {stacked: true}, y: {stacked: true, title: {display: true, text: "ms per step"}}}}});
   }
+  if (data.rank_steps) {
+    chart("chart-rank_steps", {type: "bar", data: {labels: data.rank_steps.labels,
+      datasets: [{label: "ranks", data: data.rank_steps.counts, backgroundColor:
+        data.rank_steps.straggler.map(function (s) { return s ? "#b91c1c" : palette[0]; })}]},
+      options: {scales: {x: {title: {display: true, text: "median step (ms)"}},
+                         // log: one slow rank stays visible beside thousands
+                         y: {type: "logarithmic", min: 0.5,
+                             title: {display: true, text: "ranks (log scale)"}}}}});
+  }
+  if (data.rank_heat) {   // a table, each cell shaded by where it lies in its op's range
+    var canvas = document.getElementById("chart-rank_heat");
+    var heat = data.rank_heat, table = document.createElement("table");
+    table.className = "heat";
+    var head = table.insertRow();
+    head.insertCell().textContent = "op";
+    heat.columns.forEach(function (c) { head.insertCell().textContent = c; });
+    heat.ops.forEach(function (op, i) {
+      var row = table.insertRow(), values = heat.us[i];
+      var low = Math.min.apply(null, values), span = Math.max.apply(null, values) - low;
+      row.insertCell().textContent = op;
+      values.forEach(function (v) {
+        var cell = row.insertCell();
+        cell.textContent = v.toFixed(0);
+        var shade = span > 0 ? (v - low) / span : 0;
+        cell.style.background = "rgba(185, 28, 28, " + shade.toFixed(2) + ")";
+      });
+    });
+    if (canvas) { canvas.replaceWith(table); }
+  }
   if (data.steps) {
     chart("chart-steps", {type: "bar", data: {labels: data.steps.labels,
       datasets: sets(data.steps.phases, true)},

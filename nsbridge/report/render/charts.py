@@ -10,6 +10,7 @@ from typing import Any, Literal, Optional
 from ... import schema as S
 from ..document.escape import terminal
 from ..views.memory_view import level_text
+from ..views.ranks_view import ALL_RANKS, shown_ranks
 from ..document.shown import Shown
 from ..views import catalog
 from ...contract.report import Distributed, Op, Report, StepsPerStep, pass_numbers, per_step_of
@@ -27,9 +28,19 @@ def chart_data(report: Report, shown: Shown) -> dict[str, Any]:
     """What the charts draw (only what the report has; ``shown``: the ops and kernels
     the tables show, report.document.shown)."""
     out: dict[str, Any] = {}
-    ranks = ranks_data(report.get(S.DISTRIBUTED_SECTION) or {})
+    dist = report.get(S.DISTRIBUTED_SECTION) or {}
+    ranks = ranks_data(dist)
     if ranks:
         out["ranks"] = ranks
+    spread = step_histogram(dist)
+    if spread:
+        out["rank_steps"] = spread
+    heat = dist.get("heat")
+    if heat and heat.get("ops") and heat.get("max_us"):
+        out["rank_heat"] = {"ops": [terminal(op) for op in heat.get("ops") or []],
+                            "columns": [f"rank {a}" if a == b else f"ranks {a}-{b}"
+                                        for a, b in heat.get("ranks") or []],
+                            "us": heat.get("max_us"), "source": heat.get("source")}
     per_step = per_step_of(report)
     if per_step:
         out["steps"] = {"labels": [step_label(s) for s in per_step],
@@ -91,9 +102,11 @@ def chart_data(report: Report, shown: Shown) -> dict[str, Any]:
 
 
 def ranks_data(dist: Distributed) -> Optional[dict[str, Any]]:
-    """Per rank, its median step split into compute, collectives (exposed and overlapped)
-    and GPU idle (model.ranks.cross_rank.step_breakdown); the straggler marked."""
-    ranks = [(r, breakdown) for r in dist.get("ranks") or []
+    """Per rank the table shows (every rank up to 16, else the slowest, fastest, straggler
+    and failed: ranks_view.shown_ranks), its median step split into compute, collectives
+    (exposed and overlapped) and GPU idle (model.ranks.cross_rank.step_breakdown); the
+    straggler marked."""
+    ranks = [(r, breakdown) for r in shown_ranks(dist)
              if (breakdown := r.get("breakdown_ms"))]
     if len(ranks) < 2:
         return None
@@ -112,6 +125,26 @@ def ranks_data(dist: Distributed) -> Optional[dict[str, Any]]:
 
 
 BreakdownPart = Literal["compute", "overlap", "communication", "idle"]
+HISTOGRAM_BINS = 30
+
+
+def step_histogram(dist: Distributed) -> Optional[dict[str, Any]]:
+    """Past 16 ranks: how many ranks have each median step time (HISTOGRAM_BINS equal
+    bins from the fastest to the slowest), the straggler's bin marked."""
+    ranks = [(r.get("rank"), float(step)) for r in dist.get("ranks") or []
+             if (step := r.get("step_ms")) is not None]
+    if len(ranks) <= ALL_RANKS:
+        return None
+    low, high = min(s for _, s in ranks), max(s for _, s in ranks)
+    width = (high - low) / HISTOGRAM_BINS or 1.0
+    counts = [0] * HISTOGRAM_BINS
+    bin_of = {rank: min(int((step - low) / width), HISTOGRAM_BINS - 1) for rank, step in ranks}
+    for index in bin_of.values():
+        counts[index] += 1
+    straggler = (dist.get("straggler") or {})
+    marked = bin_of.get(straggler.get("rank")) if straggler.get("verdict") == "straggler" else None
+    return {"labels": [f"{low + i * width:.2f}" for i in range(HISTOGRAM_BINS)],
+            "counts": counts, "straggler": [i == marked for i in range(HISTOGRAM_BINS)]}
 
 
 def _xy(xs: list[float], ys: list[float]) -> list[dict[str, float]]:
@@ -127,6 +160,11 @@ def chart_titles(span: str) -> dict[str, str]:
     """Each built-in chart's caption, in the order the page shows them (``span``: what
     the totals cover, report.document.shown)."""
     return {"ranks": "Ranks: median step split into compute, collectives and GPU idle (ms)",
+            "rank_steps": "Ranks by median step time (ms, each bar's lower edge): how many "
+                          "(log scale)",
+            "rank_heat": "Ops that differ most across ranks: time per step by rank (µs; a "
+                         "column of several ranks shows its slowest; darker is slower "
+                         "within the op's row)",
             "steps": "Step time per measured step, by phase (ms)",
             "ops": f"Top ops: time {span} by source (ms)",
             "kernels": f"Top kernels: GPU time {span} (ms)",
