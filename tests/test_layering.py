@@ -58,7 +58,7 @@ LAYERS: list[set[str]] = [
     {"model"},                                       # frames -> findings, no I/O
     {"report"},                                      # sections -> renderers
     {"job"},                                         # who am I (stdlib only; the child),
-                                                     # rank 0 <-> ranks files, the map step
+                                                     # the job's store, the map step
     {"_bootstrap"},                                  # inside the profiled process
     {"run", "result", "pipeline"},                   # the Run, what a command returns,
                                                      # one Run through a list of passes
