@@ -101,8 +101,6 @@ def reduce_digests(results: Iterable[TraceDigest | str]) -> ReducedTraces:
             lead_step, lead_order, out.lead = step, order, result
     if not kept:
         return out
-    if pending:
-        out.ops = _merged(out.ops, pending)
     kept.sort(key=lambda k: k[0])
     world = len(kept)
     for index, (_, summary, path) in enumerate(kept):
@@ -113,7 +111,10 @@ def reduce_digests(results: Iterable[TraceDigest | str]) -> ReducedTraces:
         out.paths.append(path)
     assert out.lead is not None
     out.lead_index = out.paths.index(out.lead.path)
-    out.ops = ranked_ops(out.ops, out.has_device) if world > 1 else out.lead.analysis.ops
+    if world == 1:   # one trace: its own table, nothing summed
+        out.ops = out.lead.analysis.ops
+    else:
+        out.ops = ranked_ops(_merged(out.ops, pending) if pending else out.ops, out.has_device)
     return out
 
 
