@@ -21,6 +21,7 @@ _START_RACES = {
                   "std::exception::what: RuntimeException\n"
                   "[QuadDCommon::tag_message*] = Local Endpoint is not available.",
     "agent-lost": "Connection to the Agent lost.",   # both ranks of a CI run, 2026-11-28
+    "reset": "Connection reset by peer",             # one rank of a CI run, 2026-12-07
 }
 
 

@@ -104,7 +104,8 @@ def test_nsys_failure_quotes_nsys_and_keeps_the_run(fake_nsys: dict, tmp_path: P
 
 
 @pytest.mark.parametrize("race, said", [("start-race", "Local Endpoint is not available"),
-                                        ("agent-lost", "Connection to the Agent lost")])
+                                        ("agent-lost", "Connection to the Agent lost"),
+                                        ("reset", "Connection reset by peer")])
 def test_nsys_that_fails_before_starting_the_program_is_started_again(
         fake_nsys: dict, tmp_path: Path, race: str, said: str) -> None:
     proc = _run(fake_nsys, tmp_path, race)

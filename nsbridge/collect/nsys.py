@@ -288,9 +288,11 @@ def _import_qdstrm(install: NsysInstall, qdstrm: Path, log: Path,
 
 # nsys failing before it starts the program, its agent's connection not up yet: seen with
 # two nsys 2022.4 starting at once on a busy 2-core machine (the ranks of a job, each under
-# its own nsys); starting again works
+# its own nsys); starting again works ("Connection reset by peer" alone: one rank of a
+# clean-clone CI run and of a run beside two CPU hogs, 2026-12-07)
 _START_RACE = re.compile(r"Local Endpoint is not available|^End of file$|"
-                         r"^Connection to the Agent lost\.?$", re.MULTILINE)
+                         r"^Connection to the Agent lost\.?$|^Connection reset by peer$",
+                         re.MULTILINE)
 
 
 def _failed_to_start(log: Path) -> bool:
