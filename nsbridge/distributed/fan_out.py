@@ -147,9 +147,7 @@ class OnRanks:
         if self.rank is not None:
             tell_stop(self.share.kind, f"rank 0: {why}", self.rank, self.environ)
         if self.nodes is not None:
-            self.nodes.store.say(word_key(self.share.kind), {
-                "pass": self.share.kind, "go": False, "spec": None, "why": f"node 0: {why}"})
-            self.nodes.wait(f"{self.share.kind}/read", ACK_S)
+            say_stop(self.nodes.store, self.share.kind, f"node 0: {why}")
 
 
 def follow(kind: str, run_dir: Path, rank: RankEnv, timeout: Optional[float],
@@ -177,9 +175,14 @@ def tell_stop(kind: str, why: str, rank: RankEnv,
               environ: Mapping[str, str] = os.environ) -> None:
     """Rank 0: the ``kind`` pass will not run. The other ranks stop waiting for it; rank 0
     waits (ACK_S at most) until they have read that, as it may serve the store."""
-    store = job_store(rank, environ)
+    say_stop(job_store(rank, environ), kind, why)
+
+
+def say_stop(store: JobStore, kind: str, why: str) -> None:
+    """In ``store``: the ``kind`` pass will not run (``why``); wait (ACK_S at most) until
+    every other member (rank, or machine) has read it, as this one may serve the store."""
     store.say(word_key(kind), {"pass": kind, "go": False, "spec": None, "why": why})
-    store.gather(f"{kind}/read", range(1, rank.world_size), Mark, ACK_S)
+    store.gather(f"{kind}/read", range(1, store.world_size), Mark, ACK_S)
 
 
 def word_key(kind: str) -> str:
