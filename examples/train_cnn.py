@@ -14,12 +14,16 @@ from torch.utils.data import DataLoader, TensorDataset
 
 # A planted slowdown, to try `nsbridge gate`: this many extra 256x256 matmuls per forward.
 SLOW_MATMULS = int(os.environ.get("NSBRIDGE_EXAMPLE_SLOW_MATMULS", "0"))
+# A planted memory rise, to try `nsbridge gate --fail-above-mib`: an extra activation of this
+# many MiB, made at the start of forward and saved for backward until its very end.
+EXTRA_ACTIVATION_MIB = float(os.environ.get("NSBRIDGE_EXAMPLE_EXTRA_ACTIVATION_MIB", "0"))
 
 
 class SmallCNN(nn.Module):
     def __init__(self, classes: int = 10) -> None:
         super().__init__()
         self.slow = nn.Parameter(torch.randn(256, 256), requires_grad=False) if SLOW_MATMULS else None
+        self.keep = nn.Parameter(torch.zeros(())) if EXTRA_ACTIVATION_MIB else None
         self.features = nn.Sequential(
             nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
             nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -31,6 +35,9 @@ class SmallCNN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for _ in range(SLOW_MATMULS):
             torch.matmul(self.slow, self.slow)
+        if self.keep is not None:   # mul saves `extra` for keep's gradient: live to the end
+            extra = torch.ones(int(EXTRA_ACTIVATION_MIB * 2**20) // 4, device=x.device)
+            x = x + (extra * self.keep).sum()
         return self.classifier(self.features(x))
 
 

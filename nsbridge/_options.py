@@ -78,6 +78,13 @@ def GATE_OPTIONS(fn: F) -> F:
                      show_default=True, metavar="PCT",
                      help="Gate an op only when the time it adds per step is at least PCT "
                           "percent of the base step time."),
+        click.option("--fail-above-mib", type=Bounded(limits.FAIL_ABOVE_MIB), default=None,
+                     metavar="MIB",
+                     help="A peak memory this many MiB above the base's (in every process) "
+                          "is a regression, named by the kind, module, op and line holding "
+                          "the added bytes. Default: the larger of 20% of the base peak and "
+                          "16 MiB, where both sides recorded memory; gate records it when "
+                          "this is given."),
         click.option("--op", "ops", multiple=True, metavar="OP", help="Gate only these ops."),
         click.option("--allow", "allow", metavar="KIND[,KIND]",
                      help="Accept these differences between the runs instead of calling the "

@@ -455,7 +455,7 @@ Examples:
 @click.argument("new", type=click.Path())
 @GATE_OPTIONS
 def diff_command(base: str, new: str, fail_above: float, min_step_share: float,
-                 ops: tuple[str, ...], allow: Optional[str], allow_different_target: bool,
+                 fail_above_mib: Optional[float], ops: tuple[str, ...], allow: Optional[str], allow_different_target: bool,
                  when_inconclusive: str, fmt: str) -> None:
     """Compare run NEW against run BASE as they were recorded (directories or report.json
     files): work first (calls, shapes, dtypes), then per-op time beyond the run-wide drift,
@@ -466,7 +466,8 @@ def diff_command(base: str, new: str, fail_above: float, min_step_share: float,
     kinds = _allowed(allow, allow_different_target)
     _guard(lambda: _gate_exit("diff", run_diff(base, new, fail_above=fail_above, ops=ops,
                                                min_step_share=min_step_share / 100.0,
-                                               allow=kinds), fmt, when_inconclusive),
+                                               allow=kinds, fail_above_mib=fail_above_mib),
+                                      fmt, when_inconclusive),
            "diff" if fmt == "json" else None)
 
 
@@ -524,7 +525,7 @@ def gate(processes: int, max_processes: int, budget: float, steps: int,
          threads: Optional[int], module: bool, out: Optional[str],
          timeout: Optional[float], base_env: tuple[str, ...], new_env: tuple[str, ...],
          rejudge: Optional[str], trust: tuple[str, ...], fail_above: float,
-         min_step_share: float,
+         min_step_share: float, fail_above_mib: Optional[float],
          ops: tuple[str, ...], allow: Optional[str], allow_different_target: bool,
          when_inconclusive: str, fmt: str, base: Optional[str], new: Optional[str],
          script: Optional[str], script_args: tuple[str, ...]) -> None:
@@ -548,7 +549,8 @@ def gate(processes: int, max_processes: int, budget: float, steps: int,
             raise click.UsageError("--rejudge judges an earlier gate folder: give no BASE or NEW")
         _guard(lambda: _gate_exit("gate", run_rejudge(rejudge, fail_above=fail_above,
                                                       ops=ops, allow=kinds,
-                                                      min_step_share=min_step_share / 100.0),
+                                                      min_step_share=min_step_share / 100.0,
+                                                      fail_above_mib=fail_above_mib),
                                   fmt, when_inconclusive), "gate" if fmt == "json" else None)
         return
     if base is None or new is None:
@@ -561,7 +563,8 @@ def gate(processes: int, max_processes: int, budget: float, steps: int,
                               min_step_share=min_step_share / 100.0, allow=kinds, out=out,
                               timeout=timeout, base_env=_env_pairs(base_env, "--base-env"),
                               new_env=_env_pairs(new_env, "--new-env"),
-                              on_progress=_echo_plan, trust=[os.getcwd(), *trust])
+                              on_progress=_echo_plan, trust=[os.getcwd(), *trust],
+                              fail_above_mib=fail_above_mib)
         _gate_exit("gate", result, fmt, when_inconclusive)
 
     _guard(body, "gate" if fmt == "json" else None)

@@ -218,9 +218,12 @@ def summary_rows(manifest: Mapping[str, object]) -> int:
 
 
 def with_overrides(profile: Profile, *, steps: Optional[int] = None,
-                   top: Optional[int] = None) -> Profile:
+                   top: Optional[int] = None, memory: Optional[bool] = None) -> Profile:
     """``profile`` with a command's options in place of its keys: ``steps`` for
-    ``schedule.active``, ``top`` for ``analysis.top_ops`` (None: as the profile says)."""
+    ``schedule.active``, ``top`` for ``analysis.top_ops``, ``memory`` for
+    ``capture.profile_memory`` (None: as the profile says)."""
+    if memory is not None:
+        profile = replace(profile, capture=replace(profile.capture, profile_memory=memory))
     if steps is not None:
         profile = replace(profile, schedule=replace(profile.schedule, active=steps))
     if top is not None:

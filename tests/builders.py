@@ -16,10 +16,10 @@ def events(*rows: dict[str, Any]) -> pd.DataFrame:
             S.INPUT_DIMS: None, S.INPUT_TYPES: None, S.INPUT_STRIDES: None, S.BYTES: np.nan,
             S.DEVICE: np.nan,
             S.KERNEL_FILE: None, S.TOTAL_ALLOCATED: np.nan, S.TOTAL_RESERVED: np.nan,
-            S.LAUNCH: None}
+            S.ADDR: np.nan, S.LAUNCH: None}
     frame = pd.DataFrame([{**base, **r} for r in rows])[S.EVENT_COLUMNS]
     for col in (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE, S.TOTAL_ALLOCATED,
-                S.TOTAL_RESERVED):
+                S.TOTAL_RESERVED, S.ADDR):
         frame[col] = frame[col].astype(np.float64)
     frame[S.CAT] = frame[S.CAT].astype("category")
     return frame

@@ -144,7 +144,7 @@ def test_the_cases_cover_every_scanned_field_and_json_type() -> None:
     assert len(CASES) >= 3000
     fields = {case.field for case in CASES}
     assert {"ph", "ts", "dur", "name", "args.External id", "args.Input Dims", "args.grid",
-            "args.Total Allocated"} <= fields
+            "args.Total Allocated", "args.Addr"} <= fields
     kinds = {type(value) for value in WRONG}
     assert {type(None), bool, list, dict, str, int, float} <= kinds
 

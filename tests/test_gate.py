@@ -230,3 +230,29 @@ def test_gate_usage_and_bad_input_exit_2(tmp_path: Path) -> None:
     assert half.returncode == 2 and "it lacks new-01" in half.stderr
     nowhere = _nsbridge("gate", str(tmp_path / "x"), str(tmp_path / "y"), "t.py", cwd=tmp_path)
     assert nowhere.returncode == 2 and "neither a run directory" in nowhere.stderr
+
+
+@pytest.mark.slow
+def test_a_planted_activation_is_a_memory_regression_of_its_size(tmp_path: Path) -> None:
+    """examples/train_cnn.py with a 16 MiB activation saved for backward on the new side:
+    `gate --fail-above-mib` records memory on both sides and names the rise, within 5% of
+    the planted size, as activations made by aten::ones; unchanged code (its own base
+    processes) passes on memory."""
+    out = tmp_path / "gate"
+    proc = _nsbridge("gate", "--processes", "2", "--max-processes", "2", "--steps", "4",
+                     "--fail-above-mib", "4", "--format", "json", "--out", str(out),
+                     "--new-env", "NSBRIDGE_EXAMPLE_EXTRA_ACTIVATION_MIB=16",
+                     str(ROOT), str(ROOT), "examples/train_cnn.py", cwd=ROOT)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    memory = result["memory"]
+    assert memory["status"] == "regressed" and memory["threshold_mib"] == 4
+    assert memory["rise_mib"] == pytest.approx(16.0, rel=0.05)
+    assert memory["rises"][0]["kind"] == "activations"
+    assert memory["rises"][0]["op"] == "aten::ones"
+    assert memory["rises"][0]["added_mib"] == pytest.approx(16.0, rel=0.05)
+    assert any(r["what"] == "peak memory" and "aten::ones" in r["detail"]
+               for r in result["regressions"])
+    same = _nsbridge("diff", "--fail-above-mib", "4", "--format", "json",
+                     str(out / "base-01"), str(out / "base-02"), cwd=ROOT)
+    assert json.loads(same.stdout)["memory"]["status"] == "pass", same.stdout + same.stderr

@@ -145,7 +145,7 @@ def test_awkward_values_the_scanner_takes() -> None:
         _event(name=None, cat=None, ts=-0.0, dur=None, args={"Input Dims": None}),
         {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": 12,
          "args": {"Bytes": 2.5e3, "Device Id": 0, "Total Allocated": 1e20,
-                  "Total Reserved": 123456789012345678}},
+                  "Total Reserved": 123456789012345678, "Addr": 93969751074944}},
         _event(cat="Kernel", name="void k<1>()", args={
             "grid": [1, 2, 3], "block": [128, 1, 1], "registers per thread": 32,
             "shared memory": 0.0, "device": None, "Device Id": 3, "correlation": 99,
@@ -307,7 +307,7 @@ def test_the_scanner_takes_bytes_and_a_sane_end() -> None:
         _stream._scan_batch(bytearray(b"[]"))
     with pytest.raises(ValueError):
         _stream._scan_batch(b"[]", -2)
-    assert _stream._scan_batch(b"[]") == (0, (b"",) * 8, (b"",) * 10, ([],) * 10)
+    assert _stream._scan_batch(b"[]") == (0, (b"",) * 9, (b"",) * 10, ([],) * 10)
 
 
 def test_scanned_columns_that_do_not_decode_add_nothing() -> None:

@@ -29,14 +29,14 @@ NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 NCU_SUFFIXES = (".ncu-rep", ".csv")
 
 
-def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default",
+def analyze(paths: Union[str, Path, Iterable[Union[str, Path]]], *, profile: ProfileArg = "default",
             deep_profile: ProfileArg = "deep",
             out: Optional[Union[str, Path]] = None, window: str = "steps",
             environ: Mapping[str, str] = os.environ, jobs: Optional[int] = None,
             top: Optional[int] = None, cluster: Optional[str] = None) -> RunResult:
     """Analyse files captured elsewhere: torch.profiler traces (several: the ranks of one
     job), nsys exports (.sqlite, .nsys-rep) and Nsight Compute reports (.ncu-rep, CSV),
-    merged into one report keyed by op. ``window``: ``steps`` (the measured steps, in the
+    merged into one report keyed by op (``paths``: one path, or several). ``window``: ``steps`` (the measured steps, in the
     torch trace and, by nsbridge's step ranges, in an nsys export) or ``trace`` (each file
     whole). ``environ`` is where nsys and ncu are looked up (to export a .nsys-rep, or a
     .ncu-rep without the ncu-report package). ``jobs``: worker processes for several
@@ -61,7 +61,7 @@ def analyze(paths: Iterable[Union[str, Path]], *, profile: ProfileArg = "default
     check_window(window)
     check_new_out(out_path(out))    # before minutes of reading, not after
     prof = with_overrides(as_profile(profile), top=top)
-    paths = list(paths)
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     for folder in (Path(p) for p in paths):
         if (folder / S.MANIFEST_JSON).is_file():
             read_run(folder, report_problem)   # a run directory: refused while incomplete or running

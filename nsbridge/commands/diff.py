@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from .. import schema as S
 from ..guard.confine import readable
@@ -17,7 +17,7 @@ from ..contract.report import Report
 
 def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 10.0,
          ops: Sequence[str] = (), min_step_share: float = 0.02,
-         allow: Sequence[str] = ()) -> Comparison:
+         allow: Sequence[str] = (), fail_above_mib: Optional[float] = None) -> Comparison:
     """Compare two runs (directories or report.json files) and gate on the result.
 
     Returns model.comparing.diff.compare's dict: ``outcome`` (pass, regression, inconclusive) with its
@@ -26,7 +26,9 @@ def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 1
     step), the step-time and per-op comparison, the noise figures and both machines.
     ``ops`` gates only those ops; ``allow`` accepts differences of kind target (runs of
     different scripts, refused otherwise), args, torch, gpu, threads or cores (which would
-    otherwise make the comparison inconclusive).
+    otherwise make the comparison inconclusive). ``memory``: both runs' peak memory
+    (model.comparing.memory_change): a rise above ``fail_above_mib`` MiB (None: the larger
+    of 20% of the base peak and 16 MiB) is a regression naming what holds the added bytes.
 
     Raises:
         DiffInputError: a path is neither a run directory nor a JSON file, an ``ops`` or
@@ -38,7 +40,7 @@ def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 1
     from ..model.comparing.diff import compare
     from ..report.document.build import SCHEMA_VERSION
 
-    check_thresholds(fail_above, min_step_share)
+    check_thresholds(fail_above, min_step_share, fail_above_mib)
     check_allow(allow)
     labels = (str(base), str(new))
     reports = [read_report(Path(p), side) for p, side in zip(labels, SIDES)]
@@ -47,21 +49,24 @@ def diff(base: Union[str, Path], new: Union[str, Path], *, fail_above: float = 1
         raise DiffRefusedError(terminal(why))
     check_gated_ops(ops, reports)
     result = compare(*reports, fail_above=fail_above, ops=ops, min_step_share=min_step_share,
-                     allow=allow)
+                     allow=allow, fail_above_mib=fail_above_mib)
     result["a_label"], result["b_label"] = labels
     return result
 
 
-def check_thresholds(fail_above: float, min_step_share: float) -> None:
+def check_thresholds(fail_above: float, min_step_share: float,
+                     fail_above_mib: Optional[float] = None) -> None:
     """DiffInputError for a threshold outside the CLI's range (limits): a NaN compares
     false with every change, so it would pass any slowdown."""
-    from ..guard.limits import FAIL_ABOVE_PCT, MIN_STEP_SHARE_PCT
+    from ..guard.limits import FAIL_ABOVE_MIB, FAIL_ABOVE_PCT, MIN_STEP_SHARE_PCT
 
     share = min_step_share
     pct = share * 100 if isinstance(share, (int, float)) and not isinstance(share, bool) \
         else share
     why = (FAIL_ABOVE_PCT.refusal(fail_above, "fail_above")
-           or MIN_STEP_SHARE_PCT.refusal(pct, "min_step_share (as a percentage)"))
+           or MIN_STEP_SHARE_PCT.refusal(pct, "min_step_share (as a percentage)")
+           or (FAIL_ABOVE_MIB.refusal(fail_above_mib, "fail_above_mib")
+               if fail_above_mib is not None else None))
     if why:
         raise DiffInputError(terminal(f"{why}. A threshold that is not a number in its "
                                       "range would judge every change wrongly."))

@@ -37,6 +37,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
          new_env: Optional[Mapping[str, str]] = None, profile: ProfileArg = "gate",
          on_progress: Optional[Callable[[str], None]] = None,
          trust: Optional[Sequence[Union[str, Path]]] = None,
+         fail_above_mib: Optional[float] = None,
          environ: Mapping[str, str] = os.environ) -> Comparison:
     """Measure BASE and NEW again, interleaved, and judge them: ``processes`` pairs of
     processes (A B, B A, ...; nsbridge.commands.interleave), each a triage with the ``profile``
@@ -53,6 +54,8 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     ``trust``: the folders a run directory's script and folder must lie in (None: the
     current directory; nsbridge.commands.trust says what else a manifest may not ask). What each
     side runs goes to ``on_progress`` before the first process starts.
+    ``fail_above_mib``: gate the peak memory too (the processes record memory events, on
+    both sides alike; a rise above this many MiB is a regression: `diff` says how).
 
     Returns the comparison (model.comparing.diff.compare's keys, ``mode`` "interleaved") with
     ``gate``: its folder, processes (the pairs it took), the first look's and the most
@@ -81,7 +84,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     from ..report.render.diff_render import render_diff
     from ..rundir import new_run_dir, write_json
 
-    check_thresholds(fail_above, min_step_share)
+    check_thresholds(fail_above, min_step_share, fail_above_mib)
     check_allow(allow)
     sides = {name: resolve_side(name, str(given), script, args, module, env or {}, trust,
                                 environ)
@@ -89,7 +92,8 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     apart = judged_apart(sides, allow)
     if apart:
         raise DiffRefusedError(terminal(apart))
-    prof = with_overrides(as_profile(profile), steps=steps)
+    prof = with_overrides(as_profile(profile), steps=steps,
+                          memory=True if fail_above_mib is not None else None)
     threads_from = "--threads"
     if threads is None:
         recorded = {s.threads for s in sides.values()}
@@ -127,7 +131,8 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
     while True:
         pairs = list(zip(reports["base"], reports["new"]))
         result = judge_pairs(pairs, fail_above=fail_above, ops=ops,
-                              min_step_share=min_step_share, allow=allow, budget=looks)
+                              min_step_share=min_step_share, allow=allow, budget=looks,
+                              fail_above_mib=fail_above_mib)
         history.append(_look(result))
         elapsed = time.monotonic() - started
         stopped = stop_reason(result, len(pairs), most, elapsed, budget_s)
@@ -160,7 +165,7 @@ def gate(base: Union[str, Path], new: Union[str, Path], script: Optional[str] = 
 
 def rejudge(folder: Union[str, Path], *, fail_above: float = 10.0,
             min_step_share: float = 0.02, ops: Sequence[str] = (),
-            allow: Sequence[str] = ()) -> Comparison:
+            allow: Sequence[str] = (), fail_above_mib: Optional[float] = None) -> Comparison:
     """Judge the processes of an earlier gate folder again (other thresholds, other ops):
     its base-NN and new-NN run directories, paired by NN; nothing runs. Returns what
     ``gate`` returns, with ``gate.rejudged`` true; the folder is not written to.
@@ -175,7 +180,7 @@ def rejudge(folder: Union[str, Path], *, fail_above: float = 10.0,
     from ..model.comparing.comparability import SIDES, refusal
     from ..report.document.build import SCHEMA_VERSION
 
-    check_thresholds(fail_above, min_step_share)
+    check_thresholds(fail_above, min_step_share, fail_above_mib)
     path = Path(folder)
     numbers = sorted({int(p.name.split("-")[1]) for p in path.glob("*-[0-9][0-9]")
                       if p.name.split("-")[0] in SIDES and p.is_dir()})
@@ -197,7 +202,7 @@ def rejudge(folder: Union[str, Path], *, fail_above: float = 10.0,
     earlier = _read_gate(path)
     result = judge_pairs(pairs, fail_above=fail_above, ops=ops,
                           min_step_share=min_step_share, allow=allow,
-                          budget=_budget_of(earlier))
+                          budget=_budget_of(earlier), fail_above_mib=fail_above_mib)
     result["a_label"] = earlier.get("a_label") or str(path / "base-NN")
     result["b_label"] = earlier.get("b_label") or str(path / "new-NN")
     result["gate"] = {**(earlier.get("gate") or {}), "dir": str(path),
@@ -207,7 +212,8 @@ def rejudge(folder: Union[str, Path], *, fail_above: float = 10.0,
 
 def judge_pairs(pairs: list[tuple[Report, Report]], *, fail_above: float,
                  ops: Sequence[str], min_step_share: float, allow: Sequence[str],
-                 budget: Optional[Budget] = None) -> Comparison:
+                 budget: Optional[Budget] = None,
+                 fail_above_mib: Optional[float] = None) -> Comparison:
     """The gate's answer on its pairs of reports: paired from two pairs on (at ``budget``,
     model.comparing.evidence.Budget: one look by default), as `diff` judges two runs with
     one."""
@@ -219,9 +225,9 @@ def judge_pairs(pairs: list[tuple[Report, Report]], *, fail_above: float,
     if len(pairs) >= 2:
         return compare_pairs(pairs, fail_above=fail_above, ops=ops,
                              min_step_share=min_step_share, allow=allow,
-                             budget=budget or Budget())
+                             budget=budget or Budget(), fail_above_mib=fail_above_mib)
     return compare(*pairs[0], fail_above=fail_above, ops=ops, min_step_share=min_step_share,
-                   allow=allow)
+                   allow=allow, fail_above_mib=fail_above_mib)
 
 
 def _look(result: Comparison) -> Look:

@@ -209,6 +209,32 @@ class Noise(TypedDict, total=False):
     speed: Optional[Speed]
 
 
+class MemoryRise(TypedDict):
+    """A holder group whose MiB at the peak rose (model.comparing.memory_change)."""
+    kind: str
+    module: Optional[str]
+    op: Optional[str]
+    line: Optional[str]
+    added_mib: float
+
+
+class MemoryChange(TypedDict):
+    """Memory between the sides (model.comparing.memory_change): peaks and memory held at
+    the last step's end as [lowest, median, highest] over each side's processes."""
+    status: str
+    threshold_mib: float
+    threshold_from: str
+    relative: bool
+    device: Optional[str]
+    a_peak_mib: list[float]
+    b_peak_mib: list[float]
+    rise_mib: float
+    least_rise_mib: float
+    a_held_mib: Optional[list[float]]
+    b_held_mib: Optional[list[float]]
+    rises: list[MemoryRise]
+
+
 class Comparison(Noise, total=False):
     """What `diff` and `gate` answer (docs/how-to/ci-perf-gate.md)."""
     outcome: Outcome
@@ -230,6 +256,7 @@ class Comparison(Noise, total=False):
     regressions: list[Regression]
     inconclusive: list[str]
     undecided: list[str]
+    memory: Optional[MemoryChange]
     a_label: str
     b_label: str
     gate: GateRun

@@ -344,10 +344,41 @@ class MemoryPoints(TypedDict, total=False):
     t_ms: Optional[list[Any]]
 
 
+class MemoryKindLevel(TypedDict, total=False):
+    """Bytes of one kind live at the peak (model.device.memory_holders.KINDS)."""
+    kind: Required[str]
+    mib: Optional[Signed]
+    blocks: Optional[int]
+
+
+class MemoryHolder(TypedDict, total=False):
+    """Blocks live at the peak with the same kind, module, op and user line."""
+    kind: Required[str]
+    module: Optional[str]
+    op: Optional[str]
+    line: Optional[str]
+    mib: Optional[Signed]
+    blocks: Optional[int]
+
+
+class MemoryHolders(TypedDict, total=False):
+    """What holds the peak (model.device.memory_holders)."""
+    at_ms: Optional[Signed]
+    named_mib: Optional[Signed]
+    blocks: Optional[int]
+    before_mib: Optional[Signed]
+    named_pct: Optional[Signed]
+    with_stacks: Optional[bool]
+    kinds: Optional[list[MemoryKindLevel]]
+    rows: Optional[list[MemoryHolder]]
+    per_step_end: Optional[list[dict[str, Signed]]]
+
+
 class Memory(TypedDict, total=False):
     device: Optional[str]
     end_mib: Optional[Signed]
     events: Optional[int]
+    holders: Optional[MemoryHolders]
     peak_at_ms: Optional[Signed]
     peak_mib: Optional[Signed]
     peak_ops: Optional[list[str]]

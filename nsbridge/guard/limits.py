@@ -67,6 +67,7 @@ NPROC_PER_NODE = Bound("nproc per node", 1, 1024)   # ranks nsbridge starts on t
 NODE_RANK = Bound("node rank", 0, (1 << 20) - 1)    # schema.records.MAX_RANKS - 1
 FAIL_ABOVE_PCT = Bound("fail above", 0, 10_000, integer=False)
 MIN_STEP_SHARE_PCT = Bound("min step share", 0, 100, integer=False)
+FAIL_ABOVE_MIB = Bound("fail above MiB", 0, 1 << 30, integer=False)
 
 ARG_CHARS = 4096        # the longest string argument (a path, an op name, a script argument)
 ARG_ITEMS = 1000        # the most entries of a list argument (paths, script arguments, ops)

@@ -34,7 +34,7 @@ _ARGS, _CAT, _DIMS, _KERNEL_FILE, _NAME, _PH, _PID, _STRIDES, _TID, _TS, _TYPES 
 _STRING_COLS = (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS, S.INPUT_TYPES,
                 S.INPUT_STRIDES, S.KERNEL_FILE, S.LAUNCH)
 _NUMBER_COLS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE, S.TOTAL_ALLOCATED,
-                S.TOTAL_RESERVED)
+                S.TOTAL_RESERVED, S.ADDR)
 # A timestamp or duration at or beyond 2**53 us (about 285 years) is not a time: no float
 # holds it to the microsecond, and ns conversions overflow int64
 TIME_LIMIT_US = float(2 ** 53)
@@ -93,6 +93,7 @@ class EventColumns:
             files=[a.get("kernel_file") for a in args],
             allocated=[a.get("Total Allocated") for a in args],
             reserved=[a.get("Total Reserved") for a in args],
+            addrs=[a.get("Addr") for a in args],
             launches=[None if a.get("grid") is None else launch_text(
                 json.dumps(a["grid"], separators=(",", ":")),
                 json.dumps(a.get("block"), separators=(",", ":")),
@@ -117,14 +118,14 @@ class EventColumns:
             nbytes=[a.Bytes if a.nbytes is unset else a.nbytes for a in args],
             devices=[a.device_id if a.device is unset else a.device for a in args],
             files=list(map(_KERNEL_FILE, args)), allocated=number("allocated"),
-            reserved=number("reserved"),
+            reserved=number("reserved"), addrs=number("addr"),
             launches=[_launch(a) if a.grid else None for a in args], raw_json=True)
 
     def _add(self, *, cats: list, names: list, phs: list, pids: list, tids: list, ts: list,
              durs: list, exts: Numbers, corrs: Numbers, dims: list, types: list,
              strides: list, nbytes: list,
              devices: list, files: list, allocated: Numbers, reserved: Numbers,
-             launches: list, raw_json: bool = False) -> None:
+             addrs: Numbers, launches: list, raw_json: bool = False) -> None:
         """One batch's columns; with ``raw_json`` dims, types and strides are the raw JSON bytes
         (b"" when absent), converted to text once per distinct value."""
         encode = self._encode
@@ -139,7 +140,7 @@ class EventColumns:
                      S.EXT_ID: _numeric(exts), S.CORRELATION: _numeric(corrs),
                      S.BYTES: _numeric(nbytes), S.DEVICE: _numeric(devices),
                      S.TOTAL_ALLOCATED: _numeric(allocated),
-                     S.TOTAL_RESERVED: _numeric(reserved)})
+                     S.TOTAL_RESERVED: _numeric(reserved), S.ADDR: _numeric(addrs)})
 
     def add_scanned(self, scanned: tuple[int, tuple[bytes, ...], tuple[bytes, ...],
                                          tuple[list[bytes], ...]]) -> bool:
@@ -384,7 +385,7 @@ _JSON = msgspec.json.Decoder()
 SCANNED_STRINGS = (S.CAT, S.NAME, S.PH, S.PID, S.TID, S.INPUT_DIMS, S.INPUT_TYPES,
                    S.INPUT_STRIDES, S.KERNEL_FILE, S.LAUNCH)
 SCANNED_NUMBERS = (S.TS, S.DUR, S.EXT_ID, S.CORRELATION, S.BYTES, S.DEVICE,
-                   S.TOTAL_ALLOCATED, S.TOTAL_RESERVED)
+                   S.TOTAL_ALLOCATED, S.TOTAL_RESERVED, S.ADDR)
 _SCANNED_VALUE: dict[str, Callable[[EventColumns, Optional[bytes]], Any]] = {
     S.CAT: lambda self, text: self._category(_decoded(text)),
     S.NAME: lambda self, text: _name(_decoded(text)),

@@ -35,7 +35,7 @@ enum { K_ABSENT = 0, K_NULL, K_STRING, K_INT, K_FLOAT, K_BOOL, K_OBJECT, K_ARRAY
 enum { S_CAT, S_NAME, S_PH, S_PID, S_TID, S_DIMS, S_TYPES, S_STRIDES, S_FILE, S_LAUNCH,
        N_STRINGS };
 /* number columns (parse._event_columns.SCANNED_NUMBERS) */
-enum { F_TS, F_DUR, F_EXT, F_CORR, F_BYTES, F_DEVICE, F_ALLOC, F_RESERVED, N_NUMBERS };
+enum { F_TS, F_DUR, F_EXT, F_CORR, F_BYTES, F_DEVICE, F_ALLOC, F_RESERVED, F_ADDR, N_NUMBERS };
 
 typedef struct {
     const char *p; /* the value's JSON text */
@@ -48,7 +48,7 @@ typedef struct {
 typedef struct {
     Value ph, cat, name, pid, tid, ts, dur, args;
     Value ext, ext_lower, corr, dims, types, strides, nbytes, big_bytes, device, device_id, file,
-        alloc, reserved, grid, block, regs, smem;
+        alloc, reserved, addr, grid, block, regs, smem;
 } Event;
 
 typedef struct {
@@ -497,7 +497,10 @@ static int read_value(Cursor *c, Value *v, int depth) {
 /* the Value of an args key the analysis reads, or NULL */
 static Value *args_field(Event *e, const char *key, size_t n) {
     switch (n) {
-    case 4: if (KEY_IS("grid")) return &e->grid; break;
+    case 4:
+        if (KEY_IS("grid")) return &e->grid;
+        if (KEY_IS("Addr")) return &e->addr;
+        break;
     case 5:
         if (KEY_IS("bytes")) return &e->nbytes;
         if (KEY_IS("Bytes")) return &e->big_bytes;
@@ -614,6 +617,7 @@ static int fits_structs(const Event *e) {
         && is_kind(&e->device_id, K_INT, -1, -1) && is_kind(&e->file, K_STRING, -1, -1)
         && is_kind(&e->nbytes, K_INT, K_FLOAT, -1) && is_kind(&e->big_bytes, K_INT, K_FLOAT, -1)
         && is_kind(&e->alloc, K_INT, K_FLOAT, -1) && is_kind(&e->reserved, K_INT, K_FLOAT, -1)
+        && is_kind(&e->addr, K_INT, K_FLOAT, -1)
         && is_kind(&e->regs, K_INT, K_FLOAT, -1) && is_kind(&e->smem, K_INT, K_FLOAT, -1);
 }
 
@@ -680,6 +684,7 @@ static int put_row(Columns *cols, const Event *e, int instant) {
         || put_number(cols, F_DEVICE, number_or_nan(device))
         || put_number(cols, F_ALLOC, number_or_nan(&e->alloc))
         || put_number(cols, F_RESERVED, number_or_nan(&e->reserved))
+        || put_number(cols, F_ADDR, number_or_nan(&e->addr))
         || put_string(cols, S_CAT, &e->cat) || put_string(cols, S_NAME, &e->name)
         || put_string(cols, S_PH, &e->ph) || put_string(cols, S_PID, &e->pid)
         || put_string(cols, S_TID, &e->tid) || put_string(cols, S_DIMS, &e->dims)

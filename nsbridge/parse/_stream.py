@@ -117,6 +117,7 @@ class Args(msgspec.Struct, gc=False):
     kernel_file: Optional[str] = None
     allocated: Union[int, float, None] = msgspec.field(name="Total Allocated", default=NAN)
     reserved: Union[int, float, None] = msgspec.field(name="Total Reserved", default=NAN)
+    addr: Union[int, float, None] = msgspec.field(name="Addr", default=NAN)
     grid: msgspec.Raw = NO_RAW
     block: msgspec.Raw = NO_RAW
     registers: Union[int, float, None] = msgspec.field(name="registers per thread",

@@ -39,6 +39,8 @@ tests then work on small integer codes (model.strings):
     total_allocated, total_reserved
                  float  a memory event's args "Total Allocated" / "Total Reserved": the
                         allocator's bytes after it (NaN elsewhere)
+    addr         float  a memory event's args "Addr": the block allocated or freed (exact:
+                        addresses stay below 2**53; NaN elsewhere)
     launch       str    a kernel's launch configuration from its args "grid", "block",
                         "registers per thread", "shared memory":
                         'grid [120,1,1] block [256,1,1] regs 40 smem 0' (NaN elsewhere)

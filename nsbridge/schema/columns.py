@@ -18,9 +18,10 @@ INPUT_STRIDES: Final = "input_strides"
 KERNEL_FILE: Final = "kernel_file"
 TOTAL_ALLOCATED: Final = "total_allocated"
 TOTAL_RESERVED: Final = "total_reserved"
+ADDR: Final = "addr"
 LAUNCH: Final = "launch"
 EVENT_COLUMNS = [CAT, NAME, PH, PID, TID, TS, DUR, EXT_ID, CORRELATION, INPUT_DIMS,
-                 INPUT_TYPES, INPUT_STRIDES, BYTES, DEVICE, KERNEL_FILE, TOTAL_ALLOCATED, TOTAL_RESERVED, LAUNCH]
+                 INPUT_TYPES, INPUT_STRIDES, BYTES, DEVICE, KERNEL_FILE, TOTAL_ALLOCATED, TOTAL_RESERVED, ADDR, LAUNCH]
 
 # Categories (after folding)
 CPU_OP: Final = "cpu_op"

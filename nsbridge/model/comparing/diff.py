@@ -57,6 +57,7 @@ from ... import schema as S
 from . import change as C
 from .comparability import problems
 from .gate_answer import answer, judge_work, same_work_reason, show_ci
+from .memory_change import memory_change
 from .paired import processes_needed
 from ..stats import LEVEL, resample_indices
 from .steady import (intra_op_threads, step_length_ms, step_weights,
@@ -72,9 +73,10 @@ ENOUGH_MEASURED_STEPS = 10   # then the step time is judged on them (model.compa
 
 def compare(a: Report, b: Report, *, fail_above: float = 10.0,
             ops: Sequence[str] = (), min_share: float = 0.01, min_step_share: float = 0.02,
-            allow: Iterable[str] = ()) -> Comparison:
+            allow: Iterable[str] = (), fail_above_mib: Optional[float] = None) -> Comparison:
     """B against A (A is the base): outcome, exit_code, reasons, advice, comparability,
-    step, ops[], regressions[], inconclusive[] and the noise figures (module docstring;
+    step, ops[], regressions[], inconclusive[], memory (model.comparing.memory_change, by
+    ``fail_above_mib``) and the noise figures (module docstring;
     docs/how-to/ci-perf-gate.md)."""
     device = _has_device(a) and _has_device(b)
     key: RankedBy = S.DEVICE_SELF_US if device else S.CPU_SELF_US
@@ -94,7 +96,8 @@ def compare(a: Report, b: Report, *, fail_above: float = 10.0,
                   min_step_share=min_step_share, ops=ops, device=device, mode="two runs",
                   samples={"a": side_a.describe(), "b": side_b.describe()},
                   advice=_advice(blockers, single, contended, a, noise, fail_above),
-                  reasons=[], noise={**noise, "contended": contended, "pairs": None})
+                  reasons=[], noise={**noise, "contended": contended, "pairs": None},
+                  memory=memory_change([a], [b], fail_above_mib))
 
 
 class _Side:

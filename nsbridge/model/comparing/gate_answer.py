@@ -10,8 +10,8 @@ from typing import Any, Optional, Sequence
 from . import change as C
 from .work import OpWork, describe_change, more_work, signature_changes
 from ...contract.check import held_to_types
-from ...contract.comparison import (Blocker, ComparedRow, ComparedStep, Comparison, Noise, Regression,
-                                    SamplesPair, Syncs)
+from ...contract.comparison import (Blocker, ComparedRow, ComparedStep, Comparison, MemoryChange,
+                                    Noise, Regression, SamplesPair, Syncs)
 from ...contract.report import Report, SyncPoint, verdict_label
 
 NAMED_OPS = 3   # ops one reason names; the table marks the rest (row["decides"])
@@ -62,7 +62,7 @@ def answer(a: Report, b: Report, *, rows: list[ComparedRow],
            step: Optional[ComparedStep], blockers: list[Blocker], fail_above: float,
            min_step_share: float, ops: Sequence[str], device: bool, mode: str,
            samples: SamplesPair, advice: list[str], reasons: list[str],
-           noise: Noise) -> Comparison:
+           noise: Noise, memory: Optional[MemoryChange] = None) -> Comparison:
     """The result dict of a comparison (docs/how-to/ci-perf-gate.md): ``a`` and ``b`` are
     the first report of each side (their verdicts, machines and sync points are shown).
 
@@ -74,14 +74,22 @@ def answer(a: Report, b: Report, *, rows: list[ComparedRow],
     processes is larger than the step's (one op's loss is often another's gain). An op
     whose slowdown the interval shows but the comparison cannot put on the code (the same
     work, one process per side or a contended machine: ``significant``) does block it.
-    With ``ops`` (gate only these) or without a step time, those ops decide instead."""
+    With ``ops`` (gate only these) or without a step time, those ops decide instead.
+    ``memory`` (model.comparing.memory_change): a peak that rose beyond its threshold is a
+    regression too; one the processes cannot agree on is a reason to be inconclusive."""
     source = SOURCES[device]
     regressions = [named(r, source) for r in rows if r["gated"] and r["status"] == "regressed"]
+    if memory is not None and memory["status"] == "regressed":
+        regressions.append(memory_regression(memory))
     deciding = step if step is not None and not ops else None
     if deciding is not None and deciding["status"] == "regressed":
         regressions.insert(0, named(as_op(deciding, basis="time"), deciding["source"]))
     unsure = [r for r in rows if r["gated"] and r["status"] == "inconclusive"]
     reasons = [f"not comparable: {p['text']}" for p in blockers] + reasons
+    if memory is not None and memory["status"] == "inconclusive":
+        reasons.append(f"the peak memory's median rose {memory['rise_mib']:+.1f} MiB (threshold "
+                       f"{memory['threshold_mib']:g} MiB) but the processes' peaks overlap: "
+                       "more processes per side would settle it")
     if deciding is not None:
         # a slowdown the data shows but cannot put on the code (one process per side, a
         # contended machine) keeps a decided step from passing: it is evidence, not noise;
@@ -124,12 +132,26 @@ def answer(a: Report, b: Report, *, rows: list[ComparedRow],
         "verdict": {"a": verdict_label(a), "b": verdict_label(b)},
         "machine": {"a": a.get("machine"), "b": b.get("machine")},
         "syncs": syncs(a, b), "ops": rows, "regressions": regressions,
-        "inconclusive": [r["op"] for r in unsure],
+        "inconclusive": [r["op"] for r in unsure], "memory": memory,
         "undecided": [_why(r, fail_above) for r in unsure
                       if deciding is not None and not r.get("significant")
                       and r.get("basis") not in WORK_KINDS]}
     held_to_types(result, Comparison, "the comparison", copied=("machine",))
     return result
+
+
+def memory_regression(memory: MemoryChange) -> Regression:
+    """The peak memory's rise as a regression, naming what holds the added bytes."""
+    top = memory["rises"][0] if memory["rises"] else None
+    held = (f"; most of it {top['kind']} of {' / '.join(x for x in (top['module'], top['op'], top['line']) if x)} "
+            f"(+{top['added_mib']:.1f} MiB)" if top else "")
+    base = memory["a_peak_mib"][1]
+    pct = round(100.0 * memory["rise_mib"] / base, 1) if base > 0 else None
+    return {"what": "peak memory", "basis": "memory", "source": f"torch.profiler memory events "
+            f"({memory['device']})", "change_pct": pct, "ci_pct": None, "added_ms": None,
+            "detail": f"peak +{memory['rise_mib']:.1f} MiB (every new process at least "
+                      f"+{memory['least_rise_mib']:.1f}; threshold {memory['threshold_mib']:g} "
+                      f"MiB){held}"}
 
 
 def as_op(step: ComparedStep, basis: Optional[str] = None) -> ComparedStep:

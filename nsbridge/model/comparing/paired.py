@@ -32,6 +32,7 @@ from . import change as C
 from . import evidence as E
 from .comparability import problems
 from .gate_answer import answer, as_op, judge_work
+from .memory_change import memory_change
 from .steady import (AT_SPEED, STATISTICS, STATISTICS_AT_SPEED, Steady, process_steady,
                      with_speed)
 from .work import pooled_work
@@ -51,11 +52,13 @@ MIN_TIME_PAIRS = 3
 def compare_pairs(pairs: Sequence[tuple[Report, Report]], *,
                   fail_above: float = 10.0, ops: Sequence[str] = (), min_share: float = 0.01,
                   min_step_share: float = 0.02, allow: Iterable[str] = (),
-                  budget: E.Budget = E.Budget()) -> Comparison:
+                  budget: E.Budget = E.Budget(),
+                  fail_above_mib: Optional[float] = None) -> Comparison:
     """The gate's answer on K >= 2 pairs of one-process reports (base, new), in the order
     they ran: the same keys as model.comparing.diff.compare, ``mode`` "interleaved", and
     ``false_alarm`` (the budget this look spent and what it found significant).
-    ``budget``: the gate's false-alarm bound and the looks it is shared by."""
+    ``budget``: the gate's false-alarm bound and the looks it is shared by;
+    ``fail_above_mib``: the peak memory's threshold (model.comparing.memory_change)."""
     base, new = [a for a, _ in pairs], [b for _, b in pairs]
     allow = list(allow)
     blockers = _blockers(pairs, allow)
@@ -118,7 +121,8 @@ def compare_pairs(pairs: Sequence[tuple[Report, Report]], *,
                   reasons=[],
                   noise={"pairs": len(pairs), "contended": _contended(base, new),
                          "drift_pct": None, "op_noise_pct": None,
-                         "false_alarm": false_alarm, "speed": speed})
+                         "false_alarm": false_alarm, "speed": speed},
+                  memory=memory_change(base, new, fail_above_mib))
 
 
 def _at_one_speed(sa: list[Steady], sb: list[Steady]

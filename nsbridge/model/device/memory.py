@@ -24,6 +24,7 @@ import pandas as pd
 from ... import schema as S
 from ..host.nesting import HostTree
 from ..host.ops import MIB
+from .memory_holders import memory_holders
 from ..strings import starts_with
 from ...contract.report import Memory
 
@@ -91,6 +92,8 @@ def memory_over_window(events: pd.DataFrame, tree: HostTree, windows: pd.DataFra
         "reserved_peak_mib": round(float(np.max(reserved)) / MIB, 3) if has_reserved else None,
         "per_step_end_mib": _round(per_step_end / MIB) if int(windows["step"].iloc[0]) >= 0
         else [],
+        "holders": memory_holders(mem, peak, events, tree, windows,
+                                  None if relative else float(allocated[peak])),
     }
 
 

@@ -18,10 +18,28 @@ from ...model.comparing.gate_answer import show_ci, show_pct
 from ..document.escape import md_cell, terminal
 from ..document.head import machine_line
 from ..document.wording import is_autograd_wrapper
-from ...contract.comparison import ComparedRow, Comparison, Regression, SideSamples
+from ...contract.comparison import ComparedRow, Comparison, MemoryChange, Regression, SideSamples
 
 HEADER = ["op", "judged on", "A ms/step", "B ms/step", "change", "95% interval",
           "added ms/step (95%)", "status"]
+
+
+def memory_line(memory: Optional[MemoryChange]) -> Optional[str]:
+    """Peak memory: both sides' medians (and ranges), the rise, the threshold, the status
+    and what holds the added bytes."""
+    if not memory:
+        return None
+
+    def side(r: list[float]) -> str:
+        return (f"{r[1]:.1f}" if r[0] == r[2] else f"{r[1]:.1f} ({r[0]:.1f}-{r[2]:.1f})")
+
+    since = " since the window's start" if memory["relative"] else ""
+    rises = "; ".join(f"{r['kind']} {' / '.join(x for x in (r['module'], r['op'], r['line']) if x)} "
+                      f"+{r['added_mib']:.1f} MiB" for r in memory["rises"])
+    return (f"Peak memory{since} on {memory['device']}: {side(memory['a_peak_mib'])} -> "
+            f"{side(memory['b_peak_mib'])} MiB ({memory['rise_mib']:+.1f} MiB; threshold "
+            f"{memory['threshold_mib']:g} MiB, {memory['threshold_from']}): {memory['status']}"
+            + (f"; added at the peak: {rises}" if rises else ""))
 
 
 def render_diff(result: Comparison, fmt: str = "text", top: int = 15) -> str:
@@ -52,6 +70,9 @@ def render_diff(result: Comparison, fmt: str = "text", top: int = 15) -> str:
         if unscaled:
             lines.append(f"  {unscaled}")
     lines.append(_method_line(result))
+    memory = memory_line(result.get("memory"))
+    if memory:
+        lines.append(esc(memory))
     shown = [r for r in result["ops"]
              if r.get("decides") or not is_autograd_wrapper(r["op"])][:top]
     rows = [_row(r, esc) for r in shown]
@@ -215,14 +236,19 @@ def _conclusion(result: Comparison, esc: Callable[[str], str]) -> str:
     steps = (f"the step time changed {show_pct(step['change_pct'])} (95% interval "
              f"{show_ci(step['ci_pct'])}), under the {threshold} threshold; "
              if step and step.get("ci_pct") else "")
+    change = result.get("memory")
+    memory = (f"; the peak memory rose {change['rise_mib']:+.1f} MiB, within "
+              f"{change['threshold_mib']:g} MiB" if change else "")
     return (f"PASS: {steps}no gated op regressed by {threshold} or more, and no op does other "
-            "work that costs time")
+            f"work that costs time{memory}")
 
 
 def _regression(r: Regression) -> str:
     added = f"{r['added_ms']:+.3f} ms per step" if r.get("added_ms") is not None else ""
     if r["basis"] == "new":
         return f"{r['what']} (new, {added}, {r['source']})"
+    if r["basis"] == "memory":
+        return f"{r['what']} {show_pct(r['change_pct'])}: {r['detail']} ({r['source']})"
     if r["basis"] == "calls":
         return (f"{r['what']} does {show_pct(r['change_pct'])} more work: {r['detail']}, "
                 f"about {added} ({r['source']})")

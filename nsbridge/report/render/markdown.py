@@ -101,7 +101,11 @@ def _block(block: Any) -> list[str]:
         return lead + [""] + [f"{f'{i}.' if block.numbered else '-'} {md_text(item)}"
                               for i, item in enumerate(block.items[:block.brief], 1)]
     assert isinstance(block, Table)
-    return lead + table(block.header, block.rows[:block.brief], block.code)
+    rows = table(block.header, block.rows[:block.brief], block.code)
+    if block.folded:    # as report.html folds it: the lead is the summary
+        return ["", f"<details><summary>{md_cell(block.lead or 'table')}</summary>", *rows, "",
+                "</details>"]
+    return lead + rows
 
 
 def table(header: list[str], rows: list[list[str]], code: Collection[int] = ()) -> list[str]:

@@ -7,11 +7,11 @@ from typing import Any, Optional
 
 from ... import schema as S
 from ...model.device.memory import HOST_TOTALS
-from ..document.document import Block, Section, Text
+from ..document.document import Block, Section, Table, Text, without_empty_columns
 from ..document.pass_view import PassView
 from ..document.formats import decimals, fixed
 from ..document.wording import is_autograd_wrapper
-from ...contract.report import Memory, Report
+from ...contract.report import Memory, MemoryHolders, Report
 
 GROWTH_MIB = 1.0   # step-end growth above this, in every step, is memory kept across steps
 
@@ -77,11 +77,41 @@ def memory_section(report: Report, limit: Optional[int]) -> Optional[Section]:
     elif memory["relative"]:
         blocks.append(Text("the trace's memory events carry no allocator totals: levels are "
                            "bytes allocated minus freed since the window's start", note=True))
+    holders = memory.get("holders")
+    if holders and holders.get("rows"):
+        blocks += holders_blocks(holders, memory)
     runs = int((report.get("window") or {}).get("runs") or 1)
     title = ("Memory over the measured window" if runs == 1
              else f"Memory over run 1's measured window (of {runs} processes)")
     return Section("memory", title, blocks,
                    lead=memory_line(memory) + (f". {growth}" if growth else ""))
+
+
+HOLDERS_HEADER = ["MiB", "kind", "module", "op", "line", "blocks"]
+
+
+def holders_blocks(holders: MemoryHolders, memory: Memory) -> list[Block]:
+    """What holds the peak: MiB by kind in one sentence, then the largest holders by kind,
+    module, op and the user's line (model.device.memory_holders)."""
+    kinds = ", ".join(f"{k['kind']} {_one(k.get('mib'))}" for k in holders.get("kinds") or []
+                      if (k.get("mib") or 0) >= 0.05)
+    if memory["relative"]:
+        scope = (f"{_one(holders.get('named_mib'))} MiB in {holders.get('blocks')} blocks "
+                 "allocated in the window and live at the peak")
+    else:
+        scope = (f"{_one(holders.get('named_mib'))} MiB in {holders.get('blocks')} blocks "
+                 f"named ({decimals(holders.get('named_pct'), 1, 1) or '-'}% of the peak); "
+                 f"{_one(holders.get('before_mib'))} MiB allocated before the recording "
+                 "(parameters, optimizer state, tensors kept across steps)")
+    stacks = ("" if holders.get("with_stacks") else
+              "; modules and lines need Python stacks (--profile memory)")
+    rows = [[_one(r.get("mib")), r["kind"], r.get("module") or "", r.get("op") or "",
+             r.get("line") or "", str(r.get("blocks") or "")]
+            for r in holders.get("rows") or [] if (r.get("mib") or 0) >= 0.05]
+    header, rows = without_empty_columns(HOLDERS_HEADER, rows)
+    return [Text(f"What holds the peak: {scope}; by kind (MiB): {kinds}{stacks}"),
+            Table(header, rows, lead="The largest holders, by kind, module, op and line:",
+                  code=frozenset({2, 3, 4}), brief=5, folded=True)]
 
 
 MEMORY_VIEW = PassView(report_key=S.MEMORY_SECTION, section=memory_section)
