@@ -66,6 +66,7 @@ Examples:
   nsbridge analyze rank0.json.gz rank1.json.gz --out runs/job42
   nsbridge analyze --jobs 8 traces/   (8 processes, one rank's trace each at a time)
   nsbridge analyze --cluster tcp://scheduler:8786 /shared/traces/   (on a Dask cluster)
+  nsbridge analyze oom.pickle        (a CUDA allocator snapshot: what held memory, the OOM)
   nsbridge analyze capture.sqlite          (an nsys SQLite export; .nsys-rep with nsys installed)
   nsbridge analyze trace.json.gz kernels.ncu-rep   (ncu numbers in the op rows; CSV exports too)
 """

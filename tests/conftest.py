@@ -129,6 +129,13 @@ def torch_data() -> Path:
     return TORCH_DATA
 
 
+def sigint_as_a_terminal_sets_it() -> None:
+    """SIGINT to its default in a started process (Python then installs its handler): a
+    suite run by a shell that ignores it for background jobs (`cmd &` without job control)
+    would otherwise pass the ignored disposition on, as nohup intends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_nsbridge(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run the real `nsbridge` command as a user would (python -m nsbridge ...)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")

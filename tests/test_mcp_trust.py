@@ -393,6 +393,8 @@ def test_every_argument_out_of_range_is_a_one_line_refusal(project: tuple[Path, 
              ("gate", {"base": "run", "new": "run", "steps": 0}),
              ("diff", {"base": "run", "new": "run", "fail_above_pct": "nan"}),
              ("diff", {"base": "run", "new": "run", "fail_above_pct": "inf"}),
+             ("diff", {"base": "run", "new": "run", "fail_above_mib": -1}),
+             ("gate", {"base": "run", "new": "run", "fail_above_mib": "nan"}),
              ("top_ops", {"run_dir": "run", "n": 0}),
              ("op", {"run_dir": "run", "name": "x" * 10**7})]
     answers = []

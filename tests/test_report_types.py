@@ -65,7 +65,7 @@ def test_the_rows_name_only_top_level_keys_the_types_declare() -> None:
 
 def test_the_skeleton_and_the_passes_sections_are_the_declared_top_level_keys() -> None:
     sections = {S.TIMELINE_SECTION, S.NCU_SECTION, S.DISTRIBUTED_SECTION,
-                S.TENSOR_CORES_SECTION, S.MEMORY_SECTION, S.OP_GROUPS_SECTION}
+                S.TENSOR_CORES_SECTION, S.MEMORY_SECTION, S.SNAPSHOT_SECTION, S.OP_GROUPS_SECTION}
     assert set(S.REPORT_KEYS) | sections == set(hints(Report))
     assert tuple(empty_report(command="triage", target="x.py", version="0")) == S.REPORT_KEYS
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import sigint_as_a_terminal_sets_it
+
 pytestmark = pytest.mark.slow
 
 SCRIPT = """
@@ -37,7 +39,8 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen, int]:
     script.write_text(SCRIPT)
     proc = subprocess.Popen([sys.executable, "-m", "nsbridge", "-q", "triage", "--out",
                              str(tmp_path / "run"), str(script), str(pid_file)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_a_terminal_sets_it)
     deadline = time.monotonic() + 600      # a guard for a stuck start, not a speed check
     while not pid_file.is_file() or not pid_file.read_text():
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
@@ -148,7 +151,8 @@ def _triage_until_written(tmp_path: Path, script: Path, pid_file: Path,
     """`nsbridge triage script pid_file` started, once the script has written pid_file."""
     proc = subprocess.Popen([sys.executable, "-m", "nsbridge", "-q", "triage", *extra, "--out",
                              str(tmp_path / "run"), str(script), str(pid_file)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_a_terminal_sets_it)
     deadline = time.monotonic() + 300      # a guard for a stuck start, not a speed check
     while not pid_file.is_file() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_nsbridge
+from conftest import run_nsbridge, sigint_as_a_terminal_sets_it
 
 pytestmark = pytest.mark.slow
 
@@ -186,7 +186,8 @@ def test_ctrl_c_keeps_what_was_recorded(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "nsbridge", "triage", "--profile",
                              fast_profile(tmp_path), "--out", str(tmp_path / "run"), str(script)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_a_terminal_sets_it)
     line = ""
     while "READY" not in line:     # a busy machine can take minutes to get here
         line = proc.stdout.readline()

@@ -38,7 +38,8 @@ from nsbridge._bootstrap.steps import StepLog, in_own_range
 from nsbridge.collect.machine import ProcessClock, gpu_state, load_average
 from nsbridge.errors import RunDirError
 from nsbridge.rundir import atomic_path, write_atomic
-from nsbridge.schema import KEY_AVERAGES, OWN_SYNC_RANGE, PROFILER_DOING, trace_name
+from nsbridge.schema import (KEY_AVERAGES, MEMORY_SNAPSHOT, OWN_SYNC_RANGE, PROFILER_DOING,
+                             trace_name)
 from nsbridge.schema.records import ChildStep, ProcessMachine, StepLap, Threads, Window
 
 _PHASES = {ProfilerAction.NONE: "unprofiled", ProfilerAction.WARMUP: "warmup",
@@ -346,10 +347,31 @@ class ProfilerSession:
             if self.table is None:
                 write_atomic(self._run_dir / KEY_AVERAGES, self._table(prof))
                 self.table = KEY_AVERAGES
+                self._memory_snapshot(prof)
         except (RunDirError, RuntimeError) as exc:   # torch reports a failed export so
             self.write_error = self.write_error or (
                 str(exc) if isinstance(exc, RunDirError)
                 else f"torch could not export the trace {name}: {exc}")
+
+    def _memory_snapshot(self, prof: profile) -> None:
+        """memory-snapshot.pickle: torch's own snapshot of the recording's memory, each
+        allocation with torch's memory category (parameter, gradient, activation, ...),
+        when the capture has what torch needs for it (stacks, shapes, memory) and the
+        recording is small enough for torch's memory profile (seconds, not minutes)."""
+        c = self._capture
+        if not (c["with_stack"] and c["record_shapes"] and c["profile_memory"]) \
+                or self._budget.peak_growth > TABLE_LIMIT_MIB * MIB:
+            return
+        import pickle
+
+        from torch.cuda._memory_viz import _profile_to_snapshot
+        try:
+            data = pickle.dumps(_profile_to_snapshot(prof), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:   # noqa: BLE001 - torch's private helper: said, not a failure
+            print(f"nsbridge: torch could not make its memory snapshot (the report goes on "
+                  f"without it): {exc}"[:400], file=sys.stderr)
+            return
+        write_atomic(self._run_dir / MEMORY_SNAPSHOT, data)
 
     def _table(self, prof: profile) -> str:
         """key_averages.txt: torch's own op table, unless the recording is too big for it."""

@@ -177,26 +177,29 @@ def build_server(roots: Sequence[str]) -> MCPServer:
         return await command(ctx, "deep", argv, allowed.home(run))
 
     @server.tool()
-    async def diff(ctx: Context, base: str, new: str, fail_above_pct: float = 10.0
-                   ) -> dict[str, Any]:
+    async def diff(ctx: Context, base: str, new: str, fail_above_pct: float = 10.0,
+                   fail_above_mib: Optional[float] = None) -> dict[str, Any]:
         """Compare two recorded runs op by op, as they were recorded: pass, regression (with
-        the op) or inconclusive (with what would settle it)."""
+        the op) or inconclusive (with what would settle it); a peak memory FAIL_ABOVE_MIB
+        higher is a regression too (default: 20% of the base peak, at least 16 MiB)."""
         sides = allowed.check(base), allowed.check(new)
         argv = ["diff", "--format", "json",
                 "--fail-above", _number(limits.FAIL_ABOVE_PCT, fail_above_pct, "fail_above_pct"),
-                "--", *map(str, sides)]
+                *_memory_threshold(fail_above_mib), "--", *map(str, sides)]
         return await command(ctx, "diff", argv, allowed.home(sides[1]))
 
     @server.tool()
     async def gate(ctx: Context, base: str, new: str, script: Optional[str] = None,
                    args: Optional[list[str]] = None, processes: int = 3,
                    max_processes: int = 10, budget_s: float = 600.0, steps: int = 20,
-                   fail_above_pct: float = 10.0, timeout_s: float = 900.0) -> dict[str, Any]:
+                   fail_above_pct: float = 10.0, timeout_s: float = 900.0,
+                   fail_above_mib: Optional[float] = None) -> dict[str, Any]:
         """Run both sides of a change again, interleaved (PROCESSES each to start with, one
         more pair at a time while inconclusive, up to MAX_PROCESSES and within BUDGET_S
         seconds; STEPS measured steps each), and judge op by op: the CI gate. BASE and
         NEW are run directories, or two checkouts with SCRIPT (a path inside each) and its
-        ARGS. timeout_s stops any one process."""
+        ARGS. timeout_s stops any one process. FAIL_ABOVE_MIB: record memory too, and call
+        a peak that many MiB higher a regression."""
         sides = allowed.check(base), allowed.check(new)
         home = allowed.home(sides[1])
         argv = ["gate", "--format", "json", *allowed.trust_args(),
@@ -207,7 +210,8 @@ def build_server(roots: Sequence[str]) -> MCPServer:
                 "--budget", _number(limits.BUDGET_S, budget_s, "budget_s"),
                 "--steps", _number(limits.STEPS, steps, "steps"),
                 "--fail-above", _number(limits.FAIL_ABOVE_PCT, fail_above_pct, "fail_above_pct"),
-                "--timeout", _number(limits.TIMEOUT_S, timeout_s, "timeout_s"), *map(str, sides)]
+                "--timeout", _number(limits.TIMEOUT_S, timeout_s, "timeout_s"),
+                *_memory_threshold(fail_above_mib), *map(str, sides)]
         if script is not None:
             argv += [_text("script", script), "--", *_texts("args", args or [])]
         return await command(ctx, "gate", argv, home)
@@ -363,6 +367,12 @@ async def _end(process: Process) -> None:
         await process.wait()
     signal_group(process.pid, signal.SIGKILL)
     await process.wait()
+
+
+def _memory_threshold(mib: Optional[float]) -> list[str]:
+    """--fail-above-mib and its value, once in range (nothing when not given)."""
+    return [] if mib is None else ["--fail-above-mib",
+                                   _number(limits.FAIL_ABOVE_MIB, mib, "fail_above_mib")]
 
 
 def _number(bound: Bound, value: Any, name: str) -> str:

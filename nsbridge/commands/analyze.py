@@ -16,6 +16,7 @@ from ..job.summary import read_summaries
 from ..model.analysis import check_window
 from ..passes.ncu_pass import NcuFilesPass
 from ..passes.nsys_pass import NsysExportsPass
+from ..passes.snapshot_pass import snapshot_output
 from ..passes.torch_pass import analyse_run_dir, analyze_traces
 from ..pipeline import Given, Pass, run_passes
 from ..profiles import as_profile, with_overrides
@@ -27,6 +28,7 @@ from .runs import out_path
 
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 NCU_SUFFIXES = (".ncu-rep", ".csv")
+SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
 
 
 def analyze(paths: Union[str, Path, Iterable[Union[str, Path]]], *, profile: ProfileArg = "default",
@@ -35,7 +37,8 @@ def analyze(paths: Union[str, Path, Iterable[Union[str, Path]]], *, profile: Pro
             environ: Mapping[str, str] = os.environ, jobs: Optional[int] = None,
             top: Optional[int] = None, cluster: Optional[str] = None) -> RunResult:
     """Analyse files captured elsewhere: torch.profiler traces (several: the ranks of one
-    job), nsys exports (.sqlite, .nsys-rep) and Nsight Compute reports (.ncu-rep, CSV),
+    job), nsys exports (.sqlite, .nsys-rep), Nsight Compute reports (.ncu-rep, CSV) and
+    CUDA allocator snapshots (.pickle: torch.cuda.memory._dump_snapshot's),
     merged into one report keyed by op (``paths``: one path, or several). ``window``: ``steps`` (the measured steps, in the
     torch trace and, by nsbridge's step ranges, in an nsys export) or ``trace`` (each file
     whole). ``environ`` is where nsys and ncu are looked up (to export a .nsys-rep, or a
@@ -81,7 +84,8 @@ def analyze(paths: Union[str, Path, Iterable[Union[str, Path]]], *, profile: Pro
     files = _input_files([Path(p) for p in paths])
     nsys_files = [f for f in files if f.suffix in NSYS_SUFFIXES]
     ncu_files = [f for f in files if f.suffix in NCU_SUFFIXES]
-    traces = [f for f in files if f not in nsys_files and f not in ncu_files]
+    snapshots = [f for f in files if f.suffix in SNAPSHOT_SUFFIXES]
+    traces = [f for f in files if f not in nsys_files + ncu_files + snapshots]
     label = files[0].name.split(".")[0] if len(files) == 1 else f"{len(files)}-files"
     target = ", ".join(str(p) for p in paths)
     passes: list[Pass] = []
@@ -92,6 +96,8 @@ def analyze(paths: Union[str, Path, Iterable[Union[str, Path]]], *, profile: Pro
         passes.append(NsysExportsPass(nsys_files, prof, window, environ=environ))
     if ncu_files:
         passes.append(NcuFilesPass(ncu_files, as_profile(deep_profile).deep, environ=environ))
+    if snapshots:   # read first, as the traces are: a bad snapshot leaves nothing behind
+        passes.append(Given(snapshot_output(snapshots)))
     run = Run.create(out=out_path(out), label=f"analyze-{label}",
                      command="analyze", target=target, args=[], profile=prof, cwd=Path.cwd())
     return result_of(run_passes(run, passes))

@@ -374,6 +374,56 @@ class MemoryHolders(TypedDict, total=False):
     per_step_end: Optional[list[dict[str, Signed]]]
 
 
+class SnapshotHolders(TypedDict, total=False):
+    """What holds memory after one history entry of an allocator snapshot."""
+    entry: Optional[int]
+    allocated_mib: Optional[Signed]
+    reserved_mib: Optional[Signed]
+    live_mib: Optional[Signed]
+    blocks: Optional[int]
+    named_pct: Optional[Signed]
+    kinds: Optional[list[MemoryKindLevel]]
+    rows: Optional[list[MemoryHolder]]
+
+
+class Fragmentation(TypedDict, total=False):
+    """The caching allocator's state when its snapshot was taken."""
+    reserved_mib: Optional[Signed]
+    allocated_mib: Optional[Signed]
+    cached_free_mib: Optional[Signed]
+    largest_free_mib: Optional[Signed]
+    free_blocks: Optional[int]
+    segments: Optional[int]
+    ooms: Optional[int]
+
+
+class AllocatorOom(TypedDict, total=False):
+    """The last out-of-memory in an allocator snapshot's history."""
+    entry: Optional[int]
+    request_mib: Optional[Signed]
+    line: Optional[str]
+    device_free_mib: Optional[Signed]
+    held: Optional[SnapshotHolders]
+    advice: Optional[list[str]]
+
+
+class AllocatorSnapshot(TypedDict, total=False):
+    """An allocator snapshot (model.device.snapshot_memory): its history's peak and what
+    holds it, fragmentation, and the out-of-memory that ended the run."""
+    device: Optional[str]
+    entries: Optional[int]
+    from_profile: Optional[bool]
+    free_entries: Optional[str]
+    start_mib: Optional[Signed]
+    end_mib: Optional[Signed]
+    peak_mib: Optional[Signed]
+    peak_entry: Optional[int]
+    reserved_peak_mib: Optional[Signed]
+    peak: Optional[SnapshotHolders]
+    fragmentation: Optional[Fragmentation]
+    oom: Optional[AllocatorOom]
+
+
 class Memory(TypedDict, total=False):
     device: Optional[str]
     end_mib: Optional[Signed]
@@ -849,6 +899,7 @@ class Report(TypedDict, total=False):
     files: Optional[Files]
     machine: Optional[Machine]
     memory: Optional[Memory]
+    memory_snapshot: Optional[AllocatorSnapshot]
     ncu: Optional[Ncu]
     notes: Optional[list[str]]
     nsbridge_version: Optional[str]

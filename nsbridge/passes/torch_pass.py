@@ -18,8 +18,10 @@ from ..job.trace_map import digest_trace, reduce_digests
 from ..model.analysis import TraceAnalysis, analyze_events
 from ..model.judging.contention import combine_runs, machine_facts
 from ..model.comparing.pooled import pool_analyses
+from ..model.device.snapshot_memory import snapshot_memory
 from ..model.host.overhead import profiler_overhead
 from ..model.ranks.cross_rank import cross_rank
+from ..parse.memory_snapshot import read_snapshot
 from ..parse.torch_trace import TorchTrace, read_trace
 from ..profiles import SECTIONS, Profile, load_profile, profile_from_dict
 from ..report.document.build import build_report
@@ -27,7 +29,7 @@ from ..run import PassOutput, Run
 from ..script_check import Script
 from ..rundir import read_run
 from .outcome import pass_status
-from ..contract.report import Error, Machine, MachineCores
+from ..contract.report import AllocatorSnapshot, Error, Machine, MachineCores
 from ..schema.records import (Around, ChildRecord, ChildStep, Manifest, ProcessMachine,
                               Window)
 
@@ -66,6 +68,19 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
     return analyse_passes(run_dir, passes, target=target, args=args, profile=profile,
                           window=window, machine=machine, status=status,
                           exit_code=exit_code, error=error)
+
+
+def _memory_snapshot(run_dir: Path, notes: list[str]) -> Optional[AllocatorSnapshot]:
+    """The snapshot torch made of the recording's memory (the memory profile writes it):
+    what holds the peak by torch's own categories; a damaged one is a note."""
+    path = run_dir / S.MEMORY_SNAPSHOT
+    if not path.is_file():
+        return None
+    try:
+        return snapshot_memory(read_snapshot(path))
+    except TraceFormatError as exc:
+        notes.append(f"torch's memory snapshot could not be read: {exc}")
+        return None
 
 
 def pooled_steps(passes: Sequence[TorchPass]) -> list[ChildStep]:
@@ -124,6 +139,9 @@ def analyse_passes(run_dir: Path, passes: Sequence[TorchPass], *, target: str,
                       "ops_csv": S.OPS_CSV if analysis else None,
                       "profiler_noise": (S.PROFILER_NOISE_LOG if (run_dir / S.PROFILER_NOISE_LOG)
                                          .is_file() else None)}
+    snapshot = _memory_snapshot(run_dir, notes)
+    if snapshot is not None:
+        files["memory_snapshot"] = S.MEMORY_SNAPSHOT
     if len(passes) > 1 and command == "triage":
         files["repeats"] = [str(tp.traces[0].relative_to(run_dir)) for tp in passes[1:]
                             if tp.traces]
@@ -137,6 +155,8 @@ def analyse_passes(run_dir: Path, passes: Sequence[TorchPass], *, target: str,
                         files=files, notes=notes, has_memory=has_memory(trace), error=error,
                         version=__version__, machine=machine, child_steps=steps,
                         environment=child.get("env") if child else None)
+    if snapshot is not None:
+        core[S.SNAPSHOT_SECTION] = snapshot
     manifest: S.ManifestPass = {
         "wall_s": round(sum(tp.outcome.wall_s for tp in passes), 3), "runs": len(passes),
         "steps_seen": sum(steps_seen(c) for c in children),

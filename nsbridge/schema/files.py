@@ -32,6 +32,9 @@ NCU_CHILD_CONFIG = "ncu-child-config.json"
 SUMMARY_JSON = "summary.json"             # a rank's summary, in its rank folder
 TRACE_JSON_GZ = "trace.json.gz"
 KEY_AVERAGES = "key_averages.txt"
+# torch's own snapshot of the recording's memory (torch.cuda._memory_viz._profile_to_snapshot:
+# torch's memory categories), written with the memory profile's stacks, shapes and memory on
+MEMORY_SNAPSHOT = "memory-snapshot.pickle"
 PROFILER_NOISE_LOG = "profiler-noise.log"   # the profiler's known noise from the child's stderr
 PROFILER_DOING = "profiler-doing.txt"   # what the child's profiler is doing while it does it
 

@@ -22,6 +22,7 @@ NCU_SECTION: Final = "ncu"
 DISTRIBUTED_SECTION: Final = "distributed"
 TENSOR_CORES_SECTION: Final = "tensor_cores"
 MEMORY_SECTION: Final = "memory"   # model.device.memory.memory_over_window: the curve and its peak
+SNAPSHOT_SECTION: Final = "memory_snapshot"   # model.device.snapshot_memory: an allocator snapshot
 OP_GROUPS_SECTION: Final = "op_groups"   # model.host.op_groups: ops by input shape and source line
 # the keys whose values every pass adds to rather than replaces
 ACCUMULATED_KEYS = ("notes", "files", "sources")

@@ -76,18 +76,15 @@ def memory_holders(mem: pd.DataFrame, peak: int, events: pd.DataFrame, tree: Hos
     named = _named(blocks[wanted].reset_index(drop=True), mem, events, tree)
     live = _live_at(named, ts[peak])
     live_bytes = float(named.loc[live, "bytes"].sum())
-    rows = (named[live].groupby(["kind", "module", "op", "line"], dropna=False, sort=False)
-            .agg(bytes=("bytes", "sum"), blocks=("bytes", "size"))
-            .reset_index().sort_values("bytes", ascending=False, kind="stable"))
     before = (max(peak_bytes - live_bytes, 0.0) if peak_bytes is not None else None)
     return {
         "at_ms": round(float(ts[peak] - windows["start"].min()) / 1e3, 3),
-        "named_mib": _mib(live_bytes), "blocks": int(live.sum()),
-        "before_mib": _mib(before) if before is not None else None,
+        "named_mib": mib(live_bytes), "blocks": int(live.sum()),
+        "before_mib": mib(before) if before is not None else None,
         "named_pct": (round(100.0 * live_bytes / peak_bytes, 1) if peak_bytes else None),
         "with_stacks": bool((events[S.CAT] == S.PYTHON_FUNCTION).any()),
         "kinds": _by_kind(named[live]),
-        "rows": [_row(r) for r in rows.head(top).itertuples(index=False)],
+        "rows": holder_rows(named[live], top),
         "per_step_end": [_kinds_at(named, end - 1e-3) for end in ends],
     }
 
@@ -222,25 +219,31 @@ def _kind(stack: list[str], kept: bool, freed_in_backward: bool, op: Optional[st
 
 def _by_kind(live: pd.DataFrame) -> list[MemoryKindLevel]:
     sums = live.groupby("kind")["bytes"].agg(["sum", "size"])
-    return [{"kind": k, "mib": _mib(float(sums.at[k, "sum"])), "blocks": int(sums.at[k, "size"])}
+    return [{"kind": k, "mib": mib(float(sums.at[k, "sum"])), "blocks": int(sums.at[k, "size"])}
             for k in KINDS if k in sums.index]
 
 
 def _kinds_at(named: pd.DataFrame, t: float) -> dict[str, float]:
     """Live MiB by kind at one time (every kind, 0 where none)."""
     sums = named[_live_at(named, t)].groupby("kind")["bytes"].sum()
-    return {k: _mib(float(sums.get(k, 0.0))) for k in KINDS}
+    return {k: mib(float(sums.get(k, 0.0))) for k in KINDS}
 
 
-def _row(r: tuple) -> MemoryHolder:
-    kind, module, op, line, nbytes, blocks = r
-    return {"kind": kind, "module": _text(module), "op": _text(op), "line": _text(line),
-            "mib": _mib(nbytes), "blocks": int(blocks)}
+def holder_rows(blocks: pd.DataFrame, top: int) -> list[MemoryHolder]:
+    """Blocks (kind, module, op, line, bytes) grouped by the four names, most bytes first:
+    the ``top`` largest groups."""
+    rows = (blocks.groupby(["kind", "module", "op", "line"], dropna=False, sort=False)
+            .agg(bytes=("bytes", "sum"), blocks=("bytes", "size"))
+            .reset_index().sort_values("bytes", ascending=False, kind="stable"))
+    return [{"kind": kind, "module": _text(module), "op": _text(op), "line": _text(line),
+             "mib": mib(nbytes), "blocks": int(count)}
+            for kind, module, op, line, nbytes, count in rows.head(top).itertuples(index=False)]
 
 
 def _text(value: object) -> Optional[str]:
     return None if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
 
 
-def _mib(nbytes: float) -> float:
+def mib(nbytes: float) -> float:
+    """Bytes as MiB, to the KiB."""
     return round(float(nbytes) / MIB, 3)

@@ -12,12 +12,13 @@ from .memory_view import MEMORY_VIEW
 from .ncu_view import NCU_VIEW
 from .op_groups_view import OP_GROUPS_VIEW
 from .ranks_view import RANKS_VIEW
+from .snapshot_view import SNAPSHOT_VIEW
 from .tensor_cores_view import TENSOR_CORES_VIEW
 from .timeline_view import TIMELINE_VIEW
 from ..document.pass_view import PassView
 
-VIEWS: tuple[PassView, ...] = (TENSOR_CORES_VIEW, MEMORY_VIEW, OP_GROUPS_VIEW, RANKS_VIEW,
-                               TIMELINE_VIEW, NCU_VIEW)
+VIEWS: tuple[PassView, ...] = (TENSOR_CORES_VIEW, MEMORY_VIEW, SNAPSHOT_VIEW, OP_GROUPS_VIEW,
+                               RANKS_VIEW, TIMELINE_VIEW, NCU_VIEW)
 
 
 def view_for_key(report_key: str) -> Optional[PassView]:

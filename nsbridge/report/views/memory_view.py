@@ -78,8 +78,8 @@ def memory_section(report: Report, limit: Optional[int]) -> Optional[Section]:
         blocks.append(Text("the trace's memory events carry no allocator totals: levels are "
                            "bytes allocated minus freed since the window's start", note=True))
     holders = memory.get("holders")
-    if holders and holders.get("rows"):
-        blocks += holders_blocks(holders, memory)
+    if holders and holders.get("rows") and not report.get(S.SNAPSHOT_SECTION):
+        blocks += holders_blocks(holders, memory)   # else torch's snapshot names them
     runs = int((report.get("window") or {}).get("runs") or 1)
     title = ("Memory over the measured window" if runs == 1
              else f"Memory over run 1's measured window (of {runs} processes)")
