@@ -119,3 +119,36 @@ def test_ddp_on_two_gpus_every_pass_per_rank(tmp_path: Path) -> None:
     assert [r["status"] for r in report["ncu"]["ranks"]] == ["ok", "ok"]
     assert not any(k["kernel"].startswith("nccl") for k in report["ncu"]["kernels"]
                    if k["attribution"] == "nvtx")
+
+
+OUT_OF_MEMORY = """
+import torch
+torch.cuda.set_per_process_memory_fraction(0.05)     # a few GiB on any GPU: fails fast
+model = torch.nn.Linear(1024, 1024).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+held = []
+for step in range(1000):
+    opt.zero_grad()
+    x = torch.randn(256, 1024, device="cuda")
+    held.append(torch.empty(256 * 2**20, device="cuda"))   # 1 GiB kept each step
+    model(x).sum().backward()
+    opt.step()
+"""
+
+
+def test_a_script_that_runs_out_of_memory_ends_with_the_oom_report(tmp_path: Path) -> None:
+    """The allocator's snapshot at the failure (torch's out-of-memory observer) read into
+    the report: the 1 GiB request, the script's line, what held memory (the kept blocks)
+    and fragmentation; the run itself failed, as the script did."""
+    (tmp_path / "oom.py").write_text(OUT_OF_MEMORY)
+    proc = run_nsbridge("triage", "--profile", "memory", "--out", str(tmp_path / "run"),
+                        str(tmp_path / "oom.py"), cwd=tmp_path)
+    assert proc.returncode != 0 and "OutOfMemoryError" in proc.stderr
+    report = _report(tmp_path / "run")
+    assert report["files"]["memory_snapshot"] == "oom-snapshot.pickle"
+    oom = report["memory_snapshot"]["oom"]
+    assert oom["request_mib"] == pytest.approx(1024, rel=0.01)
+    assert oom["line"].startswith("oom.py:")
+    kept = [r for r in oom["held"]["rows"] if r["line"] and r["line"].startswith("oom.py:")]
+    assert sum(r["mib"] for r in kept) >= 1024      # the blocks the loop kept
+    assert report["memory_snapshot"]["fragmentation"]["ooms"] >= 1

@@ -150,9 +150,9 @@ def main(config_path: str) -> int:
             pass_name = "plain"
     instruments = _instruments(pass_name, config, run_dir)
     steps = instruments["steps"]
-    for name in ("syncs", "nvtx", "session"):
+    for name in ("syncs", "nvtx", "session", "allocator"):
         if name in instruments:
-            getattr(instruments[name], "install" if name != "session" else "start")()
+            getattr(instruments[name], "install" if name in ("syncs", "nvtx") else "start")()
     steps.install()
     try:
         signal.signal(signal.SIGTERM, _on_sigterm)   # from here on the script is stopped
@@ -189,6 +189,8 @@ def main(config_path: str) -> int:
             result.update(_terminated("the profiler writing its trace"))
         except BaseException as exc:  # a failing export must not lose child.json
             note = f"the profiler could not write its trace: {type(exc).__name__}: {exc}"
+        if "allocator" in instruments:
+            instruments["allocator"].finish()
         if session.write_error and result["status"] == "ok":
             result.update({"status": "failed", "exit_code": 1,
                            "error": {"type": "WriteError", "message": session.write_error}})
@@ -273,8 +275,15 @@ def _instruments(pass_name: str, config: dict[str, Any], run_dir: Path) -> dict[
     from nsbridge._bootstrap.syncs import SyncRecorder
 
     session = ProfilerSession(config["capture"], config["schedule"], run_dir)
-    return {"session": session, "syncs": SyncRecorder(session.current_step),
-            "steps": StepDetector(session.boundary)}
+    made: dict[str, Any] = {"session": session, "syncs": SyncRecorder(session.current_step),
+                            "steps": StepDetector(session.boundary)}
+    if session.use_cuda:   # the allocator's snapshot at an out-of-memory (and its history)
+        from nsbridge._bootstrap.allocator import AllocatorRecord
+
+        capture = config["capture"]
+        made["allocator"] = AllocatorRecord(run_dir, history=bool(
+            capture["with_stack"] and capture["profile_memory"]))
+    return made
 
 
 def _set_path0(config: dict[str, Any]) -> None:

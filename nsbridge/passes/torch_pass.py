@@ -70,17 +70,19 @@ def profile_script(run_dir: Path, *, target: str, args: Sequence[str], module: b
                           exit_code=exit_code, error=error)
 
 
-def _memory_snapshot(run_dir: Path, notes: list[str]) -> Optional[AllocatorSnapshot]:
-    """The snapshot torch made of the recording's memory (the memory profile writes it):
-    what holds the peak by torch's own categories; a damaged one is a note."""
-    path = run_dir / S.MEMORY_SNAPSHOT
-    if not path.is_file():
-        return None
-    try:
-        return snapshot_memory(read_snapshot(path))
-    except TraceFormatError as exc:
-        notes.append(f"torch's memory snapshot could not be read: {exc}")
-        return None
+def _memory_snapshot(run_dir: Path, notes: list[str]
+                     ) -> tuple[Optional[AllocatorSnapshot], Optional[str]]:
+    """The first of the run's memory snapshots (S.SNAPSHOTS_READ: the allocator's at an
+    out-of-memory, the allocator's history on a GPU, torch's of the recording) analysed,
+    and its file name; a damaged one is a note."""
+    for name in S.SNAPSHOTS_READ:
+        path = run_dir / name
+        if path.is_file():
+            try:
+                return snapshot_memory(read_snapshot(path)), name
+            except TraceFormatError as exc:
+                notes.append(f"the memory snapshot {name} could not be read: {exc}")
+    return None, None
 
 
 def pooled_steps(passes: Sequence[TorchPass]) -> list[ChildStep]:
@@ -139,9 +141,9 @@ def analyse_passes(run_dir: Path, passes: Sequence[TorchPass], *, target: str,
                       "ops_csv": S.OPS_CSV if analysis else None,
                       "profiler_noise": (S.PROFILER_NOISE_LOG if (run_dir / S.PROFILER_NOISE_LOG)
                                          .is_file() else None)}
-    snapshot = _memory_snapshot(run_dir, notes)
+    snapshot, snapshot_file = _memory_snapshot(run_dir, notes)
     if snapshot is not None:
-        files["memory_snapshot"] = S.MEMORY_SNAPSHOT
+        files["memory_snapshot"] = snapshot_file
     if len(passes) > 1 and command == "triage":
         files["repeats"] = [str(tp.traces[0].relative_to(run_dir)) for tp in passes[1:]
                             if tp.traces]

@@ -35,6 +35,12 @@ KEY_AVERAGES = "key_averages.txt"
 # torch's own snapshot of the recording's memory (torch.cuda._memory_viz._profile_to_snapshot:
 # torch's memory categories), written with the memory profile's stacks, shapes and memory on
 MEMORY_SNAPSHOT = "memory-snapshot.pickle"
+# the CUDA caching allocator's snapshots on a GPU run (_bootstrap.allocator): at an
+# out-of-memory, and at the end of a run that recorded its history (the memory profile)
+OOM_SNAPSHOT = "oom-snapshot.pickle"
+ALLOCATOR_SNAPSHOT = "allocator-snapshot.pickle"
+# which of them a report reads, the first found
+SNAPSHOTS_READ = (OOM_SNAPSHOT, ALLOCATOR_SNAPSHOT, MEMORY_SNAPSHOT)
 PROFILER_NOISE_LOG = "profiler-noise.log"   # the profiler's known noise from the child's stderr
 PROFILER_DOING = "profiler-doing.txt"   # what the child's profiler is doing while it does it
 
