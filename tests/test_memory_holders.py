@@ -17,6 +17,7 @@ from builders import events, op
 from nsbridge import schema as S
 from nsbridge.model.device.memory_holders import memory_holders
 from nsbridge.model.host.nesting import build_host_tree
+from nsbridge.report.views.memory_view import memory_charts
 
 DATA = Path(__file__).parent / "data" / "torch"
 CPU_TRACE = DATA / "cpu_memory" / "train_cnn_cpu_memory.json.gz"
@@ -134,6 +135,18 @@ def test_the_cpu_report_shows_what_holds_the_peak(cpu_report: dict, tmp_path: Pa
     assert "| 4.0 | activations | `Conv2d_0` | `aten::conv2d` | `train_cnn.py:31 forward` | 1 |" \
         in text
     assert run.report["memory"]["holders"] == cpu_report["memory"]["holders"]
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert "chart-pass-memory_kinds" in html
+
+
+def test_the_chart_draws_the_kinds_at_the_peak_and_each_step_end(cpu_report: dict) -> None:
+    (chart,) = memory_charts(cpu_report)
+    holders = cpu_report["memory"]["holders"]
+    assert chart["labels"] == ["peak", "end of measured step 1", "end of measured step 2"]
+    for kind, values in chart["series"].items():
+        at_peak = next((k["mib"] for k in holders["kinds"] if k["kind"] == kind), 0.0)
+        assert values == [at_peak, *(end[kind] for end in holders["per_step_end"])]
+    assert chart["series"]["gradients"][1] > 0 and chart["series"]["activations"][1] == 0
 
 
 def test_a_real_gpu_trace_splits_the_peak_into_named_and_earlier_bytes(tmp_path: Path) -> None:

@@ -3,10 +3,11 @@ the ops live at it and whether memory grows from step to step; report.html adds 
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from ... import schema as S
 from ...model.device.memory import HOST_TOTALS
+from ...model.device.memory_holders import KINDS
 from ..document.document import Block, Section, Table, Text, without_empty_columns
 from ..document.pass_view import PassView
 from ..document.formats import decimals, fixed
@@ -114,4 +115,23 @@ def holders_blocks(holders: MemoryHolders, memory: Memory) -> list[Block]:
                   code=frozenset({2, 3, 4}), brief=5, folded=True)]
 
 
-MEMORY_VIEW = PassView(report_key=S.MEMORY_SECTION, section=memory_section)
+def memory_charts(report: Report) -> list[dict[str, Any]]:
+    """report.html's chart of what holds memory by kind: at the peak and at each measured
+    step's end (model.device.memory_holders)."""
+    holders = (report.get(S.MEMORY_SECTION) or {}).get("holders") or {}
+    ends = holders.get("per_step_end") or []
+    at_peak: dict[str, Optional[float]] = {k["kind"]: k.get("mib")
+                                           for k in holders.get("kinds") or []}
+    points: list[Mapping[str, Optional[float]]] = [at_peak, *ends]
+    kinds = [k for k in KINDS if any(p.get(k) for p in points)]
+    if not ends or not kinds:
+        return []
+    return [{"id": "memory_kinds", "kind": "bar", "unit": "MiB",
+             "title": "What holds memory, by kind: at the peak and at each measured step's end "
+                      "(MiB, blocks allocated in the window)",
+             "labels": ["peak", *(f"end of measured step {i}" for i in range(1, len(ends) + 1))],
+             "series": {k: [p.get(k) or 0.0 for p in points] for k in kinds}}]
+
+
+MEMORY_VIEW = PassView(report_key=S.MEMORY_SECTION, section=memory_section,
+                       charts=memory_charts)
