@@ -1,17 +1,20 @@
 """report.md, sized for a GitHub issue or PR comment: the head (status, verdict, steps,
 machine), then each section of sections.py, and the definitions folded. Everything from
 a trace or a script is escaped where it is placed: names as code spans in tables
-(escape.md_code), other text as Markdown text (escape.md_cell, md_text)."""
+(escape.md_code), other text as Markdown text (escape.md_cell, md_text), a folded
+table's summary as HTML text (it sits in an HTML block, where Markdown escapes would show)."""
 
 from __future__ import annotations
 
+import html
 import re
+import textwrap
 from typing import Any, Collection, Iterable, Optional
 
 from .compose import Composed, Head
 from ..document.definitions import markdown_block
 from ..document.document import MARKDOWN, Items, Table, Text
-from ..document.escape import md_cell, md_code, md_text
+from ..document.escape import md_cell, md_code, md_text, terminal
 
 _MARKS = {"!": "**contended:** ", "-": "", "~": "", "?": "*", ">": ""}
 WIDTH = 180      # no prose line of report.md is wider (a table row is one line whatever it holds)
@@ -102,9 +105,9 @@ def _block(block: Any) -> list[str]:
                               for i, item in enumerate(block.items[:block.brief], 1)]
     assert isinstance(block, Table)
     rows = table(block.header, block.rows[:block.brief], block.code)
-    if block.folded:    # as report.html folds it: the lead is the summary
-        return ["", f"<details><summary>{md_cell(block.lead or 'table')}</summary>", *rows, "",
-                "</details>"]
+    if block.folded:    # as report.html folds it: the lead is the summary, raw HTML text
+        summary = textwrap.wrap(html.escape(terminal(block.lead or "table"), quote=False), WIDTH)
+        return ["", "<details><summary>", *summary, "</summary>", *rows, "", "</details>"]
     return lead + rows
 
 

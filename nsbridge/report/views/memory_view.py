@@ -3,7 +3,7 @@ the ops live at it and whether memory grows from step to step; report.html adds 
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from ... import schema as S
 from ...model.device.memory import HOST_TOTALS
@@ -12,7 +12,7 @@ from ..document.document import Block, Section, Table, Text, without_empty_colum
 from ..document.pass_view import PassView
 from ..document.formats import decimals, fixed
 from ..document.wording import is_autograd_wrapper
-from ...contract.report import Memory, MemoryHolders, Report
+from ...contract.report import Memory, MemoryHolder, MemoryHolders, Report
 
 GROWTH_MIB = 1.0   # step-end growth above this, in every step, is memory kept across steps
 
@@ -89,6 +89,7 @@ def memory_section(report: Report, limit: Optional[int]) -> Optional[Section]:
 
 
 HOLDERS_HEADER = ["MiB", "kind", "module", "op", "line", "blocks"]
+NAMES = ("module", "op", "line")   # shown as code
 
 
 def holders_blocks(holders: MemoryHolders, memory: Memory) -> list[Block]:
@@ -98,21 +99,26 @@ def holders_blocks(holders: MemoryHolders, memory: Memory) -> list[Block]:
                       if (k.get("mib") or 0) >= 0.05)
     if memory["relative"]:
         scope = (f"{_one(holders.get('named_mib'))} MiB in {holders.get('blocks')} blocks "
-                 "allocated in the window and live at the peak")
+                 "made in the window")
     else:
         scope = (f"{_one(holders.get('named_mib'))} MiB in {holders.get('blocks')} blocks "
                  f"named ({decimals(holders.get('named_pct'), 1, 1) or '-'}% of the peak); "
                  f"{_one(holders.get('before_mib'))} MiB allocated before the recording "
                  "(parameters, optimizer state, tensors kept across steps)")
-    stacks = ("" if holders.get("with_stacks") else
-              "; modules and lines need Python stacks (--profile memory)")
-    rows = [[_one(r.get("mib")), r["kind"], r.get("module") or "", r.get("op") or "",
-             r.get("line") or "", str(r.get("blocks") or "")]
-            for r in holders.get("rows") or [] if (r.get("mib") or 0) >= 0.05]
+    stacks = "" if holders.get("with_stacks") else "; modules and lines: --profile memory"
+    return [holders_table([r for r in holders.get("rows") or [] if (r.get("mib") or 0) >= 0.05],
+                          f"What holds the peak: {scope}; by kind (MiB): {kinds}{stacks}")]
+
+
+def holders_table(holders: Sequence[MemoryHolder], lead: str) -> Table:
+    """The largest holders (MiB, kind, module, op, line, blocks) under ``lead``, folded in
+    the files (the lead is what shows); a name column no row has is left out."""
+    rows = [[_one(r.get("mib")), r["kind"], r.get("module") or "-", r.get("op") or "-",
+             r.get("line") or "-", str(r.get("blocks") or "-")] for r in holders]
     header, rows = without_empty_columns(HOLDERS_HEADER, rows)
-    return [Text(f"What holds the peak: {scope}; by kind (MiB): {kinds}{stacks}"),
-            Table(header, rows, lead="The largest holders, by kind, module, op and line:",
-                  code=frozenset({2, 3, 4}), brief=5, folded=True)]
+    return Table(header, rows, lead=lead,
+                 code=frozenset(i for i, h in enumerate(header) if h in NAMES), brief=5,
+                 folded=True)
 
 
 def memory_charts(report: Report) -> list[dict[str, Any]]:

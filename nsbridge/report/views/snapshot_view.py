@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Optional
 
 from ... import schema as S
-from ..document.document import Block, Items, Section, Table, Text, without_empty_columns
+from ..document.document import Block, Items, Section, Text
 from ..document.formats import decimals
 from ..document.pass_view import PassView
+from .memory_view import holders_table
 from ...contract.report import AllocatorSnapshot, Fragmentation, Report, SnapshotHolders
 
-HEADER = ["MiB", "kind", "module", "op", "line", "blocks"]
 
 
 def snapshot_section(report: Report, limit: Optional[int]) -> Optional[Section]:
@@ -68,14 +68,9 @@ def _holders(title: str, held: SnapshotHolders, limit: Optional[int]) -> list[Bl
     kinds = ", ".join(f"{k['kind']} {_one(k.get('mib'))}" for k in held.get("kinds") or [])
     named = (f" ({decimals(held.get('named_pct'), 1, 1)}% of it named by a stack)"
              if held.get("named_pct") is not None else "")
-    rows = [[_one(r.get("mib")), r["kind"], r.get("module") or "", r.get("op") or "",
-             r.get("line") or "", str(r.get("blocks") or "")]
-            for r in (held.get("rows") or [])[:limit]]
-    header, rows = without_empty_columns(HEADER, rows)
-    return [Text(f"{title}: {_one(held.get('allocated_mib'))} MiB allocated{named}; by kind "
-                 f"(MiB): {kinds}"),
-            Table(header, rows, lead="The largest holders, by kind, module, op and line:",
-                  code=frozenset({2, 3, 4}), brief=5, folded=True)]
+    return [holders_table((held.get("rows") or [])[:limit],
+                          f"{title}: {_one(held.get('allocated_mib'))} MiB allocated{named}; by "
+                          f"kind (MiB): {kinds}")]
 
 
 def _one(value: Optional[float]) -> str:
