@@ -235,8 +235,8 @@ def test_gate_usage_and_bad_input_exit_2(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_planted_activation_is_a_memory_regression_of_its_size(tmp_path: Path) -> None:
     """examples/train_cnn.py with a 16 MiB activation saved for backward on the new side:
-    `gate --fail-above-mib` records memory on both sides and names the rise, within 5% of
-    the planted size, as activations made by aten::ones; unchanged code (its own base
+    `gate --fail-above-mib` records memory on both sides and names the added bytes, within 5%
+    of the planted size, as activations made by aten::ones; unchanged code (its own base
     processes) passes on memory."""
     out = tmp_path / "gate"
     proc = _nsbridge("gate", "--processes", "2", "--max-processes", "2", "--steps", "4",
@@ -247,7 +247,10 @@ def test_a_planted_activation_is_a_memory_regression_of_its_size(tmp_path: Path)
     result = json.loads(proc.stdout)
     memory = result["memory"]
     assert memory["status"] == "regressed" and memory["threshold_mib"] == 4
-    assert memory["rise_mib"] == pytest.approx(16.0, rel=0.05)
+    # the peak rises by the plant and what moves with it (x + ... copies the 0.4 MiB batch;
+    # where the peak falls varies by about 1 MiB between processes on a busy machine) ...
+    assert 16.0 <= memory["rise_mib"] <= 16.0 * 1.15
+    # ... and the bytes named as added are the plant's, within 5%
     assert memory["rises"][0]["kind"] == "activations"
     assert memory["rises"][0]["op"] == "aten::ones"
     assert memory["rises"][0]["added_mib"] == pytest.approx(16.0, rel=0.05)

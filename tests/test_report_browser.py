@@ -56,8 +56,16 @@ def test_cnn_report_renders_sorts_and_filters(browser, tmp_path: Path) -> None:
     assert errors == []
     assert (tmp_path / "cnn.png").stat().st_size > 10_000
     charts = page.evaluate("Object.values(Chart.instances).map(c => c.canvas.id).sort()")
-    assert charts == ["chart-memory", "chart-memory_curve", "chart-ops", "chart-steps"]
+    assert charts == ["chart-memory", "chart-memory_curve", "chart-ops",
+                      "chart-pass-memory_kinds", "chart-steps"]
     _labels_fit(page)
+    kinds = page.evaluate("""() => Object.values(Chart.instances).find(
+        c => c.canvas.id === 'chart-pass-memory_kinds').data.datasets.map(
+        d => [d.label, d.data])""")
+    holders = report["memory"]["holders"]      # what holds memory: at the peak, each step's end
+    for label, values in kinds:
+        at_peak = next((k["mib"] for k in holders["kinds"] if k["kind"] == label), 0.0)
+        assert values == [at_peak, *(end[label] for end in holders["per_step_end"])]
     curve = page.evaluate("""() => Object.values(Chart.instances).find(
         c => c.canvas.id === 'chart-memory_curve').data.datasets.map(d => [d.label, d.data.length])""")
     memory = report["memory"]
@@ -137,9 +145,10 @@ def test_gpu_fixture_report_has_device_and_ncu_charts(browser, tmp_path: Path) -
                       DATA / "ncu" / "train_cnn_nvtx_sections.raw.csv"], out=tmp_path / "r")
     page, errors = _open(browser, result.run_dir / "report.html", tmp_path / "h200.png")
     assert errors == []
-    for chart in ("steps", "ops", "kernels", "gaps", "memory_curve", "memory", "pass-ncu"):
+    for chart in ("steps", "ops", "kernels", "gaps", "memory_curve", "memory", "pass-ncu",
+                  "pass-memory_kinds"):
         assert page.locator(f"#chart-{chart}").count() == 1, chart
-    assert page.evaluate("Object.keys(Chart.instances).length") == 7
+    assert page.evaluate("Object.keys(Chart.instances).length") == 8
     _labels_fit(page)
     kernels = page.evaluate("""() => Object.values(Chart.instances).find(
         c => c.canvas.id === 'chart-kernels').data.datasets[0].data""")

@@ -73,11 +73,18 @@ def _broken(line: str, width: int, indent: str) -> list[str]:
     words = line.split(" ")
     out, current = [], words[0]
     for word in words[1:]:
-        if len(current) + 1 + len(word) <= width or not word or _OPENS_BLOCK.match(word):
+        if len(current) + 1 + len(word) <= width or not word:
             current += " " + word
-        else:
+            continue
+        head, _, last = current.rpartition(" ")
+        if not _OPENS_BLOCK.match(word):
             out.append(current)
             current = indent + word
+        elif head.strip() and not _OPENS_BLOCK.match(last):   # the word before goes with it
+            out.append(head)
+            current = indent + last + " " + word
+        else:
+            current += " " + word
     return out + [current]
 
 
