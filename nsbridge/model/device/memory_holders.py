@@ -28,7 +28,6 @@ made before the window); on the host the level is relative to the window's start
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 import numpy as np
@@ -37,6 +36,7 @@ import pandas as pd
 from ... import schema as S
 from ..host.nesting import HostTree, build_host_tree
 from ..host.ops import MIB
+from ..host.python_lines import FRAME
 from ..strings import starts_with
 from ...contract.report import MemoryHolder, MemoryHolders, MemoryKindLevel
 
@@ -48,11 +48,9 @@ _OUTER_OPS = ("aten::", "autograd::engine::evaluate_function: ")
 _BACKWARD = "autograd::engine::evaluate_function: "
 _OPTIMIZER = "Optimizer.step#"
 _LOADER = "enumerate(DataLoader)#"
-_MODULE = "nn.Module: "
+MODULE = "nn.Module: "
 _COPIES = ("aten::to", "aten::_to_copy")   # outside a module and kept: the batch moved in
-# a Python frame as torch.profiler names it: "path/file.py(123): function"
-_FRAME = re.compile(r"^(?P<file>[^()]+\.py)\((?P<line>\d+)\): (?P<func>.+)$")
-_NOT_USER = ("/torch/", "torch/", "/site-packages/", "/dist-packages/", "/nsbridge/",
+NOT_USER = ("/torch/", "torch/", "/site-packages/", "/dist-packages/", "/nsbridge/",
              "<frozen", "threading.py", "runpy.py")
 
 
@@ -174,8 +172,8 @@ def _op(stack: list[str]) -> Optional[str]:
 def _module(stack: list[str]) -> Optional[str]:
     """The innermost nn.Module range: 'Conv2d_0'."""
     for name in reversed(stack):
-        if name.startswith(_MODULE):
-            return name[len(_MODULE):]
+        if name.startswith(MODULE):
+            return name[len(MODULE):]
     return None
 
 
@@ -194,8 +192,8 @@ def _user_lines(py: HostTree, at: pd.DataFrame) -> list[Optional[str]]:
     for p in pos:
         found, p = None, int(p)
         while p >= 0 and found is None:
-            m = _FRAME.match(str(names[p]))
-            if m and not any(part in m["file"] for part in _NOT_USER):
+            m = FRAME.match(str(names[p]))
+            if m and not any(part in m["file"] for part in NOT_USER):
                 where = "" if start[p] <= running_at_start else f":{m['line']}"
                 found = f"{m['file'].rsplit('/', 1)[-1]}{where} {m['func']}"
             p = int(parent[p])

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..host.ops import MIB
-from .memory_holders import holder_rows, mib
+from .memory_holders import MODULE, NOT_USER, holder_rows, mib
 from ...contract.report import (AllocatorOom, AllocatorSnapshot, Fragmentation,
                                 MemoryKindLevel, SnapshotHolders)
 from ...contract.snapshot import ACTIONS, CATEGORIES, Snapshot
@@ -47,9 +47,6 @@ _CATEGORY_KIND = dict(zip(CATEGORIES, ("parameters", "gradients", "optimizer sta
                                         "activations", "inputs", "temporaries",
                                         "autograd detail", "unknown")))
 _BUILTIN = re.compile(r"^<built-in (?:function|method) (?P<name>\w+)")
-_MODULE = "nn.Module: "
-_NOT_USER = ("/torch/", "torch/", "/site-packages/", "/dist-packages/", "/nsbridge/", "<frozen",
-             "runpy.py", "threading.py", "??")
 Frame = tuple[str, int, str]
 
 
@@ -191,9 +188,9 @@ def _name(alloc: tuple[Frame, ...], free: tuple[Frame, ...], freed: bool,
 def _module(frames: tuple[Frame, ...]) -> Optional[str]:
     """The innermost nn.Module range ('Linear_0', in stacks made from a profile), else the
     innermost forward of the user's code ('model.py:20'), else torch's ('linear.py:125')."""
-    named = next((f[2][len(_MODULE):] for f in frames if f[2].startswith(_MODULE)), None)
+    named = next((f[2][len(MODULE):] for f in frames if f[2].startswith(MODULE)), None)
     forwards = [f for f in frames if f[2] == "forward"]
-    mine = [f for f in forwards if not any(p in f[0] for p in _NOT_USER)]
+    mine = [f for f in forwards if not any(p in f[0] for p in NOT_USER)]
     return named or next((f"{_base(f[0])}:{f[1]}" for f in mine or forwards), None)
 
 
@@ -212,7 +209,7 @@ def _op(frames: tuple[Frame, ...]) -> Optional[str]:
 def _line(frames: tuple[Frame, ...]) -> Optional[str]:
     """The innermost frame of the user's code: 'train.py:42 main'."""
     return next((f"{_base(f[0])}:{f[1]} {f[2]}" for f in frames
-                 if f[0].endswith(".py") and not any(p in f[0] for p in _NOT_USER)), None)
+                 if f[0].endswith(".py") and not any(p in f[0] for p in NOT_USER)), None)
 
 
 def _kind(alloc: tuple[Frame, ...], free: tuple[Frame, ...], freed: bool,
